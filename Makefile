@@ -1,0 +1,33 @@
+# make demo: set up, then profile the bundled demo.  make test: set up, then
+# run every test (unit and e2e).  Both work on a fresh machine as root.
+VENV = .venv
+PYTHON = $(VENV)/bin/python
+JITPROF = $(VENV)/bin/jitprof
+
+.PHONY: setup demo test unit e2e bench fixtures clean
+
+setup:
+	@bash scripts/setup.sh
+
+fixtures:
+	@$(MAKE) -s -C fixtures
+
+demo: setup
+	$(JITPROF) -F 99 -o demo.svg -o demo.folded -- fixtures/build/chain 3
+	@echo "open demo.svg in a browser"
+
+test: setup
+	$(PYTHON) -m pytest -q tests e2e
+
+unit: setup
+	$(PYTHON) -m pytest -q tests
+
+e2e: setup
+	$(PYTHON) -m pytest -q e2e
+
+bench: setup
+	$(PYTHON) -m benchmarks.run --write docs/benchmarks.md
+
+clean:
+	$(MAKE) -s -C fixtures clean
+	rm -rf $(VENV) .pytest_cache

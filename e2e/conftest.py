@@ -1,0 +1,100 @@
+"""Real profiling runs: root, the real kernel, real processes and files."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "build"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="e2e tests load BPF programs: run them as root (make test does)")
+    for item in items:
+        if "/e2e/" in str(item.fspath):
+            item.add_marker(skip)
+
+
+@dataclass
+class FoldedLine:
+    frames: list[str]
+    count: int
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def read_folded(path: Path) -> list[FoldedLine]:
+    lines = []
+    for text in path.read_text().splitlines():
+        stack, _, count = text.rpartition(" ")
+        lines.append(FoldedLine(stack.split(";"), int(count)))
+    return lines
+
+
+def total(lines: list[FoldedLine]) -> int:
+    return sum(line.count for line in lines)
+
+
+def has_chain(frames: list[str], chain: list[str]) -> bool:
+    """chain appears in frames, contiguous and in order."""
+    width = len(chain)
+    return any(frames[index : index + width] == chain for index in range(len(frames) - width + 1))
+
+
+@pytest.fixture(scope="session")
+def fixtures_built() -> Path:
+    subprocess.run(["make", "-s", "-C", str(ROOT / "fixtures")], check=True)
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def symbol_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("symbol-cache")
+
+
+@pytest.fixture
+def jitprof(symbol_cache, tmp_path):
+    """Run jitprof to completion in tmp_path."""
+
+    def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120, prefix: list[str] | None = None) -> Run:
+        environment = dict(os.environ)
+        environment.pop("SUDO_UID", None)
+        environment.pop("SUDO_GID", None)
+        environment["JITPROF_CACHE_DIR"] = str(symbol_cache)
+        environment.update(env or {})
+        command = (prefix or []) + [sys.executable, "-m", "profiler", *args]
+        completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout)
+        return Run(completed.returncode, completed.stdout, completed.stderr)
+
+    return run
+
+
+@pytest.fixture
+def background():
+    """Start processes that the test must not leave behind."""
+    started: list[subprocess.Popen] = []
+
+    def start(*argv: str, **kwargs) -> subprocess.Popen:
+        process = subprocess.Popen(list(argv), **kwargs)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

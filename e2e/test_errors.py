@@ -1,0 +1,113 @@
+"""Errors a user can hit: one line, a hint, nothing collected lost."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from e2e.conftest import has_chain, read_folded, total
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("jitprof: error:")]
+
+
+def test_not_root(jitprof):
+    run = jitprof("--", "true", prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"])
+    assert run.returncode == 1
+    (line,) = error_lines(run.stderr)
+    assert "needs root" in line and "sudo" in line
+    assert "Traceback" not in run.stderr
+
+
+def test_bpf_unavailable(jitprof):
+    # Root, but without the capabilities BPF and perf events need.
+    drop = ["setpriv", "--inh-caps=-all", "--bounding-set=-bpf,-perfmon,-sys_admin", "--"]
+    run = jitprof("-o", "x.folded", "--", "true", prefix=drop)
+    assert run.returncode == 1
+    (line,) = error_lines(run.stderr)
+    assert "BPF" in line and "hint:" in line
+    assert "Traceback" not in run.stderr
+
+
+def test_kernel_headers_missing(jitprof, tmp_path):
+    run = jitprof("--", "true", env={"BCC_KERNEL_SOURCE": str(tmp_path / "no-headers")})
+    assert run.returncode == 1
+    (line,) = error_lines(run.stderr)
+    assert "kernel headers not found" in line and "make setup" in line
+
+
+def test_no_such_pid(jitprof):
+    run = jitprof("--pid", "4194000")
+    assert run.returncode == 1
+    (line,) = error_lines(run.stderr)
+    assert "no process with pid 4194000" in line
+
+
+def test_pid_exits_while_attaching(jitprof, background):
+    # Gone before the BPF program has compiled (about 2 s here).
+    short = background("sleep", "0.6")
+    run = jitprof("--pid", str(short.pid), "-o", "x.folded")
+    assert run.returncode == 1
+    (line,) = error_lines(run.stderr)
+    assert f"process {short.pid} exited while attaching" in line
+
+
+def test_command_not_found(jitprof):
+    run = jitprof("--", "no-such-command-for-jitprof")
+    assert run.returncode == 127
+    (line,) = error_lines(run.stderr)
+    assert "command not found: no-such-command-for-jitprof" in line and "hint:" in line
+
+
+def test_unwritable_output_keeps_the_samples(jitprof, fixtures_built, tmp_path):
+    run = jitprof("-o", "/nonexistent-dir/out.folded", "--", str(fixtures_built / "chain"), "1")
+    assert run.returncode == 0
+    warning = [line for line in run.stderr.splitlines() if "cannot write /nonexistent-dir/out.folded" in line]
+    assert len(warning) == 1
+    fallback = warning[0].split("wrote ")[1].split(" instead")[0]
+    lines = read_folded(__import__("pathlib").Path(fallback))
+    assert total(lines) >= 50
+    os.unlink(fallback)
+
+
+def test_ctrl_c_writes_the_outputs(fixtures_built, tmp_path, symbol_cache):
+    environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
+    environment.pop("SUDO_UID", None)
+    # A terminal's Ctrl-C: SIGINT to the whole foreground process group.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "-o", "out.folded", "--", str(fixtures_built / "chain"), "60"],
+        cwd=tmp_path, env=environment, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _has_child(process.pid):
+            time.sleep(0.1)
+        time.sleep(2)
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 128 + signal.SIGINT  # the program's own status
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 100
+    assert sum(line.count for line in lines if has_chain(line.frames, ["main", "a", "b", "c"])) / total(lines) >= 0.9
+    assert "wrote" in stderr and "Traceback" not in stderr
+
+
+def _has_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            children = handle.read().split()
+    except OSError:
+        return False
+    for child in children:
+        try:
+            if os.readlink(f"/proc/{child}/exe").endswith("/chain"):
+                return True
+        except OSError:
+            continue
+    return False

@@ -1,0 +1,135 @@
+"""A user profiles native programs and reads the stacks back."""
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+import xml.etree.ElementTree as ET
+
+from e2e.conftest import has_chain, read_folded, total
+
+INFERNO = "{http://github.com/jonhoo/inferno}"
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+def test_chain_fixture_shows_main_a_b_c(jitprof, fixtures_built, tmp_path):
+    run = jitprof("-o", "out.folded", "-o", "out.svg", "--", str(fixtures_built / "chain"), "3")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    samples = total(lines)
+    assert samples >= 200  # 3 s at 99 Hz on one busy CPU
+    with_chain = sum(line.count for line in lines if has_chain(line.frames, ["main", "a", "b", "c"]))
+    assert with_chain / samples >= 0.95, lines
+    assert all(line.frames[0] == "chain" for line in lines)
+    assert f"{samples:,} samples" in run.stderr and "wrote" in run.stderr
+
+    # The SVG shows the same chain: c sits on b on a on main, as wide.
+    frames = ET.parse(tmp_path / "out.svg").getroot().find(f"{SVG}svg[@id='frames']")
+    assert int(frames.get("total_samples")) == samples
+    boxes = {}
+    for group in frames.findall(f"{SVG}g"):
+        name = group.find(f"{SVG}title").text.split(" [")[0].split(" (")[0]
+        rect = group.find(f"{SVG}rect")
+        boxes.setdefault(name, []).append((int(rect.get(INFERNO + "w")), float(rect.get("y"))))
+    widths_and_rows = [max(boxes[name]) for name in ("main", "a", "b", "c")]
+    assert all(width >= 0.95 * samples for width, _ in widths_and_rows)
+    rows = [row for _, row in widths_and_rows]
+    assert rows == sorted(rows, reverse=True)  # each callee drawn above its caller
+
+
+def test_forked_child_is_followed_under_its_own_pid(jitprof, fixtures_built, tmp_path):
+    run = jitprof("--by-pid", "-o", "out.folded", "--", str(fixtures_built / "forker"), "2")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    by_root = {}
+    for line in lines:
+        by_root.setdefault(line.frames[0], []).append(line)
+    assert len(by_root) == 2, list(by_root)
+    child_roots = [root for root, group in by_root.items() if any("child_work" in line.frames for line in group)]
+    parent_roots = [root for root, group in by_root.items() if any("parent_work" in line.frames for line in group)]
+    assert len(child_roots) == 1 and len(parent_roots) == 1 and child_roots != parent_roots
+    for root in child_roots + parent_roots:
+        assert root.startswith("forker-")
+        group = by_root[root]
+        assert total(group) >= 100  # each burns a CPU for 2 s
+        work = "child_work" if root in child_roots else "parent_work"
+        assert sum(line.count for line in group if has_chain(line.frames, ["main", work, "spin"])) / total(group) >= 0.9
+    assert "from 2 processes" in run.stderr
+
+
+def test_attach_collects_only_that_process_and_stops_after_duration(jitprof, fixtures_built, tmp_path, background):
+    target = background(str(fixtures_built / "chain"), "60")
+    bystander = background(str(fixtures_built / "chain"), "60")
+    time.sleep(0.2)
+    started = time.monotonic()
+    run = jitprof("--by-pid", "--pid", str(target.pid), "-d", "2", "-o", "out.folded")
+    elapsed = time.monotonic() - started
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert {line.frames[0] for line in lines} == {f"chain-{target.pid}"}
+    assert f"chain-{bystander.pid}" not in (tmp_path / "out.folded").read_text()
+    # About two seconds of one busy CPU at 99 Hz; BPF compile comes before.
+    assert 150 <= total(lines) <= 240, total(lines)
+    assert elapsed < 15
+    assert sum(line.count for line in lines if has_chain(line.frames, ["main", "a", "b", "c"])) / total(lines) >= 0.95
+    assert target.poll() is None  # attaching does not disturb the target
+
+
+def test_exit_status_passes_through(jitprof):
+    assert jitprof("-o", "x.folded", "--", "sh", "-c", "exit 7").returncode == 7
+    assert jitprof("-o", "x.folded", "--", "sh", "-c", "kill -TERM $$").returncode == 128 + 15
+
+
+def test_duration_stops_a_spawned_program(jitprof, fixtures_built, tmp_path):
+    started = time.monotonic()
+    run = jitprof("-d", "2", "-o", "out.folded", "--", str(fixtures_built / "chain"), "60")
+    assert time.monotonic() - started < 20
+    assert run.returncode == 128 + 15  # stopped with SIGTERM, like timeout(1)
+    assert 150 <= total(read_folded(tmp_path / "out.folded")) <= 240
+
+
+def test_kernel_stacks(jitprof, tmp_path):
+    run = jitprof("--kernel", "-o", "out.folded", "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=1M", "count=60000")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    with_kernel = sum(line.count for line in lines if any(frame.endswith("_[k]") for frame in line.frames))
+    assert with_kernel / total(lines) >= 0.5
+    kernel_frames = {frame for line in lines for frame in line.frames if frame.endswith("_[k]")}
+    assert any("syscall" in frame.lower() for frame in kernel_frames), sorted(kernel_frames)[:20]
+    # User frames come first, kernel frames above them.
+    for line in lines:
+        kinds = [frame.endswith("_[k]") for frame in line.frames[1:]]
+        assert kinds == sorted(kinds)
+
+
+def test_program_runs_as_the_sudo_caller(jitprof, tmp_path):
+    shared = Path(tempfile.mkdtemp(prefix="jitprof-e2e-"))  # reachable by nobody, unlike tmp_path
+    shared.chmod(0o777)
+    try:
+        _check_runs_as_sudo_caller(jitprof, tmp_path, shared / "who")
+    finally:
+        shutil.rmtree(shared)
+
+
+def _check_runs_as_sudo_caller(jitprof, tmp_path, report):
+    run = jitprof(
+        "-o", "out.folded", "--", "sh", "-c", f'echo "$(id -u) $(id -g) $HOME $USER" > {report}',
+        env={"SUDO_UID": "65534", "SUDO_GID": "65534", "SUDO_USER": "nobody"},
+    )
+    assert run.returncode == 0, run.stderr
+    uid, gid, home, user = report.read_text().split()
+    assert (uid, gid, user) == ("65534", "65534", "nobody")
+    assert home == os.path.expanduser("~nobody")
+    assert (tmp_path / "out.folded").stat().st_uid == 65534  # outputs belong to the caller
+    report.unlink()
+    as_root = jitprof("--as-root", "-o", "out.folded", "--", "sh", "-c", f"id -u > {report}", env={"SUDO_UID": "65534"})
+    assert as_root.returncode == 0 and report.read_text().strip() == "0"
+
+
+def test_default_output_name(jitprof, fixtures_built, tmp_path):
+    run = jitprof("--", str(fixtures_built / "chain"), "1")
+    assert run.returncode == 0, run.stderr
+    written = list(tmp_path.glob("jitprof-*.svg"))
+    assert len(written) == 1 and written[0].name in run.stderr
+    ET.parse(written[0])

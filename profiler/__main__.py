@@ -1,0 +1,5 @@
+import sys
+
+from profiler.cli import main
+
+sys.exit(main())

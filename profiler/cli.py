@@ -1,0 +1,120 @@
+"""Command line: `jitprof [options] -- COMMAND...` or `jitprof --pid PID`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from profiler import __version__
+from profiler.errors import JitprofError
+from profiler.output import EXTENSIONS, WRITERS, OutputRequest, UnknownFormat, format_for
+from profiler.recording import Recording, RecordingOptions
+
+DESCRIPTION = """\
+Sample the CPU stacks of a program (native and JIT-compiled code) with eBPF
+and write a flame graph. Needs root.
+
+  sudo jitprof -- ./prog args...        spawn, profile until it exits
+  sudo jitprof --pid 4242 -d 10         attach to a running process
+"""
+
+EPILOG = f"""\
+output formats (chosen by extension, or --format): {", ".join(f"{ext} ({name})" for ext, name in EXTENSIONS.items())}
+exit status: the program's own (128+signal if it was killed); 0 with --pid;
+1 when jitprof itself cannot run; 127 when the command is not found.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jitprof",
+        usage="jitprof [options] -- COMMAND [ARGS...]\n       jitprof [options] --pid PID [--pid PID...]",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"jitprof {__version__}")
+    parser.add_argument(
+        "-p", "--pid", type=int, action="append", default=[], metavar="PID",
+        help="attach to a running process and all its threads (repeatable)",
+    )
+    parser.add_argument(
+        "-F", "--frequency", type=int, default=99, metavar="HZ",
+        help="samples per second per CPU (default: 99)",
+    )
+    parser.add_argument(
+        "-d", "--duration", type=float, default=None, metavar="SECONDS",
+        help="stop after this long; a spawned program is then stopped with SIGTERM (default: until it exits, or Ctrl-C)",
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, action="append", default=[], metavar="PATH",
+        help="write the profile here, format from the extension (repeatable; default: jitprof-<pid>.svg)",
+    )
+    parser.add_argument(
+        "--format", choices=sorted(WRITERS), default=None,
+        help="format of every -o file, whatever its extension",
+    )
+    parser.add_argument(
+        "--by-pid", action="store_true",
+        help="one root frame per process (comm-PID) instead of per command name",
+    )
+    parser.add_argument("--kernel", action="store_true", help="include kernel stacks above the user stack")
+    parser.add_argument(
+        "--no-tui", action="store_true",
+        help="plain output instead of the live view (the live view is not built yet: output is always plain)",
+    )
+    parser.add_argument("--user", metavar="NAME", help="run the command as this user (default: the sudo caller)")
+    parser.add_argument("--as-root", action="store_true", help="run the command as root even under sudo")
+    return parser
+
+
+def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Options before the first `--`, the command after it."""
+    if "--" in argv:
+        index = argv.index("--")
+        return argv[:index], argv[index + 1 :]
+    return argv, []
+
+
+def parse_options(argv: list[str]) -> RecordingOptions:
+    parser = build_parser()
+    option_args, command = split_command(argv)
+    args = parser.parse_args(option_args)
+    if command and args.pid:
+        parser.error("give a command after -- or --pid, not both")
+    if not command and not args.pid:
+        parser.error("nothing to profile: give a command after -- or --pid PID")
+    if not 1 <= args.frequency <= 10000:
+        parser.error("--frequency must be between 1 and 10000")
+    if args.duration is not None and args.duration <= 0:
+        parser.error("--duration must be positive")
+    if args.user and args.as_root:
+        parser.error("--user and --as-root contradict each other")
+    try:
+        outputs = [OutputRequest(path, format_for(path, args.format)) for path in args.output]
+    except UnknownFormat as error:
+        parser.error(str(error))
+    return RecordingOptions(
+        command=command,
+        pids=args.pid,
+        frequency_hz=args.frequency,
+        duration_s=args.duration,
+        outputs=outputs,
+        kernel_stacks=args.kernel,
+        root_by_pid=args.by_pid,
+        user=args.user,
+        as_root=args.as_root,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_options(sys.argv[1:] if argv is None else argv)
+    try:
+        return Recording(options).run()
+    except JitprofError as error:
+        print(error.render(), file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("jitprof: interrupted before sampling started; nothing written", file=sys.stderr)
+        return 130

@@ -1,0 +1,210 @@
+"""Executable mappings of followed processes: kept in the BPF trie and
+remembered (with their ELF files) so samples resolve after munmap, exec or exit.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from profiler.elf import ElfImage, UnreadableElf, open_elf
+from profiler.procmaps import MapEntry, read_maps
+from profiler.trie import TriePrefix, split_range
+
+MAPPING_ELF = 1
+MAPPING_JIT = 2
+
+
+class TrieSink(Protocol):
+    def add_prefixes(self, prefixes: list[TriePrefix], kind: int, load_bias: int, table_id: int = 0) -> int: ...
+
+    def remove_prefixes(self, prefixes: list[TriePrefix]) -> None: ...
+
+
+@dataclass(frozen=True)
+class FileKey:
+    device: str
+    inode: int
+
+
+@dataclass
+class KnownMapping:
+    entry: MapEntry
+    prefixes: list[TriePrefix]
+    image: ElfImage | None  # None for JIT memory and unreadable files
+    first_seen_ns: int
+
+    @property
+    def module_name(self) -> str:
+        if self.entry.is_anonymous_exec:
+            return "[anon]"
+        path = self.entry.path
+        return path.rsplit("/", 1)[-1] if path else "[anon]"
+
+
+@dataclass
+class AddressSpace:
+    """One exec of one process: every executable mapping it has had."""
+
+    pid: int
+    generation: int
+    started_ns: int
+    current: dict[tuple[int, int], KnownMapping] = field(default_factory=dict)
+    retired: list[KnownMapping] = field(default_factory=list)
+
+    def find(self, address: int) -> KnownMapping | None:
+        for mapping in self.current.values():
+            if mapping.entry.contains(address):
+                return mapping
+        for mapping in reversed(self.retired):
+            if mapping.entry.contains(address):
+                return mapping
+        return None
+
+
+@dataclass(frozen=True)
+class MappingLookup:
+    generation: int
+    mapping: KnownMapping | None
+
+
+@dataclass
+class TrackerStats:
+    trie_entries: int = 0
+    trie_rejected: int = 0
+    unreadable_files: dict[str, str] = field(default_factory=dict)
+
+
+class MappingTracker:
+    """Main thread updates; the symbolizer thread looks up (under the lock)."""
+
+    def __init__(self, trie: TrieSink) -> None:
+        self._trie = trie
+        self._lock = threading.Lock()
+        self._spaces: dict[int, list[AddressSpace]] = {}
+        self._images: dict[FileKey, ElfImage] = {}
+        self.stats = TrackerStats()
+
+    # Updates (main thread) -------------------------------------------------
+
+    def add_process(self, pid: int, now_ns: int, parent: int | None = None) -> None:
+        """Start tracking pid; a forked child starts with its parent's code."""
+        with self._lock:
+            if pid not in self._spaces:
+                space = AddressSpace(pid, 0, 0)
+                parent_spaces = self._spaces.get(parent) if parent is not None else None
+                if parent_spaces:
+                    # Lookup only (no trie entries): covers samples taken before
+                    # the child's own maps are read, or after it is gone.
+                    space.retired = list(parent_spaces[-1].current.values())
+                self._spaces[pid] = [space]
+        self.refresh(pid, now_ns)
+
+    def process_exec(self, pid: int, now_ns: int) -> None:
+        """A new program image: drop the old trie entries, start a new space."""
+        with self._lock:
+            spaces = self._spaces.setdefault(pid, [])
+            if spaces:
+                self._uninstall(spaces[-1])
+            spaces.append(AddressSpace(pid, len(spaces), now_ns))
+        self.refresh(pid, now_ns)
+
+    def process_exit(self, pid: int) -> None:
+        """Trie entries go; what is needed to symbolise its samples stays."""
+        with self._lock:
+            for space in self._spaces.get(pid, []):
+                self._uninstall(space)
+
+    def forget_process(self, pid: int) -> None:
+        """A pid that turned out to be a thread, not a process."""
+        with self._lock:
+            for space in self._spaces.pop(pid, []):
+                self._uninstall(space)
+
+    def refresh(self, pid: int, now_ns: int) -> None:
+        entries = [entry for entry in read_maps(pid) if entry.executable]
+        with self._lock:
+            spaces = self._spaces.get(pid)
+            if not spaces or not entries:
+                return
+            space = spaces[-1]
+            seen = {(entry.start, entry.end): entry for entry in entries}
+            for key in list(space.current):
+                mapping = space.current[key]
+                if seen.get(key) != mapping.entry:
+                    self._trie.remove_prefixes(mapping.prefixes)
+                    self.stats.trie_entries -= len(mapping.prefixes)
+                    space.retired.append(mapping)
+                    del space.current[key]
+            for key, entry in seen.items():
+                if key not in space.current:
+                    space.current[key] = self._install(pid, entry, now_ns)
+
+    def refresh_all(self, now_ns: int) -> None:
+        with self._lock:
+            pids = list(self._spaces)
+        for pid in pids:
+            self.refresh(pid, now_ns)
+
+    def _install(self, pid: int, entry: MapEntry, now_ns: int) -> KnownMapping:
+        image = self._image_for(pid, entry) if entry.is_file_backed else None
+        kind = MAPPING_JIT if entry.is_anonymous_exec else MAPPING_ELF
+        load_bias = 0
+        if image is not None:
+            vaddr = image.vaddr_for_file_offset(entry.offset)
+            if vaddr is not None:
+                load_bias = entry.start - vaddr
+        prefixes = split_range(pid, entry.start, entry.end)
+        rejected = self._trie.add_prefixes(prefixes, kind, load_bias)
+        self.stats.trie_entries += len(prefixes) - rejected
+        self.stats.trie_rejected += rejected
+        return KnownMapping(entry, prefixes, image, now_ns)
+
+    def _uninstall(self, space: AddressSpace) -> None:
+        for mapping in space.current.values():
+            self._trie.remove_prefixes(mapping.prefixes)
+            self.stats.trie_entries -= len(mapping.prefixes)
+            space.retired.append(mapping)
+        space.current.clear()
+
+    def _image_for(self, pid: int, entry: MapEntry) -> ElfImage | None:
+        key = FileKey(entry.device, entry.inode)
+        image = self._images.get(key)
+        if image is not None:
+            return image
+        if entry.path in self.stats.unreadable_files:
+            return None
+        # map_files reaches the exact mapped file, even deleted or in another
+        # mount namespace; /proc/PID/root is the container-aware fallback.
+        candidates = [
+            f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}",
+            f"/proc/{pid}/root{entry.path}",
+        ]
+        try:
+            image = open_elf(candidates, entry.path)
+        except UnreadableElf as error:
+            self.stats.unreadable_files[entry.path] = str(error)
+            return None
+        self._images[key] = image
+        return image
+
+    # Lookups (symbolizer thread) ---------------------------------------
+
+    def find(self, pid: int, time_ns: int, address: int) -> MappingLookup:
+        """The mapping holding an address of pid at a sample time."""
+        with self._lock:
+            spaces = self._spaces.get(pid)
+            if not spaces:
+                return MappingLookup(0, None)
+            space = spaces[0]
+            for candidate in spaces:
+                if candidate.started_ns <= time_ns:
+                    space = candidate
+            return MappingLookup(space.generation, space.find(address))
+
+    def close(self) -> None:
+        with self._lock:
+            for image in self._images.values():
+                image.close()
+            self._images.clear()

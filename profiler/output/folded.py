@@ -1,0 +1,50 @@
+"""Folded stacks: `comm;root;...;leaf count`, one line per unique stack."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TextIO
+
+from profiler.profile import Frame, FrameKind, Profile
+
+# flamegraph.pl colour hints, stripped from labels by renderers.
+KIND_SUFFIX = {FrameKind.KERNEL: "_[k]", FrameKind.JIT: "_[j]"}
+
+
+@dataclass(frozen=True)
+class FoldedStack:
+    frames: tuple[str, ...]  # root first
+    count: int
+
+
+def frame_label(frame: Frame) -> str:
+    # ';' separates frames and a newline ends the line: neither may be in a name.
+    name = frame.name.replace(";", ":").replace("\n", " ").replace("\r", " ")
+    if frame.kind is FrameKind.KERNEL or frame.module == "[kernel]":
+        return name + "_[k]"
+    return name + KIND_SUFFIX.get(frame.kind, "")
+
+
+def fold(profile: Profile) -> list[FoldedStack]:
+    """Unique stacks with their counts, sorted for stable output."""
+    counts: Counter[tuple[str, ...]] = Counter()
+    labels = [frame_label(frame) for frame in profile.frames]
+    for sample in profile.samples:
+        comm = profile.root_label(sample).replace(";", ":").replace("\n", " ")
+        counts[(comm, *(labels[frame_id] for frame_id in sample.frame_ids))] += 1
+    return [FoldedStack(frames, count) for frames, count in sorted(counts.items())]
+
+
+def write_folded(profile: Profile, stream: TextIO) -> None:
+    for stack in fold(profile):
+        stream.write(";".join(stack.frames))
+        stream.write(f" {stack.count}\n")
+
+
+def parse_folded_line(line: str) -> FoldedStack | None:
+    """The inverse of one output line (for tests and conversions)."""
+    stack_text, _, count_text = line.rstrip("\n").rpartition(" ")
+    if not stack_text or not count_text.isdigit():
+        return None
+    return FoldedStack(tuple(stack_text.split(";")), int(count_text))

@@ -1,0 +1,343 @@
+"""A self-contained interactive flame graph (hover, click to zoom, search),
+laid out like flamegraph.pl and inferno output."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from html import escape
+from typing import TextIO
+
+from profiler.profile import Frame, FrameKind, Profile
+
+IMAGE_WIDTH = 1200
+FRAME_HEIGHT = 16
+FONT_SIZE = 12
+FONT_WIDTH = 0.59
+X_PAD = 10
+TOP_PAD = FONT_SIZE * 3
+BOTTOM_PAD = FONT_SIZE * 2 + 10
+MIN_WIDTH_PX = 0.1
+
+
+@dataclass
+class _Node:
+    label: str
+    frame: Frame | None
+    count: int = 0
+    children: dict[tuple[str, int], _Node] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Box:
+    label: str
+    tooltip: str
+    start: int  # in samples
+    width: int  # in samples
+    depth: int
+    fill: str
+
+
+def _colour(label: str, frame: Frame | None) -> str:
+    digest = hashlib.md5(label.encode("utf-8", "replace")).digest()  # noqa: S324  (colour only)
+    vary = digest[0] / 255, digest[1] / 255
+    if frame is None:
+        return "rgb(200,200,200)"
+    if frame.kind is FrameKind.UNKNOWN:
+        return f"rgb({int(170 + 30 * vary[0])},{int(170 + 30 * vary[0])},{int(170 + 30 * vary[0])})"
+    if frame.kind is FrameKind.KERNEL:
+        return f"rgb({int(200 + 55 * vary[0])},{int(120 + 50 * vary[1])},40)"
+    if frame.kind is FrameKind.JIT:
+        return f"rgb({int(50 + 60 * vary[0])},{int(170 + 60 * vary[1])},{int(50 + 60 * vary[0])})"
+    return f"rgb({int(205 + 50 * vary[0])},{int(50 + 180 * vary[1])},{int(50 * vary[0])})"
+
+
+def _tree(profile: Profile) -> _Node:
+    root = _Node("all", None)
+    for sample in profile.samples:
+        root.count += 1
+        comm = profile.root_label(sample)
+        node = root.children.setdefault(("comm", hash(comm)), _Node(comm, None))
+        node.count += 1
+        for frame_id in sample.frame_ids:
+            frame = profile.frames[frame_id]
+            node = node.children.setdefault(("frame", frame_id), _Node(frame.name, frame))
+            node.count += 1
+    return root
+
+
+def _layout(root: _Node, total: int) -> list[_Box]:
+    boxes: list[_Box] = []
+    min_samples = total * MIN_WIDTH_PX / (IMAGE_WIDTH - 2 * X_PAD)
+    stack: list[tuple[_Node, int, int]] = [(root, 0, 0)]
+    while stack:
+        node, start, depth = stack.pop()
+        if node.count < min_samples:
+            continue
+        share = 100.0 * node.count / total if total else 0.0
+        detail = ""
+        if node.frame is not None:
+            parts = [node.frame.kind.value]
+            if node.frame.module:
+                parts.append(node.frame.module)
+            if node.frame.file:
+                parts.append(f"{node.frame.file}:{node.frame.line}" if node.frame.line else node.frame.file)
+            detail = " [" + ", ".join(parts) + "]"
+        tooltip = f"{node.label}{detail} ({node.count:,} samples, {share:.2f}%)"
+        boxes.append(_Box(node.label, tooltip, start, node.count, depth, _colour(node.label, node.frame)))
+        cursor = start
+        for child in sorted(node.children.values(), key=lambda item: item.label):
+            stack.append((child, cursor, depth + 1))
+            cursor += child.count
+    return boxes
+
+
+def write_svg(profile: Profile, stream: TextIO, title: str = "Flame Graph") -> None:
+    root = _tree(profile)
+    total = max(root.count, 1)
+    boxes = _layout(root, total)
+    max_depth = max((box.depth for box in boxes), default=0)
+    height = TOP_PAD + BOTTOM_PAD + (max_depth + 1) * FRAME_HEIGHT
+    subtitle = " ".join(profile.info.command) if profile.info.command else "pids " + ", ".join(map(str, profile.info.pids))
+    stream.write('<?xml version="1.0" standalone="no"?>\n')
+    stream.write(
+        f'<svg version="1.1" width="{IMAGE_WIDTH}" height="{height}" onload="init(evt)" '
+        f'viewBox="0 0 {IMAGE_WIDTH} {height}" xmlns="http://www.w3.org/2000/svg" '
+        'xmlns:xlink="http://www.w3.org/1999/xlink" xmlns:fg="http://github.com/jonhoo/inferno">\n'
+    )
+    stream.write(f"<!-- Flame graph written by jitprof: {profile.info.frequency_hz} Hz, {root.count} samples -->\n")
+    stream.write(_STYLE)
+    stream.write(f"<script type=\"text/ecmascript\"><![CDATA[\nvar fontsize = {FONT_SIZE}; var fontwidth = {FONT_WIDTH}; var xpad = {X_PAD};\n{_SCRIPT}\n]]></script>\n")
+    stream.write(f'<rect x="0" y="0" width="100%" height="{height}" fill="url(#background)"/>\n')
+    stream.write(f'<text id="title" x="50%" y="{FONT_SIZE * 2}">{escape(title)}</text>\n')
+    stream.write(f'<text id="subtitle" x="50%" y="{FONT_SIZE * 3}">{escape(subtitle)}</text>\n')
+    stream.write(f'<text id="details" x="{X_PAD}" y="{height - FONT_SIZE / 2 - 4}"> </text>\n')
+    stream.write(f'<text id="unzoom" class="hide" x="{X_PAD}" y="{FONT_SIZE * 2}">Reset Zoom</text>\n')
+    stream.write(f'<text id="search" x="{IMAGE_WIDTH - X_PAD - 100}" y="{FONT_SIZE * 2}">Search</text>\n')
+    stream.write(f'<text id="ignorecase" x="{IMAGE_WIDTH - X_PAD - 16}" y="{FONT_SIZE * 2}">ic</text>\n')
+    stream.write(f'<text id="matched" x="{IMAGE_WIDTH - X_PAD - 100}" y="{height - FONT_SIZE / 2 - 4}"> </text>\n')
+    stream.write(f'<svg id="frames" x="{X_PAD}" width="{IMAGE_WIDTH - 2 * X_PAD}" total_samples="{root.count}">\n')
+    for box in boxes:
+        x = 100.0 * box.start / total
+        width = 100.0 * box.width / total
+        y = height - BOTTOM_PAD - (box.depth + 1) * FRAME_HEIGHT
+        stream.write(
+            f"<g><title>{escape(box.tooltip)}</title>"
+            f'<rect x="{x:.4f}%" y="{y}" width="{width:.4f}%" height="{FRAME_HEIGHT - 1}" '
+            f'fill="{box.fill}" fg:x="{box.start}" fg:w="{box.width}"/>'
+            f'<text x="{x + 0.0833:.4f}%" y="{y + FRAME_HEIGHT - 4.5}">{escape(box.label)}</text></g>\n'
+        )
+    stream.write("</svg>\n</svg>\n")
+
+
+_STYLE = """<defs><linearGradient id="background" y1="0" y2="1" x1="0" x2="0">
+<stop stop-color="#eeeeee" offset="5%"/><stop stop-color="#eeeeb0" offset="95%"/></linearGradient></defs>
+<style type="text/css">
+text { font-family: monospace; font-size: 12px; fill: rgb(0,0,0); }
+#title { text-anchor: middle; font-size: 17px; }
+#subtitle { text-anchor: middle; fill: rgb(100,100,100); }
+#search, #ignorecase { opacity: 0.3; cursor: pointer; }
+#search:hover, #search.show, #ignorecase:hover, #ignorecase.show { opacity: 1; }
+#unzoom { cursor: pointer; }
+#frames > *:hover { stroke: black; stroke-width: 0.5; cursor: pointer; }
+.hide { display: none; }
+.parent { opacity: 0.5; }
+</style>
+"""
+
+_SCRIPT = r"""
+var details, searchbtn, unzoombtn, matchedtxt, svg, searching, frames, total_samples, ignorecase = false, currentSearchTerm;
+function init(evt) {
+  details = document.getElementById("details").firstChild;
+  searchbtn = document.getElementById("search");
+  unzoombtn = document.getElementById("unzoom");
+  matchedtxt = document.getElementById("matched");
+  svg = document.getElementsByTagName("svg")[0];
+  frames = document.getElementById("frames");
+  total_samples = parseInt(frames.attributes.total_samples.value);
+  searching = 0;
+  var el = frames.children;
+  for (var i = 0; i < el.length; i++) update_text(el[i]);
+  var params = new URLSearchParams(window.location.search);
+  if (params.get("s")) search(params.get("s"));
+}
+window.addEventListener("click", function(e) {
+  var target = find_group(e.target);
+  if (target) {
+    if (target.nodeName == "a") { if (e.ctrlKey === false) return; e.preventDefault(); }
+    if (target.classList.contains("parent")) unzoom();
+    zoom(target);
+  } else if (e.target.id == "unzoom") { unzoom(); }
+  else if (e.target.id == "search") { search_prompt(); }
+  else if (e.target.id == "ignorecase") { toggle_ignorecase(); }
+}, false);
+window.addEventListener("mouseover", function(e) {
+  var target = find_group(e.target);
+  if (target) details.nodeValue = "Function: " + g_to_text(target);
+}, false);
+window.addEventListener("mouseout", function(e) {
+  if (find_group(e.target)) details.nodeValue = " ";
+}, false);
+window.addEventListener("keydown", function(e) {
+  if (e.keyCode === 114 || (e.ctrlKey && e.keyCode === 70)) { e.preventDefault(); search_prompt(); }
+  else if (e.ctrlKey && e.keyCode === 73) { e.preventDefault(); toggle_ignorecase(); }
+}, false);
+function find_child(node, selector) {
+  var children = node.querySelectorAll(selector);
+  if (children.length) return children[0];
+}
+function find_group(node) {
+  var parent = node.parentElement;
+  if (!parent) return;
+  if (parent.id == "frames") return node;
+  return find_group(parent);
+}
+function orig_save(e, attr, val) {
+  if (e.attributes["fg:orig_" + attr] != undefined) return;
+  if (e.attributes[attr] == undefined) return;
+  if (val == undefined) val = e.attributes[attr].value;
+  e.setAttribute("fg:orig_" + attr, val);
+}
+function orig_load(e, attr) {
+  if (e.attributes["fg:orig_" + attr] == undefined) return;
+  e.attributes[attr].value = e.attributes["fg:orig_" + attr].value;
+  e.removeAttribute("fg:orig_" + attr);
+}
+function g_to_text(e) { return find_child(e, "title").firstChild.nodeValue; }
+function g_to_func(e) { return g_to_text(e).replace(/ \[.*\] \(.*$/, "").replace(/ \(\d[\d,]* samples.*$/, ""); }
+function update_text(e) {
+  var r = find_child(e, "rect"), t = find_child(e, "text");
+  var w = parseFloat(r.attributes.width.value) * frames.attributes.width.value / 100 - 3;
+  var txt = g_to_func(e);
+  t.attributes.x.value = format_percent(parseFloat(r.attributes.x.value) + (100 * 3 / frames.attributes.width.value));
+  if (w < 2 * fontsize * fontwidth) { t.textContent = ""; return; }
+  t.textContent = txt;
+  if (t.getComputedTextLength && t.getComputedTextLength() < w) return;
+  var fit = Math.floor(w / (fontsize * fontwidth));
+  t.textContent = txt.length > fit ? txt.substring(0, Math.max(fit - 2, 0)) + ".." : txt;
+}
+function zoom_reset(e) {
+  if (e.tagName == "rect") { orig_load(e, "x"); orig_load(e, "width"); }
+  if (e.childNodes == undefined) return;
+  for (var i = 0, c = e.childNodes; i < c.length; i++) zoom_reset(c[i]);
+}
+function zoom_child(e, x, zoomed_width_samples) {
+  if (e.tagName == "text") {
+    var parent_x = parseFloat(find_child(e.parentNode, "rect[x]").attributes.x.value);
+    e.attributes.x.value = format_percent(parent_x + (100 * 3 / frames.attributes.width.value));
+  } else if (e.tagName == "rect") {
+    e.attributes.x.value = format_percent((e.attributes["fg:x"].value - x) / zoomed_width_samples);
+    e.attributes.width.value = format_percent(e.attributes["fg:w"].value / zoomed_width_samples);
+  }
+  if (e.childNodes == undefined) return;
+  for (var i = 0, c = e.childNodes; i < c.length; i++) zoom_child(c[i], x, zoomed_width_samples);
+}
+function zoom_parent(e) {
+  if (e.attributes) {
+    if (e.attributes.x != undefined) e.attributes.x.value = "0.0%";
+    if (e.attributes.width != undefined) e.attributes.width.value = "100.0%";
+  }
+  if (e.childNodes == undefined) return;
+  for (var i = 0, c = e.childNodes; i < c.length; i++) zoom_parent(c[i]);
+}
+function zoom(node) {
+  var attr = find_child(node, "rect").attributes;
+  var width = parseInt(attr["fg:w"].value);
+  var xmin = parseInt(attr["fg:x"].value);
+  var xmax = xmin + width;
+  var ymin = parseFloat(attr.y.value);
+  unzoombtn.classList.remove("hide");
+  var el = frames.children;
+  for (var i = 0; i < el.length; i++) {
+    var e = el[i];
+    var a = find_child(e, "rect").attributes;
+    var ex = parseInt(a["fg:x"].value);
+    var ew = parseInt(a["fg:w"].value);
+    var upstack = parseFloat(a.y.value) > ymin;
+    if (upstack) {
+      if (ex <= xmin && (ex + ew) >= xmax) {
+        e.classList.add("parent");
+        zoom_parent(e);
+        update_text(e);
+      } else { e.classList.add("hide"); }
+    } else {
+      if (ex < xmin || ex >= xmax) { e.classList.add("hide"); }
+      else { zoom_child(e, xmin, width / 100); update_text(e); }
+    }
+  }
+  search();
+}
+function unzoom() {
+  unzoombtn.classList.add("hide");
+  var el = frames.children;
+  for (var i = 0; i < el.length; i++) {
+    el[i].classList.remove("parent");
+    el[i].classList.remove("hide");
+    zoom_reset(el[i]);
+    update_text(el[i]);
+  }
+  search();
+}
+function toggle_ignorecase() {
+  ignorecase = !ignorecase;
+  document.getElementById("ignorecase").classList.toggle("show", ignorecase);
+  search();
+}
+function reset_search() {
+  var el = frames.children;
+  for (var i = 0; i < el.length; i++) orig_load(find_child(el[i], "rect"), "fill");
+}
+function search_prompt() {
+  if (!searching) {
+    var term = prompt("Enter a search term (regexp allowed, eg: ^ext4_)" + (ignorecase ? ", ignoring case" : ""), "");
+    if (term != null) search(term);
+  } else {
+    reset_search();
+    searching = 0;
+    currentSearchTerm = null;
+    searchbtn.classList.remove("show");
+    searchbtn.firstChild.nodeValue = "Search";
+    matchedtxt.classList.add("hide");
+    matchedtxt.firstChild.nodeValue = "";
+  }
+}
+function format_percent(n) { return n.toFixed(4) + "%"; }
+function search(term) {
+  if (term) currentSearchTerm = term;
+  if (currentSearchTerm === undefined || currentSearchTerm === null) return;
+  var re = new RegExp(currentSearchTerm, ignorecase ? "i" : "");
+  var el = frames.children;
+  var matches = {};
+  var maxwidth = 0;
+  for (var i = 0; i < el.length; i++) {
+    var e = el[i];
+    if (e.classList.contains("hide") || e.classList.contains("parent")) continue;
+    var func = g_to_func(e);
+    var rect = find_child(e, "rect");
+    if (func == null || rect == null) continue;
+    var w = parseInt(rect.attributes["fg:w"].value);
+    if (w > maxwidth) maxwidth = w;
+    if (func.match(re)) {
+      var x = parseInt(rect.attributes["fg:x"].value);
+      orig_save(rect, "fill");
+      rect.attributes.fill.value = "rgb(230,0,230)";
+      if (matches[x] == undefined || matches[x] < w) matches[x] = w;
+      searching = 1;
+    }
+  }
+  if (!searching) return;
+  searchbtn.classList.add("show");
+  searchbtn.firstChild.nodeValue = "Reset Search";
+  var count = 0, lastx = -1, lastw = 0, keys = [];
+  for (var k in matches) if (matches.hasOwnProperty(k)) keys.push(k);
+  keys.sort(function(a, b) { return a - b; });
+  for (var j = 0; j < keys.length; j++) {
+    var x = parseInt(keys[j]), w = matches[keys[j]];
+    if (x >= lastx + lastw) { count += w; lastx = x; lastw = w; }
+  }
+  matchedtxt.classList.remove("hide");
+  var pct = 100 * count / maxwidth;
+  if (pct != 100) pct = pct.toFixed(1);
+  matchedtxt.firstChild.nodeValue = "Matched: " + pct + "%";
+}
+"""

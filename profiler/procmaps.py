@@ -1,0 +1,90 @@
+"""Parse /proc/PID/maps into records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Pseudo-files whose code is not backed by an ELF file on disk.
+SPECIAL_NAMES = ("[vdso]", "[vsyscall]", "[stack]", "[heap]", "[vvar]", "[uprobes]")
+# Shared anonymous memory and memfd double-mapping (used by some JITs) have a
+# path and an inode, but no file worth reading.
+ANONYMOUS_PATH_PREFIXES = ("/dev/zero", "/memfd:", "/SYSV")
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    start: int
+    end: int
+    readable: bool
+    writable: bool
+    executable: bool
+    offset: int
+    device: str
+    inode: int
+    path: str  # "" for anonymous memory
+    deleted: bool = False
+
+    @property
+    def is_file_backed(self) -> bool:
+        return self.inode != 0 and self.path.startswith("/") and not self.path.startswith(ANONYMOUS_PATH_PREFIXES)
+
+    @property
+    def is_anonymous_exec(self) -> bool:
+        """Executable memory with no file behind it: JIT code, most likely."""
+        return self.executable and not self.is_file_backed and self.path not in SPECIAL_NAMES
+
+    def contains(self, address: int) -> bool:
+        return self.start <= address < self.end
+
+
+def parse_maps_line(line: str) -> MapEntry | None:
+    """One line of /proc/PID/maps, or None if it is not in the kernel's format."""
+    fields = line.rstrip("\n").split(maxsplit=5)
+    if len(fields) < 5:
+        return None
+    address_range, perms, offset, device, inode = fields[:5]
+    path = fields[5].strip() if len(fields) == 6 else ""
+    try:
+        start_text, end_text = address_range.split("-")
+        start, end = int(start_text, 16), int(end_text, 16)
+        offset_value = int(offset, 16)
+        inode_value = int(inode)
+    except ValueError:
+        return None
+    if len(perms) < 4 or end <= start:
+        return None
+    deleted = path.endswith(" (deleted)")
+    if deleted:
+        path = path[: -len(" (deleted)")]
+    return MapEntry(
+        start=start,
+        end=end,
+        readable=perms[0] == "r",
+        writable=perms[1] == "w",
+        executable=perms[2] == "x",
+        offset=offset_value,
+        device=device,
+        inode=inode_value,
+        path=path,
+        deleted=deleted,
+    )
+
+
+def parse_maps(text: str) -> list[MapEntry]:
+    entries = []
+    for line in text.splitlines():
+        entry = parse_maps_line(line)
+        if entry is not None:
+            entries.append(entry)
+    return entries
+
+
+def read_maps(pid: int) -> list[MapEntry]:
+    """The mappings of a live process; [] once it has gone."""
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            return parse_maps(handle.read())
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
+    except OSError:
+        return []

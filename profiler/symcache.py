@@ -1,0 +1,80 @@
+"""On-disk cache of symbol tables, keyed by build-id (or file identity).
+
+Layout of one entry: magic, count, names length, then count u64 starts,
+count u64 sizes, and the names joined by NUL. Loading is a few bulk copies.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import re
+import struct
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from profiler.elf import SymbolTable
+
+MAGIC = b"JPSYMS01"
+HEADER = struct.Struct("<8sQQ")
+_KEY_PATTERN = re.compile(r"^[bf]-[0-9a-f]{1,80}$")
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("JITPROF_CACHE_DIR")
+    if override:
+        return Path(override)
+    if os.geteuid() == 0:
+        return Path("/var/cache/jitprof")
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jitprof"
+
+
+def _entry_path(key: str) -> Path | None:
+    if not _KEY_PATTERN.match(key):
+        return None
+    return cache_dir() / "symbols" / f"{key}.syms"
+
+
+def load(key: str) -> SymbolTable | None:
+    from profiler.elf import SymbolTable  # noqa: PLC0415  (cycle: elf uses this module)
+
+    path = _entry_path(key)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            magic, count, names_length = HEADER.unpack(handle.read(HEADER.size))
+            if magic != MAGIC:
+                return None
+            starts = array.array("Q")
+            sizes = array.array("Q")
+            starts.frombytes(handle.read(count * 8))
+            sizes.frombytes(handle.read(count * 8))
+            names_blob = handle.read(names_length)
+    except (OSError, struct.error, ValueError):
+        return None
+    names = names_blob.decode("utf-8", "replace").split("\0") if count else []
+    if len(starts) != count or len(sizes) != count or len(names) != count:
+        return None
+    return SymbolTable(starts.tolist(), sizes.tolist(), names)
+
+
+def store(key: str, table: SymbolTable) -> None:
+    """Write atomically; a cache that cannot be written is only slower."""
+    path = _entry_path(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        names_blob = "\0".join(name.replace("\0", "") for name in table.names).encode("utf-8", "replace")
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(HEADER.pack(MAGIC, len(table.starts), len(names_blob)))
+            handle.write(array.array("Q", table.starts).tobytes())
+            handle.write(array.array("Q", table.sizes).tobytes())
+            handle.write(names_blob)
+        os.replace(temporary, path)
+    except OSError:
+        return

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Everything jitprof needs on a fresh Debian 12 machine, as root. Idempotent:
+# a second run checks and does nothing (well under a second).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { echo "setup: $*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+    say "must run as root (apt packages, kernel headers); try: sudo make setup"
+    exit 1
+fi
+
+# --- Debian packages ------------------------------------------------------
+packages=(python3-bpfcc libbpfcc gcc make binutils)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
+apt_updated=0
+apt_install() {
+    if [ "$apt_updated" -eq 0 ]; then
+        say "apt-get update"
+        apt-get update -qq >/dev/null
+        apt_updated=1
+    fi
+    say "installing $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+if [ "${#missing[@]}" -gt 0 ]; then
+    apt_install "${missing[@]}"
+fi
+
+# --- Kernel headers for BCC -----------------------------------------------
+release="$(uname -r)"
+modules="/lib/modules/$release"
+if [ ! -d "$modules/build/include" ]; then
+    if apt-cache show "linux-headers-$release" >/dev/null 2>&1; then
+        apt_install "linux-headers-$release"
+    else
+        [ "$apt_updated" -eq 1 ] || { apt-get update -qq >/dev/null; apt_updated=1; }
+        nearest="$(apt-cache depends linux-headers-amd64 2>/dev/null | awk '/Depends: linux-headers-/{print $2; exit}')"
+        if [ -z "$nearest" ]; then
+            say "no kernel headers package found for $release"
+            exit 1
+        fi
+        dpkg -s "$nearest" >/dev/null 2>&1 || apt_install "$nearest"
+        common="${nearest%-amd64}-common"
+        say "warning: no headers for kernel $release; using $nearest (BCC only needs them to compile)"
+        mkdir -p "$modules"
+        ln -sfn "/usr/src/$nearest" "$modules/build"
+        ln -sfn "/usr/src/$common" "$modules/source"
+    fi
+fi
+
+# --- tracefs (tracepoints) ---------------------------------------------------
+if [ ! -d /sys/kernel/tracing/events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || say "warning: could not mount tracefs"
+fi
+
+# --- Python virtual environment ------------------------------------------
+python="${PYTHON:-python3}"
+if ! "$python" -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+    python=/usr/bin/python3
+fi
+stamp=".venv/.jitprof-installed"
+wanted="$(sha256sum pyproject.toml | cut -c1-16)"
+if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
+    if [ ! -x .venv/bin/python ]; then
+        say "creating .venv with $python"
+        "$python" -m venv .venv || { apt_install python3-venv; /usr/bin/python3 -m venv .venv; }
+    fi
+    say "installing jitprof (editable) and test tools into .venv"
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+    echo "$wanted" > "$stamp"
+fi
+# BCC is Debian's pure-Python module over libbcc.so; PyPI's "bcc" is another project.
+site="$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+if [ ! -e "$site/bcc" ]; then
+    ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
+fi
+
+# --- Fixtures -----------------------------------------------------------------
+make -s -C fixtures

@@ -1,0 +1,24 @@
+"""Small builders shared by unit tests."""
+
+from profiler.events import WalkEnd
+from profiler.profile import Frame, FrameKind, Profile, RunInfo, Sample
+
+
+def make_profile(stacks: list[tuple[str, int, list[Frame], int]], root_by_pid: bool = False) -> Profile:
+    """stacks: (comm, pid, frames root first, repeat count)."""
+    profile = Profile(RunInfo(["prog", "arg"], [1], 99, root_by_pid=root_by_pid))
+    time_ns = 0
+    for comm, pid, frames, repeat in stacks:
+        ids = tuple(profile.intern(frame) for frame in frames)
+        for _ in range(repeat):
+            time_ns += 10_000_000
+            profile.add(Sample(time_ns, pid, pid, comm, ids, WalkEnd.COMPLETE))
+    return profile
+
+
+def native(name: str, module: str = "prog") -> Frame:
+    return Frame(name, module, FrameKind.NATIVE)
+
+
+def kernel(name: str) -> Frame:
+    return Frame(name, "[kernel]", FrameKind.KERNEL)

@@ -1,0 +1,54 @@
+import pytest
+
+from profiler import __version__
+from profiler.cli import build_parser, parse_options, split_command
+
+
+def test_split_at_first_double_dash():
+    assert split_command(["-F", "49", "--", "node", "--", "x"]) == (["-F", "49"], ["node", "--", "x"])
+    assert split_command(["--pid", "3"]) == (["--pid", "3"], [])
+
+
+def test_spawn_options():
+    options = parse_options(["-F", "199", "-d", "2.5", "-o", "a.svg", "-o", "b.folded", "--kernel", "--", "prog", "-x"])
+    assert options.command == ["prog", "-x"]
+    assert options.frequency_hz == 199 and options.duration_s == 2.5 and options.kernel_stacks
+    assert [(str(o.path), o.format_name) for o in options.outputs] == [("a.svg", "svg"), ("b.folded", "folded")]
+
+
+def test_attach_options_and_format_override():
+    options = parse_options(["--pid", "10", "-p", "11", "--format", "folded", "-o", "out.data"])
+    assert options.pids == [10, 11] and options.command == []
+    assert options.outputs[0].format_name == "folded"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--pid", "1", "--", "prog"],
+        ["-F", "0", "--", "prog"],
+        ["-d", "-1", "--", "prog"],
+        ["-o", "x.unknown", "--", "prog"],
+        ["--user", "bob", "--as-root", "--", "prog"],
+    ],
+)
+def test_usage_errors_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_options(argv)
+    assert exit_info.value.code == 2
+    assert "jitprof: error:" in capsys.readouterr().err
+
+
+def test_help_documents_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--pid", "--frequency", "--duration", "--output", "--format", "--kernel", "--no-tui", "--user", "--as-root", "--by-pid", "--version"):
+        assert flag in text
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--version"])
+    assert __version__ in capsys.readouterr().out
