@@ -26,6 +26,7 @@ e2e: setup
 	$(PYTHON) -m pytest -q e2e
 
 bench: setup
+	@dpkg -s linux-perf >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 	$(PYTHON) -m benchmarks.run --write docs/benchmarks.md
 
 clean:

@@ -151,7 +151,9 @@ class BpfProgram:
             handler(event)
 
     def poll(self, timeout_ms: int) -> None:
+        """Wait for a process event or the timeout, then take every record."""
         self._bpf.ring_buffer_poll(timeout_ms)
+        self._bpf.ring_buffer_consume()
 
     def counters(self) -> KernelCounters:
         totals = [0] * COUNTER_COUNT

@@ -141,10 +141,12 @@ def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
 
 
 def _build_id(elf: ELFFile) -> str:
-    for section in elf.iter_sections():
-        if section["sh_type"] != "SHT_NOTE":
+    # PT_NOTE segments: a handful, where walking every section header of a
+    # large library (LLVM has thousands) is slow.
+    for segment in elf.iter_segments():
+        if segment["p_type"] != "PT_NOTE":
             continue
-        for note in section.iter_notes():
+        for note in segment.iter_notes():
             if note["n_type"] == "NT_GNU_BUILD_ID":
                 return str(note["n_desc"])
     return ""

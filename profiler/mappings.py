@@ -84,11 +84,12 @@ class MappingTracker:
         self._lock = threading.Lock()
         self._spaces: dict[int, list[AddressSpace]] = {}
         self._images: dict[FileKey, ElfImage] = {}
+        self._exited: set[int] = set()
         self.stats = TrackerStats()
 
     # Updates (main thread) -------------------------------------------------
 
-    def add_process(self, pid: int, now_ns: int, parent: int | None = None) -> None:
+    def add_process(self, pid: int, now_ns: int, parent: int | None = None, read_maps_now: bool = True) -> None:
         """Start tracking pid; a forked child starts with its parent's code."""
         with self._lock:
             if pid not in self._spaces:
@@ -99,7 +100,8 @@ class MappingTracker:
                     # the child's own maps are read, or after it is gone.
                     space.retired = list(parent_spaces[-1].current.values())
                 self._spaces[pid] = [space]
-        self.refresh(pid, now_ns)
+        if read_maps_now:
+            self.refresh(pid, now_ns)
 
     def process_exec(self, pid: int, now_ns: int) -> None:
         """A new program image: drop the old trie entries, start a new space."""
@@ -113,13 +115,8 @@ class MappingTracker:
     def process_exit(self, pid: int) -> None:
         """Trie entries go; what is needed to symbolise its samples stays."""
         with self._lock:
+            self._exited.add(pid)
             for space in self._spaces.get(pid, []):
-                self._uninstall(space)
-
-    def forget_process(self, pid: int) -> None:
-        """A pid that turned out to be a thread, not a process."""
-        with self._lock:
-            for space in self._spaces.pop(pid, []):
                 self._uninstall(space)
 
     def refresh(self, pid: int, now_ns: int) -> None:
@@ -143,7 +140,7 @@ class MappingTracker:
 
     def refresh_all(self, now_ns: int) -> None:
         with self._lock:
-            pids = list(self._spaces)
+            pids = [pid for pid in self._spaces if pid not in self._exited]
         for pid in pids:
             self.refresh(pid, now_ns)
 

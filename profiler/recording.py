@@ -148,7 +148,8 @@ class Recording:
             self._child = child
             self.profile.info.pids = [child.pid]
             self._awaiting_exec.add(child.pid)
-            self._add_process(child.pid, now)
+            # Until exec the child is a copy of jitprof: nothing of it to map.
+            self._add_process(child.pid, now, read_maps_now=False)
             program.attach()
             try:
                 child.release()
@@ -168,12 +169,12 @@ class Recording:
                 "attach to a process that keeps running, or spawn it: jitprof -- COMMAND",
             )
 
-    def _add_process(self, pid: int, now_ns: int, parent: int | None = None) -> None:
+    def _add_process(self, pid: int, now_ns: int, parent: int | None = None, read_maps_now: bool = True) -> None:
         assert self._program is not None and self._tracker is not None
         self._program.follow(pid)
         self._live.add(pid)
         self._seen_processes.add(pid)
-        self._tracker.add_process(pid, now_ns, parent)
+        self._tracker.add_process(pid, now_ns, parent, read_maps_now)
 
     def _sample_loop(self, program: BpfProgram) -> None:
         assert self._tracker is not None
