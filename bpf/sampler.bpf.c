@@ -32,6 +32,28 @@
 #define MAPPING_ELF 1
 #define MAPPING_JIT 2
 
+// Unwind row CFA types (profiler/unwind.py: CfaType).
+#define CFA_GAP 0
+#define CFA_RSP 1
+#define CFA_RBP 2
+#define CFA_PLT 3
+#define CFA_SIGNAL 4
+#define CFA_END_OF_STACK 5
+#define RBP_SAME 0
+#define RBP_OFFSET 1
+
+// Where a signal frame keeps the interrupted registers, from the stack
+// pointer on entry to __restore_rt: struct ucontext's uc_mcontext gregs.
+#define SIGFRAME_RBP 120
+#define SIGFRAME_RSP 160
+#define SIGFRAME_RIP 168
+
+#define STEP_FALLBACK 0  // no usable row: take a frame-pointer step
+#define STEP_DONE 1
+#define STEP_FAULT 2
+#define STEP_END 3
+#define STEP_SIGNAL 4  // stepped out of a signal frame: pc is exact, not a return address
+
 #define PROT_EXEC_FLAG 0x4
 
 // LPM trie key: pid and address big-endian so that a prefix covers an
@@ -76,6 +98,27 @@ BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
 BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 BPF_PERCPU_ARRAY(counters, u64, COUNTER_COUNT);
+#ifdef WITH_DWARF
+// Compiled .eh_frame rows (profiler/unwind.py), one slice per ELF file,
+// written by user space through mmap.
+struct unwind_row {
+    u32 pc;  // file address (ELF vaddr) where the row starts
+    u8 cfa_type;
+    u8 rbp_rule;
+    u16 reserved;
+    s32 cfa_offset;
+    s32 rbp_offset;
+};
+
+struct unwind_table {
+    u32 first_row;
+    u32 row_count;  // 0: not live (yet), frame-pointer steps only
+};
+
+BPF_F_TABLE("array", u32, struct unwind_row, unwind_rows, UNWIND_ROWS, BPF_F_MMAPABLE);
+BPF_ARRAY(unwind_tables, struct unwind_table, UNWIND_TABLES);
+#endif
+
 // Threads inside an mmap/mprotect that asked for PROT_EXEC.
 BPF_HASH(exec_mapping_calls, u32, u8, 4096);
 
@@ -97,24 +140,213 @@ static __always_inline struct mapping_info *find_mapping(u32 tgid, u64 address) 
     return mappings.lookup(&key);
 }
 
+#ifdef WITH_DWARF
+// One DWARF step: find the row for lookup_pc in the mapping's table and
+// apply it to (pc, sp, fp).
+static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_pc, u64 *pc, u64 *sp, u64 *fp) {
+    u32 table_id = mapping->table_id;
+    if (table_id == 0)
+        return STEP_FALLBACK;
+    struct unwind_table *table = unwind_tables.lookup(&table_id);
+    if (!table || table->row_count == 0)
+        return STEP_FALLBACK;
+    u64 file_pc = lookup_pc - mapping->load_bias;
+    if (file_pc > 0xffffffffULL)
+        return STEP_FALLBACK;
+    u32 target = (u32)file_pc;
+    u32 first = table->first_row;
+    u32 low = first, high = first + table->row_count;
+    // Binary search for the last row at or below target: 2^SEARCH_STEPS rows
+    // at most, a bound the verifier can see.
+    for (int step = 0; step < SEARCH_STEPS; step++) {
+        if (low >= high)
+            break;
+        u32 middle = low + (high - low) / 2;
+        struct unwind_row *probe = unwind_rows.lookup(&middle);
+        if (!probe)
+            return STEP_FALLBACK;
+        if (probe->pc <= target)
+            low = middle + 1;
+        else
+            high = middle;
+    }
+    if (low == first)
+        return STEP_FALLBACK;
+    u32 found = low - 1;
+    struct unwind_row *row = unwind_rows.lookup(&found);
+    if (!row)
+        return STEP_FALLBACK;
+
+    u64 cfa = 0;
+    u8 cfa_type = row->cfa_type;
+    if (cfa_type == CFA_RSP) {
+        cfa = *sp + (s64)row->cfa_offset;
+    } else if (cfa_type == CFA_RBP) {
+        cfa = *fp + (s64)row->cfa_offset;
+    } else if (cfa_type == CFA_PLT) {
+        cfa = *sp + 8 + (((*pc) & 15) >= (u64)row->cfa_offset ? 8 : 0);
+    } else if (cfa_type == CFA_SIGNAL) {
+        u64 saved[3];
+        if (bpf_probe_read_user(&saved[0], 8, (void *)(*sp + SIGFRAME_RIP)) ||
+            bpf_probe_read_user(&saved[1], 8, (void *)(*sp + SIGFRAME_RSP)) ||
+            bpf_probe_read_user(&saved[2], 8, (void *)(*sp + SIGFRAME_RBP)))
+            return STEP_FAULT;
+        *pc = saved[0];
+        *sp = saved[1];
+        *fp = saved[2];
+        return STEP_SIGNAL;
+    } else if (cfa_type == CFA_END_OF_STACK) {
+        return STEP_END;
+    } else {
+        return STEP_FALLBACK;  // a gap between functions, or an unsupported rule
+    }
+
+    u64 return_address = 0;
+    if (bpf_probe_read_user(&return_address, sizeof(return_address), (void *)(cfa - 8)) != 0)
+        return STEP_FAULT;
+    if (row->rbp_rule == RBP_OFFSET) {
+        if (bpf_probe_read_user(fp, sizeof(*fp), (void *)(cfa + (s64)row->rbp_offset)) != 0)
+            return STEP_FAULT;
+    }
+    *sp = cfa;
+    *pc = return_address;
+    return STEP_DONE;
+}
+#endif
+
+// Walk state carried across tail calls, with the sample being built. Per
+// CPU: a perf-event program never nests with itself on one CPU.
+struct walk_scratch {
+    u64 pc;
+    u64 sp;
+    u64 fp;
+    u32 depth;
+    u8 exact_pc;  // the leaf, or a frame a signal interrupted: no pc - 1
+    u8 pending_end;  // end the walk with this reason once pc is recorded (0: none)
+    u16 reserved;
+    struct sample_event event;
+};
+
+BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 1);
+// The walker tail-calls itself, FRAMES_PER_CALL frames at a time: each call
+// is verified on its own, so the per-frame binary search stays within the
+// verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls stay under the
+// kernel's 33 tail calls.
+BPF_PROG_ARRAY(stack_walkers, 1);
+
+static __always_inline void submit_sample(struct walk_scratch *scratch) {
+    scratch->event.frame_count = scratch->depth;
+    if (events.ringbuf_output(&scratch->event, sizeof(scratch->event), BPF_RB_NO_WAKEUP) != 0)
+        count(COUNTER_RINGBUF_FULL);
+}
+
+// One frame: record pc, then step to the caller. Returns 1 when the walk ended.
+static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid) {
+    u32 depth = scratch->depth;
+    if (depth >= MAX_FRAMES) {
+        scratch->event.walk_end = WALK_TRUNCATED;
+        return 1;
+    }
+    u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp;
+    scratch->event.addresses[depth] = pc;
+    scratch->depth = depth + 1;
+    if (scratch->pending_end) {
+        scratch->event.walk_end = scratch->pending_end;
+        return 1;
+    }
+    // Caller frames hold return addresses: look up pc - 1, inside the call.
+    u64 lookup_pc = scratch->exact_pc ? pc : pc - 1;
+    scratch->exact_pc = 0;
+    struct mapping_info *mapping = find_mapping(tgid, lookup_pc);
+    if (!mapping) {
+        scratch->event.walk_end = WALK_NO_MAPPING;
+        return 1;
+    }
+#ifdef WITH_DWARF
+    if (mapping->kind == MAPPING_ELF) {
+        int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
+        if (step == STEP_END) {
+            scratch->event.walk_end = WALK_COMPLETE;
+            return 1;
+        }
+        if (step == STEP_FAULT) {
+            scratch->event.walk_end = WALK_READ_FAULT;
+            return 1;
+        }
+        if (step == STEP_DONE || step == STEP_SIGNAL) {
+            if (pc == 0) {
+                scratch->event.walk_end = WALK_COMPLETE;
+                return 1;
+            }
+            scratch->exact_pc = step == STEP_SIGNAL;
+            scratch->pc = pc;
+            scratch->sp = sp;
+            scratch->fp = fp;
+            return 0;
+        }
+    }
+#endif
+    // Frame-pointer step: JIT code, files without a table, gaps.
+    if (fp == 0) {
+        scratch->event.walk_end = WALK_COMPLETE;
+        return 1;
+    }
+    u64 frame[2];
+    if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0) {
+        scratch->event.walk_end = WALK_READ_FAULT;
+        return 1;
+    }
+    if (frame[1] == 0) {
+        scratch->event.walk_end = WALK_COMPLETE;
+        return 1;
+    }
+    // Frames live at increasing addresses: anything else is not a chain.
+    // Keep the return address (it is real), then stop.
+    if (frame[0] != 0 && frame[0] <= fp)
+        scratch->pending_end = WALK_BAD_FRAME;
+    scratch->pc = frame[1];
+    scratch->sp = fp + 16;
+    scratch->fp = frame[0];
+    return 0;
+}
+
+int walk_user_stack(struct bpf_perf_event_data *ctx) {
+    u32 zero = 0;
+    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+    if (!scratch)
+        return 0;
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
+        if (walk_one_frame(scratch, tgid)) {
+            submit_sample(scratch);
+            return 0;
+        }
+    }
+    stack_walkers.call(ctx, 0);
+    // Out of tail calls (or the array is empty): keep what we have.
+    scratch->event.walk_end = WALK_TRUNCATED;
+    submit_sample(scratch);
+    return 0;
+}
+
 int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
     if (!is_followed(tgid))
         return 0;
     count(COUNTER_SAMPLES);
-
-    struct sample_event *ev = events.ringbuf_reserve(sizeof(struct sample_event));
-    if (!ev) {
-        count(COUNTER_RINGBUF_FULL);
+    u32 zero = 0;
+    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+    if (!scratch)
         return 0;
-    }
+    struct sample_event *ev = &scratch->event;
     ev->event_type = EVENT_SAMPLE;
     ev->pid = tgid;
     ev->tid = (u32)pid_tgid;
     ev->cpu = bpf_get_smp_processor_id();
     ev->time_ns = bpf_ktime_get_ns();
     ev->frame_count = 0;
+    ev->walk_end = WALK_TRUNCATED;
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
 
     ev->kernel_stack_id = -1;
@@ -124,10 +356,11 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         count(COUNTER_KSTACK_FAILED);
 #endif
 
-    u64 pc = 0, fp = 0;
+    u64 pc = 0, sp = 0, fp = 0;
     ev->user_mode = (ctx->regs.cs & 3) == 3;
     if (ev->user_mode) {
         pc = ctx->regs.ip;
+        sp = ctx->regs.sp;
         fp = ctx->regs.bp;
     } else {
         // In the kernel on behalf of the task: its user registers were
@@ -136,61 +369,26 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         struct pt_regs *user_regs = (struct pt_regs *)bpf_task_pt_regs(task);
         if (user_regs) {
             bpf_probe_read_kernel(&pc, sizeof(pc), &user_regs->ip);
+            bpf_probe_read_kernel(&sp, sizeof(sp), &user_regs->sp);
             bpf_probe_read_kernel(&fp, sizeof(fp), &user_regs->bp);
         }
     }
+    scratch->depth = 0;
     if (pc == 0) {
         ev->walk_end = WALK_NO_USER_REGS;
-        events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+        submit_sample(scratch);
         return 0;
     }
-
-    u8 walk_end = WALK_TRUNCATED;
-    u16 frame_count = 0;
-    // A bounded loop (kernel >= 5.3): the body is small enough for the
-    // verifier to check MAX_FRAMES iterations of it.
-    for (int depth = 0; depth < MAX_FRAMES; depth++) {
-        ev->addresses[depth] = pc;
-        frame_count = depth + 1;
-        // Caller frames hold return addresses: look up pc - 1 so that a call
-        // at the very end of a mapping is found in it.
-        u64 lookup_pc = depth == 0 ? pc : pc - 1;
-        struct mapping_info *mapping = find_mapping(tgid, lookup_pc);
-        if (!mapping) {
-            walk_end = WALK_NO_MAPPING;
-            break;
-        }
-        if (fp == 0) {
-            walk_end = WALK_COMPLETE;
-            break;
-        }
-        u64 frame[2];
-        if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0) {
-            walk_end = WALK_READ_FAULT;
-            break;
-        }
-        u64 next_fp = frame[0];
-        pc = frame[1];
-        if (pc == 0) {
-            walk_end = WALK_COMPLETE;
-            break;
-        }
-        // Frames live at increasing addresses: anything else is not a chain.
-        if (next_fp != 0 && next_fp <= fp) {
-            if (depth + 1 < MAX_FRAMES) {
-                ev->addresses[depth + 1] = pc;
-                frame_count = depth + 2;
-            }
-            walk_end = WALK_BAD_FRAME;
-            break;
-        }
-        fp = next_fp;
-    }
-    ev->frame_count = frame_count;
-    ev->walk_end = walk_end;
-    // Samples do not wake the reader: it drains them on its own timer, so
-    // the daemon costs the same at 99 Hz or 999 Hz. Process events wake it.
-    events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+    scratch->pc = pc;
+    scratch->sp = sp;
+    scratch->fp = fp;
+    scratch->exact_pc = 1;
+    scratch->pending_end = 0;
+    stack_walkers.call(ctx, 0);
+    // The walker is not installed: report the leaf alone.
+    ev->addresses[0] = pc;
+    scratch->depth = 1;
+    submit_sample(scratch);
     return 0;
 }
 

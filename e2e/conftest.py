@@ -66,10 +66,7 @@ def symbol_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("symbol-cache")
 
 
-@pytest.fixture
-def jitprof(symbol_cache, tmp_path):
-    """Run jitprof to completion in tmp_path."""
-
+def _jitprof_runner(symbol_cache: Path, workdir: Path):
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120, prefix: list[str] | None = None) -> Run:
         environment = dict(os.environ)
         environment.pop("SUDO_UID", None)
@@ -77,10 +74,22 @@ def jitprof(symbol_cache, tmp_path):
         environment["JITPROF_CACHE_DIR"] = str(symbol_cache)
         environment.update(env or {})
         command = (prefix or []) + [sys.executable, "-m", "profiler", *args]
-        completed = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=timeout)
+        completed = subprocess.run(command, cwd=workdir, env=environment, capture_output=True, text=True, timeout=timeout)
         return Run(completed.returncode, completed.stdout, completed.stderr)
 
     return run
+
+
+@pytest.fixture
+def jitprof(symbol_cache, tmp_path):
+    """Run jitprof to completion in tmp_path."""
+    return _jitprof_runner(symbol_cache, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def jitprof_module(symbol_cache, tmp_path_factory):
+    """The same, for module-scoped set-up runs."""
+    return _jitprof_runner(symbol_cache, tmp_path_factory.mktemp("setup-run"))
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,6 +20,11 @@ TRIE_ENTRIES = 262144
 FOLLOWED_ENTRIES = 16384
 KERNEL_STACK_ENTRIES = 16384
 RINGBUF_PAGES = 1024  # 4 MiB: about 4000 samples in flight
+UNWIND_ROWS = 1 << 21  # 32 MiB of rows: node (≈ 400 k) plus every library of a busy process
+UNWIND_TABLES = 4096
+SEARCH_STEPS = 22  # ceil(log2(UNWIND_ROWS)) + 1
+UNWIND_ROW_SIZE = 16
+FRAMES_PER_CALL = 8  # frames per tail call of the walker: 16 calls cover MAX_FRAMES
 
 MAPPING_ELF = 1
 MAPPING_JIT = 2
@@ -36,6 +42,7 @@ class KernelCounters:
 class LoadOptions:
     frequency_hz: int
     kernel_stacks: bool
+    dwarf: bool = True
 
 
 class BpfProgram:
@@ -51,9 +58,17 @@ class BpfProgram:
             f"-DFOLLOWED_ENTRIES={FOLLOWED_ENTRIES}",
             f"-DKERNEL_STACK_ENTRIES={KERNEL_STACK_ENTRIES}",
             f"-DRINGBUF_PAGES={RINGBUF_PAGES}",
+            f"-DFRAMES_PER_CALL={FRAMES_PER_CALL}",
         ]
         if options.kernel_stacks:
             cflags.append("-DWITH_KERNEL_STACKS")
+        if options.dwarf:
+            cflags += [
+                "-DWITH_DWARF",
+                f"-DUNWIND_ROWS={UNWIND_ROWS}",
+                f"-DUNWIND_TABLES={UNWIND_TABLES}",
+                f"-DSEARCH_STEPS={SEARCH_STEPS}",
+            ]
         try:
             self._bpf = bcc.BPF(src_file=str(BPF_SOURCE).encode(), cflags=cflags)
         except Exception as error:  # BCC raises bare Exception for compile and load errors
@@ -66,8 +81,13 @@ class BpfProgram:
         self.malformed_events = 0
 
     def attach(self) -> None:
-        """Attach the CPU-clock sampler on every online CPU."""
+        """Install the stack walker, then attach the sampler on every online CPU."""
         bcc = self._bcc
+        try:
+            walker = self._bpf.load_func(b"walk_user_stack", bcc.BPF.PERF_EVENT)
+        except Exception as error:
+            raise _explain_load_failure(error) from error
+        self._bpf["stack_walkers"][ctypes.c_int(0)] = ctypes.c_int(walker.fd)
         try:
             self._bpf.attach_perf_event(
                 ev_type=bcc.PerfType.SOFTWARE,
@@ -134,6 +154,20 @@ class BpfProgram:
             except KeyError:
                 pass
 
+    # Unwind tables -------------------------------------------------------
+
+    def unwind_rows_memory(self) -> mmap.mmap:
+        """The row array, mapped into this process for bulk writes."""
+        descriptor = self._bpf["unwind_rows"].map_fd
+        return mmap.mmap(descriptor, UNWIND_ROWS * UNWIND_ROW_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+    def publish_unwind_table(self, table_id: int, first_row: int, row_count: int) -> None:
+        tables = self._bpf["unwind_tables"]
+        leaf = tables.Leaf()
+        leaf.first_row = first_row
+        leaf.row_count = row_count
+        tables[ctypes.c_int(table_id)] = leaf
+
     # Events --------------------------------------------------------------
 
     def on_event(self, handler: Callable[[RawSample | ProcessEvent], None]) -> None:
@@ -186,7 +220,8 @@ class BpfProgram:
 def _explain_load_failure(error: Exception) -> JitprofError:
     text = str(error)
     lowered = text.lower()
-    if "operation not permitted" in lowered or f"errno {errno.EPERM}" in lowered or "permission" in lowered:
+    first_line = text.splitlines()[0] if text else type(error).__name__
+    if "operation not permitted" in lowered or f"errno {errno.EPERM}" in lowered:
         return JitprofError(
             "the kernel refused to load the BPF program (operation not permitted)",
             "jitprof needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); run as root outside restricted containers",
@@ -196,10 +231,14 @@ def _explain_load_failure(error: Exception) -> JitprofError:
             "this kernel does not support BPF",
             "a kernel with CONFIG_BPF_SYSCALL and CONFIG_BPF_EVENTS is needed",
         )
+    if "failed to load bpf program" in lowered:
+        return JitprofError(
+            f"the kernel's verifier rejected the BPF program: {first_line}",
+            "this is a jitprof bug on this kernel; please report it with `uname -r`, or try --no-dwarf",
+        )
     if "failed to compile" in lowered or "no such file" in lowered:
         return JitprofError(
-            f"BCC could not compile the sampler: {text.splitlines()[0] if text else 'unknown error'}",
+            f"BCC could not compile the sampler: {first_line}",
             "check the kernel headers (`make setup`) and BCC installation",
         )
-    first_line = text.splitlines()[0] if text else type(error).__name__
     return JitprofError(f"cannot load the BPF program: {first_line}", "run `make setup`; see README, Known limits")

@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--by-pid", action="store_true",
         help="one root frame per process (comm-PID) instead of per command name",
     )
+    parser.add_argument(
+        "--no-dwarf", action="store_true",
+        help="walk stacks with frame pointers only (no .eh_frame unwinding): for comparison",
+    )
     parser.add_argument("--kernel", action="store_true", help="include kernel stacks above the user stack")
     parser.add_argument(
         "--no-tui", action="store_true",
@@ -103,6 +107,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         outputs=outputs,
         kernel_stacks=args.kernel,
         root_by_pid=args.by_pid,
+        dwarf=not args.no_dwarf,
         user=args.user,
         as_root=args.as_root,
     )

@@ -78,6 +78,8 @@ class ElfImage:
     build_id: str
     segments: list[LoadSegment]
     cache_key: str
+    size: int = 0
+    debug_file: str = ""  # separate debug file found by build-id (local symbols)
     _symbols: SymbolTable | None = field(default=None, repr=False)
 
     def vaddr_for_file_offset(self, file_offset: int) -> int | None:
@@ -88,19 +90,30 @@ class ElfImage:
 
     def symbols(self) -> SymbolTable:
         if self._symbols is None:
-            cached = symcache.load(self.cache_key)
+            key = self.cache_key + ("-d" if self.debug_file else "")
+            cached = symcache.load(key)
             if cached is None:
-                cached = read_symbols(self.handle)
-                symcache.store(self.cache_key, cached)
+                cached = self._read_all_symbols()
+                symcache.store(key, cached)
             self._symbols = cached
         return self._symbols
+
+    def _read_all_symbols(self) -> SymbolTable:
+        if not self.debug_file:
+            return read_symbols(self.handle)
+        try:
+            with open(self.debug_file, "rb") as debug_handle:
+                return read_symbols(self.handle, debug_handle)
+        except OSError:
+            return read_symbols(self.handle)
 
     def close(self) -> None:
         self.handle.close()
 
 
-def open_elf(candidates: list[str], display_path: str) -> ElfImage:
-    """Open the first readable candidate path as an ELF image."""
+def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfImage:
+    """Open the first readable candidate path as an ELF image; root is the
+    target's filesystem root (/proc/PID/root) for finding debug files."""
     last_error: Exception | None = None
     for candidate in candidates:
         try:
@@ -109,7 +122,9 @@ def open_elf(candidates: list[str], display_path: str) -> ElfImage:
             last_error = error
             continue
         try:
-            return _image_from_handle(handle, display_path)
+            image = _image_from_handle(handle, display_path)
+            image.debug_file = find_debug_file(image.build_id, root)
+            return image
         except UnreadableElf as error:
             handle.close()
             last_error = error
@@ -137,7 +152,7 @@ def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
     else:
         identity = f"{display_path}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}".encode()
         cache_key = "f-" + hashlib.sha256(identity).hexdigest()[:40]
-    return ElfImage(display_path, handle, build_id, segments, cache_key)
+    return ElfImage(display_path, handle, build_id, segments, cache_key, size=info.st_size)
 
 
 def _build_id(elf: ELFFile) -> str:
@@ -152,16 +167,45 @@ def _build_id(elf: ELFFile) -> str:
     return ""
 
 
-def read_symbols(handle: BinaryIO) -> SymbolTable:
-    """Function symbols from .symtab and .dynsym, sorted, deduplicated."""
+def find_debug_file(build_id: str, root: str = "") -> str:
+    """The distribution's detached debug file for a build-id (e.g. libc6-dbg)."""
+    if len(build_id) < 3:
+        return ""
+    relative = f"usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
+    for base in ([root] if root else []) + ["/"]:
+        candidate = os.path.join(base, relative)
+        try:
+            info = os.stat(candidate)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ELF_BYTES:
+            return candidate
+    return ""
+
+
+def read_symbols(*handles: BinaryIO) -> SymbolTable:
+    """Function symbols from .symtab and .dynsym of the file (and its debug
+    file, which has the local symbols a stripped library lacks)."""
+    by_start: dict[int, tuple[tuple[int, int, int], str]] = {}
+    for handle in handles:
+        _collect_symbols(handle, by_start)
+    starts = sorted(by_start)
+    sizes = [by_start[start][0][0] for start in starts]
+    # A symbol of unknown size (assembly, _init/_fini) ends at the next one.
+    for index in range(len(starts) - 1):
+        sizes[index] = min(sizes[index], starts[index + 1] - starts[index]) or sizes[index]
+    names = [demangle(by_start[start][1]) for start in starts]
+    return SymbolTable(starts, sizes, names)
+
+
+def _collect_symbols(handle: BinaryIO, by_start: dict[int, tuple[tuple[int, int, int], str]]) -> None:
     handle.seek(0)
     try:
         elf = ELFFile(handle)
     except ELFError as error:
         raise UnreadableElf(str(error)) from error
     if elf.elfclass != 64 or not elf.little_endian:
-        return SymbolTable([], [], [])
-    by_start: dict[int, tuple[tuple[int, int, int], str]] = {}
+        return
     section_ends: dict[int, int] = {}
     for section_name in (".symtab", ".dynsym"):
         section = elf.get_section_by_name(section_name)
@@ -189,13 +233,6 @@ def read_symbols(handle: BinaryIO) -> SymbolTable:
             if existing is not None and existing[0] >= rank:
                 continue
             by_start[value] = (rank, name)
-    starts = sorted(by_start)
-    sizes = [by_start[start][0][0] for start in starts]
-    # A symbol of unknown size (assembly, _init/_fini) ends at the next one.
-    for index in range(len(starts) - 1):
-        sizes[index] = min(sizes[index], starts[index + 1] - starts[index]) or sizes[index]
-    names = [demangle(by_start[start][1]) for start in starts]
-    return SymbolTable(starts, sizes, names)
 
 
 def _size_to_section_end(elf: ELFFile, section_index: int, value: int, section_ends: dict[int, int]) -> int:

@@ -16,6 +16,12 @@ MAPPING_ELF = 1
 MAPPING_JIT = 2
 
 
+class UnwindSource(Protocol):
+    def acquire(self, image: ElfImage) -> int: ...
+
+    def release(self, table_id: int) -> None: ...
+
+
 class TrieSink(Protocol):
     def add_prefixes(self, prefixes: list[TriePrefix], kind: int, load_bias: int, table_id: int = 0) -> int: ...
 
@@ -34,6 +40,7 @@ class KnownMapping:
     prefixes: list[TriePrefix]
     image: ElfImage | None  # None for JIT memory and unreadable files
     first_seen_ns: int
+    table_id: int = 0  # unwind table in the kernel; 0: frame pointers only
 
     @property
     def module_name(self) -> str:
@@ -79,8 +86,9 @@ class TrackerStats:
 class MappingTracker:
     """Main thread updates; the symbolizer thread looks up (under the lock)."""
 
-    def __init__(self, trie: TrieSink) -> None:
+    def __init__(self, trie: TrieSink, unwind_tables: UnwindSource | None = None) -> None:
         self._trie = trie
+        self._unwind_tables = unwind_tables
         self._lock = threading.Lock()
         self._spaces: dict[int, list[AddressSpace]] = {}
         self._images: dict[FileKey, ElfImage] = {}
@@ -127,16 +135,18 @@ class MappingTracker:
                 return
             space = spaces[-1]
             seen = {(entry.start, entry.end): entry for entry in entries}
-            for key in list(space.current):
-                mapping = space.current[key]
-                if seen.get(key) != mapping.entry:
-                    self._trie.remove_prefixes(mapping.prefixes)
-                    self.stats.trie_entries -= len(mapping.prefixes)
-                    space.retired.append(mapping)
-                    del space.current[key]
+            gone = [key for key, mapping in space.current.items() if seen.get(key) != mapping.entry]
+            removed = [space.current.pop(key) for key in gone]
+            # New entries first: a file whose mapping only changed shape keeps
+            # its unwind table live, and shared trie blocks are not dropped.
             for key, entry in seen.items():
                 if key not in space.current:
                     space.current[key] = self._install(pid, entry, now_ns)
+            if removed:
+                in_use = {prefix for mapping in space.current.values() for prefix in mapping.prefixes}
+                for mapping in removed:
+                    self._remove(mapping, keep=in_use)
+                    space.retired.append(mapping)
 
     def refresh_all(self, now_ns: int) -> None:
         with self._lock:
@@ -152,16 +162,26 @@ class MappingTracker:
             vaddr = image.vaddr_for_file_offset(entry.offset)
             if vaddr is not None:
                 load_bias = entry.start - vaddr
+        table_id = 0
+        if image is not None and self._unwind_tables is not None:
+            table_id = self._unwind_tables.acquire(image)
         prefixes = split_range(pid, entry.start, entry.end)
-        rejected = self._trie.add_prefixes(prefixes, kind, load_bias)
+        rejected = self._trie.add_prefixes(prefixes, kind, load_bias, table_id)
         self.stats.trie_entries += len(prefixes) - rejected
         self.stats.trie_rejected += rejected
-        return KnownMapping(entry, prefixes, image, now_ns)
+        return KnownMapping(entry, prefixes, image, now_ns, table_id)
+
+    def _remove(self, mapping: KnownMapping, keep: set[TriePrefix] | None = None) -> None:
+        stale = [prefix for prefix in mapping.prefixes if keep is None or prefix not in keep]
+        self._trie.remove_prefixes(stale)
+        self.stats.trie_entries -= len(stale)
+        if self._unwind_tables is not None:
+            self._unwind_tables.release(mapping.table_id)
+        mapping.table_id = 0
 
     def _uninstall(self, space: AddressSpace) -> None:
         for mapping in space.current.values():
-            self._trie.remove_prefixes(mapping.prefixes)
-            self.stats.trie_entries -= len(mapping.prefixes)
+            self._remove(mapping)
             space.retired.append(mapping)
         space.current.clear()
 
@@ -179,7 +199,7 @@ class MappingTracker:
             f"/proc/{pid}/root{entry.path}",
         ]
         try:
-            image = open_elf(candidates, entry.path)
+            image = open_elf(candidates, entry.path, root=f"/proc/{pid}/root")
         except UnreadableElf as error:
             self.stats.unreadable_files[entry.path] = str(error)
             return None

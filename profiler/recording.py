@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiler import preflight
-from profiler.bpf_program import BpfProgram, LoadOptions
+from profiler.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
 from profiler.errors import JitprofError
 from profiler.events import EventType, ProcessEvent, RawSample, WalkEnd
 from profiler.mappings import MappingTracker
 from profiler.output import OutputRequest, WrittenOutput, write_outputs
 from profiler.profile import Profile, RunInfo
 from profiler.symbolize import Symbolizer
+from profiler.unwind_tables import UnwindTableStore, progress_wanted
 from profiler.targets import (
     SpawnedCommand,
     exit_status_code,
@@ -47,6 +48,7 @@ class RecordingOptions:
     outputs: list[OutputRequest]  # empty: the default jitprof-<pid>.svg
     kernel_stacks: bool = False
     root_by_pid: bool = False
+    dwarf: bool = True
     user: str | None = None
     as_root: bool = False
 
@@ -83,6 +85,7 @@ class Recording:
             RunInfo(list(options.command), list(options.pids), options.frequency_hz, root_by_pid=options.root_by_pid)
         )
         self._program: BpfProgram | None = None
+        self._unwind_tables: UnwindTableStore | None = None
         self._tracker: MappingTracker | None = None
         self._symbolizer: Symbolizer | None = None
         self._child: SpawnedCommand | None = None
@@ -101,9 +104,18 @@ class Recording:
         if self.options.pids:
             validate_attach_pids(self.options.pids)
         self._status("compiling and loading the BPF program")
-        program = BpfProgram(LoadOptions(self.options.frequency_hz, self.options.kernel_stacks))
+        program = BpfProgram(LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf))
         self._program = program
-        self._tracker = MappingTracker(program)
+        if self.options.dwarf:
+            self._unwind_tables = UnwindTableStore(
+                program.unwind_rows_memory(),
+                UNWIND_ROWS,
+                UNWIND_TABLES,
+                program.publish_unwind_table,
+                show_progress=progress_wanted(),
+            )
+            self._unwind_tables.start()
+        self._tracker = MappingTracker(program, self._unwind_tables)
         self._symbolizer = Symbolizer(
             self.profile,
             self._tracker,
@@ -134,6 +146,15 @@ class Recording:
         finally:
             if self._child is not None:
                 self._child.abandon()
+            if self._unwind_tables is not None:
+                self._unwind_tables.stop()
+                skipped = self._unwind_tables.stats.skipped_at_exit
+                if skipped:
+                    print(
+                        f"jitprof: note: unwind tables of {skipped} files were not finished in time; "
+                        "a later run builds the rest",
+                        file=sys.stderr,
+                    )
             program.close()
             self._tracker.close()
             for signum, handler in previous_handlers.items():
@@ -273,6 +294,16 @@ class Recording:
                 "tracked and their stacks end early",
                 file=sys.stderr,
             )
+        if self._unwind_tables is not None:
+            stats = self._unwind_tables.stats
+            if stats.rejected_full:
+                print(
+                    f"jitprof: warning: the unwind row table is full ({stats.rows_capacity:,} rows); "
+                    f"{len(stats.rejected_full)} files use frame pointers only: {', '.join(stats.rejected_full[:3])}",
+                    file=sys.stderr,
+                )
+            for path, reason in list(stats.failed.items())[:3]:
+                print(f"jitprof: warning: no unwind table for {path}: {reason}", file=sys.stderr)
         for error in self._symbolizer.errors[:3]:
             print(f"jitprof: internal error while symbolising (please report): {error}", file=sys.stderr)
 

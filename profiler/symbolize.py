@@ -116,7 +116,12 @@ class Symbolizer:
         key = _MemoKey(pid, found.generation, lookup_address)
         frame_id = self._memo.get(key)
         if frame_id is None:
-            frame_id = self._profile.intern(self._name(pid, found.mapping, lookup_address))
+            frame = self._name(pid, found.mapping, lookup_address)
+            if caller and not frame.symbolized and found.mapping is not None:
+                # A signal trampoline is "returned" to at its first byte: the
+                # byte before belongs to no function.
+                frame = self._name(pid, found.mapping, address)
+            frame_id = self._profile.intern(frame)
             self._memo[key] = frame_id
         return frame_id
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 MAGIC = b"JPSYMS01"
 HEADER = struct.Struct("<8sQQ")
-_KEY_PATTERN = re.compile(r"^[bf]-[0-9a-f]{1,80}$")
+_KEY_PATTERN = re.compile(r"^[bf]-[0-9a-f]{1,80}(-d)?$")
 
 
 def cache_dir() -> Path:

@@ -12,7 +12,8 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- Debian packages ------------------------------------------------------
-packages=(python3-bpfcc libbpfcc gcc make binutils)
+# libc6-dbg: libc's local symbols (__libc_start_call_main, msort_with_tmp, ...).
+packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -1,0 +1,113 @@
+"""DWARF unwinding: complete stacks through code without frame pointers.
+
+Tables are built on a thread and sampling does not wait for them, so each
+test warms the (per-session) table cache with a first run; the measured run
+then shows the steady state a user sees from the second run on.
+"""
+
+import random
+
+import pytest
+
+from e2e.conftest import has_chain, read_folded, total
+
+START = ["_start", "__libc_start_main", "__libc_start_call_main", "main"]
+
+
+def share(lines, predicate) -> float:
+    return sum(line.count for line in lines if predicate(line.frames)) / total(lines)
+
+
+@pytest.fixture(scope="module")
+def warmed(jitprof_module, fixtures_built):
+    for mode in ("recursion", "dlopen"):
+        run = jitprof_module("-o", "warm.folded", "--", str(fixtures_built / "dwarf_cases"), mode, "0.2")
+        assert run.returncode == 0, run.stderr
+    return fixtures_built
+
+
+def profile_case(jitprof, tmp_path, binary, mode, *flags, seconds="2"):
+    run = jitprof(*flags, "-o", "out.folded", "--", str(binary), mode, seconds)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 150
+    return lines, run
+
+
+def test_deep_recursion(jitprof, warmed, tmp_path):
+    lines, run = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "recursion")
+    assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99, lines
+    chain = ["main", "run_recursion"] + ["recurse"] * 13 + ["burn"]  # recurse(12) down to recurse(0)
+    assert share(lines, lambda frames: has_chain(frames, chain)) >= 0.95
+    assert "0 stacks cut short" in run.stderr
+
+
+def test_qsort_comparator_callback(jitprof, warmed, tmp_path):
+    lines, _ = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "qsort")
+    assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99
+
+    def through_libc(frames):
+        return has_chain(frames, ["main", "run_qsort", "qsort_r", "msort_with_tmp.part.0"]) and frames[-2:] == ["compare_slowly", "burn"]
+
+    assert share(lines, through_libc) >= 0.9
+
+
+def test_plt_call_into_dlopened_library(jitprof, warmed, tmp_path):
+    lines, _ = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "dlopen")
+    assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99
+    assert share(lines, lambda frames: has_chain(frames, ["main", "run_dlopen", "lib_entry", "lib_hot"])) >= 0.95
+
+
+def test_signal_handler(jitprof, warmed, tmp_path):
+    lines, _ = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "signal")
+    assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99
+    in_handler = ["__restore_rt", "on_signal", "handler_work", "burn"]
+    handler_share = share(lines, lambda frames: has_chain(frames, in_handler))
+    assert handler_share >= 0.1  # the handler burns ~5 ms after every 20 ms of CPU
+    # Below the signal frame: the interrupted code, then the real callers.
+    assert share(
+        lines, lambda frames: has_chain(frames, in_handler) and has_chain(frames, ["main", "run_signal", "spin"])
+    ) >= handler_share * 0.95
+
+
+@pytest.mark.parametrize("mode", ["recursion", "qsort", "dlopen", "signal"])
+def test_frame_pointers_alone_cannot(jitprof, warmed, tmp_path, mode):
+    """--no-dwarf shows the truncation: DWARF is what completes these stacks."""
+    lines, run = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", mode, "--no-dwarf")
+    assert share(lines, lambda frames: "main" in frames) <= 0.1
+    assert "stacks cut short (" in run.stderr
+
+
+@pytest.fixture
+def compressible_file(tmp_path):
+    rng = random.Random(1)
+    words = [bytes(rng.choice(b"abcdefghij") for _ in range(rng.randint(2, 9))) for _ in range(5000)]
+    path = tmp_path / "input.txt"
+    with open(path, "wb") as handle:
+        for _ in range(60):
+            handle.write(b" ".join(rng.choice(words) for _ in range(60000)))
+    return path
+
+
+@pytest.mark.parametrize("tool", [["xz", "-6", "-T1", "-k", "-f"], ["bzip2", "-9", "-k", "-f"]])
+def test_distribution_compressors(jitprof, tmp_path, compressible_file, tool):
+    command = [*tool, str(compressible_file)]
+    jitprof("-d", "2", "-o", "warm.folded", "--", *command)  # builds the tables
+    run = jitprof("-d", "3", "-o", "out.folded", "--", *command)
+    assert run.returncode in (0, 128 + 15), run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 100
+    # Stripped binaries: their own frames are unnamed, but the walk must pass
+    # through them to libc's start code.
+    assert share(lines, lambda frames: has_chain(frames, ["__libc_start_main", "__libc_start_call_main"])) >= 0.95
+
+
+def test_python_interpreter(jitprof, tmp_path):
+    script = "import time\nend = time.time() + 3\nwhile time.time() < end:\n    sum(i * i for i in range(1000))\n"
+    jitprof("-d", "1", "-o", "warm.folded", "--", "/usr/bin/python3", "-c", script)
+    lines = read_folded(tmp_path / "warm.folded")
+    run = jitprof("-o", "out.folded", "--", "/usr/bin/python3", "-c", script)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert share(lines, lambda frames: has_chain(frames, ["__libc_start_main", "__libc_start_call_main"]) and "Py_BytesMain" in frames) >= 0.95
+    assert share(lines, lambda frames: "_PyEval_EvalFrameDefault" in frames) >= 0.8

@@ -1,0 +1,244 @@
+"""Compile .eh_frame (or .debug_frame) into compact unwind rows for the BPF walker.
+
+A row says, from its address until the next row's, how to find the caller:
+the CFA rule (rsp+off, rbp+off, the standard PLT expression, a signal frame,
+the end of the stack, or nothing usable) and where the caller's rbp was saved.
+The return address is always at CFA-8 on x86-64; a row where it is not is
+"unsupported". Every FDE is closed by a GAP row, so an address between
+functions is known to have no rule (the walker then takes a frame-pointer
+step) instead of inheriting its neighbour's.
+"""
+
+from __future__ import annotations
+
+import array
+import enum
+import bisect
+import os
+import re
+import struct
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from elftools.common.exceptions import DWARFError, ELFError
+from elftools.dwarf.callframe import FDE
+from elftools.elf.elffile import ELFFile
+
+from profiler import symcache
+
+RSP = 7
+RBP = 6
+RETURN_ADDRESS = 16
+MAX_ROW_PC = 0xFFFFFFFF  # rows hold 32-bit file addresses
+
+# DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_lit<N>; DW_OP_ge;
+# DW_OP_lit3; DW_OP_shl; DW_OP_plus: rsp + 8 + ((rip & 15) >= N ? 8 : 0).
+_PLT_PREFIX = bytes([0x77, 0x08, 0x80, 0x00, 0x3F, 0x1A])
+_PLT_SUFFIX = bytes([0x2A, 0x33, 0x24, 0x22])
+# glibc's __restore_rt: CFA = *(rsp + 160), registers read from the ucontext.
+_SIGNAL_CFA = bytes([0x77, 0xA0, 0x01, 0x06])
+
+ROW_FORMAT = struct.Struct("<IBBHii")
+ROW_SIZE = ROW_FORMAT.size
+
+
+class CfaType(enum.IntEnum):
+    GAP = 0  # no rule here: frame-pointer step
+    RSP = 1
+    RBP = 2
+    PLT = 3  # cfa_offset holds the expression's threshold (10 or 11)
+    SIGNAL = 4  # a signal trampoline: registers are in the ucontext on the stack
+    END_OF_STACK = 5  # the return address is undefined: the walk is complete
+    UNSUPPORTED = 6  # a rule the walker cannot follow: frame-pointer step
+
+
+class RbpRule(enum.IntEnum):
+    SAME = 0  # the caller's rbp is still in rbp
+    OFFSET = 1  # saved at CFA + rbp_offset
+
+
+@dataclass(frozen=True)
+class UnwindRow:
+    pc: int
+    cfa_type: CfaType
+    cfa_offset: int = 0
+    rbp_rule: RbpRule = RbpRule.SAME
+    rbp_offset: int = 0
+
+    def same_rule(self, other: UnwindRow) -> bool:
+        return (self.cfa_type, self.cfa_offset, self.rbp_rule, self.rbp_offset) == (
+            other.cfa_type,
+            other.cfa_offset,
+            other.rbp_rule,
+            other.rbp_offset,
+        )
+
+
+@dataclass
+class UnwindTable:
+    rows: list[UnwindRow]
+    fde_count: int = 0
+    failed_fde_starts: list[int] = field(default_factory=list)  # undecodable: they stay gaps
+    _pcs: list[int] = field(default_factory=list, repr=False)
+
+    def lookup(self, pc: int) -> UnwindRow | None:
+        """The row in effect at pc (what the BPF walker's search finds)."""
+        if len(self._pcs) != len(self.rows):
+            self._pcs = [row.pc for row in self.rows]
+        index = bisect.bisect_right(self._pcs, pc) - 1
+        return self.rows[index] if index >= 0 else None
+
+    def pack(self) -> bytes:
+        return b"".join(
+            ROW_FORMAT.pack(row.pc, row.cfa_type, row.rbp_rule, 0, row.cfa_offset, row.rbp_offset) for row in self.rows
+        )
+
+
+def unpack_rows(data: bytes) -> list[UnwindRow]:
+    usable = len(data) - len(data) % ROW_SIZE
+    return [
+        UnwindRow(pc, CfaType(cfa_type), cfa_offset, RbpRule(rbp_rule), rbp_offset)
+        for pc, cfa_type, rbp_rule, _reserved, cfa_offset, rbp_offset in ROW_FORMAT.iter_unpack(data[:usable])
+    ]
+
+
+def _fits_i32(value: int) -> bool:
+    return -(1 << 31) <= value < (1 << 31)
+
+
+def _row_from_decoded(pc: int, decoded: dict) -> UnwindRow:
+    cfa = decoded["cfa"]
+    return_address = decoded.get(RETURN_ADDRESS)
+    if return_address is not None and return_address.type == "UNDEFINED":
+        return UnwindRow(pc, CfaType.END_OF_STACK)
+    if cfa.expr is not None:
+        expression = bytes(cfa.expr)
+        if expression == _SIGNAL_CFA:
+            return UnwindRow(pc, CfaType.SIGNAL)
+        if (
+            len(expression) == len(_PLT_PREFIX) + 1 + len(_PLT_SUFFIX)
+            and expression.startswith(_PLT_PREFIX)
+            and expression.endswith(_PLT_SUFFIX)
+            and 0x30 <= expression[len(_PLT_PREFIX)] <= 0x4F
+        ):
+            return UnwindRow(pc, CfaType.PLT, expression[len(_PLT_PREFIX)] - 0x30)
+        return UnwindRow(pc, CfaType.UNSUPPORTED)
+    if cfa.reg == RSP:
+        cfa_type = CfaType.RSP
+    elif cfa.reg == RBP:
+        cfa_type = CfaType.RBP
+    else:
+        return UnwindRow(pc, CfaType.UNSUPPORTED)
+    if return_address is None or return_address.type != "OFFSET" or return_address.arg != -8:
+        return UnwindRow(pc, CfaType.UNSUPPORTED)
+    if not _fits_i32(cfa.offset):
+        return UnwindRow(pc, CfaType.UNSUPPORTED)
+    saved_rbp = decoded.get(RBP)
+    if saved_rbp is None or saved_rbp.type in ("SAME_VALUE", "UNDEFINED"):
+        return UnwindRow(pc, cfa_type, cfa.offset)
+    if saved_rbp.type == "OFFSET" and _fits_i32(saved_rbp.arg):
+        return UnwindRow(pc, cfa_type, cfa.offset, RbpRule.OFFSET, saved_rbp.arg)
+    return UnwindRow(pc, CfaType.UNSUPPORTED)
+
+
+def compile_table(handle: BinaryIO, progress: Callable[[int, int], None] | None = None) -> UnwindTable:
+    """Rows for every FDE of an ELF file, sorted, gaps marked, repeats merged."""
+    handle.seek(0)
+    try:
+        elf = ELFFile(handle)
+        if elf.elfclass != 64 or elf["e_machine"] != "EM_X86_64":
+            return UnwindTable([])
+        dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
+        if dwarf.has_EH_CFI():
+            entries = dwarf.EH_CFI_entries()
+        elif dwarf.has_CFI():
+            entries = dwarf.CFI_entries()
+        else:
+            return UnwindTable([])
+    except (ELFError, DWARFError, ValueError, KeyError, struct.error, OSError):
+        return UnwindTable([])
+
+    fdes = [entry for entry in entries if isinstance(entry, FDE)]
+    table = UnwindTable([], fde_count=len(fdes))
+    # (pc, is_gap, row): at one address a real row beats a gap marker.
+    placed: list[tuple[int, int, UnwindRow]] = []
+    for number, fde in enumerate(fdes):
+        if progress is not None and number % 2000 == 0:
+            progress(number, len(fdes))
+        start = fde.header["initial_location"]
+        end = start + fde.header["address_range"]
+        if end > MAX_ROW_PC or end <= start:
+            continue
+        try:
+            decoded_rows = fde.get_decoded().table
+        except Exception:  # noqa: BLE001  (pyelftools raises many types on odd CFI)
+            table.failed_fde_starts.append(start)
+            continue
+        for decoded in decoded_rows:
+            pc = decoded["pc"]
+            if start <= pc < end:
+                placed.append((pc, 0, _row_from_decoded(pc, decoded)))
+        placed.append((end, 1, UnwindRow(end, CfaType.GAP)))
+    if progress is not None:
+        progress(len(fdes), len(fdes))
+    placed.sort(key=lambda item: (item[0], item[1]))
+    one_per_address: list[UnwindRow] = []
+    for pc, _is_gap, row in placed:
+        if one_per_address and one_per_address[-1].pc == pc:
+            continue  # the real row (sorted first) wins over a gap at its address
+        one_per_address.append(row)
+    rows: list[UnwindRow] = []
+    for row in one_per_address:
+        if rows and rows[-1].same_rule(row):
+            continue  # identical consecutive rows: the earlier one covers both
+        rows.append(row)
+    table.rows = rows
+    return table
+
+
+# On-disk cache, next to the symbol cache --------------------------------
+
+_KEY_PATTERN = re.compile(r"^[bf]-[0-9a-f]{1,80}$")
+_CACHE_MAGIC = b"JPUNW001"
+
+
+def _cache_path(key: str) -> Path | None:
+    if not _KEY_PATTERN.match(key):
+        return None
+    return symcache.cache_dir() / "unwind" / f"{key}.rows"
+
+
+def load_cached(key: str) -> bytes | None:
+    """Packed rows of a file seen before, or None."""
+    path = _cache_path(key)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(_CACHE_MAGIC) or (len(data) - len(_CACHE_MAGIC)) % ROW_SIZE:
+        return None
+    return data[len(_CACHE_MAGIC) :]
+
+
+def store_cached(key: str, packed: bytes) -> None:
+    path = _cache_path(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(_CACHE_MAGIC)
+            handle.write(packed)
+        os.replace(temporary, path)
+    except OSError:
+        return
+
+
+def row_pcs(packed: bytes) -> array.array:
+    """The pc column of packed rows (for tests and statistics)."""
+    return array.array("I", [pc for pc, *_ in ROW_FORMAT.iter_unpack(packed)])

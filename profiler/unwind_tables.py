@@ -1,0 +1,224 @@
+"""Unwind tables in the kernel: one shared row array, a slice per ELF file.
+
+Rows are written straight into the BPF array through mmap; a table goes live
+when its (first row, row count) entry is written, so the walker never sees a
+half-written table. Tables are built on a thread: sampling does not wait, and
+frames in a file whose table is not live yet take frame-pointer steps.
+"""
+
+from __future__ import annotations
+
+import mmap
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from profiler import unwind
+from profiler.elf import ElfImage
+
+PROGRESS_FDE_THRESHOLD = 10000  # show a progress bar for files this large
+FINISH_GRACE_S = 3.0  # after the run, keep building queued tables this long (for the cache)
+
+
+@dataclass
+class TableStats:
+    tables_live: int = 0
+    rows_used: int = 0
+    rows_capacity: int = 0
+    built_cold: int = 0
+    loaded_from_cache: int = 0
+    build_seconds: float = 0.0
+    rejected_full: list[str] = field(default_factory=list)  # files whose rows did not fit
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped_at_exit: int = 0
+
+
+@dataclass
+class _Table:
+    table_id: int
+    image: ElfImage
+    references: int = 1
+    first_row: int = 0
+    row_count: int = 0
+    live: bool = False
+
+
+class UnwindTableStore:
+    def __init__(
+        self,
+        rows_memory: mmap.mmap,
+        capacity_rows: int,
+        max_tables: int,
+        publish: Callable[[int, int, int], None],
+        show_progress: bool = False,
+    ) -> None:
+        self._memory = rows_memory
+        self._publish = publish  # (table_id, first_row, row_count) into the BPF map
+        self._max_tables = max_tables
+        self._show_progress = show_progress
+        self._lock = threading.Lock()
+        self._by_key: dict[str, _Table] = {}
+        self._by_id: dict[int, _Table] = {}
+        self._free_ids = list(range(max_tables - 1, 0, -1))  # id 0 means "no table"
+        self._free_extents: list[tuple[int, int]] = [(0, capacity_rows)]
+        # Smallest files first: their tables go live in milliseconds, while a
+        # large binary (node: ~30 s cold) is built last.
+        self._queue: queue.PriorityQueue[tuple[int, int, _Table | None]] = queue.PriorityQueue()
+        self._sequence = 0
+        self._finish_by: float | None = None
+        self._thread = threading.Thread(target=self._run, name="jitprof-unwind", daemon=True)
+        self.stats = TableStats(rows_capacity=capacity_rows)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish queued builds for a few seconds (so the next run finds them
+        cached), then stop."""
+        self._finish_by = time.monotonic() + FINISH_GRACE_S
+        self._queue.put((1 << 62, 0, None))
+        if self._thread.is_alive():
+            self._thread.join()
+
+    # Main thread -----------------------------------------------------------
+
+    def acquire(self, image: ElfImage) -> int:
+        """The table id for a mapped file (0: none), building it if new."""
+        with self._lock:
+            table = self._by_key.get(image.cache_key)
+            if table is not None:
+                table.references += 1
+                return table.table_id
+            if not self._free_ids:
+                return 0
+            table = _Table(self._free_ids.pop(), image)
+            self._by_key[image.cache_key] = table
+            self._by_id[table.table_id] = table
+            self._sequence += 1
+            sequence = self._sequence
+        self._queue.put((image.size, sequence, table))
+        return table.table_id
+
+    def release(self, table_id: int) -> None:
+        if table_id == 0:
+            return
+        with self._lock:
+            table = self._by_id.get(table_id)
+            if table is None:
+                return
+            table.references -= 1
+            if table.references > 0:
+                return
+            del self._by_id[table_id]
+            del self._by_key[table.image.cache_key]
+            if table.live:
+                self._publish(table_id, 0, 0)
+                self._free(table.first_row, table.row_count)
+                self.stats.tables_live -= 1
+                self.stats.rows_used -= table.row_count
+            table.live = False
+            self._free_ids.append(table_id)
+
+    # Builder thread -------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            _size, _sequence, table = self._queue.get()
+            if table is None:
+                return
+            if self._finish_by is not None and time.monotonic() > self._finish_by:
+                self.stats.skipped_at_exit += 1
+                continue
+            # Built even if every user of the file has gone meanwhile: the
+            # cache then serves the next run.
+            try:
+                packed = self._rows_for(table.image)
+            except Exception as error:  # noqa: BLE001  (a bad file must not stop the others)
+                self.stats.failed[table.image.path] = f"{type(error).__name__}: {error}"
+                continue
+            self._install(table, packed)
+
+    def _rows_for(self, image: ElfImage) -> bytes:
+        packed = unwind.load_cached(image.cache_key)
+        if packed is not None:
+            self.stats.loaded_from_cache += 1
+            return packed
+        started = time.monotonic()
+        # Our own file description: the symbolizer thread reads the same file.
+        with open(f"/proc/self/fd/{image.handle.fileno()}", "rb") as handle:
+            table = unwind.compile_table(handle, self._progress_reporter(image))
+        packed = table.pack()
+        unwind.store_cached(image.cache_key, packed)
+        self.stats.built_cold += 1
+        self.stats.build_seconds += time.monotonic() - started
+        return packed
+
+    def _progress_reporter(self, image: ElfImage) -> Callable[[int, int], None] | None:
+        if not self._show_progress:
+            return None
+        state: dict[str, object] = {}
+
+        def report(done: int, total: int) -> None:
+            if total < PROGRESS_FDE_THRESHOLD:
+                return
+            if "progress" not in state:
+                from rich.console import Console  # noqa: PLC0415  (only on a TTY)
+                from rich.progress import Progress  # noqa: PLC0415
+
+                progress = Progress(console=Console(stderr=True), transient=True)
+                progress.start()
+                state["progress"] = progress
+                state["task"] = progress.add_task(f"unwind table for {image.path}", total=total)
+            progress = state["progress"]
+            progress.update(state["task"], completed=done)  # type: ignore[attr-defined]
+            if done >= total:
+                progress.stop()  # type: ignore[attr-defined]
+
+        return report
+
+    def _install(self, table: _Table, packed: bytes) -> None:
+        count = len(packed) // unwind.ROW_SIZE
+        if count == 0:
+            return
+        with self._lock:
+            if self._by_id.get(table.table_id) is not table:
+                return
+            first = self._allocate(count)
+            if first is None:
+                self.stats.rejected_full.append(table.image.path)
+                return
+            start = first * unwind.ROW_SIZE
+            self._memory[start : start + len(packed)] = packed
+            table.first_row, table.row_count, table.live = first, count, True
+            self._publish(table.table_id, first, count)
+            self.stats.tables_live += 1
+            self.stats.rows_used += count
+
+    # Extents (under the lock) -------------------------------------------
+
+    def _allocate(self, count: int) -> int | None:
+        for index, (start, length) in enumerate(self._free_extents):
+            if length >= count:
+                if length == count:
+                    del self._free_extents[index]
+                else:
+                    self._free_extents[index] = (start + count, length - count)
+                return start
+        return None
+
+    def _free(self, start: int, count: int) -> None:
+        extents = sorted(self._free_extents + [(start, count)])
+        merged: list[tuple[int, int]] = []
+        for extent_start, length in extents:
+            if merged and merged[-1][0] + merged[-1][1] == extent_start:
+                merged[-1] = (merged[-1][0], merged[-1][1] + length)
+            else:
+                merged.append((extent_start, length))
+        self._free_extents = merged
+
+
+def progress_wanted() -> bool:
+    return sys.stderr.isatty()
