@@ -95,7 +95,9 @@ struct process_event {
 
 BPF_HASH(followed, u32, u8, FOLLOWED_ENTRIES);
 BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
+#ifdef WITH_KERNEL_STACKS
 BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);
+#endif
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 BPF_PERCPU_ARRAY(counters, u64, COUNTER_COUNT);
 #ifdef WITH_DWARF

@@ -16,7 +16,7 @@ from profiler.trie import TriePrefix
 
 BPF_SOURCE = Path(__file__).resolve().parent.parent / "bpf" / "sampler.bpf.c"
 
-TRIE_ENTRIES = 262144
+TRIE_ENTRIES = 131072  # a mapping takes 1 to ~60 prefixes
 FOLLOWED_ENTRIES = 16384
 KERNEL_STACK_ENTRIES = 16384
 RINGBUF_PAGES = 1024  # 4 MiB: about 4000 samples in flight
