@@ -183,7 +183,7 @@ def table_build(cache_dir: Path) -> list[str]:
     return [
         "## Unwind table for /usr/bin/node",
         "",
-        f"| FDEs | rows (merged) | rows size | cold build | from the cache |",
+        "| FDEs | rows (merged) | rows size | cold build | from the cache |",
         "| --- | --- | --- | --- | --- |",
         f"| {table.fde_count:,} | {len(table.rows):,} | {len(packed) / 2**20:.1f} MiB | {cold:.1f} s | {cached * 1000:.1f} ms |",
         "",

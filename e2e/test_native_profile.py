@@ -4,8 +4,8 @@ import os
 import shutil
 import tempfile
 import time
-from pathlib import Path
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from e2e.conftest import has_chain, read_folded, total
 

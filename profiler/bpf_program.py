@@ -5,9 +5,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from profiler import preflight
 from profiler.errors import JitprofError

@@ -6,11 +6,12 @@ import ctypes
 import ctypes.util
 import re
 import threading
+from typing import Any
 
 _RUST_HASH = re.compile(r"::h[0-9a-f]{16}$")
 _lock = threading.Lock()
-_demangler = None
-_free = None
+_demangler: Any = None  # the C function, or False when libstdc++ is absent
+_free: Any = None
 
 
 def _load() -> None:

@@ -161,7 +161,7 @@ def _build_id(elf: ELFFile) -> str:
     for segment in elf.iter_segments():
         if segment["p_type"] != "PT_NOTE":
             continue
-        for note in segment.iter_notes():
+        for note in segment.iter_notes():  # type: ignore[attr-defined]
             if note["n_type"] == "NT_GNU_BUILD_ID":
                 return str(note["n_desc"])
     return ""

@@ -22,7 +22,6 @@ from profiler.mappings import MappingTracker
 from profiler.output import OutputRequest, WrittenOutput, write_outputs
 from profiler.profile import Profile, RunInfo
 from profiler.symbolize import Symbolizer
-from profiler.unwind_tables import UnwindTableStore, progress_wanted
 from profiler.targets import (
     SpawnedCommand,
     exit_status_code,
@@ -33,6 +32,7 @@ from profiler.targets import (
     thread_group_id,
     validate_attach_pids,
 )
+from profiler.unwind_tables import UnwindTableStore, progress_wanted
 
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0

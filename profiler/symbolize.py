@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 from profiler.elf import UnreadableElf
 from profiler.events import RawSample

@@ -31,16 +31,30 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jitprof"
 
 
-def _entry_path(key: str) -> Path | None:
+def entry_path(kind: str, key: str, suffix: str) -> Path | None:
+    """Where a cache entry lives; None for a key that is not ours (no paths)."""
     if not _KEY_PATTERN.match(key):
         return None
-    return cache_dir() / "symbols" / f"{key}.syms"
+    return cache_dir() / kind / f"{key}{suffix}"
+
+
+def write_entry(path: Path, parts: list[bytes]) -> None:
+    """Write atomically; a cache that cannot be written is only slower."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(descriptor, "wb") as handle:
+            for part in parts:
+                handle.write(part)
+        os.replace(temporary, path)
+    except OSError:
+        return
 
 
 def load(key: str) -> SymbolTable | None:
     from profiler.elf import SymbolTable  # noqa: PLC0415  (cycle: elf uses this module)
 
-    path = _entry_path(key)
+    path = entry_path("symbols", key, ".syms")
     if path is None:
         return None
     try:
@@ -62,19 +76,16 @@ def load(key: str) -> SymbolTable | None:
 
 
 def store(key: str, table: SymbolTable) -> None:
-    """Write atomically; a cache that cannot be written is only slower."""
-    path = _entry_path(key)
+    path = entry_path("symbols", key, ".syms")
     if path is None:
         return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        names_blob = "\0".join(name.replace("\0", "") for name in table.names).encode("utf-8", "replace")
-        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(HEADER.pack(MAGIC, len(table.starts), len(names_blob)))
-            handle.write(array.array("Q", table.starts).tobytes())
-            handle.write(array.array("Q", table.sizes).tobytes())
-            handle.write(names_blob)
-        os.replace(temporary, path)
-    except OSError:
-        return
+    names_blob = "\0".join(name.replace("\0", "") for name in table.names).encode("utf-8", "replace")
+    write_entry(
+        path,
+        [
+            HEADER.pack(MAGIC, len(table.starts), len(names_blob)),
+            array.array("Q", table.starts).tobytes(),
+            array.array("Q", table.sizes).tobytes(),
+            names_blob,
+        ],
+    )

@@ -11,16 +11,12 @@ step) instead of inheriting its neighbour's.
 
 from __future__ import annotations
 
-import array
-import enum
 import bisect
-import os
-import re
+import enum
 import struct
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.dwarf.callframe import FDE
@@ -200,19 +196,12 @@ def compile_table(handle: BinaryIO, progress: Callable[[int, int], None] | None 
 
 # On-disk cache, next to the symbol cache --------------------------------
 
-_KEY_PATTERN = re.compile(r"^[bf]-[0-9a-f]{1,80}$")
 _CACHE_MAGIC = b"JPUNW001"
-
-
-def _cache_path(key: str) -> Path | None:
-    if not _KEY_PATTERN.match(key):
-        return None
-    return symcache.cache_dir() / "unwind" / f"{key}.rows"
 
 
 def load_cached(key: str) -> bytes | None:
     """Packed rows of a file seen before, or None."""
-    path = _cache_path(key)
+    path = symcache.entry_path("unwind", key, ".rows")
     if path is None:
         return None
     try:
@@ -225,20 +214,6 @@ def load_cached(key: str) -> bytes | None:
 
 
 def store_cached(key: str, packed: bytes) -> None:
-    path = _cache_path(key)
-    if path is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(_CACHE_MAGIC)
-            handle.write(packed)
-        os.replace(temporary, path)
-    except OSError:
-        return
-
-
-def row_pcs(packed: bytes) -> array.array:
-    """The pc column of packed rows (for tests and statistics)."""
-    return array.array("I", [pc for pc, *_ in ROW_FORMAT.iter_unpack(packed)])
+    path = symcache.entry_path("unwind", key, ".rows")
+    if path is not None:
+        symcache.write_entry(path, [_CACHE_MAGIC, packed])

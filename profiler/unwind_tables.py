@@ -13,8 +13,9 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 from profiler import unwind
 from profiler.elf import ElfImage
@@ -159,25 +160,7 @@ class UnwindTableStore:
     def _progress_reporter(self, image: ElfImage) -> Callable[[int, int], None] | None:
         if not self._show_progress:
             return None
-        state: dict[str, object] = {}
-
-        def report(done: int, total: int) -> None:
-            if total < PROGRESS_FDE_THRESHOLD:
-                return
-            if "progress" not in state:
-                from rich.console import Console  # noqa: PLC0415  (only on a TTY)
-                from rich.progress import Progress  # noqa: PLC0415
-
-                progress = Progress(console=Console(stderr=True), transient=True)
-                progress.start()
-                state["progress"] = progress
-                state["task"] = progress.add_task(f"unwind table for {image.path}", total=total)
-            progress = state["progress"]
-            progress.update(state["task"], completed=done)  # type: ignore[attr-defined]
-            if done >= total:
-                progress.stop()  # type: ignore[attr-defined]
-
-        return report
+        return _ProgressBar(f"unwind table for {image.path}").report
 
     def _install(self, table: _Table, packed: bytes) -> None:
         count = len(packed) // unwind.ROW_SIZE
@@ -218,6 +201,29 @@ class UnwindTableStore:
             else:
                 merged.append((extent_start, length))
         self._free_extents = merged
+
+
+class _ProgressBar:
+    """A rich progress bar on stderr, shown only for large files."""
+
+    def __init__(self, description: str) -> None:
+        self._description = description
+        self._progress: Any = None
+        self._task: Any = None
+
+    def report(self, done: int, total: int) -> None:
+        if total < PROGRESS_FDE_THRESHOLD:
+            return
+        if self._progress is None:
+            from rich.console import Console  # noqa: PLC0415  (only on a TTY)
+            from rich.progress import Progress  # noqa: PLC0415
+
+            self._progress = Progress(console=Console(stderr=True), transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(self._description, total=total)
+        self._progress.update(self._task, completed=done)
+        if done >= total:
+            self._progress.stop()
 
 
 def progress_wanted() -> bool:

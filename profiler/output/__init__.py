@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from profiler.output.folded import write_folded
 from profiler.output.svg import write_svg
@@ -86,11 +87,15 @@ def _write_file(path: Path, data: bytes, owner: RunAs | None) -> None:
     descriptor = os.open(path, flags, 0o644)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(data)
-        if owner is not None:
-            try:
-                os.fchown(handle.fileno(), owner.uid, owner.gid)
-            except OSError:
-                pass
+        _give_to(handle.fileno(), owner)
+
+
+def _give_to(descriptor: int, owner: RunAs | None) -> None:
+    if owner is not None:
+        try:
+            os.fchown(descriptor, owner.uid, owner.gid)
+        except OSError:
+            pass
 
 
 def _write_fallback(path: Path, data: bytes, owner: RunAs | None) -> Path | None:
@@ -101,11 +106,7 @@ def _write_fallback(path: Path, data: bytes, owner: RunAs | None) -> Path | None
             continue
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
-            if owner is not None:
-                try:
-                    os.fchown(handle.fileno(), owner.uid, owner.gid)
-                except OSError:
-                    pass
+            _give_to(handle.fileno(), owner)
         os.chmod(name, 0o644)
         return Path(name)
     return None
