@@ -6,6 +6,8 @@ then shows the steady state a user sees from the second run on.
 """
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -111,3 +113,21 @@ def test_python_interpreter(jitprof, tmp_path):
     lines = read_folded(tmp_path / "out.folded")
     assert share(lines, lambda frames: has_chain(frames, ["__libc_start_main", "__libc_start_call_main"]) and "Py_BytesMain" in frames) >= 0.95
     assert share(lines, lambda frames: "_PyEval_EvalFrameDefault" in frames) >= 0.8
+
+
+def test_progress_bar_on_a_terminal_for_a_large_cold_table(tmp_path):
+    """python3.11 has ~10 k FDEs: with an empty cache its table build shows a
+    progress bar when jitprof runs on a terminal (script(1) provides one)."""
+    cache = tmp_path / "empty-cache"
+    command = (
+        f"JITPROF_CACHE_DIR={cache} {sys.executable} -m profiler -d 2 -o {tmp_path / 'out.folded'} "
+        "-- /usr/bin/python3 -c 'while True: pass'"
+    )
+    completed = subprocess.run(
+        ["script", "-qec", command, "/dev/null"], capture_output=True, timeout=120, cwd=tmp_path
+    )
+    text = completed.stdout.decode("utf-8", "replace")
+    assert "unwind table for /usr/bin/python3.11" in text
+    assert "100%" in text
+    assert "samples from 1 process" in text
+    assert (cache / "unwind").is_dir() and any((cache / "unwind").iterdir())
