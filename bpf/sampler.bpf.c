@@ -91,6 +91,14 @@ struct process_event {
     u32 parent_pid;
     u64 time_ns;
     char comm[TASK_COMM_LEN];
+    u64 address;  // EVENT_MAPS_CHANGED: the range that became executable
+    u64 length;
+};
+
+struct exec_mapping_call {
+    u64 address;  // mprotect: the range; mmap: known at exit
+    u64 length;
+    u8 is_mprotect;
 };
 
 BPF_HASH(followed, u32, u8, FOLLOWED_ENTRIES);
@@ -122,7 +130,7 @@ BPF_ARRAY(unwind_tables, struct unwind_table, UNWIND_TABLES);
 #endif
 
 // Threads inside an mmap/mprotect that asked for PROT_EXEC.
-BPF_HASH(exec_mapping_calls, u32, u8, 4096);
+BPF_HASH(exec_mapping_calls, u32, struct exec_mapping_call, 4096);
 
 static __always_inline void count(int index) {
     u64 *value = counters.lookup(&index);
@@ -394,7 +402,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     return 0;
 }
 
-static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 parent_pid) {
+static __always_inline void emit_process_event_range(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length) {
     struct process_event *ev = events.ringbuf_reserve(sizeof(struct process_event));
     if (!ev) {
         count(COUNTER_EVENTS_LOST);
@@ -405,8 +413,14 @@ static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 p
     ev->tid = tid;
     ev->parent_pid = parent_pid;
     ev->time_ns = bpf_ktime_get_ns();
+    ev->address = address;
+    ev->length = length;
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
     events.ringbuf_submit(ev, 0);
+}
+
+static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 parent_pid) {
+    emit_process_event_range(type, pid, tid, parent_pid, 0, 0);
 }
 
 TRACEPOINT_PROBE(sched, sched_process_fork) {
@@ -439,42 +453,90 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     return 0;
 }
 
-static __always_inline void note_exec_mapping_call(unsigned long prot) {
+static __always_inline void note_exec_mapping_call(unsigned long prot, u64 address, u64 length, u8 is_mprotect) {
     if (!(prot & PROT_EXEC_FLAG))
         return;
     u64 pid_tgid = bpf_get_current_pid_tgid();
     if (!is_followed(pid_tgid >> 32))
         return;
     u32 tid = (u32)pid_tgid;
-    u8 one = 1;
-    exec_mapping_calls.update(&tid, &one);
+    struct exec_mapping_call call = {.address = address, .length = length, .is_mprotect = is_mprotect};
+    exec_mapping_calls.update(&tid, &call);
 }
 
-static __always_inline void finish_exec_mapping_call(void) {
+// Number of significant bits of a value (0 for 0), without a clz instruction.
+static __always_inline int significant_bits(u64 value) {
+    int bits = 0;
+    if (value >> 32) { bits += 32; value >>= 32; }
+    if (value >> 16) { bits += 16; value >>= 16; }
+    if (value >> 8) { bits += 8; value >>= 8; }
+    if (value >> 4) { bits += 4; value >>= 4; }
+    if (value >> 2) { bits += 2; value >>= 2; }
+    if (value >> 1) { bits += 1; value >>= 1; }
+    return bits + (int)value;
+}
+
+// New executable memory is walkable at once: until user space has read
+// /proc/PID/maps (milliseconds later), one provisional prefix covering the
+// range (profiler/trie.py: covering_prefix) takes frame-pointer steps.
+static __always_inline void cover_new_exec_range(u32 tgid, u64 address, u64 length) {
+    if (length == 0 || length > MAX_PROVISIONAL_LENGTH)
+        return;
+    if (find_mapping(tgid, address))
+        return;
+    int bits = significant_bits(address ^ (address + length - 1));
+    if (bits >= 64)
+        return;
+    struct trie_key key = {};
+    key.prefixlen = 96 - bits;
+    key.pid_be = __builtin_bswap32(tgid);
+    key.address_be = __builtin_bswap64(address & ~((1ULL << bits) - 1));
+    struct mapping_info info = {.kind = MAPPING_JIT, .table_id = 0, .load_bias = 0};
+    mappings.update(&key, &info);
+}
+
+static __always_inline void finish_exec_mapping_call(long result) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
-    if (!exec_mapping_calls.lookup(&tid))
+    struct exec_mapping_call *call = exec_mapping_calls.lookup(&tid);
+    if (!call)
         return;
+    u64 address = call->is_mprotect ? call->address : (u64)result;
+    u64 length = call->length;
     exec_mapping_calls.delete(&tid);
-    emit_process_event(EVENT_MAPS_CHANGED, pid_tgid >> 32, tid, 0);
+    if (result < 0 && result > -4096)
+        return;  // the call failed: nothing changed
+    u32 tgid = pid_tgid >> 32;
+    cover_new_exec_range(tgid, address, length);
+    emit_process_event_range(EVENT_MAPS_CHANGED, tgid, tid, 0, address, length);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {
-    note_exec_mapping_call(args->prot);
+    note_exec_mapping_call(args->prot, 0, args->len, 0);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_mmap) {
-    finish_exec_mapping_call();
+    finish_exec_mapping_call(args->ret);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_mprotect) {
-    note_exec_mapping_call(args->prot);
+    note_exec_mapping_call(args->prot, args->start, args->len, 1);
     return 0;
 }
 
 TRACEPOINT_PROBE(syscalls, sys_exit_mprotect) {
-    finish_exec_mapping_call();
+    finish_exec_mapping_call(args->ret);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_pkey_mprotect) {
+    note_exec_mapping_call(args->prot, args->start, args->len, 1);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_pkey_mprotect) {
+    finish_exec_mapping_call(args->ret);
     return 0;
 }

@@ -96,7 +96,7 @@ def background():
     """Start processes that the test must not leave behind."""
     started: list[subprocess.Popen] = []
 
-    def start(*argv: str, **kwargs) -> subprocess.Popen:
+    def start(*argv: str, **kwargs) -> subprocess.Popen:  # noqa: ANN003
         process = subprocess.Popen(list(argv), **kwargs)
         started.append(process)
         return process

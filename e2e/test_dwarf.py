@@ -120,7 +120,7 @@ def test_progress_bar_on_a_terminal_for_a_large_cold_table(tmp_path):
     progress bar when jitprof runs on a terminal (script(1) provides one)."""
     cache = tmp_path / "empty-cache"
     command = (
-        f"JITPROF_CACHE_DIR={cache} {sys.executable} -m profiler -d 2 -o {tmp_path / 'out.folded'} "
+        f"JITPROF_CACHE_DIR={cache} {sys.executable} -m profiler -d 6 -o {tmp_path / 'out.folded'} "
         "-- /usr/bin/python3 -c 'while True: pass'"
     )
     completed = subprocess.run(

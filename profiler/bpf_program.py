@@ -12,7 +12,7 @@ from pathlib import Path
 from profiler import preflight
 from profiler.errors import JitprofError
 from profiler.events import COUNTER_COUNT, MAX_FRAMES, Counter, MalformedEvent, ProcessEvent, RawSample, decode_event
-from profiler.trie import TriePrefix
+from profiler.trie import MAX_PROVISIONAL_LENGTH, TriePrefix
 
 BPF_SOURCE = Path(__file__).resolve().parent.parent / "bpf" / "sampler.bpf.c"
 
@@ -59,6 +59,7 @@ class BpfProgram:
             f"-DKERNEL_STACK_ENTRIES={KERNEL_STACK_ENTRIES}",
             f"-DRINGBUF_PAGES={RINGBUF_PAGES}",
             f"-DFRAMES_PER_CALL={FRAMES_PER_CALL}",
+            f"-DMAX_PROVISIONAL_LENGTH={MAX_PROVISIONAL_LENGTH}ULL",
         ]
         if options.kernel_stacks:
             cflags.append("-DWITH_KERNEL_STACKS")

@@ -68,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-tui", action="store_true",
         help="plain output instead of the live view (the live view is not built yet: output is always plain)",
     )
+    parser.add_argument(
+        "--no-inject", action="store_true",
+        help="do not add NODE_OPTIONS=--perf-basic-prof --interpreted-frames-native-stack to a spawned command",
+    )
+    parser.add_argument(
+        "--keep-jit-files", action="store_true",
+        help="keep the perf maps that the injected flags made the program write (default: removed at the end)",
+    )
     parser.add_argument("--user", metavar="NAME", help="run the command as this user (default: the sudo caller)")
     parser.add_argument("--as-root", action="store_true", help="run the command as root even under sudo")
     return parser
@@ -108,6 +116,8 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         kernel_stacks=args.kernel,
         root_by_pid=args.by_pid,
         dwarf=not args.no_dwarf,
+        inject=not args.no_inject,
+        keep_jit_files=args.keep_jit_files,
         user=args.user,
         as_root=args.as_root,
     )

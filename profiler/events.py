@@ -72,6 +72,8 @@ class _RawProcessEvent(ctypes.Structure):
         ("parent_pid", ctypes.c_uint32),
         ("time_ns", ctypes.c_uint64),
         ("comm", ctypes.c_char * COMM_LEN),
+        ("address", ctypes.c_uint64),
+        ("length", ctypes.c_uint64),
     ]
 
 
@@ -98,6 +100,8 @@ class ProcessEvent:
     parent_pid: int
     time_ns: int
     comm: str
+    address: int = 0  # MAPS_CHANGED: the range that became executable
+    length: int = 0
 
 
 class MalformedEvent(ValueError):
@@ -140,5 +144,7 @@ def decode_event(data: int, size: int) -> RawSample | ProcessEvent:
             parent_pid=raw_process.parent_pid,
             time_ns=raw_process.time_ns,
             comm=raw_process.comm.decode("utf-8", "replace"),
+            address=raw_process.address,
+            length=raw_process.length,
         )
     raise MalformedEvent(f"event type {event_type}")

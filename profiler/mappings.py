@@ -45,9 +45,9 @@ class KnownMapping:
     @property
     def module_name(self) -> str:
         if self.entry.is_anonymous_exec:
-            return "[anon]"
+            return "[jit]"
         path = self.entry.path
-        return path.rsplit("/", 1)[-1] if path else "[anon]"
+        return path.rsplit("/", 1)[-1] if path else "[jit]"
 
 
 @dataclass
@@ -127,7 +127,9 @@ class MappingTracker:
             for space in self._spaces.get(pid, []):
                 self._uninstall(space)
 
-    def refresh(self, pid: int, now_ns: int) -> None:
+    def refresh(self, pid: int, now_ns: int, provisional: list[TriePrefix] | None = None) -> None:
+        """Bring pid's trie entries in line with /proc/PID/maps; provisional
+        prefixes the BPF program added for new executable memory go."""
         entries = [entry for entry in read_maps(pid) if entry.executable]
         with self._lock:
             spaces = self._spaces.get(pid)
@@ -139,14 +141,19 @@ class MappingTracker:
             removed = [space.current.pop(key) for key in gone]
             # New entries first: a file whose mapping only changed shape keeps
             # its unwind table live, and shared trie blocks are not dropped.
+            added = []
             for key, entry in seen.items():
                 if key not in space.current:
                     space.current[key] = self._install(pid, entry, now_ns)
-            if removed:
+                    added.append(space.current[key])
+            for mapping in added:
+                self._attach_file(pid, mapping)
+            if removed or provisional:
                 in_use = {prefix for mapping in space.current.values() for prefix in mapping.prefixes}
                 for mapping in removed:
                     self._remove(mapping, keep=in_use)
                     space.retired.append(mapping)
+                self._trie.remove_prefixes([prefix for prefix in provisional or [] if prefix not in in_use])
 
     def refresh_all(self, now_ns: int) -> None:
         with self._lock:
@@ -155,21 +162,31 @@ class MappingTracker:
             self.refresh(pid, now_ns)
 
     def _install(self, pid: int, entry: MapEntry, now_ns: int) -> KnownMapping:
-        image = self._image_for(pid, entry) if entry.is_file_backed else None
+        """Walkable at once (frame pointers); unwind table attached by _attach_file."""
         kind = MAPPING_JIT if entry.is_anonymous_exec else MAPPING_ELF
-        load_bias = 0
-        if image is not None:
-            vaddr = image.vaddr_for_file_offset(entry.offset)
-            if vaddr is not None:
-                load_bias = entry.start - vaddr
-        table_id = 0
-        if image is not None and self._unwind_tables is not None:
-            table_id = self._unwind_tables.acquire(image)
         prefixes = split_range(pid, entry.start, entry.end)
-        rejected = self._trie.add_prefixes(prefixes, kind, load_bias, table_id)
+        rejected = self._trie.add_prefixes(prefixes, kind, 0, 0)
         self.stats.trie_entries += len(prefixes) - rejected
         self.stats.trie_rejected += rejected
-        return KnownMapping(entry, prefixes, image, now_ns, table_id)
+        return KnownMapping(entry, prefixes, None, now_ns)
+
+    def _attach_file(self, pid: int, mapping: KnownMapping) -> None:
+        """Open the mapped ELF file (slow for a large binary) and give the
+        mapping its load bias and unwind table."""
+        entry = mapping.entry
+        if not entry.is_file_backed:
+            return
+        image = self._image_for(pid, entry)
+        if image is None:
+            return
+        mapping.image = image
+        load_bias = 0
+        vaddr = image.vaddr_for_file_offset(entry.offset)
+        if vaddr is not None:
+            load_bias = entry.start - vaddr
+        if self._unwind_tables is not None:
+            mapping.table_id = self._unwind_tables.acquire(image)
+            self._trie.add_prefixes(mapping.prefixes, MAPPING_ELF, load_bias, mapping.table_id)
 
     def _remove(self, mapping: KnownMapping, keep: set[TriePrefix] | None = None) -> None:
         stale = [prefix for prefix in mapping.prefixes if keep is None or prefix not in keep]

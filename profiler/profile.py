@@ -24,6 +24,8 @@ class Frame:
     kind: FrameKind
     file: str = ""
     line: int = 0
+    column: int = 0
+    tier: str = ""  # for JIT code: interpreted, baseline, maglev, turbofan, builtin, ...
 
     @property
     def symbolized(self) -> bool:

@@ -14,13 +14,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiler import preflight
+from profiler import preflight, runtimes
 from profiler.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
 from profiler.errors import JitprofError
 from profiler.events import EventType, ProcessEvent, RawSample, WalkEnd
+from profiler.jit_symbols import PerfMapSymbols
 from profiler.mappings import MappingTracker
 from profiler.output import OutputRequest, WrittenOutput, write_outputs
-from profiler.profile import Profile, RunInfo
+from profiler.perfmap import candidate_paths, remove_perf_map
+from profiler.profile import FrameKind, Profile, RunInfo
 from profiler.symbolize import Symbolizer
 from profiler.targets import (
     SpawnedCommand,
@@ -32,6 +34,7 @@ from profiler.targets import (
     thread_group_id,
     validate_attach_pids,
 )
+from profiler.trie import TriePrefix, covering_prefix
 from profiler.unwind_tables import UnwindTableStore, progress_wanted
 
 POLL_MS = 100
@@ -49,6 +52,8 @@ class RecordingOptions:
     kernel_stacks: bool = False
     root_by_pid: bool = False
     dwarf: bool = True
+    inject: bool = True  # add the runtimes' JIT-symbol flags to a spawned command
+    keep_jit_files: bool = False
     user: str | None = None
     as_root: bool = False
 
@@ -85,6 +90,8 @@ class Recording:
             RunInfo(list(options.command), list(options.pids), options.frequency_hz, root_by_pid=options.root_by_pid)
         )
         self._program: BpfProgram | None = None
+        self._perf_maps: PerfMapSymbols | None = None
+        self._run_as_uid: int | None = None
         self._unwind_tables: UnwindTableStore | None = None
         self._tracker: MappingTracker | None = None
         self._symbolizer: Symbolizer | None = None
@@ -92,7 +99,8 @@ class Recording:
         self._child_status: int | None = None
         self._live: set[int] = set()
         self._seen_processes: set[int] = set()
-        self._pending_refresh: set[int] = set()
+        # pid -> provisional trie prefixes to drop once its maps are read
+        self._pending_refresh: dict[int, list[TriePrefix]] = {}
         self._stop_signal: int | None = None
         self._awaiting_exec: set[int] = set()  # spawned, still jitprof's own code
 
@@ -116,12 +124,15 @@ class Recording:
             )
             self._unwind_tables.start()
         self._tracker = MappingTracker(program, self._unwind_tables)
+        self._perf_maps = PerfMapSymbols(default_owner_uid=run_as.uid if run_as is not None else None)
+        self._run_as_uid = run_as.uid if run_as is not None else None
         self._symbolizer = Symbolizer(
             self.profile,
             self._tracker,
             kernel_stack=program.kernel_stack if self.options.kernel_stacks else None,
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
         )
+        self._symbolizer.sources.append(self._perf_maps)
         program.on_event(self._handle_event)
         # Signals only set a flag: an exception raised inside BCC's ring-buffer
         # callback would be swallowed by ctypes.
@@ -146,6 +157,9 @@ class Recording:
         finally:
             if self._child is not None:
                 self._child.abandon()
+            if self._perf_maps is not None:
+                self._perf_maps.close()
+                self._remove_jit_files()
             if self._unwind_tables is not None:
                 self._unwind_tables.stop()
                 skipped = self._unwind_tables.stats.skipped_at_exit
@@ -165,7 +179,8 @@ class Recording:
         assert self._tracker is not None
         now = time.monotonic_ns()
         if self.options.command:
-            child = spawn_stopped(self.options.command, run_as, self.environ)
+            environment = runtimes.inject_environment(self.environ) if self.options.inject else self.environ
+            child = spawn_stopped(self.options.command, run_as, environment)
             self._child = child
             self.profile.info.pids = [child.pid]
             self._awaiting_exec.add(child.pid)
@@ -180,6 +195,7 @@ class Recording:
             return
         for pid in self.options.pids:
             self._add_process(pid, now)
+            self._warn_if_jit_unnamed(pid)
         program.attach()
         gone = [pid for pid in self.options.pids if not process_alive(pid)]
         for pid in gone:
@@ -196,6 +212,8 @@ class Recording:
         self._live.add(pid)
         self._seen_processes.add(pid)
         self._tracker.add_process(pid, now_ns, parent, read_maps_now)
+        if read_maps_now and self._perf_maps is not None:
+            self._perf_maps.watch(pid)
 
     def _sample_loop(self, program: BpfProgram) -> None:
         assert self._tracker is not None
@@ -205,8 +223,8 @@ class Recording:
             program.poll(POLL_MS)
             now = time.monotonic()
             if self._pending_refresh:
-                for pid in self._pending_refresh:
-                    self._tracker.refresh(pid, time.monotonic_ns())
+                for pid, provisional in self._pending_refresh.items():
+                    self._tracker.refresh(pid, time.monotonic_ns(), provisional)
                 self._pending_refresh.clear()
             if now >= next_rescan:
                 self._tracker.refresh_all(time.monotonic_ns())
@@ -238,7 +256,10 @@ class Recording:
                 self._symbolizer.submit(event)
             return
         if event.event_type is EventType.MAPS_CHANGED:
-            self._pending_refresh.add(event.pid)
+            provisional = self._pending_refresh.setdefault(event.pid, [])
+            prefix = covering_prefix(event.pid, event.address, event.length)
+            if prefix is not None:
+                provisional.append(prefix)
         elif event.event_type is EventType.FORK:
             tgid = thread_group_id(event.pid)
             if tgid is not None and tgid != event.pid:
@@ -249,6 +270,8 @@ class Recording:
         elif event.event_type is EventType.EXEC:
             self._awaiting_exec.discard(event.pid)
             self._tracker.process_exec(event.pid, event.time_ns)
+            if self._perf_maps is not None:
+                self._perf_maps.watch(event.pid)
         elif event.event_type is EventType.EXIT and event.tid == event.pid:
             self._live.discard(event.pid)
             self._program.unfollow(event.pid)
@@ -282,8 +305,66 @@ class Recording:
             outputs=written,
         )
 
+    def _warn_if_jit_unnamed(self, pid: int) -> None:
+        """Attaching to a runtime that cannot name its JIT code: say so, with the fix."""
+        runtime = runtimes.identify(pid)
+        if runtime is not runtimes.NODE:
+            return
+        has_map = any(os.path.exists(path) for path in candidate_paths(pid))
+        if has_map or runtimes.node_flags_active(pid):
+            return
+        print(
+            f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as addresses; "
+            f"{runtime.fix}",
+            file=sys.stderr,
+        )
+
+    def _report_jit(self) -> None:
+        assert self._perf_maps is not None
+        for report in self._perf_maps.reports():
+            if report.refused:
+                print(f"jitprof: warning: not reading the perf map of pid {report.pid}: {report.refused}", file=sys.stderr)
+            if report.skipped_lines:
+                print(
+                    f"jitprof: warning: skipped {report.skipped_lines:,} malformed lines in {report.path}", file=sys.stderr
+                )
+            if report.truncated:
+                print(f"jitprof: warning: stopped reading {report.path} at its size limit", file=sys.stderr)
+        # Samples in JIT code nobody named: one hint per process, naming the runtime.
+        unnamed: dict[int, int] = {}
+        for sample in self.profile.samples:
+            for frame_id in sample.frame_ids:
+                frame = self.profile.frames[frame_id]
+                if frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]":
+                    unnamed[sample.pid] = unnamed.get(sample.pid, 0) + 1
+                    break
+        for pid, count in sorted(unnamed.items()):
+            if self._perf_maps.has_map(pid):
+                continue
+            runtime = runtimes.identify(pid) or runtimes.UNKNOWN
+            print(
+                f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "
+                f"for {runtime.name}: {runtime.fix}",
+                file=sys.stderr,
+            )
+
+    def _remove_jit_files(self) -> None:
+        """Perf maps exist because jitprof asked for them: remove them."""
+        if not self.options.command or not self.options.inject or self.options.keep_jit_files:
+            return
+        if self._run_as_uid is None:
+            return
+        for pid in sorted(self._seen_processes):
+            for path in (f"/proc/{pid}/root/tmp/perf-{pid}.map", f"/tmp/perf-{pid}.map"):
+                remove_perf_map(path, self._run_as_uid)
+        if self._perf_maps is not None:
+            for report in self._perf_maps.reports():
+                if report.path:
+                    remove_perf_map(report.path, self._run_as_uid)
+
     def _report_problems(self, summary: Summary) -> None:
         assert self._tracker is not None and self._symbolizer is not None
+        self._report_jit()
         for output in summary.outputs:
             if output.error:
                 where = f"wrote {output.written} instead" if output.written else "and no fallback was writable"

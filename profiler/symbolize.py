@@ -19,6 +19,7 @@ from profiler.mappings import KnownMapping, MappingTracker
 from profiler.profile import Frame, FrameKind, Profile, Sample
 
 KERNEL_SUFFIX_MODULE = "[kernel]"
+V8_EMBEDDED_BUILTIN = "Builtins_"
 
 
 class SymbolSource(Protocol):
@@ -43,6 +44,8 @@ class ElfSymbols:
             return None
         if hit is None:
             return None
+        if hit.name.startswith(V8_EMBEDDED_BUILTIN):  # V8 builtins in node's own text
+            return Frame(f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN):]}", mapping.module_name, FrameKind.NATIVE, tier="builtin")
         return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)
 
 
@@ -114,6 +117,10 @@ class Symbolizer:
         # A caller's address is a return address: the call is the byte before.
         lookup_address = address - 1 if caller else address
         found = self._tracker.find(pid, time_ns, lookup_address)
+        if found.mapping is not None and found.mapping.entry.is_anonymous_exec:
+            # JIT code: addresses are reused, so no memo here; the perf-map
+            # source memoises per code object instead.
+            return self._profile.intern(self._name(pid, found.mapping, lookup_address))
         key = _MemoKey(pid, found.generation, lookup_address)
         frame_id = self._memo.get(key)
         if frame_id is None:

@@ -45,3 +45,17 @@ def split_range(pid: int, start: int, end: int) -> list[TriePrefix]:
         prefixes.append(TriePrefix(pid, cursor, FULL_PREFIX - size_bits))
         cursor += 1 << size_bits
     return prefixes
+
+
+MAX_PROVISIONAL_LENGTH = 1 << 30
+
+
+def covering_prefix(pid: int, start: int, length: int) -> TriePrefix | None:
+    """The one aligned block the BPF program covers a new executable range
+    with (bpf/sampler.bpf.c: cover_new_exec_range), so user space can remove it."""
+    if length <= 0 or length > MAX_PROVISIONAL_LENGTH:
+        return None
+    bits = (start ^ (start + length - 1)).bit_length()
+    if bits >= ADDRESS_BITS:
+        return None
+    return TriePrefix(pid, start & ~((1 << bits) - 1), FULL_PREFIX - bits)

@@ -139,8 +139,33 @@ def _row_from_decoded(pc: int, decoded: dict) -> UnwindRow:
     return UnwindRow(pc, CfaType.UNSUPPORTED)
 
 
-def compile_table(handle: BinaryIO, progress: Callable[[int, int], None] | None = None) -> UnwindTable:
-    """Rows for every FDE of an ELF file, sorted, gaps marked, repeats merged."""
+def fde_count_hint(handle: BinaryIO) -> int:
+    """The FDE count from .eh_frame_hdr (cheap, before the slow parse); 0 if unknown."""
+    try:
+        handle.seek(0)
+        section = ELFFile(handle).get_section_by_name(".eh_frame_hdr")
+        if section is None:
+            return 0
+        header = section.data()[:12]
+        # version 1, eh_frame_ptr and fde_count as 4-byte values (DW_EH_PE_*data4).
+        if len(header) < 12 or header[0] != 1 or header[1] & 0x0F not in (0x03, 0x0B) or header[2] & 0x0F not in (0x03, 0x0B):
+            return 0
+        return struct.unpack_from("<I", header, 8)[0]
+    except (ELFError, ValueError, struct.error, OSError):
+        return 0
+
+
+class BuildCancelled(Exception):
+    pass
+
+
+def compile_table(
+    handle: BinaryIO,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> UnwindTable:
+    """Rows for every FDE of an ELF file, sorted, gaps marked, repeats merged.
+    Raises BuildCancelled when cancelled() turns true (checked as it goes)."""
     handle.seek(0)
     try:
         elf = ELFFile(handle)
@@ -161,8 +186,11 @@ def compile_table(handle: BinaryIO, progress: Callable[[int, int], None] | None 
     # (pc, is_gap, row): at one address a real row beats a gap marker.
     placed: list[tuple[int, int, UnwindRow]] = []
     for number, fde in enumerate(fdes):
-        if progress is not None and number % 2000 == 0:
-            progress(number, len(fdes))
+        if number % 500 == 0:
+            if cancelled is not None and cancelled():
+                raise BuildCancelled()
+            if progress is not None and number % 2000 == 0:
+                progress(number, len(fdes))
         start = fde.header["initial_location"]
         end = start + fde.header["address_range"]
         if end > MAX_ROW_PC or end <= start:

@@ -9,7 +9,10 @@ frames in a file whose table is not live yet take frame-pointer steps.
 from __future__ import annotations
 
 import mmap
+import os
 import queue
+import select
+import subprocess
 import sys
 import threading
 import time
@@ -22,6 +25,7 @@ from profiler.elf import ElfImage
 
 PROGRESS_FDE_THRESHOLD = 10000  # show a progress bar for files this large
 FINISH_GRACE_S = 3.0  # after the run, keep building queued tables this long (for the cache)
+LARGE_FILE_BYTES = 16 << 20  # built on a lane of their own, so they never hold up libc
 
 
 @dataclass
@@ -65,24 +69,30 @@ class UnwindTableStore:
         self._by_id: dict[int, _Table] = {}
         self._free_ids = list(range(max_tables - 1, 0, -1))  # id 0 means "no table"
         self._free_extents: list[tuple[int, int]] = [(0, capacity_rows)]
-        # Smallest files first: their tables go live in milliseconds, while a
-        # large binary (node: ~30 s cold) is built last.
-        self._queue: queue.PriorityQueue[tuple[int, int, _Table | None]] = queue.PriorityQueue()
+        # Two lanes, smallest files first in each: libraries go live in
+        # milliseconds while a large binary (node: ~25 s cold) builds beside them.
+        self._lanes: list[queue.PriorityQueue[tuple[int, int, _Table | None]]] = [queue.PriorityQueue(), queue.PriorityQueue()]
         self._sequence = 0
         self._finish_by: float | None = None
-        self._thread = threading.Thread(target=self._run, name="jitprof-unwind", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, args=(lane,), name=f"jitprof-unwind-{index}", daemon=True)
+            for index, lane in enumerate(self._lanes)
+        ]
         self.stats = TableStats(rows_capacity=capacity_rows)
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def stop(self) -> None:
         """Finish queued builds for a few seconds (so the next run finds them
         cached), then stop."""
         self._finish_by = time.monotonic() + FINISH_GRACE_S
-        self._queue.put((1 << 62, 0, None))
-        if self._thread.is_alive():
-            self._thread.join()
+        for lane in self._lanes:
+            lane.put((1 << 62, 0, None))
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join()
 
     # Main thread -----------------------------------------------------------
 
@@ -100,7 +110,8 @@ class UnwindTableStore:
             self._by_id[table.table_id] = table
             self._sequence += 1
             sequence = self._sequence
-        self._queue.put((image.size, sequence, table))
+        lane = self._lanes[1 if image.size >= LARGE_FILE_BYTES else 0]
+        lane.put((image.size, sequence, table))
         return table.table_id
 
     def release(self, table_id: int) -> None:
@@ -125,9 +136,9 @@ class UnwindTableStore:
 
     # Builder thread -------------------------------------------------------
 
-    def _run(self) -> None:
+    def _run(self, lane: queue.PriorityQueue[tuple[int, int, _Table | None]]) -> None:
         while True:
-            _size, _sequence, table = self._queue.get()
+            _size, _sequence, table = lane.get()
             if table is None:
                 return
             if self._finish_by is not None and time.monotonic() > self._finish_by:
@@ -137,6 +148,9 @@ class UnwindTableStore:
             # cache then serves the next run.
             try:
                 packed = self._rows_for(table.image)
+            except unwind.BuildCancelled:
+                self.stats.skipped_at_exit += 1
+                continue
             except Exception as error:  # noqa: BLE001  (a bad file must not stop the others)
                 self.stats.failed[table.image.path] = f"{type(error).__name__}: {error}"
                 continue
@@ -148,19 +162,48 @@ class UnwindTableStore:
             self.stats.loaded_from_cache += 1
             return packed
         started = time.monotonic()
-        # Our own file description: the symbolizer thread reads the same file.
-        with open(f"/proc/self/fd/{image.handle.fileno()}", "rb") as handle:
-            table = unwind.compile_table(handle, self._progress_reporter(image))
-        packed = table.pack()
-        unwind.store_cached(image.cache_key, packed)
+        self._build_in_child(image)
+        packed = unwind.load_cached(image.cache_key)
+        if packed is None:
+            raise unwind.BuildCancelled()
         self.stats.built_cold += 1
         self.stats.build_seconds += time.monotonic() - started
         return packed
 
-    def _progress_reporter(self, image: ElfImage) -> Callable[[int, int], None] | None:
-        if not self._show_progress:
-            return None
-        return _ProgressBar(f"unwind table for {image.path}").report
+    def _build_in_child(self, image: ElfImage) -> None:
+        """Run profiler.unwind_worker on the file; stop it at the deadline."""
+        # Our own file description of the mapped file, handed down by number.
+        with open(f"/proc/self/fd/{image.handle.fileno()}", "rb") as handle:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "profiler.unwind_worker", str(handle.fileno()), image.cache_key],
+                pass_fds=(handle.fileno(),),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        bar = _ProgressBar(f"unwind table for {image.path}") if self._show_progress else None
+        assert worker.stdout is not None
+        output = worker.stdout.fileno()
+        pending = b""
+        while worker.poll() is None:
+            if self._past_deadline():
+                worker.kill()
+                worker.wait()
+                worker.stdout.close()
+                raise unwind.BuildCancelled()
+            ready, _, _ = select.select([output], [], [], 0.2)
+            if ready:
+                lines = (pending + os.read(output, 65536)).split(b"\n")
+                pending = lines.pop()  # a line is not always written in one piece
+                for line in lines:
+                    fields = line.split()
+                    if bar is not None and len(fields) == 2 and all(field.isdigit() for field in fields):
+                        bar.report(int(fields[0]), int(fields[1]))
+        worker.stdout.close()
+        if bar is not None:
+            bar.finish()
+
+    def _past_deadline(self) -> bool:
+        return self._finish_by is not None and time.monotonic() > self._finish_by
 
     def _install(self, table: _Table, packed: bytes) -> None:
         count = len(packed) // unwind.ROW_SIZE
@@ -222,8 +265,12 @@ class _ProgressBar:
             self._progress.start()
             self._task = self._progress.add_task(self._description, total=total)
         self._progress.update(self._task, completed=done)
-        if done >= total:
+
+    def finish(self) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self._progress.tasks[0].total)
             self._progress.stop()
+            self._progress = None
 
 
 def progress_wanted() -> bool:

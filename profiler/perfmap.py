@@ -1,0 +1,209 @@
+"""Perf maps (/tmp/perf-PID.map): JIT code names, read as the file grows.
+
+The file is written by the target, so to a root process it is hostile: it
+is opened without following a final symlink, must be a regular file owned by
+the target's user, is capped in size, and every line is validated (a bad
+line is skipped and counted, never the file).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+
+MAX_FILE_BYTES = 1 << 30  # a perf map beyond 1 GiB is refused (or no longer read)
+MAX_LINE_BYTES = 16 << 10
+MAX_ENTRY_SIZE = 256 << 20  # no JIT function is 256 MiB
+READ_CHUNK = 4 << 20
+_LINE = re.compile(rb"^(?:0x)?([0-9a-fA-F]{1,16}) (?:0x)?([0-9a-fA-F]{1,16}) (.+)$")
+
+
+class PerfMapRefused(Exception):
+    """The file exists but is not one we may read; the message says why."""
+
+
+@dataclass(frozen=True)
+class PerfMapEntry:
+    start: int
+    size: int
+    name: str
+    sequence: int  # order of appearance: a later entry replaces what it overlaps
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+@dataclass
+class PerfMapIndex:
+    """Entries by address; code written later over the same addresses wins."""
+
+    _starts: list[int] = field(default_factory=list)
+    _entries: list[PerfMapEntry] = field(default_factory=list)
+
+    def add(self, entry: PerfMapEntry) -> None:
+        position = bisect.bisect_left(self._starts, entry.start)
+        # Drop the entries the new one overlaps: the address was reused.
+        low = position
+        while low > 0 and self._entries[low - 1].end > entry.start:
+            low -= 1
+        high = position
+        while high < len(self._entries) and self._entries[high].start < entry.end:
+            high += 1
+        self._starts[low:high] = [entry.start]
+        self._entries[low:high] = [entry]
+
+    def lookup(self, address: int) -> PerfMapEntry | None:
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index >= 0 and address < self._entries[index].end:
+            return self._entries[index]
+        return None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@dataclass
+class PerfMapFile:
+    """One open perf map, tailed incrementally."""
+
+    path: str
+    descriptor: int
+    device: int
+    inode: int
+    index: PerfMapIndex = field(default_factory=PerfMapIndex)
+    offset: int = 0
+    skipped_lines: int = 0
+    truncated: bool = False  # stopped reading at the size cap
+    _pending: bytes = b""
+    _discarding: bool = False  # inside an over-long line
+    _sequence: int = 0
+
+    def tail(self) -> int:
+        """Read what was appended since the last call; returns new entries."""
+        added = 0
+        while not self.truncated:
+            if self.offset >= MAX_FILE_BYTES:
+                self.truncated = True
+                break
+            try:
+                chunk = os.pread(self.descriptor, min(READ_CHUNK, MAX_FILE_BYTES - self.offset), self.offset)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.offset += len(chunk)
+            added += self._feed(chunk)
+            if len(chunk) < READ_CHUNK:
+                break
+        return added
+
+    def _feed(self, chunk: bytes) -> int:
+        data = self._pending + chunk
+        lines = data.split(b"\n")
+        self._pending = lines.pop()
+        added = 0
+        for line in lines:
+            if self._discarding:
+                self._discarding = False  # the rest of an over-long line
+                continue
+            if self._add_line(line):
+                added += 1
+        if len(self._pending) > MAX_LINE_BYTES:
+            self._pending = b""
+            self._discarding = True
+            self.skipped_lines += 1
+        return added
+
+    def _add_line(self, line: bytes) -> bool:
+        if not line:
+            return False
+        match = _LINE.match(line.rstrip(b"\r"))
+        if match is None or len(line) > MAX_LINE_BYTES:
+            self.skipped_lines += 1
+            return False
+        start, size = int(match.group(1), 16), int(match.group(2), 16)
+        if size == 0 or size > MAX_ENTRY_SIZE or start + size > 1 << 64:
+            self.skipped_lines += 1
+            return False
+        name = match.group(3).decode("utf-8", "replace")
+        self._sequence += 1
+        self.index.add(PerfMapEntry(start, size, name, self._sequence))
+        return True
+
+    def close(self) -> None:
+        try:
+            os.close(self.descriptor)
+        except OSError:
+            pass
+
+
+def namespace_pid(pid: int) -> int:
+    """The pid as the process itself sees it (innermost pid namespace)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("NStgid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return pid
+
+
+def process_uid(pid: int) -> int | None:
+    """The effective uid of a live process."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    return int(line.split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def candidate_paths(pid: int) -> list[str]:
+    """Through the process's root (containers), then the host's /tmp."""
+    return [f"/proc/{pid}/root/tmp/perf-{namespace_pid(pid)}.map", f"/tmp/perf-{pid}.map"]
+
+
+def open_perf_map(path: str, owner_uid: int | None) -> PerfMapFile | None:
+    """None if there is no such file; PerfMapRefused if it is not safe to read."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno == 40:  # ELOOP: the path is a symlink
+            raise PerfMapRefused(f"{path} is a symbolic link") from error
+        raise PerfMapRefused(f"{path}: {error.strerror}") from error
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise PerfMapRefused(f"{path} is not a regular file")
+        if owner_uid is not None and info.st_uid != owner_uid:
+            raise PerfMapRefused(f"{path} belongs to uid {info.st_uid}, not the process's uid {owner_uid}")
+        if info.st_size > MAX_FILE_BYTES:
+            raise PerfMapRefused(f"{path} is {info.st_size:,} bytes, over the {MAX_FILE_BYTES:,} byte limit")
+    except PerfMapRefused:
+        os.close(descriptor)
+        raise
+    return PerfMapFile(path, descriptor, info.st_dev, info.st_ino)
+
+
+def remove_perf_map(path: str, owner_uid: int) -> bool:
+    """Delete a perf map jitprof caused to be written, if it is still that."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != owner_uid:
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,71 @@
+"""JIT runtimes: the flags jitprof injects when it spawns a command, how a
+running process's runtime is recognised, and what to tell its user."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass
+
+NODE_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
+NODE_NAMES = ("node", "nodejs", "nsolid", "bun")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str  # "Node.js"
+    fix: str  # how to make it describe its JIT code
+
+
+NODE = Runtime("Node.js", f'restart it with NODE_OPTIONS="{" ".join(NODE_FLAGS)}" (or start it with jitprof -- node ...)')
+JAVA = Runtime("the JVM", "start it with -XX:+PreserveFramePointer and write a perf map with `jcmd PID Compiler.perfmap`")
+UNKNOWN = Runtime("this runtime", "make it write /tmp/perf-PID.map (its perf-map or jitdump option)")
+
+
+def merge_node_options(existing: str | None) -> str:
+    """NODE_OPTIONS with the perf-map flags added once, the user's kept as written."""
+    text = existing or ""
+    try:
+        present = set(shlex.split(text))
+    except ValueError:  # unbalanced quotes: node would reject it anyway
+        present = set(text.split())
+    missing = [flag for flag in NODE_FLAGS if flag not in present]
+    return " ".join(part for part in (text.strip(), *missing) if part)
+
+
+def inject_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The environment for a spawned command: inherited by every child, so
+    `npm test`, npx and shell scripts that end up in node get the flags too."""
+    injected = dict(environ)
+    injected["NODE_OPTIONS"] = merge_node_options(environ.get("NODE_OPTIONS"))
+    return injected
+
+
+def identify(pid: int) -> Runtime | None:
+    """The JIT runtime of a live process, from its executable's name."""
+    try:
+        executable = os.path.basename(os.readlink(f"/proc/{pid}/exe")).removesuffix(" (deleted)")
+    except OSError:
+        return None
+    if executable in NODE_NAMES or executable.startswith("node"):
+        return NODE
+    if executable == "java":
+        return JAVA
+    return None
+
+
+def node_flags_active(pid: int) -> bool:
+    """Did this node get --perf-basic-prof (on its command line or in NODE_OPTIONS)?"""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            arguments = handle.read().split(b"\0")
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environment = handle.read().split(b"\0")
+    except OSError:
+        return False
+    if any(argument.startswith(b"--perf-basic-prof") for argument in arguments):
+        return True
+    for variable in environment:
+        if variable.startswith(b"NODE_OPTIONS=") and b"--perf-basic-prof" in variable:
+            return True
+    return False
