@@ -13,7 +13,7 @@ fixtures:
 	@$(MAKE) -s -C fixtures
 
 demo: setup
-	$(JITPROF) -F 99 -o demo.svg -o demo.folded -- fixtures/build/chain 3
+	$(JITPROF) -F 99 -o demo.svg -o demo.folded -- node fixtures/js/demo.js 5
 	@echo "open demo.svg in a browser"
 
 test: setup

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiler import elf, symcache, unwind
+from profiler.perfmap import open_perf_map
+from profiler.runtimes import merge_node_options
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "build"
@@ -25,6 +27,8 @@ DWARF_CASES = FIXTURES / "dwarf_cases"
 ROUNDS = "800"
 JITPROF = [sys.executable, "-m", "profiler"]
 NODE = Path("/usr/bin/node")
+JS_WORKLOAD = ROOT / "fixtures" / "js" / "workload.js"
+JS_ROUNDS = "150"
 
 
 @dataclass(frozen=True)
@@ -50,10 +54,12 @@ class Completeness:
     data_bytes: int
 
 
-def run_workload(prefix: list[str], workdir: Path) -> WorkloadRun:
+def run_workload(prefix: list[str], workdir: Path, command: list[str] | None = None, env: dict[str, str] | None = None) -> WorkloadRun:
     launched_ns = time.time_ns()
     started = time.monotonic()
-    completed = subprocess.run([*prefix, str(WORKLOAD), ROUNDS], cwd=workdir, capture_output=True, text=True, check=True)
+    completed = subprocess.run(
+        [*prefix, *(command or [str(WORKLOAD), ROUNDS])], cwd=workdir, capture_output=True, text=True, check=True, env=env
+    )
     wall = time.monotonic() - started
     fields = dict(item.split("=") for item in completed.stdout.split())
     return WorkloadRun(
@@ -108,6 +114,66 @@ def sampling_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
         "",
     ]
     return lines
+
+
+def node_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
+    command = ["node", str(JS_WORKLOAD), JS_ROUNDS]
+    plain = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
+    flagged = dict(plain, NODE_OPTIONS=merge_node_options(None))
+    setups: dict[str, tuple[list[str], dict[str, str]]] = {
+        "node alone": ([], plain),
+        "node with the perf-map flags": ([], flagged),
+        "jitprof -F 99 (injects the flags)": ([*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain),
+    }
+    if perf:
+        setups["perf record -F 99 -g, with the flags"] = ([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
+    results: dict[str, list[WorkloadRun]] = {name: [] for name in setups}
+    run_workload(setups["jitprof -F 99 (injects the flags)"][0], workdir, command, plain)
+    for repeat in range(repeats):
+        for name, (prefix, env) in setups.items():
+            results[name].append(run_workload(prefix, workdir, command, env))
+        print(f"bench: node cost, round {repeat + 1}/{repeats}", file=sys.stderr)
+    for leftover in workdir.glob("perf-*.map"):
+        leftover.unlink()
+    alone = statistics.median(run.elapsed_s for run in results["node alone"])
+    lines = [
+        "## Cost of profiling a CPU-bound Node.js program",
+        "",
+        f"`node fixtures/js/workload.js {JS_ROUNDS}` (system Node, {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()}); "
+        f"the flags' own cost is separate from sampling's. Medians of {repeats} interleaved runs.",
+        "",
+        "| setup | workload time (s) | vs node alone |",
+        "| --- | --- | --- |",
+    ]
+    for name, runs in results.items():
+        elapsed = statistics.median(run.elapsed_s for run in runs)
+        lines.append(f"| {name} | {elapsed:.3f} | {100 * (elapsed / alone - 1):+.2f} % |")
+    lines += ["", "Target: ≤ 3 % in total at 99 Hz.", ""]
+    return lines
+
+
+def perf_map_tailing(workdir: Path) -> list[str]:
+    """Throughput of reading a large perf map (as a busy Node service writes)."""
+    path = workdir / "perf-bench.map"
+    with open(path, "w") as handle:
+        for index in range(300_000):
+            handle.write(f"{0x7f0000000000 + index * 0x400:x} 3a0 JS:*handler{index % 5000} /srv/app/lib/module{index % 300}.js:{index % 900}:7\n")
+    size = path.stat().st_size
+    perf_map = open_perf_map(str(path), os.getuid())
+    assert perf_map is not None
+    started = time.monotonic()
+    entries = perf_map.tail()
+    elapsed = time.monotonic() - started
+    perf_map.close()
+    path.unlink()
+    return [
+        "## Perf-map tailing",
+        "",
+        f"Reading a {size / 2**20:.0f} MiB perf map of {entries:,} entries: {elapsed:.2f} s "
+        f"({size / 2**20 / elapsed:.0f} MiB/s, {entries / elapsed / 1000:.0f} k entries/s). A live map is read "
+        "incrementally, so each poll reads only what was appended.",
+        "",
+    ]
 
 
 def _bpf_fdinfo(pid: int) -> list[dict[str, str]]:
@@ -261,6 +327,8 @@ def main() -> int:
             "",
         ]
         report += sampling_cost(args.repeats, perf, workdir)
+        report += node_cost(max(args.repeats - 2, 3), perf, workdir)
+        report += perf_map_tailing(workdir)
         report += kernel_costs(workdir)
         report += completeness(perf, workdir)
         report += table_build(workdir / "table-cache")

@@ -44,11 +44,11 @@ def no_stray_perf_maps(pids: set[str]) -> None:
 @pytest.mark.parametrize("major", ["20", "22", "24", "26"])
 def test_js_chain_named_and_connected(jitprof, tmp_path, major):
     node = node_binary(major)
-    run = jitprof("--by-pid", "-o", "out.folded", "--", str(node), str(JS / "chain.js"), "5")
+    run = jitprof("--by-pid", "-o", "out.folded", "--", str(node), str(JS / "chain.js"), "8")
     assert run.returncode == 0, run.stderr
     lines = read_folded(tmp_path / "out.folded")
     samples = total(lines)
-    assert samples >= 400  # 5 s: start-up (OpenSSL, bootstrap) stays under 5 %
+    assert samples >= 400  # 8 s of a CPU, less when a cold unwind-table build shares the machine
     named = sum(line.count for line in lines if js_chain(line.frames))
     assert named / samples >= 0.95, [line for line in lines if not js_chain(line.frames)][:5]
     # ... connected to node's own frames, down to its start.
@@ -58,6 +58,9 @@ def test_js_chain_named_and_connected(jitprof, tmp_path, major):
     )
     assert connected / samples >= 0.95
     assert not any(frame.startswith("[unknown] ([jit])") for line in lines for frame in line.frames)
+    # V8's entry builtin is named, from node's text (20) or the perf map (22+).
+    via_builtin = sum(line.count for line in lines if any(frame.startswith("[builtin] JSEntry") for frame in line.frames))
+    assert via_builtin / samples >= 0.9
     no_stray_perf_maps({line.frames[0].rsplit("-", 1)[1] for line in lines})
 
 
@@ -99,7 +102,7 @@ def test_worker_thread_and_child_process(jitprof, tmp_path):
     roots: dict[str, set[str]] = {}
     for function in ("mainThreadWork", "workerThreadWork", "childProcessWork"):
         hits = [line for line in lines if any(frame.startswith(f"{function} workers.js:") for frame in line.frames)]
-        assert sum(line.count for line in hits) >= 100, function  # about 2 s of a CPU each
+        assert sum(line.count for line in hits) >= 60, function  # up to 2 s of a CPU each
         roots[function] = {line.frames[0] for line in hits}
     assert roots["mainThreadWork"] == roots["workerThreadWork"]  # a thread of the same process
     assert roots["childProcessWork"].isdisjoint(roots["mainThreadWork"])  # its own pid
