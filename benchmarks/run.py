@@ -69,20 +69,32 @@ def run_workload(prefix: list[str], workdir: Path, command: list[str] | None = N
     )
 
 
+@dataclass(frozen=True)
+class Setup:
+    prefix: list[str]  # the tool in front of the workload; [] for the workload alone
+    env: dict[str, str] | None = None
+
+
+def interleaved_runs(setups: dict[str, Setup], repeats: int, workdir: Path, command: list[str] | None, label: str) -> dict[str, list[WorkloadRun]]:
+    """Each setup once per round, rounds repeated: drift hits all setups alike."""
+    results: dict[str, list[WorkloadRun]] = {name: [] for name in setups}
+    for repeat in range(repeats):
+        for name, setup in setups.items():
+            results[name].append(run_workload(setup.prefix, workdir, command, setup.env))
+        print(f"bench: {label}, round {repeat + 1}/{repeats}", file=sys.stderr)
+    return results
+
+
 def sampling_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
-    setups: dict[str, list[str]] = {
-        "alone": [],
-        "jitprof -F 99": [*JITPROF, "-F", "99", "-o", "bench.folded", "--"],
-        "jitprof -F 99 --no-dwarf": [*JITPROF, "-F", "99", "--no-dwarf", "-o", "bench.folded", "--"],
+    setups = {
+        "alone": Setup([]),
+        "jitprof -F 99": Setup([*JITPROF, "-F", "99", "-o", "bench.folded", "--"]),
+        "jitprof -F 99 --no-dwarf": Setup([*JITPROF, "-F", "99", "--no-dwarf", "-o", "bench.folded", "--"]),
     }
     if perf:
-        setups["perf record -F 99 -g"] = [perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"]
-    results: dict[str, list[WorkloadRun]] = {name: [] for name in setups}
-    run_workload(setups["jitprof -F 99"], workdir)  # warm the symbol and unwind caches
-    for repeat in range(repeats):
-        for name, prefix in setups.items():  # interleaved, so drift hits all alike
-            results[name].append(run_workload(prefix, workdir))
-        print(f"bench: sampling cost, round {repeat + 1}/{repeats}", file=sys.stderr)
+        setups["perf record -F 99 -g"] = Setup([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"])
+    run_workload(setups["jitprof -F 99"].prefix, workdir)  # warm the symbol and unwind caches
+    results = interleaved_runs(setups, repeats, workdir, None, "sampling cost")
     alone = statistics.median(run.elapsed_s for run in results["alone"])
     lines = [
         "## Cost of sampling a CPU-bound program",
@@ -120,20 +132,17 @@ def node_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
     command = ["node", str(JS_WORKLOAD), JS_ROUNDS]
     plain = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
     flagged = dict(plain, NODE_OPTIONS=merge_node_options(None))
-    setups: dict[str, tuple[list[str], dict[str, str]]] = {
-        "node alone": ([], plain),
-        "node with the perf-map flags": ([], flagged),
-        "jitprof -F 99 (injects the flags)": ([*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain),
+    setups = {
+        "node alone": Setup([], plain),
+        "node with the perf-map flags": Setup([], flagged),
+        "jitprof -F 99 (injects the flags)": Setup([*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain),
     }
     if perf:
-        setups["perf record -F 99 -g, with the flags"] = ([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
-    results: dict[str, list[WorkloadRun]] = {name: [] for name in setups}
-    run_workload(setups["jitprof -F 99 (injects the flags)"][0], workdir, command, plain)
-    for repeat in range(repeats):
-        for name, (prefix, env) in setups.items():
-            results[name].append(run_workload(prefix, workdir, command, env))
-        print(f"bench: node cost, round {repeat + 1}/{repeats}", file=sys.stderr)
-    for leftover in workdir.glob("perf-*.map"):
+        setups["perf record -F 99 -g, with the flags"] = Setup([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
+    before = set(Path("/tmp").glob("perf-*.map"))
+    run_workload(setups["jitprof -F 99 (injects the flags)"].prefix, workdir, command, plain)
+    results = interleaved_runs(setups, repeats, workdir, command, "node cost")
+    for leftover in set(Path("/tmp").glob("perf-*.map")) - before:  # from the runs without jitprof
         leftover.unlink()
     alone = statistics.median(run.elapsed_s for run in results["node alone"])
     lines = [

@@ -169,3 +169,15 @@ def test_hostile_perf_map_is_refused(jitprof, tmp_path, background):
 
 def test_no_perf_maps_left_behind():
     assert not [path for path in glob.glob("/tmp/perf-*.map") if os.stat(path).st_mtime > time.time() - 600 and Path(path).read_text().count("chain.js")]
+
+
+def test_container_pid_namespace(jitprof, tmp_path):
+    """node as pid 1 of its own pid and mount namespaces writes /tmp/perf-1.map:
+    found through /proc/PID/root and its namespace pid, and removed after."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare(1) is not installed")
+    run = jitprof("-o", "out.folded", "--", "unshare", "--pid", "--fork", "--mount-proc", "node", str(JS / "chain.js"), "3")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert sum(line.count for line in lines if js_chain(line.frames)) / total(lines) >= 0.9
+    assert not Path("/tmp/perf-1.map").exists()

@@ -122,6 +122,13 @@ class PerfMapSymbols:
             for state in states
         ]
 
+    def remove_files(self, owner_uid: int) -> None:
+        """Delete the perf maps read in this run (they exist because we asked)."""
+        with self._lock:
+            for state in self._maps.values():
+                if state.file is not None:
+                    state.file.remove(owner_uid)
+
     def close(self) -> None:
         with self._lock:
             for state in self._maps.values():

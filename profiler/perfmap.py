@@ -74,6 +74,7 @@ class PerfMapFile:
     descriptor: int
     device: int
     inode: int
+    directory: int  # O_PATH descriptor of its directory: reachable after the process is gone
     index: PerfMapIndex = field(default_factory=PerfMapIndex)
     offset: int = 0
     skipped_lines: int = 0
@@ -134,11 +135,24 @@ class PerfMapFile:
         self.index.add(PerfMapEntry(start, size, name, self._sequence))
         return True
 
-    def close(self) -> None:
+    def remove(self, owner_uid: int) -> bool:
+        """Delete the file if it is still the one we read (not a swapped-in link)."""
+        name = os.path.basename(self.path)
         try:
-            os.close(self.descriptor)
+            info = os.stat(name, dir_fd=self.directory, follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != owner_uid or info.st_ino != self.inode:
+                return False
+            os.unlink(name, dir_fd=self.directory)
         except OSError:
-            pass
+            return False
+        return True
+
+    def close(self) -> None:
+        for descriptor in (self.descriptor, self.directory):
+            try:
+                os.close(descriptor)
+            except OSError:
+                pass
 
 
 def namespace_pid(pid: int) -> int:
@@ -173,10 +187,18 @@ def candidate_paths(pid: int) -> list[str]:
 def open_perf_map(path: str, owner_uid: int | None) -> PerfMapFile | None:
     """None if there is no such file; PerfMapRefused if it is not safe to read."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        directory = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        descriptor = os.open(
+            os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
+        )
     except FileNotFoundError:
+        os.close(directory)
         return None
     except OSError as error:
+        os.close(directory)
         if error.errno == 40:  # ELOOP: the path is a symlink
             raise PerfMapRefused(f"{path} is a symbolic link") from error
         raise PerfMapRefused(f"{path}: {error.strerror}") from error
@@ -190,8 +212,9 @@ def open_perf_map(path: str, owner_uid: int | None) -> PerfMapFile | None:
             raise PerfMapRefused(f"{path} is {info.st_size:,} bytes, over the {MAX_FILE_BYTES:,} byte limit")
     except PerfMapRefused:
         os.close(descriptor)
+        os.close(directory)
         raise
-    return PerfMapFile(path, descriptor, info.st_dev, info.st_ino)
+    return PerfMapFile(path, descriptor, info.st_dev, info.st_ino, directory)
 
 
 def remove_perf_map(path: str, owner_uid: int) -> bool:

@@ -158,8 +158,8 @@ class Recording:
             if self._child is not None:
                 self._child.abandon()
             if self._perf_maps is not None:
-                self._perf_maps.close()
                 self._remove_jit_files()
+                self._perf_maps.close()
             if self._unwind_tables is not None:
                 self._unwind_tables.stop()
                 skipped = self._unwind_tables.stats.skipped_at_exit
@@ -354,13 +354,10 @@ class Recording:
             return
         if self._run_as_uid is None:
             return
-        for pid in sorted(self._seen_processes):
-            for path in (f"/proc/{pid}/root/tmp/perf-{pid}.map", f"/tmp/perf-{pid}.map"):
-                remove_perf_map(path, self._run_as_uid)
         if self._perf_maps is not None:
-            for report in self._perf_maps.reports():
-                if report.path:
-                    remove_perf_map(report.path, self._run_as_uid)
+            self._perf_maps.remove_files(self._run_as_uid)
+        for pid in sorted(self._seen_processes):  # processes whose map was never read
+            remove_perf_map(f"/tmp/perf-{pid}.map", self._run_as_uid)
 
     def _report_problems(self, summary: Summary) -> None:
         assert self._tracker is not None and self._symbolizer is not None

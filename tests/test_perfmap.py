@@ -115,3 +115,11 @@ def test_remove_only_our_regular_files(tmp_path):
     assert not remove_perf_map(str(link), ME) and target.exists()
     other = write(tmp_path / "perf-3.map", b"")
     assert not remove_perf_map(str(other), ME + 1) and other.exists()
+
+
+def test_remove_through_the_directory_after_reading(tmp_path):
+    path = write(tmp_path / "perf-1.map", b"1000 10 x\n")
+    perf_map = open_perf_map(str(path), ME)
+    assert not perf_map.remove(ME + 1) and path.exists()  # not the owner we expect
+    assert perf_map.remove(ME) and not path.exists()
+    perf_map.close()
