@@ -103,3 +103,15 @@ def test_symlink_at_output_path_is_not_followed(tmp_path):
     assert victim.read_text() == "keep me"
     assert written.error and written.written != link
     written.written.unlink()
+
+
+def test_svg_merges_one_function_in_several_tiers():
+    interpreted = Frame("handle app.js:3", "[jit]", FrameKind.JIT, "/srv/app.js", 3, 1, "interpreted")
+    optimised = Frame("handle app.js:3", "[jit]", FrameKind.JIT, "/srv/app.js", 3, 1, "turbofan")
+    profile = make_profile([("node", 1, [native("main"), interpreted], 2), ("node", 1, [native("main"), optimised], 3)])
+    buffer = io.StringIO()
+    write_svg(profile, buffer)
+    root = ET.fromstring(buffer.getvalue())
+    titles = [group.find("svg:title", SVG_NS).text for group in root.iter("{http://www.w3.org/2000/svg}g")]
+    assert sum(title.startswith("handle app.js:3") for title in titles) == 1
+    assert any("handle app.js:3" in title and "5 samples" in title for title in titles)

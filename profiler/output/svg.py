@@ -25,7 +25,7 @@ class _Node:
     label: str
     frame: Frame | None
     count: int = 0
-    children: dict[tuple[str, int], _Node] = field(default_factory=dict)
+    children: dict[tuple[str, str], _Node] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,13 @@ def _tree(profile: Profile) -> _Node:
     for sample in profile.samples:
         root.count += 1
         comm = profile.root_label(sample)
-        node = root.children.setdefault(("comm", hash(comm)), _Node(comm, None))
+        node = root.children.setdefault(("process", comm), _Node(comm, None))
         node.count += 1
         for frame_id in sample.frame_ids:
             frame = profile.frames[frame_id]
-            node = node.children.setdefault(("frame", frame_id), _Node(frame.name, frame))
+            # Merged by what the box shows: one function in several tiers
+            # (interpreted, then optimised code) is one box, as in folded output.
+            node = node.children.setdefault((frame.kind.value, frame.name), _Node(frame.name, frame))
             node.count += 1
     return root
 
