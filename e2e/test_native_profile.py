@@ -32,10 +32,12 @@ def test_chain_fixture_shows_main_a_b_c(jitprof, fixtures_built, tmp_path):
         name = group.find(f"{SVG}title").text.split(" [")[0].split(" (")[0]
         rect = group.find(f"{SVG}rect")
         boxes.setdefault(name, []).append((int(rect.get(INFERNO + "w")), float(rect.get("y"))))
-    widths_and_rows = [max(boxes[name]) for name in ("main", "a", "b", "c")]
-    assert all(width >= 0.95 * samples for width, _ in widths_and_rows)
-    rows = [row for _, row in widths_and_rows]
-    assert rows == sorted(rows, reverse=True)  # each callee drawn above its caller
+    # (main may stand on two towers: below it, libc's start code is walked by
+    # DWARF once libc's table is live, by frame pointers before.)
+    for name in ("main", "a", "b", "c"):
+        assert sum(width for width, _ in boxes[name]) >= 0.95 * samples, name
+    for caller, callee in (("main", "a"), ("a", "b"), ("b", "c")):
+        assert max(boxes[callee])[1] < max(boxes[caller])[1]  # each callee drawn above its caller
 
 
 def test_forked_child_is_followed_under_its_own_pid(jitprof, fixtures_built, tmp_path):
