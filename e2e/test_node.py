@@ -62,6 +62,7 @@ def test_js_chain_named_and_connected(jitprof, tmp_path, major):
     via_builtin = sum(line.count for line in lines if any(frame.startswith("[builtin] JSEntry") for frame in line.frames))
     assert via_builtin / samples >= 0.9
     no_stray_perf_maps({line.frames[0].rsplit("-", 1)[1] for line in lines})
+    assert not list(tmp_path.glob("isolate-*-v8.log"))  # V8's log from --perf-basic-prof, removed too
 
 
 def test_user_node_options_are_kept(jitprof, tmp_path):
@@ -116,21 +117,22 @@ def test_keep_jit_files(jitprof, tmp_path):
     kept = [Path(f"/tmp/perf-{pid}.map") for pid in pids if Path(f"/tmp/perf-{pid}.map").exists()]
     try:
         assert kept and "chain.js" in kept[0].read_text()
+        assert list(tmp_path.glob("isolate-*-v8.log"))
     finally:
         for path in kept:
             path.unlink()
 
 
-def start_node(background, *flags: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_node(background, workdir: Path, *flags: str) -> subprocess.Popen:
     environment = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
-    environment.update(env or {})
-    process = background("node", *flags, str(JS / "chain.js"), "60", env=environment)
+    # In tmp_path: --perf-basic-prof makes V8 write a log into the working directory.
+    process = background("node", *flags, str(JS / "chain.js"), "60", env=environment, cwd=workdir)
     time.sleep(1.0)  # past start-up, into the hot loop
     return process
 
 
 def test_attach_without_perf_map_warns_with_the_fix(jitprof, tmp_path, background):
-    node = start_node(background)
+    node = start_node(background, tmp_path)
     run = jitprof("--pid", str(node.pid), "-d", "1", "-o", "out.folded")
     assert run.returncode == 0, run.stderr
     warning = [line for line in run.stderr.splitlines() if "has no perf map" in line]
@@ -140,7 +142,7 @@ def test_attach_without_perf_map_warns_with_the_fix(jitprof, tmp_path, backgroun
 
 
 def test_attach_with_perf_map_names_frames(jitprof, tmp_path, background):
-    node = start_node(background, "--perf-basic-prof", "--interpreted-frames-native-stack")
+    node = start_node(background, tmp_path, "--perf-basic-prof", "--interpreted-frames-native-stack")
     try:
         run = jitprof("--pid", str(node.pid), "-d", "2", "-o", "out.folded")
         assert run.returncode == 0, run.stderr
@@ -155,7 +157,7 @@ def test_attach_with_perf_map_names_frames(jitprof, tmp_path, background):
 
 
 def test_hostile_perf_map_is_refused(jitprof, tmp_path, background):
-    node = start_node(background)
+    node = start_node(background, tmp_path)
     link = Path(f"/tmp/perf-{node.pid}.map")
     link.symlink_to("/etc/shadow")
     try:

@@ -18,6 +18,7 @@ from profiler import preflight, runtimes
 from profiler.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
 from profiler.errors import JitprofError
 from profiler.events import EventType, ProcessEvent, RawSample, WalkEnd
+from profiler.jit_files import JitFileJanitor
 from profiler.jit_symbols import PerfMapSymbols
 from profiler.mappings import MappingTracker
 from profiler.output import OutputRequest, WrittenOutput, write_outputs
@@ -91,6 +92,7 @@ class Recording:
         )
         self._program: BpfProgram | None = None
         self._perf_maps: PerfMapSymbols | None = None
+        self._jit_files = JitFileJanitor()
         self._run_as_uid: int | None = None
         self._unwind_tables: UnwindTableStore | None = None
         self._tracker: MappingTracker | None = None
@@ -160,6 +162,7 @@ class Recording:
             if self._perf_maps is not None:
                 self._remove_jit_files()
                 self._perf_maps.close()
+            self._jit_files.close()
             if self._unwind_tables is not None:
                 self._unwind_tables.stop()
                 skipped = self._unwind_tables.stats.skipped_at_exit
@@ -272,6 +275,8 @@ class Recording:
             self._tracker.process_exec(event.pid, event.time_ns)
             if self._perf_maps is not None:
                 self._perf_maps.watch(event.pid)
+            if self.options.command and self.options.inject:
+                self._jit_files.note_process(event.pid)
         elif event.event_type is EventType.EXIT and event.tid == event.pid:
             self._live.discard(event.pid)
             self._program.unfollow(event.pid)
@@ -356,6 +361,7 @@ class Recording:
             return
         if self._perf_maps is not None:
             self._perf_maps.remove_files(self._run_as_uid)
+        self._jit_files.remove_files(self._run_as_uid)
         for pid in sorted(self._seen_processes):  # processes whose map was never read
             remove_perf_map(f"/tmp/perf-{pid}.map", self._run_as_uid)
 
