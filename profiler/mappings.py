@@ -39,7 +39,6 @@ class KnownMapping:
     entry: MapEntry
     prefixes: list[TriePrefix]
     image: ElfImage | None  # None for JIT memory and unreadable files
-    first_seen_ns: int
     table_id: int = 0  # unwind table in the kernel; 0: frame pointers only
 
     @property
@@ -78,7 +77,6 @@ class MappingLookup:
 
 @dataclass
 class TrackerStats:
-    trie_entries: int = 0
     trie_rejected: int = 0
     unreadable_files: dict[str, str] = field(default_factory=dict)
 
@@ -97,7 +95,7 @@ class MappingTracker:
 
     # Updates (main thread) -------------------------------------------------
 
-    def add_process(self, pid: int, now_ns: int, parent: int | None = None, read_maps_now: bool = True) -> None:
+    def add_process(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
         """Start tracking pid; a forked child starts with its parent's code."""
         with self._lock:
             if pid not in self._spaces:
@@ -109,7 +107,7 @@ class MappingTracker:
                     space.retired = list(parent_spaces[-1].current.values())
                 self._spaces[pid] = [space]
         if read_maps_now:
-            self.refresh(pid, now_ns)
+            self.refresh(pid)
 
     def process_exec(self, pid: int, now_ns: int) -> None:
         """A new program image: drop the old trie entries, start a new space."""
@@ -118,7 +116,7 @@ class MappingTracker:
             if spaces:
                 self._uninstall(spaces[-1])
             spaces.append(AddressSpace(pid, len(spaces), now_ns))
-        self.refresh(pid, now_ns)
+        self.refresh(pid)
 
     def process_exit(self, pid: int) -> None:
         """Trie entries go; what is needed to symbolise its samples stays."""
@@ -127,7 +125,7 @@ class MappingTracker:
             for space in self._spaces.get(pid, []):
                 self._uninstall(space)
 
-    def refresh(self, pid: int, now_ns: int, provisional: list[TriePrefix] | None = None) -> None:
+    def refresh(self, pid: int, provisional: list[TriePrefix] | None = None) -> None:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional
         prefixes the BPF program added for new executable memory go."""
         entries = [entry for entry in read_maps(pid) if entry.executable]
@@ -144,7 +142,7 @@ class MappingTracker:
             added = []
             for key, entry in seen.items():
                 if key not in space.current:
-                    space.current[key] = self._install(pid, entry, now_ns)
+                    space.current[key] = self._install(pid, entry)
                     added.append(space.current[key])
             for mapping in added:
                 self._attach_file(pid, mapping)
@@ -155,20 +153,18 @@ class MappingTracker:
                     space.retired.append(mapping)
                 self._trie.remove_prefixes([prefix for prefix in provisional or [] if prefix not in in_use])
 
-    def refresh_all(self, now_ns: int) -> None:
+    def refresh_all(self) -> None:
         with self._lock:
             pids = [pid for pid in self._spaces if pid not in self._exited]
         for pid in pids:
-            self.refresh(pid, now_ns)
+            self.refresh(pid)
 
-    def _install(self, pid: int, entry: MapEntry, now_ns: int) -> KnownMapping:
+    def _install(self, pid: int, entry: MapEntry) -> KnownMapping:
         """Walkable at once (frame pointers); unwind table attached by _attach_file."""
         kind = MAPPING_JIT if entry.is_anonymous_exec else MAPPING_ELF
         prefixes = split_range(pid, entry.start, entry.end)
-        rejected = self._trie.add_prefixes(prefixes, kind, 0, 0)
-        self.stats.trie_entries += len(prefixes) - rejected
-        self.stats.trie_rejected += rejected
-        return KnownMapping(entry, prefixes, None, now_ns)
+        self.stats.trie_rejected += self._trie.add_prefixes(prefixes, kind, 0, 0)
+        return KnownMapping(entry, prefixes, None)
 
     def _attach_file(self, pid: int, mapping: KnownMapping) -> None:
         """Open the mapped ELF file (slow for a large binary) and give the
@@ -180,18 +176,15 @@ class MappingTracker:
         if image is None:
             return
         mapping.image = image
-        load_bias = 0
+        if self._unwind_tables is None:
+            return  # frame pointers only: the trie entry needs nothing more
         vaddr = image.vaddr_for_file_offset(entry.offset)
-        if vaddr is not None:
-            load_bias = entry.start - vaddr
-        if self._unwind_tables is not None:
-            mapping.table_id = self._unwind_tables.acquire(image)
-            self._trie.add_prefixes(mapping.prefixes, MAPPING_ELF, load_bias, mapping.table_id)
+        load_bias = entry.start - vaddr if vaddr is not None else 0
+        mapping.table_id = self._unwind_tables.acquire(image)
+        self._trie.add_prefixes(mapping.prefixes, MAPPING_ELF, load_bias, mapping.table_id)
 
     def _remove(self, mapping: KnownMapping, keep: set[TriePrefix] | None = None) -> None:
-        stale = [prefix for prefix in mapping.prefixes if keep is None or prefix not in keep]
-        self._trie.remove_prefixes(stale)
-        self.stats.trie_entries -= len(stale)
+        self._trie.remove_prefixes([prefix for prefix in mapping.prefixes if keep is None or prefix not in keep])
         if self._unwind_tables is not None:
             self._unwind_tables.release(mapping.table_id)
         mapping.table_id = 0
@@ -228,14 +221,26 @@ class MappingTracker:
     def find(self, pid: int, time_ns: int, address: int) -> MappingLookup:
         """The mapping holding an address of pid at a sample time."""
         with self._lock:
-            spaces = self._spaces.get(pid)
-            if not spaces:
+            space = self._space_at(pid, time_ns)
+            if space is None:
                 return MappingLookup(0, None)
-            space = spaces[0]
-            for candidate in spaces:
-                if candidate.started_ns <= time_ns:
-                    space = candidate
             return MappingLookup(space.generation, space.find(address))
+
+    def generation_at(self, pid: int, time_ns: int) -> int:
+        """Which exec of pid was running at a sample time (cheap: no mapping search)."""
+        with self._lock:
+            space = self._space_at(pid, time_ns)
+            return space.generation if space is not None else 0
+
+    def _space_at(self, pid: int, time_ns: int) -> AddressSpace | None:
+        spaces = self._spaces.get(pid)
+        if not spaces:
+            return None
+        space = spaces[0]
+        for candidate in spaces:
+            if candidate.started_ns <= time_ns:
+                space = candidate
+        return space
 
     def close(self) -> None:
         with self._lock:

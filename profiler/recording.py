@@ -180,7 +180,6 @@ class Recording:
 
     def _start_targets(self, program: BpfProgram, run_as) -> None:  # type: ignore[no-untyped-def]
         assert self._tracker is not None
-        now = time.monotonic_ns()
         if self.options.command:
             environment = runtimes.inject_environment(self.environ) if self.options.inject else self.environ
             child = spawn_stopped(self.options.command, run_as, environment)
@@ -188,7 +187,7 @@ class Recording:
             self.profile.info.pids = [child.pid]
             self._awaiting_exec.add(child.pid)
             # Until exec the child is a copy of jitprof: nothing of it to map.
-            self._add_process(child.pid, now, read_maps_now=False)
+            self._add_process(child.pid, read_maps_now=False)
             program.attach()
             try:
                 child.release()
@@ -197,7 +196,7 @@ class Recording:
                 raise
             return
         for pid in self.options.pids:
-            self._add_process(pid, now)
+            self._add_process(pid)
             self._warn_if_jit_unnamed(pid)
         program.attach()
         gone = [pid for pid in self.options.pids if not process_alive(pid)]
@@ -209,12 +208,12 @@ class Recording:
                 "attach to a process that keeps running, or spawn it: jitprof -- COMMAND",
             )
 
-    def _add_process(self, pid: int, now_ns: int, parent: int | None = None, read_maps_now: bool = True) -> None:
+    def _add_process(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
         assert self._program is not None and self._tracker is not None
         self._program.follow(pid)
         self._live.add(pid)
         self._seen_processes.add(pid)
-        self._tracker.add_process(pid, now_ns, parent, read_maps_now)
+        self._tracker.add_process(pid, parent, read_maps_now)
         if read_maps_now and self._perf_maps is not None:
             self._perf_maps.watch(pid)
 
@@ -227,10 +226,10 @@ class Recording:
             now = time.monotonic()
             if self._pending_refresh:
                 for pid, provisional in self._pending_refresh.items():
-                    self._tracker.refresh(pid, time.monotonic_ns(), provisional)
+                    self._tracker.refresh(pid, provisional)
                 self._pending_refresh.clear()
             if now >= next_rescan:
-                self._tracker.refresh_all(time.monotonic_ns())
+                self._tracker.refresh_all()
                 next_rescan = now + MAPS_RESCAN_S
             if self._child is not None and self._child_status is None:
                 finished, status = os.waitpid(self._child.pid, os.WNOHANG)
@@ -269,7 +268,7 @@ class Recording:
                 if event.pid not in self._seen_processes:
                     self._program.unfollow(event.pid)  # a thread: its tgid is followed already
                 return
-            self._add_process(event.pid, event.time_ns, parent=event.parent_pid)
+            self._add_process(event.pid, parent=event.parent_pid)
         elif event.event_type is EventType.EXEC:
             self._awaiting_exec.discard(event.pid)
             self._tracker.process_exec(event.pid, event.time_ns)

@@ -116,20 +116,23 @@ class Symbolizer:
     def _resolve_user(self, pid: int, time_ns: int, address: int, caller: bool) -> int:
         # A caller's address is a return address: the call is the byte before.
         lookup_address = address - 1 if caller else address
-        found = self._tracker.find(pid, time_ns, lookup_address)
-        if found.mapping is not None and found.mapping.entry.is_anonymous_exec:
+        # The memo comes first: a native frame seen before costs no mapping search.
+        key = _MemoKey(pid, self._tracker.generation_at(pid, time_ns), lookup_address)
+        frame_id = self._memo.get(key)
+        if frame_id is not None:
+            return frame_id
+        mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
+        if mapping is not None and mapping.entry.is_anonymous_exec:
             # JIT code: addresses are reused, so no memo here; the perf-map
             # source memoises per code object instead.
-            return self._profile.intern(self._name(pid, found.mapping, lookup_address))
-        key = _MemoKey(pid, found.generation, lookup_address)
-        frame_id = self._memo.get(key)
-        if frame_id is None:
-            frame = self._name(pid, found.mapping, lookup_address)
-            if caller and not frame.symbolized and found.mapping is not None:
-                # A signal trampoline is "returned" to at its first byte: the
-                # byte before belongs to no function.
-                frame = self._name(pid, found.mapping, address)
-            frame_id = self._profile.intern(frame)
+            return self._profile.intern(self._name(pid, mapping, lookup_address))
+        frame = self._name(pid, mapping, lookup_address)
+        if caller and not frame.symbolized and mapping is not None:
+            # A signal trampoline is "returned" to at its first byte: the
+            # byte before belongs to no function.
+            frame = self._name(pid, mapping, address)
+        frame_id = self._profile.intern(frame)
+        if mapping is not None:  # no mapping yet may only mean its maps are not read yet
             self._memo[key] = frame_id
         return frame_id
 

@@ -33,9 +33,6 @@ class TableStats:
     tables_live: int = 0
     rows_used: int = 0
     rows_capacity: int = 0
-    built_cold: int = 0
-    loaded_from_cache: int = 0
-    build_seconds: float = 0.0
     rejected_full: list[str] = field(default_factory=list)  # files whose rows did not fit
     failed: dict[str, str] = field(default_factory=dict)
     skipped_at_exit: int = 0
@@ -158,16 +155,11 @@ class UnwindTableStore:
 
     def _rows_for(self, image: ElfImage) -> bytes:
         packed = unwind.load_cached(image.cache_key)
-        if packed is not None:
-            self.stats.loaded_from_cache += 1
-            return packed
-        started = time.monotonic()
-        self._build_in_child(image)
-        packed = unwind.load_cached(image.cache_key)
+        if packed is None:
+            self._build_in_child(image)
+            packed = unwind.load_cached(image.cache_key)
         if packed is None:
             raise unwind.BuildCancelled()
-        self.stats.built_cold += 1
-        self.stats.build_seconds += time.monotonic() - started
         return packed
 
     def _build_in_child(self, image: ElfImage) -> None:

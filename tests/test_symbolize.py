@@ -39,7 +39,7 @@ def libc_function_address(name):
 def test_tracker_installs_every_executable_mapping():
     trie = RecordingTrie()
     tracker = MappingTracker(trie)
-    tracker.add_process(os.getpid(), time.monotonic_ns())
+    tracker.add_process(os.getpid())
     kinds = {kind for kind, _ in trie.entries.values()}
     assert MAPPING_ELF in kinds
     assert all(prefix.pid == os.getpid() for prefix in trie.entries)
@@ -61,7 +61,7 @@ def test_anonymous_exec_memory_is_jit_kind():
     trie = RecordingTrie()
     tracker = MappingTracker(trie)
     try:
-        tracker.add_process(os.getpid(), time.monotonic_ns())
+        tracker.add_process(os.getpid())
         found = tracker.find(os.getpid(), time.monotonic_ns(), address)
         assert found.mapping is not None and found.mapping.entry.is_anonymous_exec
         kinds = [kind for prefix, (kind, _) in trie.entries.items() if prefix.address <= address < prefix.address + prefix.block_size]
@@ -74,7 +74,7 @@ def test_anonymous_exec_memory_is_jit_kind():
 
 def test_full_trie_is_counted_not_fatal():
     tracker = MappingTracker(RecordingTrie(capacity=3))
-    tracker.add_process(os.getpid(), time.monotonic_ns())
+    tracker.add_process(os.getpid())
     assert tracker.stats.trie_rejected > 0
     tracker.close()
 
@@ -82,7 +82,7 @@ def test_full_trie_is_counted_not_fatal():
 def test_symbolizer_names_libc_functions_once():
     profile = Profile(RunInfo([], [os.getpid()], 99))
     tracker = MappingTracker(RecordingTrie())
-    tracker.add_process(os.getpid(), time.monotonic_ns())
+    tracker.add_process(os.getpid())
     symbolizer = Symbolizer(profile, tracker)
     symbolizer.start()
     qsort = libc_function_address("qsort")
