@@ -70,11 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--no-inject", action="store_true",
-        help="do not add NODE_OPTIONS=--perf-basic-prof --interpreted-frames-native-stack to a spawned command",
+        help="do not add the JIT flags to a spawned command (NODE_OPTIONS: --perf-basic-prof "
+        "--interpreted-frames-native-stack and the V8 code-log preload)",
     )
     parser.add_argument(
         "--keep-jit-files", action="store_true",
-        help="keep the perf maps that the injected flags made the program write (default: removed at the end)",
+        help="keep the perf maps and V8 code logs that the injected flags made the program write "
+        "(default: removed at the end)",
+    )
+    parser.add_argument(
+        "--no-inline", action="store_true",
+        help="count code that the JIT inlined in its caller, as perf and --cpu-prof do (for comparison)",
     )
     parser.add_argument("--user", metavar="NAME", help="run the command as this user (default: the sudo caller)")
     parser.add_argument("--as-root", action="store_true", help="run the command as root even under sudo")
@@ -118,6 +124,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         dwarf=not args.no_dwarf,
         inject=not args.no_inject,
         keep_jit_files=args.keep_jit_files,
+        inline=not args.no_inline,
         user=args.user,
         as_root=args.as_root,
     )

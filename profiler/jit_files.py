@@ -1,8 +1,9 @@
 """Files the injected runtime flags make a program write, besides perf maps.
 
-`--perf-basic-prof` also makes V8 write `isolate-0x…-PID-v8.log` into the
-process's working directory, and Node does not allow `--logfile` in
-NODE_OPTIONS to send it elsewhere. jitprof notes the working directory of
+`--perf-basic-prof` makes V8 write `isolate-0x…-PID-v8.log` into the
+process's working directory (the code log, when jitprof's preload turns it
+on), and Node does not allow `--logfile` in NODE_OPTIONS to send it
+elsewhere. jitprof notes the working directory of
 each Node process while it lives (a directory descriptor, usable after it
 exits) and removes those logs at the end.
 """
@@ -32,16 +33,32 @@ class JitFileJanitor:
         except OSError:
             return
 
+    def _log_names(self, pid: int, directory: int) -> list[str]:
+        pattern = re.compile(rf"^isolate-0x[0-9a-f]+-{pid}-v8\.log$")
+        try:
+            return [name for name in os.listdir(directory) if pattern.match(name)]
+        except OSError:
+            return []
+
+    def open_v8_logs(self, pid: int) -> list[int]:
+        """Descriptors of the process's V8 logs in its working directory
+        (for a process that has gone; a live one is read through /proc)."""
+        directory = self._directories.get(pid)
+        if directory is None:
+            return []
+        opened = []
+        for name in self._log_names(pid, directory):
+            try:
+                opened.append(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory))
+            except OSError:
+                continue
+        return opened
+
     def remove_files(self, owner_uid: int) -> list[str]:
         """Delete the V8 logs the processes wrote; returns their names."""
         removed = []
         for pid, directory in self._directories.items():
-            pattern = re.compile(rf"^isolate-0x[0-9a-f]+-{pid}-v8\.log$")
-            try:
-                names = [name for name in os.listdir(directory) if pattern.match(name)]
-            except OSError:
-                continue
-            for name in names:
+            for name in self._log_names(pid, directory):
                 try:
                     info = os.stat(name, dir_fd=directory, follow_symlinks=False)
                     if stat.S_ISREG(info.st_mode) and info.st_uid == owner_uid:

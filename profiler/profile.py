@@ -26,6 +26,8 @@ class Frame:
     line: int = 0
     column: int = 0
     tier: str = ""  # for JIT code: interpreted, baseline, maglev, turbofan, builtin, ...
+    inlined: bool = False  # compiled into its caller's code (the caller is the frame before)
+    line_exact: bool = False  # line/column are where this frame was, not where its function begins
 
     @property
     def symbolized(self) -> bool:

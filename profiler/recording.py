@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from profiler import preflight, runtimes
+from profiler import node_preload, preflight, runtimes
 from profiler.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
 from profiler.errors import JitprofError
 from profiler.events import EventType, ProcessEvent, RawSample, WalkEnd
@@ -37,6 +37,7 @@ from profiler.targets import (
 )
 from profiler.trie import TriePrefix, covering_prefix
 from profiler.unwind_tables import UnwindTableStore, progress_wanted
+from profiler.v8log_symbols import V8LogSymbols
 
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0
@@ -55,6 +56,7 @@ class RecordingOptions:
     dwarf: bool = True
     inject: bool = True  # add the runtimes' JIT-symbol flags to a spawned command
     keep_jit_files: bool = False
+    inline: bool = True  # expand inlined JS functions from V8's code log
     user: str | None = None
     as_root: bool = False
 
@@ -92,6 +94,7 @@ class Recording:
         )
         self._program: BpfProgram | None = None
         self._perf_maps: PerfMapSymbols | None = None
+        self._v8_logs: V8LogSymbols | None = None
         self._jit_files = JitFileJanitor()
         self._run_as_uid: int | None = None
         self._unwind_tables: UnwindTableStore | None = None
@@ -135,6 +138,12 @@ class Recording:
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
         )
         self._symbolizer.sources.append(self._perf_maps)
+        self._v8_logs = V8LogSymbols(
+            expand_inlining=self.options.inline,
+            default_owner_uid=self._run_as_uid,
+            working_directory_logs=self._jit_files.open_v8_logs,
+        )
+        self._symbolizer.jit_expanders.append(self._v8_logs)
         program.on_event(self._handle_event)
         # Signals only set a flag: an exception raised inside BCC's ring-buffer
         # callback would be swallowed by ctypes.
@@ -162,6 +171,8 @@ class Recording:
             if self._perf_maps is not None:
                 self._remove_jit_files()
                 self._perf_maps.close()
+            if self._v8_logs is not None:
+                self._v8_logs.close()
             self._jit_files.close()
             if self._unwind_tables is not None:
                 self._unwind_tables.stop()
@@ -181,7 +192,9 @@ class Recording:
     def _start_targets(self, program: BpfProgram, run_as) -> None:  # type: ignore[no-untyped-def]
         assert self._tracker is not None
         if self.options.command:
-            environment = runtimes.inject_environment(self.environ) if self.options.inject else self.environ
+            environment = self.environ
+            if self.options.inject:
+                environment = runtimes.inject_environment(self.environ, node_preload.install())
             child = spawn_stopped(self.options.command, run_as, environment)
             self._child = child
             self.profile.info.pids = [child.pid]
@@ -214,8 +227,14 @@ class Recording:
         self._live.add(pid)
         self._seen_processes.add(pid)
         self._tracker.add_process(pid, parent, read_maps_now)
-        if read_maps_now and self._perf_maps is not None:
+        if read_maps_now:
+            self._watch_jit_sources(pid)
+
+    def _watch_jit_sources(self, pid: int) -> None:
+        if self._perf_maps is not None:
             self._perf_maps.watch(pid)
+        if self._v8_logs is not None:
+            self._v8_logs.watch(pid)
 
     def _sample_loop(self, program: BpfProgram) -> None:
         assert self._tracker is not None
@@ -272,10 +291,9 @@ class Recording:
         elif event.event_type is EventType.EXEC:
             self._awaiting_exec.discard(event.pid)
             self._tracker.process_exec(event.pid, event.time_ns)
-            if self._perf_maps is not None:
-                self._perf_maps.watch(event.pid)
             if self.options.command and self.options.inject:
                 self._jit_files.note_process(event.pid)
+            self._watch_jit_sources(event.pid)
         elif event.event_type is EventType.EXIT and event.tid == event.pid:
             self._live.discard(event.pid)
             self._program.unfollow(event.pid)
@@ -315,13 +333,18 @@ class Recording:
         if runtime is not runtimes.NODE:
             return
         has_map = any(os.path.exists(path) for path in candidate_paths(pid))
-        if has_map or runtimes.node_flags_active(pid):
-            return
-        print(
-            f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as addresses; "
-            f"{runtime.fix}",
-            file=sys.stderr,
-        )
+        if not has_map and not runtimes.node_flags_active(pid):
+            print(
+                f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as addresses; "
+                f"{runtime.fix}",
+                file=sys.stderr,
+            )
+        elif self.options.inline and not runtimes.node_code_log_active(pid):
+            print(
+                f"jitprof: note: node (pid {pid}) does not write V8's code log, so functions inlined by the JIT are "
+                f"counted in their callers and lines are per function; {runtimes.NODE_CODE_LOG_FIX}",
+                file=sys.stderr,
+            )
 
     def _report_jit(self) -> None:
         assert self._perf_maps is not None
@@ -334,6 +357,14 @@ class Recording:
                 )
             if report.truncated:
                 print(f"jitprof: warning: stopped reading {report.path} at its size limit", file=sys.stderr)
+        if self._v8_logs is not None:
+            for v8_report in self._v8_logs.reports():
+                if v8_report.bad_lines:
+                    print(
+                        f"jitprof: warning: skipped {v8_report.bad_lines:,} malformed lines in the V8 code log of pid "
+                        f"{v8_report.pid}",
+                        file=sys.stderr,
+                    )
         # Samples in JIT code nobody named: one hint per process, naming the runtime.
         unnamed: dict[int, int] = {}
         for sample in self.profile.samples:
@@ -343,7 +374,7 @@ class Recording:
                     unnamed[sample.pid] = unnamed.get(sample.pid, 0) + 1
                     break
         for pid, count in sorted(unnamed.items()):
-            if self._perf_maps.has_map(pid):
+            if self._perf_maps.has_map(pid) or (self._v8_logs is not None and self._v8_logs.has_log(pid)):
                 continue
             runtime = runtimes.identify(pid) or runtimes.UNKNOWN
             print(
@@ -360,7 +391,7 @@ class Recording:
             return
         if self._perf_maps is not None:
             self._perf_maps.remove_files(self._run_as_uid)
-        self._jit_files.remove_files(self._run_as_uid)
+        self._jit_files.remove_files(self._run_as_uid)  # V8's logs, the code log among them
         for pid in sorted(self._seen_processes):  # processes whose map was never read
             remove_perf_map(f"/tmp/perf-{pid}.map", self._run_as_uid)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 NODE_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
 NODE_NAMES = ("node", "nodejs", "nsolid", "bun")
@@ -18,26 +19,37 @@ class Runtime:
 
 
 NODE = Runtime("Node.js", f'restart it with NODE_OPTIONS="{" ".join(NODE_FLAGS)}" (or start it with jitprof -- node ...)')
+NODE_CODE_LOG_FIX = (
+    "start it with `node --log-code --perf-basic-prof --interpreted-frames-native-stack ...` "
+    "(or under jitprof -- node ...)"
+)
 JAVA = Runtime("the JVM", "start it with -XX:+PreserveFramePointer and write a perf map with `jcmd PID Compiler.perfmap`")
 UNKNOWN = Runtime("this runtime", "make it write /tmp/perf-PID.map (its perf-map or jitdump option)")
 
 
-def merge_node_options(existing: str | None) -> str:
-    """NODE_OPTIONS with the perf-map flags added once, the user's kept as written."""
+def node_flags(preload: Path | None) -> tuple[str, ...]:
+    """The perf-map flags, and the code-log preload when there is one."""
+    if preload is None or " " in str(preload):
+        return NODE_FLAGS
+    return (*NODE_FLAGS, f"--require={preload}")
+
+
+def merge_node_options(existing: str | None, flags: tuple[str, ...] = NODE_FLAGS) -> str:
+    """NODE_OPTIONS with the flags added once, the user's kept as written."""
     text = existing or ""
     try:
         present = set(shlex.split(text))
     except ValueError:  # unbalanced quotes: node would reject it anyway
         present = set(text.split())
-    missing = [flag for flag in NODE_FLAGS if flag not in present]
+    missing = [flag for flag in flags if flag not in present]
     return " ".join(part for part in (text.strip(), *missing) if part)
 
 
-def inject_environment(environ: dict[str, str]) -> dict[str, str]:
+def inject_environment(environ: dict[str, str], preload: Path | None = None) -> dict[str, str]:
     """The environment for a spawned command: inherited by every child, so
     `npm test`, npx and shell scripts that end up in node get the flags too."""
     injected = dict(environ)
-    injected["NODE_OPTIONS"] = merge_node_options(environ.get("NODE_OPTIONS"))
+    injected["NODE_OPTIONS"] = merge_node_options(environ.get("NODE_OPTIONS"), node_flags(preload))
     return injected
 
 
@@ -54,15 +66,30 @@ def identify(pid: int) -> Runtime | None:
     return None
 
 
-def node_flags_active(pid: int) -> bool:
-    """Did this node get --perf-basic-prof (on its command line or in NODE_OPTIONS)?"""
+def node_code_log_active(pid: int) -> bool:
+    """Does this node write V8's code log (its own flags, or jitprof's preload)?"""
+    arguments, environment = _command_line_and_environment(pid)
+    if any(argument.startswith(b"--log-code") or argument in (b"--prof", b"--log-all") for argument in arguments):
+        return True
+    return any(
+        variable.startswith(b"NODE_OPTIONS=") and b"v8-code-log.cjs" in variable for variable in environment
+    )
+
+
+def _command_line_and_environment(pid: int) -> tuple[list[bytes], list[bytes]]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             arguments = handle.read().split(b"\0")
         with open(f"/proc/{pid}/environ", "rb") as handle:
             environment = handle.read().split(b"\0")
     except OSError:
-        return False
+        return [], []
+    return arguments, environment
+
+
+def node_flags_active(pid: int) -> bool:
+    """Did this node get --perf-basic-prof (on its command line or in NODE_OPTIONS)?"""
+    arguments, environment = _command_line_and_environment(pid)
     if any(argument.startswith(b"--perf-basic-prof") for argument in arguments):
         return True
     for variable in environment:

@@ -28,6 +28,12 @@ class SymbolSource(Protocol):
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None: ...
 
 
+class JitExpander(Protocol):
+    """Names JIT code as one or more source frames (inlined functions), outermost first."""
+
+    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None: ...
+
+
 class ElfSymbols:
     """Function names from the mapped file's .symtab/.dynsym."""
 
@@ -71,6 +77,7 @@ class Symbolizer:
         self._kernel_stack = kernel_stack
         self._kernel_symbol = kernel_symbol
         self.sources: list[SymbolSource] = [ElfSymbols()]
+        self.jit_expanders: list[JitExpander] = []
         self._memo: dict[_MemoKey, int] = {}
         self._kernel_memo: dict[int, int] = {}
         self._queue: queue.Queue[RawSample | None] = queue.Queue()
@@ -102,10 +109,9 @@ class Symbolizer:
                 self.errors.append(f"{type(error).__name__}: {error}")
 
     def resolve_sample(self, raw: RawSample) -> Sample:
-        user_ids = [
-            self._resolve_user(raw.pid, raw.time_ns, address, caller=depth > 0)
-            for depth, address in enumerate(raw.addresses)
-        ]
+        user_ids: list[int] = []
+        for depth, address in enumerate(raw.addresses):  # leaf first
+            user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, address, caller=depth > 0)))
         user_ids.reverse()  # root first
         kernel_ids: list[int] = []
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
@@ -113,19 +119,25 @@ class Symbolizer:
             kernel_ids.reverse()
         return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, tuple(user_ids + kernel_ids), raw.walk_end)
 
-    def _resolve_user(self, pid: int, time_ns: int, address: int, caller: bool) -> int:
+    def _resolve_user(self, pid: int, time_ns: int, address: int, caller: bool) -> list[int]:
+        """The frame ids at one return address, outermost first (more than
+        one where JIT code inlined functions)."""
         # A caller's address is a return address: the call is the byte before.
         lookup_address = address - 1 if caller else address
         # The memo comes first: a native frame seen before costs no mapping search.
         key = _MemoKey(pid, self._tracker.generation_at(pid, time_ns), lookup_address)
         frame_id = self._memo.get(key)
         if frame_id is not None:
-            return frame_id
+            return [frame_id]
         mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
         if mapping is not None and mapping.entry.is_anonymous_exec:
-            # JIT code: addresses are reused, so no memo here; the perf-map
-            # source memoises per code object instead.
-            return self._profile.intern(self._name(pid, mapping, lookup_address))
+            # JIT code: addresses are reused, so no memo here; the JIT
+            # sources memoise per code object instead.
+            for expander in self.jit_expanders:
+                frames = expander.expand(pid, time_ns, lookup_address)
+                if frames:
+                    return [self._profile.intern(frame) for frame in frames]
+            return [self._profile.intern(self._name(pid, mapping, lookup_address))]
         frame = self._name(pid, mapping, lookup_address)
         if caller and not frame.symbolized and mapping is not None:
             # A signal trampoline is "returned" to at its first byte: the
@@ -134,7 +146,7 @@ class Symbolizer:
         frame_id = self._profile.intern(frame)
         if mapping is not None:  # no mapping yet may only mean its maps are not read yet
             self._memo[key] = frame_id
-        return frame_id
+        return [frame_id]
 
     def _name(self, pid: int, mapping: KnownMapping | None, address: int) -> Frame:
         if mapping is None:

@@ -1,6 +1,7 @@
 import os
 
-from profiler.runtimes import NODE, identify, inject_environment, merge_node_options
+from profiler.node_preload import PRELOAD_NAME, SCRIPT, install
+from profiler.runtimes import NODE, identify, inject_environment, merge_node_options, node_flags
 
 
 def test_node_options_merged_without_duplicates():
@@ -25,3 +26,26 @@ def test_identify_by_executable():
     assert identify(os.getpid()) is None  # python
     assert identify(2**22 + 5) is None
     assert "NODE_OPTIONS" in NODE.fix
+
+
+def test_code_log_preload_joins_node_options(tmp_path):
+    preload = install(tmp_path / "run")
+    assert preload is not None and preload.read_text() == SCRIPT
+    assert oct(preload.stat().st_mode & 0o777) == "0o444"
+    environment = inject_environment({"NODE_OPTIONS": "--max-old-space-size=64"}, preload)
+    assert environment["NODE_OPTIONS"].split() == [
+        "--max-old-space-size=64", "--perf-basic-prof", "--interpreted-frames-native-stack", f"--require={preload}",
+    ]
+    # Twice is once; a path node would split at a space is not used.
+    assert merge_node_options(environment["NODE_OPTIONS"], node_flags(preload)) == environment["NODE_OPTIONS"]
+    assert node_flags(tmp_path / "with space" / "x.cjs") == node_flags(None)
+
+
+def test_preload_refuses_a_directory_others_can_write(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    assert install(shared) is None
+    assert install(tmp_path / "fresh") is not None
+    (tmp_path / "fresh" / PRELOAD_NAME).chmod(0o666)  # tampered: rewritten
+    assert oct(install(tmp_path / "fresh").stat().st_mode & 0o777) == "0o444"

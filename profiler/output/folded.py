@@ -8,8 +8,9 @@ from typing import TextIO
 
 from profiler.profile import Frame, FrameKind, Profile
 
-# flamegraph.pl colour hints, stripped from labels by renderers.
+# flamegraph.pl/inferno colour hints, stripped from labels by renderers.
 KIND_SUFFIX = {FrameKind.KERNEL: "_[k]", FrameKind.JIT: "_[j]"}
+INLINED_SUFFIX = "_[i]"
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ def frame_label(frame: Frame) -> str:
     name = frame.name.replace(";", ":").replace("\n", " ").replace("\r", " ")
     if frame.kind is FrameKind.KERNEL or frame.module == "[kernel]":
         return name + "_[k]"
+    if frame.inlined:
+        return name + INLINED_SUFFIX
     return name + KIND_SUFFIX.get(frame.kind, "")
 
 

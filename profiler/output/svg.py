@@ -4,6 +4,7 @@ laid out like flamegraph.pl and inferno output."""
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from html import escape
 from typing import TextIO
@@ -25,7 +26,9 @@ class _Node:
     label: str
     frame: Frame | None
     count: int = 0
-    children: dict[tuple[str, str], _Node] = field(default_factory=dict)
+    children: dict[tuple[str, str, bool], _Node] = field(default_factory=dict)
+    tiers: Counter[str] = field(default_factory=Counter)
+    lines: Counter[int] = field(default_factory=Counter)  # exact source lines, where known
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ def _colour(label: str, frame: Frame | None) -> str:
         return f"rgb({int(170 + 30 * vary[0])},{int(170 + 30 * vary[0])},{int(170 + 30 * vary[0])})"
     if frame.kind is FrameKind.KERNEL:
         return f"rgb({int(200 + 55 * vary[0])},{int(120 + 50 * vary[1])},40)"
+    if frame.kind is FrameKind.JIT and frame.inlined:  # teal apart from the green of compiled functions
+        return f"rgb({int(40 + 40 * vary[0])},{int(160 + 50 * vary[1])},{int(190 + 50 * vary[0])})"
     if frame.kind is FrameKind.JIT:
         return f"rgb({int(50 + 60 * vary[0])},{int(170 + 60 * vary[1])},{int(50 + 60 * vary[0])})"
     return f"rgb({int(205 + 50 * vary[0])},{int(50 + 180 * vary[1])},{int(50 * vary[0])})"
@@ -57,15 +62,39 @@ def _tree(profile: Profile) -> _Node:
     for sample in profile.samples:
         root.count += 1
         comm = profile.root_label(sample)
-        node = root.children.setdefault(("process", comm), _Node(comm, None))
+        node = root.children.setdefault(("process", comm, False), _Node(comm, None))
         node.count += 1
         for frame_id in sample.frame_ids:
             frame = profile.frames[frame_id]
             # Merged by what the box shows: one function in several tiers
             # (interpreted, then optimised code) is one box, as in folded output.
-            node = node.children.setdefault((frame.kind.value, frame.name), _Node(frame.name, frame))
+            key = (frame.kind.value, frame.name, frame.inlined)
+            node = node.children.get(key) or node.children.setdefault(key, _Node(frame.name, frame))
             node.count += 1
+            if frame.tier:
+                node.tiers[frame.tier] += 1
+            if frame.line_exact:
+                node.lines[frame.line] += 1
     return root
+
+
+def _details(node: _Node) -> list[str]:
+    """Kind, tier(s), inlining, module, full path and hottest line, for the tooltip."""
+    frame = node.frame
+    assert frame is not None
+    parts = [frame.kind.value]
+    if node.tiers:
+        parts.append("/".join(tier for tier, _ in node.tiers.most_common()))
+    if frame.inlined:
+        parts.append("inlined")
+    if frame.module:
+        parts.append(frame.module)
+    if frame.file:
+        parts.append(f"{frame.file}:{frame.line}" if frame.line and not node.lines else frame.file)
+    if node.lines:
+        line, count = node.lines.most_common(1)[0]
+        parts.append(f"hottest line {line} ({100 * count / node.count:.0f}%)")
+    return parts
 
 
 def _layout(root: _Node, total: int) -> list[_Box]:
@@ -79,12 +108,7 @@ def _layout(root: _Node, total: int) -> list[_Box]:
         share = 100.0 * node.count / total if total else 0.0
         detail = ""
         if node.frame is not None:
-            parts = [node.frame.kind.value]
-            if node.frame.module:
-                parts.append(node.frame.module)
-            if node.frame.file:
-                parts.append(f"{node.frame.file}:{node.frame.line}" if node.frame.line else node.frame.file)
-            detail = " [" + ", ".join(parts) + "]"
+            detail = " [" + ", ".join(_details(node)) + "]"
         tooltip = f"{node.label}{detail} ({node.count:,} samples, {share:.2f}%)"
         boxes.append(_Box(node.label, tooltip, start, node.count, depth, _colour(node.label, node.frame)))
         cursor = start
