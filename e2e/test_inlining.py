@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import FoldedLine, read_folded, total
-from e2e.test_node import JS, node_binary, no_stray_perf_maps
+from e2e.test_node import JS, no_stray_perf_maps, node_binary
 
 
 def function_name(label: str) -> str:
