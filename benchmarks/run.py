@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import pty
 import re
+import select
 import shutil
 import statistics
 import subprocess
@@ -166,6 +168,88 @@ def node_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
         lines.append(f"| {name} | {elapsed:.3f} | {100 * (elapsed / alone - 1):+.2f} % |")
     lines += ["", "Target: ≤ 3 % in total at 99 Hz.", ""]
     return lines
+
+
+@dataclass(frozen=True)
+class DaemonCpu:
+    share_of_core: float  # jitprof's own CPU time over the target's lifetime, as a share of one core
+    target_s: float
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime, not children's
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def daemon_cpu_on_a_terminal(args: list[str], workdir: Path) -> DaemonCpu:
+    """Run jitprof on a pseudo-terminal (so the live view is on unless told
+    otherwise) and measure its own CPU while its command runs."""
+    environment = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "LINES")}
+    environment["TERM"] = "xterm-256color"
+    pid, master = pty.fork()
+    if pid == 0:
+        os.chdir(workdir)
+        os.execve(sys.executable, [sys.executable, "-m", "profiler", *args], environment)
+    started = first_cpu = last_cpu = None
+    last_seen = 0.0
+    output_open = True
+    while True:
+        ready, _, _ = select.select([master] if output_open else [], [], [], 0.05)
+        if ready:
+            try:
+                output_open = bool(os.read(master, 65536))  # drained, so the view never blocks
+            except OSError:
+                output_open = False
+        cpu = _cpu_seconds(pid)
+        if _children(pid):
+            now = time.monotonic()
+            if started is None:
+                started, first_cpu = now, cpu
+            last_seen, last_cpu = now, cpu
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            break
+    os.close(master)
+    if started is None or first_cpu is None or last_cpu is None:
+        raise RuntimeError("the command never ran under jitprof")
+    return DaemonCpu((last_cpu - first_cpu) / (last_seen - started), last_seen - started)
+
+
+def live_view_cost(repeats: int, workdir: Path) -> list[str]:
+    command = ["--", "node", str(JS_WORKLOAD), "400"]
+    setups = {
+        "live view": ["-F", "99", "-o", "view.folded", *command],
+        "--no-tui": ["-F", "99", "--no-tui", "-o", "plain.folded", *command],
+    }
+    results: dict[str, list[DaemonCpu]] = {name: [] for name in setups}
+    for round_index in range(repeats):
+        print(f"bench: live view cost, round {round_index + 1}/{repeats}", file=sys.stderr)
+        for name, args in setups.items():
+            results[name].append(daemon_cpu_on_a_terminal(args, workdir))
+    shares = {name: statistics.median(run.share_of_core for run in runs) for name, runs in results.items()}
+    target_s = statistics.median(run.target_s for runs in results.values() for run in runs)
+    return [
+        "## Cost of the live view",
+        "",
+        f"jitprof's own CPU time (its process, not the program's) while `node fixtures/js/workload.js 400` runs "
+        f"(≈ {target_s:.0f} s, one busy CPU, 99 Hz) on a pseudo-terminal, medians of {repeats} interleaved runs.",
+        "",
+        "| setup | jitprof CPU, share of one core |",
+        "| --- | --- |",
+        *(f"| {name} | {100 * share:.2f} % |" for name, share in shares.items()),
+        "",
+        f"The view's own cost: {100 * (shares['live view'] - shares['--no-tui']):+.2f} % of one core (target < 5 %).",
+        "",
+    ]
 
 
 def code_log_parsing(workdir: Path, repeats: int) -> list[str]:
@@ -380,6 +464,7 @@ def main() -> int:
         report += node_cost(max(args.repeats - 2, 3), perf, workdir)
         report += perf_map_tailing(workdir)
         report += code_log_parsing(workdir, 5)
+        report += live_view_cost(3, workdir)
         report += kernel_costs(workdir)
         report += completeness(perf, workdir)
         report += table_build(workdir / "table-cache")

@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kernel", action="store_true", help="include kernel stacks above the user stack")
     parser.add_argument(
         "--no-tui", action="store_true",
-        help="plain output instead of the live view (the live view is not built yet: output is always plain)",
+        help="no live view: the program keeps the terminal (the view is on only when stdin and stdout are a terminal)",
     )
     parser.add_argument(
         "--no-inject", action="store_true",
@@ -125,6 +125,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         inject=not args.no_inject,
         keep_jit_files=args.keep_jit_files,
         inline=not args.no_inline,
+        live_view=not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty(),
         user=args.user,
         as_root=args.as_root,
     )

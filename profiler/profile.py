@@ -90,6 +90,11 @@ class Profile:
             self.samples.append(sample)
             self.walk_ends[sample.walk_end] += 1
 
+    def samples_since(self, index: int) -> list[Sample]:
+        """Samples added after the first `index` (for readers that follow along)."""
+        with self._lock:
+            return self.samples[index:]
+
     def snapshot(self) -> list[Sample]:
         with self._lock:
             return list(self.samples)

@@ -16,16 +16,19 @@ from pathlib import Path
 
 from profiler import node_preload, preflight, runtimes
 from profiler.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
+from profiler.child_output import CapturedOutput
 from profiler.errors import JitprofError
 from profiler.events import EventType, ProcessEvent, RawSample, WalkEnd
 from profiler.jit_files import JitFileJanitor
 from profiler.jit_symbols import PerfMapSymbols
+from profiler.live_view import LiveView, RunCounters
 from profiler.mappings import MappingTracker
 from profiler.output import OutputRequest, WrittenOutput, write_outputs
 from profiler.perfmap import candidate_paths, remove_perf_map
 from profiler.profile import FrameKind, Profile, RunInfo
 from profiler.symbolize import Symbolizer
 from profiler.targets import (
+    ChildStdio,
     SpawnedCommand,
     exit_status_code,
     output_owner,
@@ -57,6 +60,7 @@ class RecordingOptions:
     inject: bool = True  # add the runtimes' JIT-symbol flags to a spawned command
     keep_jit_files: bool = False
     inline: bool = True  # expand inlined JS functions from V8's code log
+    live_view: bool = False  # the terminal view (the caller checks for a TTY)
     user: str | None = None
     as_root: bool = False
 
@@ -108,6 +112,8 @@ class Recording:
         self._pending_refresh: dict[int, list[TriePrefix]] = {}
         self._stop_signal: int | None = None
         self._awaiting_exec: set[int] = set()  # spawned, still jitprof's own code
+        self._view: LiveView | None = None
+        self._output: CapturedOutput | None = None
 
     # The run -------------------------------------------------------------
 
@@ -125,7 +131,7 @@ class Recording:
                 UNWIND_ROWS,
                 UNWIND_TABLES,
                 program.publish_unwind_table,
-                show_progress=progress_wanted(),
+                show_progress=progress_wanted() and not self.options.live_view,
             )
             self._unwind_tables.start()
         self._tracker = MappingTracker(program, self._unwind_tables)
@@ -155,19 +161,28 @@ class Recording:
                 self._start_targets(program, run_as)
                 self._symbolizer.start()
                 self.profile.info.started_ns = time.monotonic_ns()
+                if self.options.live_view:
+                    self._view = LiveView(self.profile, self._output, self._run_counters, lambda: sorted(self._live))
+                    self._view.start()
                 self._sample_loop(program)
             finally:
                 program.detach()
+                self._close_view()
                 self.profile.info.ended_ns = time.monotonic_ns()
                 # From here a second Ctrl-C aborts.
                 signal.signal(signal.SIGINT, signal.default_int_handler)
             self._drain(program)
+            if self._child_status is not None:
+                self._show_captured_output(1.0)
             summary = self._finish_outputs(program)
             print(summary.render(), file=sys.stderr)
             self._report_problems(summary)
         finally:
+            self._close_view()
             if self._child is not None:
                 self._child.abandon()
+            if self._output is not None and (self._child is None or not self._child.released):
+                self._show_captured_output(0.0)
             if self._perf_maps is not None:
                 self._remove_jit_files()
                 self._perf_maps.close()
@@ -187,7 +202,9 @@ class Recording:
             self._tracker.close()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
-        return self._exit_code()
+        code = self._exit_code()
+        self._show_captured_output(1.0)  # after the view's summary, once the program has ended
+        return code
 
     def _start_targets(self, program: BpfProgram, run_as) -> None:  # type: ignore[no-untyped-def]
         assert self._tracker is not None
@@ -195,7 +212,19 @@ class Recording:
             environment = self.environ
             if self.options.inject:
                 environment = runtimes.inject_environment(self.environ, node_preload.install())
-            child = spawn_stopped(self.options.command, run_as, environment)
+            stdio = None
+            if self.options.live_view:
+                # The view owns the terminal: the program writes to a pane.
+                self._output = CapturedOutput(columns=max(os.get_terminal_size().columns - 4, 40))
+                null = os.open(os.devnull, os.O_RDONLY)
+                stdio = ChildStdio(null, self._output.slave, self._output.slave)
+            try:
+                child = spawn_stopped(self.options.command, run_as, environment, stdio)
+            finally:
+                if stdio is not None:
+                    os.close(stdio.stdin)
+                    assert self._output is not None
+                    self._output.start()
             self._child = child
             self.profile.info.pids = [child.pid]
             self._awaiting_exec.add(child.pid)
@@ -242,6 +271,10 @@ class Recording:
         next_rescan = time.monotonic() + MAPS_RESCAN_S
         while self._stop_signal is None:
             program.poll(POLL_MS)
+            if self._view is not None:
+                self._view.tick()
+                if self._view.stop_requested:
+                    return
             now = time.monotonic()
             if self._pending_refresh:
                 for pid, provisional in self._pending_refresh.items():
@@ -259,6 +292,28 @@ class Recording:
                 return
             if deadline is not None and now >= deadline:
                 return
+
+    def _run_counters(self) -> RunCounters:
+        assert self._program is not None
+        counters = self._program.counters()
+        cut_short = sum(count for end, count in self.profile.walk_ends.items() if end is not WalkEnd.COMPLETE)
+        return RunCounters(counters.ringbuf_full + self._program.malformed_events, cut_short)
+
+    def _close_view(self) -> None:
+        """Give the terminal back (every way out of the run comes here)."""
+        if self._view is not None:
+            self._view.stop()
+            self._view = None
+
+    def _show_captured_output(self, wait_s: float) -> None:
+        """What the program printed while the view was on, in full."""
+        if self._output is None:
+            return
+        captured = self._output.finish(wait_s)
+        self._output = None
+        if captured:
+            sys.stdout.buffer.write(captured)
+            sys.stdout.buffer.flush()
 
     def _drain(self, program: BpfProgram) -> None:
         """Take what is left in the ring buffer, then let the symbolizer finish."""

@@ -125,7 +125,16 @@ def find_command(argv0: str, path: str) -> str:
     return found
 
 
-def spawn_stopped(argv: list[str], run_as: RunAs, environment: dict[str, str]) -> SpawnedCommand:
+@dataclass(frozen=True)
+class ChildStdio:
+    """Descriptors for the child's stdin, stdout and stderr (else it inherits ours)."""
+
+    stdin: int
+    stdout: int
+    stderr: int
+
+
+def spawn_stopped(argv: list[str], run_as: RunAs, environment: dict[str, str], stdio: ChildStdio | None = None) -> SpawnedCommand:
     """Fork a child that waits on a pipe, then execs argv as run_as."""
     executable = find_command(argv[0], environment.get("PATH", os.defpath))
     go_read, go_write = os.pipe()
@@ -145,6 +154,9 @@ def spawn_stopped(argv: list[str], run_as: RunAs, environment: dict[str, str]) -
             os.close(go_read)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            if stdio is not None:
+                for source, target in ((stdio.stdin, 0), (stdio.stdout, 1), (stdio.stderr, 2)):
+                    os.dup2(source, target)
             if run_as.uid != os.geteuid():
                 os.setgroups(run_as.groups)
                 os.setgid(run_as.gid)

@@ -13,7 +13,8 @@ fi
 
 # --- Debian packages ------------------------------------------------------
 # libc6-dbg: libc's local symbols (__libc_start_call_main, msort_with_tmp, ...).
-packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg)
+# tmux: the live view's end-to-end tests drive it as a person would.
+packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg tmux)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
