@@ -117,10 +117,11 @@ def test_python_interpreter(jitprof, tmp_path):
 
 def test_progress_bar_on_a_terminal_for_a_large_cold_table(tmp_path):
     """python3.11 has ~10 k FDEs: with an empty cache its table build shows a
-    progress bar when jitprof runs on a terminal (script(1) provides one)."""
+    progress bar when jitprof runs on a terminal (script(1) provides one)
+    without the live view."""
     cache = tmp_path / "empty-cache"
     command = (
-        f"JITPROF_CACHE_DIR={cache} {sys.executable} -m profiler -d 6 -o {tmp_path / 'out.folded'} "
+        f"JITPROF_CACHE_DIR={cache} {sys.executable} -m profiler --no-tui -d 6 -o {tmp_path / 'out.folded'} "
         "-- /usr/bin/python3 -c 'while True: pass'"
     )
     completed = subprocess.run(

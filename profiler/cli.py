@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 from pathlib import Path
+from typing import IO
 
-from profiler import __version__
+from profiler import __version__, compare
 from profiler.errors import JitprofError
-from profiler.output import EXTENSIONS, WRITERS, OutputRequest, UnknownFormat, format_for
+from profiler.output import EXTENSIONS, WRITERS, OutputRequest, UnknownFormat, WrittenOutput, format_for, write_path
 from profiler.recording import Recording, RecordingOptions
+from profiler.targets import output_owner
 
 DESCRIPTION = """\
 Sample the CPU stacks of a program (native and JIT-compiled code) with eBPF
@@ -29,7 +33,8 @@ exit status: the program's own (128+signal if it was killed); 0 with --pid;
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jitprof",
-        usage="jitprof [options] -- COMMAND [ARGS...]\n       jitprof [options] --pid PID [--pid PID...]",
+        usage="jitprof [options] -- COMMAND [ARGS...]\n       jitprof [options] --pid PID [--pid PID...]\n"
+        "       jitprof report PROFILE.jitprof [-o OUT...]\n       jitprof diff BASE.jitprof NEW.jitprof [-o diff.svg]",
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -131,8 +136,102 @@ def parse_options(argv: list[str]) -> RecordingOptions:
     )
 
 
+def build_report_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jitprof report",
+        description="Write a saved profile (.jitprof) in other formats, or a part of it, without running anything again.",
+        epilog="With no -o, the folded form is printed.",
+    )
+    parser.add_argument("profile", type=Path, metavar="PROFILE.jitprof")
+    parser.add_argument("-o", "--output", type=Path, action="append", default=[], metavar="PATH",
+                        help="write here, format from the extension (repeatable)")
+    parser.add_argument("--format", choices=sorted(WRITERS), default=None, help="format of every -o file")
+    parser.add_argument("--pid", type=int, action="append", default=[], help="only samples of this process (repeatable)")
+    parser.add_argument("--tid", type=int, action="append", default=[], help="only samples of this thread (repeatable)")
+    parser.add_argument("--since", type=float, default=None, metavar="SECONDS", help="only samples from this long after the first")
+    parser.add_argument("--until", type=float, default=None, metavar="SECONDS", help="only samples before this long after the first")
+    return parser
+
+
+def build_diff_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jitprof diff",
+        description="Compare two saved profiles: a differential flame graph, widths from NEW, "
+        "red where NEW spent more CPU time than BASE, blue where less.",
+        epilog="With no -o, the two-column folded form (stack, base count, new count) is printed.",
+    )
+    parser.add_argument("base", type=Path, metavar="BASE.jitprof")
+    parser.add_argument("new", type=Path, metavar="NEW.jitprof")
+    parser.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="write here: .svg, or .folded/.txt")
+    parser.add_argument("--format", choices=("svg", "folded"), default=None, help="svg, or folded (two columns)")
+    parser.add_argument("--normalize", action="store_true",
+                        help="scale BASE to NEW's total samples (compare shares), instead of comparing CPU time")
+    return parser
+
+
+def run_report(argv: list[str]) -> int:
+    parser = build_report_parser()
+    args = parser.parse_args(argv)
+    try:
+        outputs = [OutputRequest(path, format_for(path, args.format)) for path in args.output]
+    except UnknownFormat as error:
+        parser.error(str(error))
+    selection = compare.SampleFilter(frozenset(args.pid), frozenset(args.tid), args.since, args.until)
+    written = compare.report(args.profile, outputs, selection, args.format or "folded")
+    return _report_written(written)
+
+
+def run_diff(argv: list[str]) -> int:
+    parser = build_diff_parser()
+    args = parser.parse_args(argv)
+    format_name = args.format
+    if format_name is None:
+        format_name = "svg" if args.output is not None and args.output.name.endswith(".svg") else "folded"
+    base, new = compare.load(args.base), compare.load(args.new)
+    if format_name == "folded" and args.output is None:
+        compare.write_diff_folded(base, new, sys.stdout, args.normalize)
+        return 0
+    if args.output is None:
+        compare.write_diff_svg(base, new, sys.stdout.buffer, args.normalize)
+        return 0
+
+    def produce(stream: IO[bytes]) -> None:
+        if format_name == "svg":
+            compare.write_diff_svg(base, new, stream, args.normalize)
+        else:
+            text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")  # type: ignore[arg-type]
+            compare.write_diff_folded(base, new, text, args.normalize)
+            text.flush()
+            text.detach()
+
+    return _report_written([write_path(args.output, produce, output_owner(dict(os.environ)))])
+
+
+def _report_written(written: list[WrittenOutput]) -> int:
+    for output in written:
+        if output.error:
+            where = f"wrote {output.written} instead" if output.written else "and no fallback was writable"
+            print(f"jitprof: warning: cannot write {output.requested}: {output.error}; {where}", file=sys.stderr)
+    names = [str(output.written) for output in written if output.written is not None]
+    if names:
+        print(f"jitprof: wrote {', '.join(names)}", file=sys.stderr)
+    return 0 if all(output.written is not None for output in written) else 1
+
+
+SUBCOMMANDS = {"report": run_report, "diff": run_diff}
+
+
 def main(argv: list[str] | None = None) -> int:
-    options = parse_options(sys.argv[1:] if argv is None else argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    if arguments and arguments[0] in SUBCOMMANDS:
+        try:
+            return SUBCOMMANDS[arguments[0]](arguments[1:])
+        except JitprofError as error:
+            print(error.render(), file=sys.stderr)
+            return error.exit_code
+        except BrokenPipeError:
+            return 0  # `jitprof report x.jitprof | head`
+    options = parse_options(arguments)
     try:
         return Recording(options).run()
     except JitprofError as error:

@@ -140,4 +140,7 @@ def _frame_for(entry: PerfMapEntry) -> Frame:
     parsed = parse_v8_name(entry.name)
     if parsed is None:  # another runtime's name: shown as written
         return Frame(entry.name, JIT_MODULE, FrameKind.JIT)
-    return Frame(parsed.display, JIT_MODULE, FrameKind.JIT, parsed.script, parsed.line, parsed.column, parsed.tier.value)
+    return Frame(
+        parsed.display, JIT_MODULE, FrameKind.JIT, parsed.script, parsed.line, parsed.column, parsed.tier.value,
+        function_line=parsed.line,
+    )

@@ -28,6 +28,7 @@ class Frame:
     tier: str = ""  # for JIT code: interpreted, baseline, maglev, turbofan, builtin, ...
     inlined: bool = False  # compiled into its caller's code (the caller is the frame before)
     line_exact: bool = False  # line/column are where this frame was, not where its function begins
+    function_line: int = 0  # where the function begins (1-based), when known
 
     @property
     def symbolized(self) -> bool:
@@ -90,6 +91,10 @@ class Profile:
             self.samples.append(sample)
             self.walk_ends[sample.walk_end] += 1
 
+    def reindex_frames(self) -> None:
+        """After frames were loaded into the list directly (a saved profile)."""
+        self._frame_ids = {frame: frame_id for frame_id, frame in enumerate(self.frames)}
+
     def samples_since(self, index: int) -> list[Sample]:
         """Samples added after the first `index` (for readers that follow along)."""
         with self._lock:
@@ -103,6 +108,14 @@ class Profile:
         """The process frame at the root of every stack."""
         comm = sample.comm or str(sample.pid)
         return f"{comm}-{sample.pid}" if self.info.root_by_pid else comm
+
+    def stack_counts(self) -> Counter[tuple[str, tuple[int, ...]]]:
+        """Samples per (root label, frame ids): writers walk each distinct
+        stack once, however many samples share it."""
+        counts: Counter[tuple[str, tuple[int, ...]]] = Counter()
+        for sample in self.samples:
+            counts[(self.root_label(sample), sample.frame_ids)] += 1
+        return counts
 
     def stack(self, sample: Sample) -> list[Frame]:
         return [self.frames[frame_id] for frame_id in sample.frame_ids]

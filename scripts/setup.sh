@@ -14,7 +14,8 @@ fi
 # --- Debian packages ------------------------------------------------------
 # libc6-dbg: libc's local symbols (__libc_start_call_main, msort_with_tmp, ...).
 # tmux: the live view's end-to-end tests drive it as a person would.
-packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg tmux)
+# valgrind (callgrind_annotate) and chromium: independent readers of the outputs in the tests.
+packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg tmux valgrind chromium)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -92,6 +93,14 @@ for major in 22 24 26; do
             || say "warning: could not install Node.js $major; its e2e tests will be skipped"
     fi
 done
+
+# --- Readers of the output formats, for the tests ------------------------------
+# speedscope (its JSON schema and the viewer) and pprof-format (a pprof decoder).
+if [ ! -d .nodes/tools/node_modules/speedscope ] || [ ! -d .nodes/tools/node_modules/pprof-format ]; then
+    say "installing speedscope and pprof-format from the npm registry"
+    npm install --silent --no-save --no-audit --no-fund --prefix .nodes/tools speedscope@1.25.0 pprof-format@2.3.2 >/dev/null 2>&1 \
+        || say "warning: could not install speedscope/pprof-format; their format checks will be skipped"
+fi
 
 # --- Fixtures -----------------------------------------------------------------
 make -s -C fixtures

@@ -8,25 +8,54 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
+from profiler.output.callgrind import write_callgrind
+from profiler.output.cpuprofile import write_cpuprofile
 from profiler.output.folded import write_folded
+from profiler.output.pprof import write_pprof
+from profiler.output.speedscope import write_speedscope
 from profiler.output.svg import write_svg
 from profiler.profile import Profile
+from profiler.rawprofile import write_raw
 from profiler.targets import RunAs
 
-Writer = Callable[[Profile, TextIO], None]
+Writer = Callable[[Profile, IO[bytes]], None]
 
+
+def _text(write: Callable[[Profile, TextIO], None]) -> Writer:
+    def write_bytes(profile: Profile, stream: IO[bytes]) -> None:
+        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")  # type: ignore[arg-type]
+        write(profile, text)
+        text.flush()
+        text.detach()
+
+    return write_bytes
+
+
+# Every writer streams into the file it is given.
 WRITERS: dict[str, Writer] = {
-    "folded": write_folded,
-    "svg": write_svg,
+    "folded": _text(write_folded),
+    "svg": _text(write_svg),
+    "speedscope": write_speedscope,
+    "cpuprofile": write_cpuprofile,
+    "pprof": write_pprof,
+    "callgrind": write_callgrind,
+    "jitprof": write_raw,
 }
 
 EXTENSIONS: dict[str, str] = {
     ".folded": "folded",
     ".txt": "folded",
     ".svg": "svg",
+    ".speedscope.json": "speedscope",
+    ".cpuprofile": "cpuprofile",
+    ".pb.gz": "pprof",
+    ".pprof": "pprof",
+    ".jitprof": "jitprof",
+    "callgrind.out.*": "callgrind",
 }
+CALLGRIND_PREFIX = "callgrind.out"
 
 
 class UnknownFormat(ValueError):
@@ -51,6 +80,8 @@ def format_for(path: Path, forced: str | None) -> str:
         if forced not in WRITERS:
             raise UnknownFormat(f"unknown format {forced!r} (known: {', '.join(sorted(WRITERS))})")
         return forced
+    if path.name.startswith(CALLGRIND_PREFIX):
+        return "callgrind"
     for suffix, name in EXTENSIONS.items():
         if path.name.endswith(suffix):
             return name
@@ -61,33 +92,44 @@ def format_for(path: Path, forced: str | None) -> str:
 
 
 def render(profile: Profile, format_name: str) -> bytes:
-    buffer = io.StringIO()
+    buffer = io.BytesIO()
     WRITERS[format_name](profile, buffer)
-    return buffer.getvalue().encode("utf-8", "replace")
+    return buffer.getvalue()
+
+
+def write_to(stream: IO[bytes], profile: Profile, format_name: str) -> None:
+    WRITERS[format_name](profile, stream)
 
 
 def write_outputs(profile: Profile, requests: list[OutputRequest], owner: RunAs | None) -> list[WrittenOutput]:
     """Write each output; an unwritable path falls back to a temporary file."""
-    results = []
-    for request in requests:
-        data = render(profile, request.format_name)
-        try:
-            _write_file(request.path, data, owner)
-            results.append(WrittenOutput(request.path, request.path))
-        except OSError as error:
-            reason = error.strerror or str(error)
-            fallback = _write_fallback(request.path, data, owner)
-            results.append(WrittenOutput(request.path, fallback, reason))
-    return results
+    return [write_path(request.path, _producer(profile, request.format_name), owner) for request in requests]
 
 
-def _write_file(path: Path, data: bytes, owner: RunAs | None) -> None:
+def _producer(profile: Profile, format_name: str) -> Callable[[IO[bytes]], None]:
+    def produce(stream: IO[bytes]) -> None:
+        WRITERS[format_name](profile, stream)
+
+    return produce
+
+
+def write_path(path: Path, produce: Callable[[IO[bytes]], None], owner: RunAs | None) -> WrittenOutput:
+    """Stream into path; if it cannot be written, into a temporary file named after it."""
+    try:
+        _write_file(path, produce, owner)
+        return WrittenOutput(path, path)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        return WrittenOutput(path, _write_fallback(path, produce, owner), reason)
+
+
+def _write_file(path: Path, produce: Callable[[IO[bytes]], None], owner: RunAs | None) -> None:
     # Never follow a symlink planted at the output path: we are root.
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     descriptor = os.open(path, flags, 0o644)
-    with os.fdopen(descriptor, "wb") as handle:
-        handle.write(data)
+    with os.fdopen(descriptor, "wb", buffering=1 << 20) as handle:
         _give_to(handle.fileno(), owner)
+        produce(handle)
 
 
 def _give_to(descriptor: int, owner: RunAs | None) -> None:
@@ -98,15 +140,15 @@ def _give_to(descriptor: int, owner: RunAs | None) -> None:
             pass
 
 
-def _write_fallback(path: Path, data: bytes, owner: RunAs | None) -> Path | None:
+def _write_fallback(path: Path, produce: Callable[[IO[bytes]], None], owner: RunAs | None) -> Path | None:
     for directory in (os.getcwd(), tempfile.gettempdir()):
         try:
             descriptor, name = tempfile.mkstemp(prefix="jitprof-", suffix="-" + path.name, dir=directory)
         except OSError:
             continue
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
+        with os.fdopen(descriptor, "wb", buffering=1 << 20) as handle:
             _give_to(handle.fileno(), owner)
+            produce(handle)
         os.chmod(name, 0o644)
         return Path(name)
     return None

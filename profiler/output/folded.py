@@ -33,9 +33,9 @@ def fold(profile: Profile) -> list[FoldedStack]:
     """Unique stacks with their counts, sorted for stable output."""
     counts: Counter[tuple[str, ...]] = Counter()
     labels = [frame_label(frame) for frame in profile.frames]
-    for sample in profile.samples:
-        comm = profile.root_label(sample).replace(";", ":").replace("\n", " ")
-        counts[(comm, *(labels[frame_id] for frame_id in sample.frame_ids))] += 1
+    for (root, frame_ids), count in profile.stack_counts().items():
+        comm = root.replace(";", ":").replace("\n", " ")
+        counts[(comm, *(labels[frame_id] for frame_id in frame_ids))] += count
     return [FoldedStack(frames, count) for frames, count in sorted(counts.items())]
 
 

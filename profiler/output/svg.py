@@ -59,22 +59,21 @@ def _colour(label: str, frame: Frame | None) -> str:
 
 def _tree(profile: Profile) -> _Node:
     root = _Node("all", None)
-    for sample in profile.samples:
-        root.count += 1
-        comm = profile.root_label(sample)
+    for (comm, frame_ids), count in profile.stack_counts().items():
+        root.count += count
         node = root.children.setdefault(("process", comm, False), _Node(comm, None))
-        node.count += 1
-        for frame_id in sample.frame_ids:
+        node.count += count
+        for frame_id in frame_ids:
             frame = profile.frames[frame_id]
             # Merged by what the box shows: one function in several tiers
             # (interpreted, then optimised code) is one box, as in folded output.
             key = (frame.kind.value, frame.name, frame.inlined)
             node = node.children.get(key) or node.children.setdefault(key, _Node(frame.name, frame))
-            node.count += 1
+            node.count += count
             if frame.tier:
-                node.tiers[frame.tier] += 1
+                node.tiers[frame.tier] += count
             if frame.line_exact:
-                node.lines[frame.line] += 1
+                node.lines[frame.line] += count
     return root
 
 
@@ -97,12 +96,30 @@ def _details(node: _Node) -> list[str]:
     return parts
 
 
-def _layout(root: _Node, total: int) -> list[_Box]:
+@dataclass(frozen=True)
+class Baseline:
+    """For a differential flame graph: the older profile's tree, its counts
+    scaled by `scale` to be comparable with the new one's."""
+
+    root: _Node
+    scale: float
+
+
+def _diff_colour(new: float, old: float) -> str:
+    """Red for growth, blue for shrinkage, white for level (as difffolded)."""
+    change = (new - old) / max(new, old, 1e-9)
+    strength = int(min(abs(change), 1.0) * 200)
+    if change > 0:
+        return f"rgb(255,{255 - strength},{255 - strength})"
+    return f"rgb({255 - strength},{255 - strength},255)"
+
+
+def _layout(root: _Node, total: int, baseline: Baseline | None = None) -> list[_Box]:
     boxes: list[_Box] = []
     min_samples = total * MIN_WIDTH_PX / (IMAGE_WIDTH - 2 * X_PAD)
-    stack: list[tuple[_Node, int, int]] = [(root, 0, 0)]
+    stack: list[tuple[_Node, _Node | None, int, int]] = [(root, baseline.root if baseline else None, 0, 0)]
     while stack:
-        node, start, depth = stack.pop()
+        node, old, start, depth = stack.pop()
         if node.count < min_samples:
             continue
         share = 100.0 * node.count / total if total else 0.0
@@ -110,18 +127,24 @@ def _layout(root: _Node, total: int) -> list[_Box]:
         if node.frame is not None:
             detail = " [" + ", ".join(_details(node)) + "]"
         tooltip = f"{node.label}{detail} ({node.count:,} samples, {share:.2f}%)"
-        boxes.append(_Box(node.label, tooltip, start, node.count, depth, _colour(node.label, node.frame)))
+        fill = _colour(node.label, node.frame)
+        if baseline is not None:
+            before = (old.count if old is not None else 0) * baseline.scale
+            change = (node.count - before) / before * 100 if before else float("inf")
+            tooltip = f"{node.label}{detail} (base {before:,.0f} → new {node.count:,} samples, {change:+.1f}%)"
+            fill = _diff_colour(node.count, before)
+        boxes.append(_Box(node.label, tooltip, start, node.count, depth, fill))
         cursor = start
-        for child in sorted(node.children.values(), key=lambda item: item.label):
-            stack.append((child, cursor, depth + 1))
+        for key, child in sorted(node.children.items(), key=lambda item: item[1].label):
+            stack.append((child, old.children.get(key) if old is not None else None, cursor, depth + 1))
             cursor += child.count
     return boxes
 
 
-def write_svg(profile: Profile, stream: TextIO, title: str = "Flame Graph") -> None:
+def write_svg(profile: Profile, stream: TextIO, title: str = "Flame Graph", baseline: Baseline | None = None) -> None:
     root = _tree(profile)
     total = max(root.count, 1)
-    boxes = _layout(root, total)
+    boxes = _layout(root, total, baseline)
     max_depth = max((box.depth for box in boxes), default=0)
     height = TOP_PAD + BOTTOM_PAD + (max_depth + 1) * FRAME_HEIGHT
     subtitle = " ".join(profile.info.command) if profile.info.command else "pids " + ", ".join(map(str, profile.info.pids))
@@ -367,3 +390,7 @@ function search(term) {
   matchedtxt.firstChild.nodeValue = "Matched: " + pct + "%";
 }
 """
+
+
+def baseline_from(profile: Profile, scale: float) -> Baseline:
+    return Baseline(_tree(profile), scale)

@@ -1,0 +1,110 @@
+"""Chrome/V8 CPU profile (.cpuprofile), as DevTools' Performance panel, VS Code
+and `node --cpu-prof` read it: a call tree of nodes, the node of each sample
+in time order, the gaps between samples, and per-node line ticks.
+
+A node is a function in a calling context, so frames of one function at
+different lines share a node; their exact lines become positionTicks.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import IO
+
+from profiler.profile import Frame, FrameKind, Profile
+
+
+@dataclass(frozen=True)
+class CallFrame:
+    function_name: str
+    url: str
+    line_number: int  # 0-based, -1 when unknown
+    column_number: int
+
+    def as_json(self, script_ids: dict[str, str]) -> dict[str, object]:
+        return {
+            "functionName": self.function_name,
+            "scriptId": script_ids.get(self.url, "0"),
+            "url": self.url,
+            "lineNumber": self.line_number,
+            "columnNumber": self.column_number,
+        }
+
+
+@dataclass
+class _Node:
+    node_id: int
+    call_frame: CallFrame
+    children: dict[CallFrame, _Node] = field(default_factory=dict)
+    hit_count: int = 0
+    line_ticks: Counter[int] = field(default_factory=Counter)
+
+
+def call_frame(frame: Frame) -> CallFrame:
+    name = frame.name + (" [inlined]" if frame.inlined else "") + (" [kernel]" if frame.kind is FrameKind.KERNEL else "")
+    url = frame.file or frame.module
+    line = frame.function_line or (frame.line if not frame.line_exact else 0)
+    return CallFrame(name, url, line - 1 if line else -1, -1 if not line else 0)
+
+
+def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
+    root = _Node(1, CallFrame("(root)", "", -1, -1))
+    nodes = [root]
+    call_frames = [call_frame(frame) for frame in profile.frames]
+    order = sorted(range(len(profile.samples)), key=lambda index: profile.samples[index].time_ns)
+    sample_nodes: list[int] = []
+    times: list[int] = []
+    leaf_of: dict[tuple[str, tuple[int, ...]], _Node] = {}  # one tree walk per distinct stack
+    for index in order:
+        sample = profile.samples[index]
+        label = profile.root_label(sample)
+        found = leaf_of.get((label, sample.frame_ids))
+        if found is None:
+            found = _child(root, CallFrame(label, "", -1, -1), nodes)
+            for frame_id in sample.frame_ids:
+                found = _child(found, call_frames[frame_id], nodes)
+            leaf_of[(label, sample.frame_ids)] = found
+        node = found
+        node.hit_count += 1
+        if sample.frame_ids:
+            leaf = profile.frames[sample.frame_ids[-1]]
+            if leaf.line_exact and leaf.line:
+                node.line_ticks[leaf.line] += 1
+        sample_nodes.append(node.node_id)
+        times.append(sample.time_ns // 1000)
+    script_ids: dict[str, str] = {}
+    for node in nodes:
+        url = node.call_frame.url
+        if url and url not in script_ids:
+            script_ids[url] = str(len(script_ids) + 1)
+    start = times[0] if times else profile.info.started_ns // 1000
+    deltas = [later - earlier for earlier, later in zip([start, *times[:-1]], times)]
+    records = []
+    for node in nodes:
+        record: dict[str, object] = {
+            "id": node.node_id,
+            "callFrame": node.call_frame.as_json(script_ids),
+            "hitCount": node.hit_count,
+        }
+        if node.children:
+            record["children"] = [child.node_id for child in node.children.values()]
+        if node.line_ticks:
+            record["positionTicks"] = [{"line": line, "ticks": ticks} for line, ticks in sorted(node.line_ticks.items())]
+        records.append(record)
+    stream.write(b'{"nodes":[')
+    stream.write(",".join(json.dumps(record, ensure_ascii=False, separators=(",", ":")) for record in records).encode("utf-8", "surrogatepass"))
+    stream.write(f'],"startTime":{start},"endTime":{times[-1] if times else start},"samples":['.encode())
+    stream.write(",".join(map(str, sample_nodes)).encode())
+    stream.write(b'],"timeDeltas":[')
+    stream.write(",".join(map(str, deltas)).encode())
+    stream.write(b"]}")
+
+
+def _child(parent: _Node, frame: CallFrame, nodes: list[_Node]) -> _Node:
+    child = parent.children.get(frame)
+    if child is None:
+        child = parent.children[frame] = _Node(len(nodes) + 1, frame)
+        nodes.append(child)
+    return child

@@ -1,0 +1,154 @@
+"""pprof's profile.proto, gzipped (.pb.gz, .pprof), encoded here by hand:
+samples/count and cpu/nanoseconds per unique stack and thread, pid and tid
+labels, one mapping per module, and one location per machine address with
+its inline lines, innermost first (a JIT frame and the frames inlined into
+it share a location, as pprof expects).
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+from typing import IO
+
+from profiler.profile import Frame, FrameKind, Profile
+
+# Field numbers from profile.proto.
+PROFILE_SAMPLE_TYPE, PROFILE_SAMPLE, PROFILE_MAPPING, PROFILE_LOCATION = 1, 2, 3, 4
+PROFILE_FUNCTION, PROFILE_STRING_TABLE, PROFILE_DURATION = 5, 6, 10
+PROFILE_PERIOD_TYPE, PROFILE_PERIOD, PROFILE_COMMENT, PROFILE_DEFAULT_TYPE = 11, 12, 13, 14
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1  # int64 negatives as two's complement, as protobuf does
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _key(field: int, wire: int) -> bytes:
+    return _varint(field << 3 | wire)
+
+
+def _int(field: int, value: int) -> bytes:
+    return _key(field, 0) + _varint(value) if value else b""
+
+
+def _bytes(field: int, value: bytes) -> bytes:
+    return _key(field, 2) + _varint(len(value)) + value
+
+
+def _packed(field: int, values: list[int]) -> bytes:
+    return _bytes(field, b"".join(_varint(value) for value in values)) if values else b""
+
+
+class _Strings:
+    def __init__(self) -> None:
+        self.table: list[str] = [""]
+        self._index: dict[str, int] = {"": 0}
+
+    def __call__(self, text: str) -> int:
+        index = self._index.get(text)
+        if index is None:
+            index = self._index[text] = len(self.table)
+            self.table.append(text)
+        return index
+
+
+def function_name(frame: Frame) -> str:
+    return frame.name + (" [kernel]" if frame.kind is FrameKind.KERNEL else "")
+
+
+def write_pprof(profile: Profile, stream: IO[bytes]) -> None:
+    strings = _Strings()
+    period_ns = round(1e9 / profile.info.frequency_hz)
+    functions: dict[tuple[str, str, int], int] = {}
+    function_records: list[bytes] = []
+    mappings: dict[str, int] = {}
+    mapping_records: list[bytes] = []
+    locations: dict[tuple[int, ...], int] = {}  # frame ids, outer first -> location id
+    location_records: list[bytes] = []
+
+    def function_id(frame: Frame) -> int:
+        key = (function_name(frame), frame.file or frame.module, frame.function_line)
+        found = functions.get(key)
+        if found is None:
+            found = functions[key] = len(functions) + 1
+            function_records.append(
+                _int(1, found) + _int(2, strings(key[0])) + _int(3, strings(key[0])) + _int(4, strings(key[1]))
+                + _int(5, frame.function_line)
+            )
+        return found
+
+    def mapping_id(module: str) -> int:
+        found = mappings.get(module)
+        if found is None:
+            found = mappings[module] = len(mappings) + 1
+            mapping_records.append(
+                _int(1, found) + _int(5, strings(module)) + _int(7, 1) + _int(8, 1) + _int(9, 1) + _int(10, 1)
+            )
+        return found
+
+    def location_id(group: tuple[int, ...]) -> int:
+        found = locations.get(group)
+        if found is None:
+            found = locations[group] = len(locations) + 1
+            outer = profile.frames[group[0]]
+            lines = b""
+            for frame_id in reversed(group):  # innermost first
+                frame = profile.frames[frame_id]
+                line = _int(1, function_id(frame)) + _int(2, frame.line if frame.line_exact else frame.function_line)
+                line += _int(3, frame.column if frame.line_exact else 0)
+                lines += _bytes(4, line)
+            location_records.append(_int(1, found) + _int(2, mapping_id(outer.module or outer.file or "[unknown]")) + lines)
+        return found
+
+    stacks: Counter[tuple[int, int, str, tuple[int, ...]]] = Counter()
+    for sample in profile.samples:
+        stacks[(sample.pid, sample.tid, sample.comm, sample.frame_ids)] += 1
+    out = bytearray()
+    sample_type = _int(1, strings("samples")) + _int(2, strings("count"))
+    cpu_type = _int(1, strings("cpu")) + _int(2, strings("nanoseconds"))
+    out += _bytes(PROFILE_SAMPLE_TYPE, sample_type) + _bytes(PROFILE_SAMPLE_TYPE, cpu_type)
+    for (pid, tid, comm, frame_ids), count in stacks.items():
+        location_ids = [location_id(group) for group in reversed(_location_groups(profile, frame_ids))]  # leaf first
+        labels = (
+            _bytes(3, _int(1, strings("pid")) + _int(3, pid))
+            + _bytes(3, _int(1, strings("tid")) + _int(3, tid))
+            + _bytes(3, _int(1, strings("comm")) + _int(2, strings(comm)))
+        )
+        out += _bytes(PROFILE_SAMPLE, _packed(1, location_ids) + _packed(2, [count, count * period_ns]) + labels)
+    for record in mapping_records:
+        out += _bytes(PROFILE_MAPPING, record)
+    for record in location_records:
+        out += _bytes(PROFILE_LOCATION, record)
+    for record in function_records:
+        out += _bytes(PROFILE_FUNCTION, record)
+    command = " ".join(profile.info.command) or "pid " + ", ".join(map(str, profile.info.pids))
+    comment = strings(f"jitprof: {command}")
+    default_type = strings("cpu")
+    out += b"".join(_bytes(PROFILE_STRING_TABLE, text.encode("utf-8", "surrogatepass")) for text in strings.table)
+    # time_nanos is wall-clock time, which the samples' clock is not: only the duration is given.
+    out += _int(PROFILE_DURATION, max(profile.info.ended_ns - profile.info.started_ns, 0))
+    out += _bytes(PROFILE_PERIOD_TYPE, cpu_type) + _int(PROFILE_PERIOD, period_ns)
+    out += _packed(PROFILE_COMMENT, [comment]) + _int(PROFILE_DEFAULT_TYPE, default_type)
+    with gzip.GzipFile(fileobj=stream, mode="wb", mtime=0) as compressed:
+        compressed.write(bytes(out))
+
+
+def _location_groups(profile: Profile, frame_ids: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Frames split into locations, outer first: an inlined frame joins the
+    location of the frame before it."""
+    groups: list[list[int]] = []
+    for frame_id in frame_ids:
+        if profile.frames[frame_id].inlined and groups:
+            groups[-1].append(frame_id)
+        else:
+            groups.append([frame_id])
+    return [tuple(group) for group in groups]
