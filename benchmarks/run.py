@@ -9,7 +9,6 @@ import platform
 import pty
 import random
 import re
-import resource
 import select
 import shutil
 import statistics
