@@ -49,6 +49,8 @@ class JitFileJanitor:
         opened = []
         for name in self._log_names(pid, directory):
             try:
+                if not stat.S_ISREG(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode):
+                    continue  # never open a device or FIFO as root
                 opened.append(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory))
             except OSError:
                 continue

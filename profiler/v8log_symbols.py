@@ -159,6 +159,8 @@ class V8LogSymbols:
             if not target.startswith("/") or not target.endswith(".log"):
                 continue  # sockets, pipes, deleted files ("... (deleted)")
             try:
+                if not stat.S_ISREG(os.stat(f"{fd_directory}/{name}").st_mode):
+                    continue  # never open a device or FIFO as root (fstat checks again after open)
                 # O_NONBLOCK: whatever the link leads to, opening must not wait.
                 opened.append(os.open(f"{fd_directory}/{name}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY))
             except OSError:

@@ -280,3 +280,13 @@ def test_fuzzed_logs_never_raise(cuts, noise, chunk):
             for frame in inline_stack(code, offset):
                 if frame.script is not None:
                     frame.script.line_and_column(frame.script_offset)
+
+
+def test_symbol_source_never_opens_a_fifo_named_like_a_log(tmp_path):
+    fifo = tmp_path / "isolate-0x1-1-v8.log"
+    os.mkfifo(fifo)
+    descriptor = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # held, as a hostile target could
+    try:
+        assert V8LogSymbols().expand(os.getpid(), 0, 0x5004) is None  # returns, does not wait
+    finally:
+        os.close(descriptor)
