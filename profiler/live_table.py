@@ -6,12 +6,15 @@ cumulative since the start (as py-spy top shows them).
 from __future__ import annotations
 
 import enum
+import heapq
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from profiler.profile import Frame, FrameKind
 
 DEFAULT_WINDOW_S = 5.0
+MAX_CACHED_STACKS = 200_000
 
 
 class SortColumn(enum.IntEnum):
@@ -62,12 +65,23 @@ class _Counts:
 
 
 @dataclass(frozen=True)
-class _Entry:
-    time_ns: int
+class _StackParts:
+    """What one distinct stack adds to the counts (worked out once per stack)."""
+
     own_function: RowKey | None
     total_functions: frozenset[RowKey]
     own_line: RowKey | None
     total_lines: frozenset[RowKey]
+    frames: int
+    unknown_frames: int
+    jit_frames: int
+    unnamed_jit_frames: int
+
+
+@dataclass(frozen=True)
+class _Entry:
+    time_ns: int
+    parts: _StackParts
 
 
 def tier_label(frame: Frame) -> str:
@@ -83,6 +97,9 @@ def tier_label(frame: Frame) -> str:
     return "JIT" if frame.kind is FrameKind.JIT else "native"
 
 
+_OWN_SORTS = (SortColumn.OWN_PERCENT, SortColumn.OWN_TIME)
+
+
 class LiveTable:
     def __init__(self, frequency_hz: int, window_s: float = DEFAULT_WINDOW_S) -> None:
         self.seconds_per_sample = 1.0 / frequency_hz
@@ -95,6 +112,7 @@ class LiveTable:
         self._all_counts = (_Counts(), _Counts())
         self._tiers: dict[RowKey, str] = {}
         self._keys: dict[Frame, tuple[RowKey, RowKey]] = {}
+        self._stacks: dict[tuple[int, ...], _StackParts] = {}  # by frame ids
 
     def _frame_keys(self, frame: Frame) -> tuple[RowKey, RowKey]:
         keys = self._keys.get(frame)
@@ -105,42 +123,58 @@ class LiveTable:
             keys = self._keys[frame] = (function_key, line_key)
         return keys
 
-    def add(self, time_ns: int, stack: list[Frame]) -> None:
-        """One sample; stack is root first."""
-        self.samples += 1
-        for frame in stack:
-            self.frames += 1
-            unknown = frame.kind is FrameKind.UNKNOWN
-            self.unknown_frames += unknown
-            if frame.kind is FrameKind.JIT or frame.module == "[jit]":
-                self.jit_frames += 1
-                self.unnamed_jit_frames += unknown
+    def _parts(self, stack: Sequence[Frame]) -> _StackParts:
         function_keys = [self._frame_keys(frame)[0] for frame in stack]
         line_keys = [self._frame_keys(frame)[1] for frame in stack]
-        for frame, key in zip(stack, line_keys):
-            self._tiers[key] = self._tiers[RowKey(key.function, key.file, 0)] = tier_label(frame)
-        entry = _Entry(
-            time_ns,
+        for frame, function_key, line_key in zip(stack, function_keys, line_keys):
+            self._tiers[line_key] = self._tiers[function_key] = tier_label(frame)
+        unknown = sum(frame.kind is FrameKind.UNKNOWN for frame in stack)
+        jit = [frame for frame in stack if frame.kind is FrameKind.JIT or frame.module == "[jit]"]
+        return _StackParts(
             function_keys[-1] if function_keys else None,
             frozenset(function_keys),
             line_keys[-1] if line_keys else None,
             frozenset(line_keys),
+            len(stack),
+            unknown,
+            len(jit),
+            sum(frame.kind is FrameKind.UNKNOWN for frame in jit),
         )
-        self._all_counts[0].add(entry.own_function, entry.total_functions)
-        self._all_counts[1].add(entry.own_line, entry.total_lines)
+
+    def add(self, time_ns: int, stack: Sequence[Frame]) -> None:
+        """One sample; stack is root first."""
+        self._count(time_ns, self._parts(stack))
+
+    def add_ids(self, time_ns: int, frame_ids: tuple[int, ...], frames: Sequence[Frame]) -> None:
+        """One sample by frame ids: a stack seen before costs one lookup."""
+        parts = self._stacks.get(frame_ids)
+        if parts is None:
+            if len(self._stacks) >= MAX_CACHED_STACKS:
+                self._stacks.clear()
+            parts = self._stacks[frame_ids] = self._parts([frames[frame_id] for frame_id in frame_ids])
+        self._count(time_ns, parts)
+
+    def _count(self, time_ns: int, parts: _StackParts) -> None:
+        self.samples += 1
+        self.frames += parts.frames
+        self.unknown_frames += parts.unknown_frames
+        self.jit_frames += parts.jit_frames
+        self.unnamed_jit_frames += parts.unnamed_jit_frames
+        self._all_counts[0].add(parts.own_function, parts.total_functions)
+        self._all_counts[1].add(parts.own_line, parts.total_lines)
         if time_ns >= self._window_start_ns:
-            self._window.append(entry)
-            self._window_counts[0].add(entry.own_function, entry.total_functions)
-            self._window_counts[1].add(entry.own_line, entry.total_lines)
+            self._window.append(_Entry(time_ns, parts))
+            self._window_counts[0].add(parts.own_function, parts.total_functions)
+            self._window_counts[1].add(parts.own_line, parts.total_lines)
 
     def expire(self, now_ns: int) -> None:
         """Drop window samples older than the window."""
         cutoff = now_ns - self.window_ns
         dropped = False
         while self._window and self._window[0].time_ns < cutoff:
-            entry = self._window.popleft()
-            self._window_counts[0].add(entry.own_function, entry.total_functions, -1)
-            self._window_counts[1].add(entry.own_line, entry.total_lines, -1)
+            parts = self._window.popleft().parts
+            self._window_counts[0].add(parts.own_function, parts.total_functions, -1)
+            self._window_counts[1].add(parts.own_line, parts.total_lines, -1)
             dropped = True
         if dropped:
             for counts in self._window_counts:
@@ -160,25 +194,33 @@ class LiveTable:
         window, cumulative = self._window_counts[index], self._all_counts[index]
         in_window = max(len(self._window), 1)
         needle = filter_text.lower()
-        rows = []
-        for key, total in cumulative.total.items():
-            if needle and needle not in key.function.lower() and needle not in key.file.lower():
-                continue
-            rows.append(
-                Row(
-                    key,
-                    100.0 * window.own.get(key, 0) / in_window,
-                    100.0 * window.total.get(key, 0) / in_window,
-                    cumulative.own.get(key, 0) * self.seconds_per_sample,
-                    total * self.seconds_per_sample,
-                    self._tiers.get(key, ""),
-                )
-            )
-        sort_key = {
-            SortColumn.OWN_PERCENT: lambda row: (row.own_percent, row.own_seconds),
-            SortColumn.TOTAL_PERCENT: lambda row: (row.total_percent, row.total_seconds),
-            SortColumn.OWN_TIME: lambda row: (row.own_seconds, row.own_percent),
-            SortColumn.TOTAL_TIME: lambda row: (row.total_seconds, row.total_percent),
+        first, second = {
+            SortColumn.OWN_PERCENT: (window.own, cumulative.own),
+            SortColumn.TOTAL_PERCENT: (window.total, cumulative.total),
+            SortColumn.OWN_TIME: (cumulative.own, window.own),
+            SortColumn.TOTAL_TIME: (cumulative.total, window.total),
         }[sort]
-        rows.sort(key=lambda row: (sort_key(row), row.key.function), reverse=True)
-        return rows[:limit] if limit is not None else rows
+
+        def wanted(key: RowKey) -> bool:
+            return not needle or needle in key.function.lower() or needle in key.file.lower()
+
+        def order(key: RowKey) -> tuple[int, int, str]:
+            return (first.get(key, 0), second.get(key, 0), key.function)
+
+        # Sorting by own time, only leaves can lead: rank those first (a
+        # service has thousands of functions; the screen shows a few dozen).
+        candidates = [key for key in (cumulative.own if sort in _OWN_SORTS else cumulative.total) if wanted(key)]
+        if limit is None or len(candidates) < limit:
+            candidates += [key for key in cumulative.total if key not in cumulative.own and wanted(key)] if sort in _OWN_SORTS else []
+        chosen = heapq.nlargest(limit, candidates, key=order) if limit is not None else sorted(candidates, key=order, reverse=True)
+        return [
+            Row(
+                key,
+                100.0 * window.own.get(key, 0) / in_window,
+                100.0 * window.total.get(key, 0) / in_window,
+                cumulative.own.get(key, 0) * self.seconds_per_sample,
+                cumulative.total[key] * self.seconds_per_sample,
+                self._tiers.get(key, ""),
+            )
+            for key in chosen
+        ]

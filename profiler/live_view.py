@@ -138,7 +138,7 @@ class LiveView:
     def tick(self) -> None:
         pressed = self._read_keys()
         for sample in self._profile.samples_since(self._seen):
-            self.table.add(sample.time_ns, self._profile.stack(sample))
+            self.table.add_ids(sample.time_ns, sample.frame_ids, self._profile.frames)
             self._seen += 1
         now = time.monotonic()
         due = now - self._last_draw >= REFRESH_S
