@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import IO
 
 from profiler import __version__, compare
 from profiler.errors import JitprofError
-from profiler.output import EXTENSIONS, WRITERS, OutputRequest, UnknownFormat, WrittenOutput, format_for, write_path
+from profiler.output import EXTENSIONS, WRITERS, OutputRequest, UnknownFormat, WrittenOutput, format_for, write_path, write_text
 from profiler.recording import Recording, RecordingOptions
 from profiler.targets import output_owner
 
@@ -199,10 +198,7 @@ def run_diff(argv: list[str]) -> int:
         if format_name == "svg":
             compare.write_diff_svg(base, new, stream, args.normalize)
         else:
-            text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")  # type: ignore[arg-type]
-            compare.write_diff_folded(base, new, text, args.normalize)
-            text.flush()
-            text.detach()
+            write_text(stream, lambda text: compare.write_diff_folded(base, new, text, args.normalize))
 
     return _report_written([write_path(args.output, produce, output_owner(dict(os.environ)))])
 

@@ -3,7 +3,6 @@ any output format, filtered, or compared with each other."""
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from collections import Counter
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from profiler.errors import JitprofError
-from profiler.output import OutputRequest, WrittenOutput, write_outputs, write_to
+from profiler.output import OutputRequest, WrittenOutput, write_outputs, write_text, write_to
 from profiler.output.folded import fold
 from profiler.output.svg import baseline_from, write_svg
 from profiler.profile import Profile
@@ -88,8 +87,6 @@ def write_diff_folded(base: Profile, new: Profile, stream: TextIO, normalize: bo
 
 
 def write_diff_svg(base: Profile, new: Profile, stream: IO[bytes], normalize: bool) -> None:
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")  # type: ignore[arg-type]
     title = "Differential Flame Graph (red: grew, blue: shrank)"
-    write_svg(new, text, title, baseline_from(base, base_scale(base, new, normalize)))
-    text.flush()
-    text.detach()
+    baseline = baseline_from(base, base_scale(base, new, normalize))
+    write_text(stream, lambda text: write_svg(new, text, title, baseline))

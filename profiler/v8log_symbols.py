@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from profiler.jit_symbols import JIT_MODULE
 from profiler.perfmap import process_uid
 from profiler.profile import Frame, FrameKind
 from profiler.v8code import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack
 from profiler.v8log import CodeCreation, V8LogReader
-from profiler.v8names import Tier, parse_v8_name
+from profiler.v8names import JS_TAGS, Tier, parse_v8_name
 
-JIT_MODULE = "[jit]"
 LOG_MAGIC = b"v8-version,"
 TAIL_INTERVAL_S = 0.01
 RESCAN_INTERVAL_S = 0.2
@@ -215,7 +215,7 @@ class V8LogSymbols:
     # Frames ------------------------------------------------------------
 
     def _frames(self, code: CodeObject, offset: int) -> tuple[Frame, ...]:
-        if code.tag not in _JS_TAGS:
+        if code.tag not in JS_TAGS:
             parsed = parse_v8_name(f"{code.tag}:{code.name}")
             if parsed is None:
                 return (Frame(code.name or f"[{code.tag}]", JIT_MODULE, FrameKind.JIT),)
@@ -255,8 +255,6 @@ class V8LogSymbols:
                         pass
                 state.logs.clear()
 
-
-_JS_TAGS = {"JS", "LazyCompile", "Function", "Script", "Eval"}
 
 
 def _code_tier(code: CodeObject) -> str:

@@ -39,7 +39,7 @@ class V8Name:
     on_stack_replacement: bool = False
 
 
-_JS_TAGS = {"JS", "LazyCompile", "Function", "Script", "Eval"}
+JS_TAGS = {"JS", "LazyCompile", "Function", "Script", "Eval"}
 _LABELLED_TAGS = {
     "Builtin": Tier.BUILTIN,
     "BytecodeHandler": Tier.BYTECODE_HANDLER,
@@ -63,7 +63,7 @@ def parse_v8_name(raw: str) -> V8Name | None:
         tier = _LABELLED_TAGS[tag]
         label = tier.value if tier is not Tier.BYTECODE_HANDLER else "bytecode"
         return V8Name(f"[{label}] {rest.strip()}", rest.strip(), "", 0, 0, tier)
-    if tag not in _JS_TAGS:
+    if tag not in JS_TAGS:
         return None
     tier = Tier.UNOPTIMIZED
     on_stack_replacement = context_specialized = False

@@ -23,12 +23,17 @@ from profiler.targets import RunAs
 Writer = Callable[[Profile, IO[bytes]], None]
 
 
+def write_text(stream: IO[bytes], write: Callable[[TextIO], None]) -> None:
+    """Let a text writer stream UTF-8 into a binary file, leaving it open."""
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")  # type: ignore[arg-type]
+    write(text)
+    text.flush()
+    text.detach()
+
+
 def _text(write: Callable[[Profile, TextIO], None]) -> Writer:
     def write_bytes(profile: Profile, stream: IO[bytes]) -> None:
-        text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline="\n")  # type: ignore[arg-type]
-        write(profile, text)
-        text.flush()
-        text.detach()
+        write_text(stream, lambda text: write(profile, text))
 
     return write_bytes
 
