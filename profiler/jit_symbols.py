@@ -3,6 +3,9 @@
 Perf maps carry no timestamps: a sample is named by the entries appended by
 the time it is resolved, which the symbolizer does promptly (within a poll
 cycle), so code that reuses an address later does not rename old samples.
+The JVM's map is different: a snapshot of its code cache, rewritten whole
+each time it is asked for, so it is read again from the start (`reload`),
+never tailed.
 """
 
 from __future__ import annotations
@@ -11,20 +14,21 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from profiler import runtimes
+from profiler.jit_names import frame_for_name
 from profiler.mappings import KnownMapping
-from profiler.perfmap import PerfMapEntry, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map, process_uid
-from profiler.profile import Frame, FrameKind
-from profiler.v8names import parse_v8_name
+from profiler.perfmap import PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map, process_uid
+from profiler.profile import Frame
 
 RETRY_OPEN_S = 0.2  # a process may write its perf map a little after it starts
 TAIL_INTERVAL_S = 0.01
-JIT_MODULE = "[jit]"
 
 
 @dataclass
 class _ProcessMap:
     pid: int
     owner_uid: int | None
+    runtime: runtimes.Runtime | None
     file: PerfMapFile | None = None
     refused: str = ""
     last_open_attempt: float = 0.0
@@ -55,29 +59,61 @@ class PerfMapSymbols:
     def watch(self, pid: int) -> None:
         """Note the owner of a process now, while it is alive."""
         with self._lock:
-            if pid not in self._maps:
+            state = self._maps.get(pid)
+            if state is None:
                 self._maps[pid] = self._new_state(pid)
+            elif state.file is None:  # seen before its exec: what runs now?
+                state.runtime = runtimes.identify(pid) or state.runtime
 
     def _new_state(self, pid: int) -> _ProcessMap:
         owner = process_uid(pid)
-        return _ProcessMap(pid, owner if owner is not None else self._default_owner_uid)
+        return _ProcessMap(pid, owner if owner is not None else self._default_owner_uid, runtimes.identify(pid))
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         state = self._state(pid)
-        if state.file is None:
-            return None
-        now = time.monotonic()
-        if now - state.last_tail >= TAIL_INTERVAL_S:
-            state.file.tail()
-            state.last_tail = now
-        entry = state.file.index.lookup(address)
-        if entry is None:
-            return None
-        frame = state.frames.get(entry.sequence)
-        if frame is None:
-            frame = _frame_for(entry)
-            state.frames[entry.sequence] = frame
-        return frame
+        with self._lock:  # a reload swaps the file from another thread
+            file = state.file
+            if file is None:
+                return None
+            now = time.monotonic()
+            # A snapshot is read once when opened, then only by `reload`.
+            if now - state.last_tail >= TAIL_INTERVAL_S and not (_is_snapshot(state) and state.last_tail):
+                file.tail()
+                state.last_tail = now
+            entry = file.index.lookup(address)
+            if entry is None:
+                return None
+            frame = state.frames.get(entry.sequence)
+            if frame is None:
+                frame = frame_for_name(entry.name, state.runtime)
+                state.frames[entry.sequence] = frame
+            return frame
+
+    def reload(self, pid: int) -> int:
+        """Read a rewritten map again from its start; returns its entries."""
+        state = self._state(pid)
+        if state.owner_uid is None:
+            return 0
+        fresh: PerfMapFile | None = None
+        for path in candidate_paths(pid):
+            try:
+                fresh = open_perf_map(path, state.owner_uid)
+            except PerfMapRefused as error:
+                state.refused = str(error)
+                return 0
+            if fresh is not None:
+                break
+        if fresh is None:
+            return 0
+        fresh.tail()
+        with self._lock:
+            old, state.file = state.file, fresh
+            state.last_tail = time.monotonic()
+            state.frames.clear()  # frames are keyed by the old file's entry order
+            state.refused = ""
+        if old is not None:
+            old.close()
+        return len(fresh.index)
 
     def has_map(self, pid: int) -> bool:
         return self._state(pid).file is not None
@@ -129,6 +165,14 @@ class PerfMapSymbols:
                 if state.file is not None:
                     state.file.remove(owner_uid)
 
+    def remove_file(self, pid: int) -> bool:
+        """Delete one process's perf map, if it is still the file read."""
+        with self._lock:
+            state = self._maps.get(pid)
+            if state is None or state.file is None or state.owner_uid is None:
+                return False
+            return state.file.remove(state.owner_uid)
+
     def close(self) -> None:
         with self._lock:
             for state in self._maps.values():
@@ -136,11 +180,6 @@ class PerfMapSymbols:
                     state.file.close()
 
 
-def _frame_for(entry: PerfMapEntry) -> Frame:
-    parsed = parse_v8_name(entry.name)
-    if parsed is None:  # another runtime's name: shown as written
-        return Frame(entry.name, JIT_MODULE, FrameKind.JIT)
-    return Frame(
-        parsed.display, JIT_MODULE, FrameKind.JIT, parsed.script, parsed.line, parsed.column, parsed.tier.value,
-        function_line=parsed.line,
-    )
+def _is_snapshot(state: _ProcessMap) -> bool:
+    """Is the map rewritten whole (the JVM's) rather than appended to?"""
+    return state.runtime is runtimes.JAVA

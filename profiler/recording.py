@@ -20,12 +20,11 @@ from profiler.child_output import CapturedOutput
 from profiler.errors import JitprofError
 from profiler.events import EventType, ProcessEvent, RawSample, WalkEnd
 from profiler.jit_files import JitFileJanitor
-from profiler.jit_symbols import PerfMapSymbols
+from profiler.jit_sources import JitSources
 from profiler.live_view import LiveView, RunCounters
 from profiler.mappings import MappingTracker
 from profiler.output import OutputRequest, WrittenOutput, write_outputs
-from profiler.perfmap import candidate_paths, remove_perf_map
-from profiler.profile import FrameKind, Profile, RunInfo
+from profiler.profile import Profile, RunInfo
 from profiler.symbolize import Symbolizer
 from profiler.targets import (
     ChildStdio,
@@ -40,7 +39,6 @@ from profiler.targets import (
 )
 from profiler.trie import TriePrefix, covering_prefix
 from profiler.unwind_tables import UnwindTableStore, progress_wanted
-from profiler.v8log_symbols import V8LogSymbols
 
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0
@@ -97,8 +95,7 @@ class Recording:
             RunInfo(list(options.command), list(options.pids), options.frequency_hz, root_by_pid=options.root_by_pid)
         )
         self._program: BpfProgram | None = None
-        self._perf_maps: PerfMapSymbols | None = None
-        self._v8_logs: V8LogSymbols | None = None
+        self._jit_sources: JitSources | None = None
         self._jit_files = JitFileJanitor()
         self._run_as_uid: int | None = None
         self._unwind_tables: UnwindTableStore | None = None
@@ -135,7 +132,6 @@ class Recording:
             )
             self._unwind_tables.start()
         self._tracker = MappingTracker(program, self._unwind_tables)
-        self._perf_maps = PerfMapSymbols(default_owner_uid=run_as.uid if run_as is not None else None)
         self._run_as_uid = run_as.uid if run_as is not None else None
         self._symbolizer = Symbolizer(
             self.profile,
@@ -143,13 +139,8 @@ class Recording:
             kernel_stack=program.kernel_stack if self.options.kernel_stacks else None,
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
         )
-        self._symbolizer.sources.append(self._perf_maps)
-        self._v8_logs = V8LogSymbols(
-            expand_inlining=self.options.inline,
-            default_owner_uid=self._run_as_uid,
-            working_directory_logs=self._jit_files.open_v8_logs,
-        )
-        self._symbolizer.jit_expanders.append(self._v8_logs)
+        self._jit_sources = JitSources(self._run_as_uid, self.options.inline, self._jit_files)
+        self._jit_sources.install(self._symbolizer)
         program.on_event(self._handle_event)
         # Signals only set a flag: an exception raised inside BCC's ring-buffer
         # callback would be swallowed by ctypes.
@@ -183,11 +174,9 @@ class Recording:
                 self._child.abandon()
             if self._output is not None and (self._child is None or not self._child.released):
                 self._show_captured_output(0.0)
-            if self._perf_maps is not None:
+            if self._jit_sources is not None:
                 self._remove_jit_files()
-                self._perf_maps.close()
-            if self._v8_logs is not None:
-                self._v8_logs.close()
+                self._jit_sources.close()
             self._jit_files.close()
             if self._unwind_tables is not None:
                 self._unwind_tables.stop()
@@ -239,7 +228,8 @@ class Recording:
             return
         for pid in self.options.pids:
             self._add_process(pid)
-            self._warn_if_jit_unnamed(pid)
+            if self._jit_sources is not None:
+                self._jit_sources.warn_if_unnamed(pid, self.options.inline)
         program.attach()
         gone = [pid for pid in self.options.pids if not process_alive(pid)]
         for pid in gone:
@@ -260,10 +250,8 @@ class Recording:
             self._watch_jit_sources(pid)
 
     def _watch_jit_sources(self, pid: int) -> None:
-        if self._perf_maps is not None:
-            self._perf_maps.watch(pid)
-        if self._v8_logs is not None:
-            self._v8_logs.watch(pid)
+        if self._jit_sources is not None:
+            self._jit_sources.watch(pid)
 
     def _sample_loop(self, program: BpfProgram) -> None:
         assert self._tracker is not None
@@ -382,77 +370,21 @@ class Recording:
             outputs=written,
         )
 
-    def _warn_if_jit_unnamed(self, pid: int) -> None:
-        """Attaching to a runtime that cannot name its JIT code: say so, with the fix."""
-        runtime = runtimes.identify(pid)
-        if runtime is not runtimes.NODE:
-            return
-        has_map = any(os.path.exists(path) for path in candidate_paths(pid))
-        if not has_map and not runtimes.node_flags_active(pid):
-            print(
-                f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as addresses; "
-                f"{runtime.fix}",
-                file=sys.stderr,
-            )
-        elif self.options.inline and not runtimes.node_code_log_active(pid):
-            print(
-                f"jitprof: note: node (pid {pid}) does not write V8's code log, so functions inlined by the JIT are "
-                f"counted in their callers and lines are per function; {runtimes.NODE_CODE_LOG_FIX}",
-                file=sys.stderr,
-            )
-
-    def _report_jit(self) -> None:
-        assert self._perf_maps is not None
-        for report in self._perf_maps.reports():
-            if report.refused:
-                print(f"jitprof: warning: not reading the perf map of pid {report.pid}: {report.refused}", file=sys.stderr)
-            if report.skipped_lines:
-                print(
-                    f"jitprof: warning: skipped {report.skipped_lines:,} malformed lines in {report.path}", file=sys.stderr
-                )
-            if report.truncated:
-                print(f"jitprof: warning: stopped reading {report.path} at its size limit", file=sys.stderr)
-        if self._v8_logs is not None:
-            for v8_report in self._v8_logs.reports():
-                if v8_report.bad_lines:
-                    print(
-                        f"jitprof: warning: skipped {v8_report.bad_lines:,} malformed lines in the V8 code log of pid "
-                        f"{v8_report.pid}",
-                        file=sys.stderr,
-                    )
-        # Samples in JIT code nobody named: one hint per process, naming the runtime.
-        unnamed: dict[int, int] = {}
-        for sample in self.profile.samples:
-            for frame_id in sample.frame_ids:
-                frame = self.profile.frames[frame_id]
-                if frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]":
-                    unnamed[sample.pid] = unnamed.get(sample.pid, 0) + 1
-                    break
-        for pid, count in sorted(unnamed.items()):
-            if self._perf_maps.has_map(pid) or (self._v8_logs is not None and self._v8_logs.has_log(pid)):
-                continue
-            runtime = runtimes.identify(pid) or runtimes.UNKNOWN
-            print(
-                f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "
-                f"for {runtime.name}: {runtime.fix}",
-                file=sys.stderr,
-            )
-
     def _remove_jit_files(self) -> None:
         """Perf maps exist because jitprof asked for them: remove them."""
-        if not self.options.command or not self.options.inject or self.options.keep_jit_files:
+        if self.options.keep_jit_files or self._jit_sources is None:
             return
-        if self._run_as_uid is None:
+        self._jit_sources.jvms.remove_files()  # asked for when attached too
+        if not self.options.command or not self.options.inject:
             return
-        if self._perf_maps is not None:
-            self._perf_maps.remove_files(self._run_as_uid)
-        self._jit_files.remove_files(self._run_as_uid)  # V8's logs, the code log among them
-        for pid in sorted(self._seen_processes):  # processes whose map was never read
-            remove_perf_map(f"/tmp/perf-{pid}.map", self._run_as_uid)
+        if self._run_as_uid is None or self._jit_sources is None:
+            return
+        self._jit_sources.remove_files(self._run_as_uid, self._seen_processes)
 
     def _report_problems(self, summary: Summary) -> None:
         assert self._tracker is not None and self._symbolizer is not None
-        self._report_jit()
+        if self._jit_sources is not None:
+            self._jit_sources.report(self.profile)
         for output in summary.outputs:
             if output.error:
                 where = f"wrote {output.written} instead" if output.written else "and no fallback was writable"

@@ -4,6 +4,7 @@ running process's runtime is recognised, and what to tell its user."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,20 @@ NODE_CODE_LOG_FIX = (
     "start it with `node --log-code --perf-basic-prof --interpreted-frames-native-stack ...` "
     "(or under jitprof -- node ...)"
 )
-JAVA = Runtime("the JVM", "start it with -XX:+PreserveFramePointer and write a perf map with `jcmd PID Compiler.perfmap`")
-UNKNOWN = Runtime("this runtime", "make it write /tmp/perf-PID.map (its perf-map or jitdump option)")
+JAVA = Runtime(
+    "the JVM",
+    "jitprof asks the JVM for its perf map; for whole stacks start it with -XX:+PreserveFramePointer "
+    "(or under jitprof -- java ...)",
+)
+MOARVM = Runtime("MoarVM", "start it with MVM_JIT_PERF_MAP=1 in its environment (or under jitprof -- raku ...)")
+PYTHON = Runtime("CPython", "start it with `python -X perf` or PYTHONPERFSUPPORT=1 (Python 3.12+)")
+DOTNET = Runtime(".NET", "start it with DOTNET_PerfMapEnabled=1 in its environment")
+UNKNOWN = Runtime("this runtime", "make it write /tmp/perf-PID.map or a jit-PID.dump (its perf-map or jitdump option)")
+
+# HotSpot: frame pointers in JIT code, and the whole map written as it exits
+# (jitprof asks for it while it runs).
+JAVA_FLAGS = ("-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit")
+MOARVM_PERF_MAP = "MVM_JIT_PERF_MAP"
 
 
 def node_flags(preload: Path | None) -> tuple[str, ...]:
@@ -35,7 +48,7 @@ def node_flags(preload: Path | None) -> tuple[str, ...]:
 
 
 def merge_node_options(existing: str | None, flags: tuple[str, ...] = NODE_FLAGS) -> str:
-    """NODE_OPTIONS with the flags added once, the user's kept as written."""
+    """NODE_OPTIONS (or JAVA_TOOL_OPTIONS) with the flags added once, the user's kept as written."""
     text = existing or ""
     try:
         present = set(shlex.split(text))
@@ -50,7 +63,15 @@ def inject_environment(environ: dict[str, str], preload: Path | None = None) -> 
     `npm test`, npx and shell scripts that end up in node get the flags too."""
     injected = dict(environ)
     injected["NODE_OPTIONS"] = merge_node_options(environ.get("NODE_OPTIONS"), node_flags(preload))
+    injected["JAVA_TOOL_OPTIONS"] = merge_node_options(environ.get("JAVA_TOOL_OPTIONS"), _java_flags(environ))
+    injected.setdefault(MOARVM_PERF_MAP, "1")
     return injected
+
+
+def _java_flags(environ: dict[str, str]) -> tuple[str, ...]:
+    """The JVM flags, less those the user turned off on purpose."""
+    existing = environ.get("JAVA_TOOL_OPTIONS", "")
+    return tuple(flag for flag in JAVA_FLAGS if flag.replace("+", "-", 1) not in existing)
 
 
 def identify(pid: int) -> Runtime | None:
@@ -63,6 +84,12 @@ def identify(pid: int) -> Runtime | None:
         return NODE
     if executable == "java":
         return JAVA
+    if executable.startswith(("moar", "rakudo", "raku", "nqp")):
+        return MOARVM
+    if re.fullmatch(r"python3(\.\d+)?", executable):
+        return PYTHON
+    if executable == "dotnet":
+        return DOTNET
     return None
 
 

@@ -3,12 +3,19 @@
 Each unique (address space, address) is resolved once and memoised; the
 symbol sources are pluggable so perf maps, jitdump and V8 logs can join the
 ELF source, and a blazesym backend can replace it.
+
+Runtimes describe JIT code after it starts running (a perf map line is
+written after the code is installed, a jitdump can sit in a 2 MiB stdio
+buffer, the JVM writes its map when asked), so a sample with JIT code nobody
+can name yet is parked and retried, until it is named, PARK_MAX_S passes, or
+the run ends and every source has been read to its end.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -19,6 +26,9 @@ from profiler.mappings import KnownMapping, MappingTracker
 from profiler.profile import Frame, FrameKind, Profile, Sample
 
 KERNEL_SUFFIX_MODULE = "[kernel]"
+PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
+PARK_RETRY_S = 0.2
+MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
 V8_EMBEDDED_BUILTIN = "Builtins_"
 
 
@@ -32,6 +42,16 @@ class JitExpander(Protocol):
     """Names JIT code as one or more source frames (inlined functions), outermost first."""
 
     def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None: ...
+
+
+class _NotNamedYet(Exception):
+    """A JIT frame no source names yet: the sample waits (see the module doc)."""
+
+
+@dataclass
+class _Parked:
+    raw: RawSample
+    since: float  # time.monotonic() when first tried
 
 
 class ElfSymbols:
@@ -53,6 +73,9 @@ class ElfSymbols:
         if hit.name.startswith(V8_EMBEDDED_BUILTIN):  # V8 builtins in node's own text
             return Frame(f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN):]}", mapping.module_name, FrameKind.NATIVE, tier="builtin")
         return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)
+
+
+_IDLE = object()
 
 
 @dataclass(frozen=True)
@@ -82,7 +105,11 @@ class Symbolizer:
         self._kernel_memo: dict[int, int] = {}
         self._queue: queue.Queue[RawSample | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
+        self._parked: list[_Parked] = []
+        self._may_park = True
+        self.before_final_pass: list[Callable[[], None]] = []  # sources that must read once more at the end
         self.errors: list[str] = []
+        self.parked_then_named = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -91,7 +118,7 @@ class Symbolizer:
         self._queue.put(sample)
 
     def backlog(self) -> int:
-        return self._queue.qsize()
+        return self._queue.qsize() + len(self._parked)
 
     def finish(self) -> None:
         """Resolve everything submitted, then stop the thread."""
@@ -99,14 +126,51 @@ class Symbolizer:
         self._thread.join()
 
     def _run(self) -> None:
+        next_retry = time.monotonic() + PARK_RETRY_S
         while True:
-            raw = self._queue.get()
-            if raw is None:
-                return
+            raw: RawSample | None | object
             try:
-                self._profile.add(self.resolve_sample(raw))
+                raw = self._queue.get(timeout=PARK_RETRY_S if self._parked else None)
+            except queue.Empty:
+                raw = _IDLE  # nothing new: a chance to retry what is parked
+            if raw is None:
+                self._final_pass()
+                return
+            if isinstance(raw, RawSample):
+                self._add(raw, time.monotonic())
+            now = time.monotonic()
+            if self._parked and now >= next_retry:
+                next_retry = now + PARK_RETRY_S
+                self._retry_parked(now, final=False)
+
+    def _add(self, raw: RawSample, since: float) -> bool:
+        """Resolve and record one sample; False when it was parked."""
+        try:
+            self._profile.add(self.resolve_sample(raw))
+        except _NotNamedYet:
+            self._parked.append(_Parked(raw, since))
+            return False
+        except Exception as error:  # a bug here must not lose the run
+            self.errors.append(f"{type(error).__name__}: {error}")
+        return True
+
+    def _retry_parked(self, now: float, final: bool) -> None:
+        parked, self._parked = self._parked, []
+        for entry in parked:
+            self._may_park = not final and now - entry.since < PARK_MAX_S
+            if self._add(entry.raw, entry.since) and self._may_park:
+                self.parked_then_named += 1  # (when it could have waited, it was named)
+        self._may_park = True
+
+    def _final_pass(self) -> None:
+        """The run is over and the runtimes have flushed: read every source
+        to its end, then name what waited, or give up on it."""
+        for read_all in self.before_final_pass:
+            try:
+                read_all()
             except Exception as error:  # a bug here must not lose the run
                 self.errors.append(f"{type(error).__name__}: {error}")
+        self._retry_parked(time.monotonic(), final=True)
 
     def resolve_sample(self, raw: RawSample) -> Sample:
         user_ids: list[int] = []
@@ -137,7 +201,10 @@ class Symbolizer:
                 frames = expander.expand(pid, time_ns, lookup_address)
                 if frames:
                     return [self._profile.intern(frame) for frame in frames]
-            return [self._profile.intern(self._name(pid, mapping, lookup_address))]
+            frame = self._name(pid, mapping, lookup_address)
+            if not frame.symbolized and self._may_park and len(self._parked) < MAX_PARKED:
+                raise _NotNamedYet()
+            return [self._profile.intern(frame)]
         frame = self._name(pid, mapping, lookup_address)
         if caller and not frame.symbolized and mapping is not None:
             # A signal trampoline is "returned" to at its first byte: the

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from profiler.jit_symbols import JIT_MODULE
+from profiler.jit_names import JIT_MODULE
 from profiler.perfmap import process_uid
 from profiler.profile import Frame, FrameKind
 from profiler.v8code import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack

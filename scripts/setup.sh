@@ -15,11 +15,13 @@ fi
 # libc6-dbg: libc's local symbols (__libc_start_call_main, msort_with_tmp, ...).
 # tmux: the live view's end-to-end tests drive it as a person would.
 # valgrind (callgrind_annotate) and chromium: independent readers of the outputs in the tests.
-packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg tmux valgrind chromium)
+# rakudo (MoarVM) and a JDK: the other JIT runtimes the tests profile.
+packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg tmux valgrind chromium rakudo)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done
+command -v javac >/dev/null 2>&1 || missing+=(openjdk-17-jdk-headless)
 apt_updated=0
 apt_install() {
     if [ "$apt_updated" -eq 0 ]; then

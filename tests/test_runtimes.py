@@ -1,7 +1,7 @@
 import os
 
 from profiler.node_preload import PRELOAD_NAME, SCRIPT, install
-from profiler.runtimes import NODE, identify, inject_environment, merge_node_options, node_flags
+from profiler.runtimes import NODE, PYTHON, identify, inject_environment, merge_node_options, node_flags
 
 
 def test_node_options_merged_without_duplicates():
@@ -23,7 +23,7 @@ def test_environment_is_copied_not_changed():
 
 
 def test_identify_by_executable():
-    assert identify(os.getpid()) is None  # python
+    assert identify(os.getpid()) is PYTHON
     assert identify(2**22 + 5) is None
     assert "NODE_OPTIONS" in NODE.fix
 
@@ -49,3 +49,14 @@ def test_preload_refuses_a_directory_others_can_write(tmp_path):
     assert install(tmp_path / "fresh") is not None
     (tmp_path / "fresh" / PRELOAD_NAME).chmod(0o666)  # tampered: rewritten
     assert oct(install(tmp_path / "fresh").stat().st_mode & 0o777) == "0o444"
+
+
+def test_java_and_moarvm_switched_on_when_spawning():
+    injected = inject_environment({"JAVA_TOOL_OPTIONS": "-Xmx64m"})
+    assert injected["JAVA_TOOL_OPTIONS"].split() == [
+        "-Xmx64m", "-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit",
+    ]
+    assert injected["MVM_JIT_PERF_MAP"] == "1"
+    # What the user turned off stays off; what the user set is kept.
+    kept = inject_environment({"JAVA_TOOL_OPTIONS": "-XX:-PreserveFramePointer", "MVM_JIT_PERF_MAP": "0"})
+    assert "+PreserveFramePointer" not in kept["JAVA_TOOL_OPTIONS"] and kept["MVM_JIT_PERF_MAP"] == "0"

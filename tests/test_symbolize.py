@@ -97,3 +97,47 @@ def test_symbolizer_names_libc_functions_once():
     assert names[-1] == "getpid" and names[-2] == "qsort"
     assert names[0] == "[unknown]" and profile.frames[profile.samples[0].frame_ids[0]].kind is FrameKind.UNKNOWN
     assert len(profile.frames) == 3  # memoised: three unique addresses, three frames
+
+
+def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
+    """A runtime writes a perf map line after its code starts running: the
+    sample is parked, then named from the map once the line is there, and
+    what is never named is shown as unknown at the end."""
+    import mmap
+
+    from profiler import symbolize
+    from profiler.jit_symbols import PerfMapSymbols
+
+    monkeypatch.setattr(symbolize, "PARK_RETRY_S", 0.02)
+    region = mmap.mmap(-1, 8192, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    perf_map = tmp_path / "perf.map"
+    perf_map.write_text("")
+    monkeypatch.setattr("profiler.jit_symbols.candidate_paths", lambda pid: [str(perf_map)])
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    perf_maps = PerfMapSymbols()
+    symbolizer = Symbolizer(profile, tracker)
+    symbolizer.sources.append(perf_maps)
+    symbolizer.start()
+    try:
+        now = time.monotonic_ns()
+        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, now, "t", (address + 16,), WalkEnd.NO_MAPPING, -1, True))
+        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, now, "t", (address + 4096,), WalkEnd.NO_MAPPING, -1, True))
+        time.sleep(0.3)
+        assert profile.samples == [] and symbolizer.backlog() == 2  # parked, not guessed
+        perf_map.write_text(f"{address:x} 100 JS:*late /app/late.js:3:1\n")
+        deadline = time.monotonic() + 5
+        while not profile.samples and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [profile.stack(sample)[-1].name for sample in profile.samples] == ["late late.js:3"]
+    finally:
+        symbolizer.finish()
+        perf_maps.close()
+        tracker.close()
+        del address
+        region.close()
+    # The second never had a name: the run's end gives up on it.
+    assert [profile.stack(sample)[-1].name for sample in profile.samples] == ["late late.js:3", "[unknown] ([jit])"]
+    assert symbolizer.parked_then_named == 1

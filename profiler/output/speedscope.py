@@ -72,7 +72,8 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     ordered = sorted(threads.items(), key=lambda item: (-len(item[1]), item[0]))
     stack_text: dict[tuple[str, tuple[int, ...]], str] = {}  # a distinct stack is formatted once
     for position, ((pid, tid), indexes) in enumerate(ordered):
-        samples = [profile.samples[index] for index in indexes]
+        # In time order: a sample that waited for its JIT names was added late.
+        samples = sorted((profile.samples[index] for index in indexes), key=lambda sample: sample.time_ns)
         written = 0
         if position:
             emit(",")

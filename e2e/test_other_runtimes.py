@@ -1,0 +1,121 @@
+"""JIT runtimes other than Node's perf-map default: HotSpot (perf map asked
+for over the attach socket), MoarVM (its perf map), V8's jitdump."""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import ROOT, read_folded, total
+
+JAVA_CLASSES = ROOT / "fixtures" / "build" / "java"
+RAKU = ROOT / "fixtures" / "raku" / "fib.raku"
+JS = ROOT / "fixtures" / "js"
+# Inlined Java methods are not restored (HotSpot's perf map has no inlining
+# data): the fixture keeps its own methods out of line.
+JAVA_ARGS = ["-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Hot::*", "-cp", str(JAVA_CLASSES), "Hot"]
+JAVA_CHAIN = ["Hot.main(java.lang.String[])", "Hot.middle(int)", "Hot.leaf(int)"]
+
+
+def needs(command: str) -> str:
+    path = shutil.which(command)
+    if path is None:
+        pytest.skip(f"{command} is not installed (make setup installs it)")
+    return path
+
+
+def java_chain(frames: list[str]) -> bool:
+    """main, then middle, then leaf at the end, by Java name (leaf may call into a stub)."""
+    names = [frame.removesuffix("_[j]") for frame in frames]
+    if JAVA_CHAIN[0] not in names:
+        return False
+    tail = names[names.index(JAVA_CHAIN[0]) :]
+    return tail[:3] == JAVA_CHAIN
+
+
+def no_stray_perf_maps(pids: set[int]) -> None:
+    for pid in pids:
+        assert not Path(f"/tmp/perf-{pid}.map").exists(), f"perf map of {pid} left behind"
+
+
+def test_java_spawned(jitprof, tmp_path):
+    needs("java")
+    run = jitprof("--by-pid", "-o", "java.folded", "--", "java", *JAVA_ARGS, "6")
+    assert run.returncode == 0, run.stderr
+    assert "PreserveFramePointer" in run.stderr  # the JVM says it picked up the injected options
+    lines = read_folded(tmp_path / "java.folded")
+    java_pids = {int(line.frames[0].rsplit("-", 1)[1]) for line in lines}
+    hot = sum(line.count for line in lines if java_chain(line.frames))
+    assert total(lines) >= 300
+    assert hot / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
+    # Whole stacks: the Java frames hang off the JVM's native start.
+    assert all("JavaMain" in line.frames for line in lines if java_chain(line.frames))
+    no_stray_perf_maps(java_pids)
+
+
+def test_java_attached(jitprof, tmp_path, background):
+    java = needs("java")
+    process = background(java, "-XX:+PreserveFramePointer", *JAVA_ARGS, "20", cwd=tmp_path)
+    time.sleep(1.0)
+    run = jitprof("-d", "5", "-o", "attached.folded", "--pid", str(process.pid))
+    assert run.returncode == 0, run.stderr
+    assert process.poll() is None  # asking it for its map left it running
+    lines = read_folded(tmp_path / "attached.folded")
+    hot = sum(line.count for line in lines if java_chain(line.frames))
+    assert total(lines) >= 300 and hot / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
+    no_stray_perf_maps({process.pid})
+    assert not list(tmp_path.glob(".attach_pid*"))
+
+
+def test_java_attached_without_frame_pointers_is_explained(jitprof, tmp_path, background):
+    java = needs("java")
+    process = background(java, *JAVA_ARGS, "20", cwd=tmp_path)
+    time.sleep(1.0)
+    run = jitprof("-d", "2", "-o", "nofp.folded", "--pid", str(process.pid))
+    assert run.returncode == 0, run.stderr
+    assert "-XX:+PreserveFramePointer" in run.stderr and "restart it" in run.stderr
+    lines = read_folded(tmp_path / "nofp.folded")
+    # The leaf is still named from the map, where it was sampled.
+    leaf = sum(line.count for line in lines if line.frames[-1].removesuffix("_[j]") == "Hot.leaf(int)")
+    assert leaf / total(lines) >= 0.5
+
+
+def test_moarvm_jit_frames_named(jitprof, tmp_path):
+    needs("rakudo")
+    run = jitprof("-o", "raku.folded", "--", "rakudo", str(RAKU), "6")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "raku.folded")
+    in_jit = [line for line in lines if line.frames[-1].endswith("_[j]")]
+    named = sum(line.count for line in in_jit if line.frames[-1].removesuffix("_[j]").endswith(")") and "[unknown]" not in line.frames[-1])
+    fib = sum(line.count for line in in_jit if line.frames[-1] == "fib (fib.raku:2)_[j]")
+    assert sum(line.count for line in in_jit) >= 100
+    assert named / sum(line.count for line in in_jit) >= 0.8
+    assert fib >= 0.3 * sum(line.count for line in in_jit), sorted(in_jit, key=lambda line: -line.count)[:5]
+    assert not glob.glob("/tmp/perf-*.map") or all(
+        not Path(path).stat().st_mtime > time.time() - 30 for path in glob.glob("/tmp/perf-*.map")
+    )
+
+
+def test_node_jitdump_only(jitprof, tmp_path):
+    """Node with --perf-prof and no perf map: JavaScript named from jit-PID.dump."""
+    run = jitprof(
+        "--no-inject", "--by-pid", "-o", "dump.folded", "--",
+        "node", "--perf-prof", "--interpreted-frames-native-stack", str(JS / "chain.js"), "4",
+    )
+    assert run.returncode == 0, run.stderr
+    dumps = list(tmp_path.glob("jit-*.dump"))
+    assert len(dumps) == 1  # V8 wrote it in the working directory (the user's file: kept)
+    pid = int(dumps[0].stem.split("-")[1])
+    assert not Path(f"/tmp/perf-{pid}.map").exists()  # the dump was the only source
+    lines = read_folded(tmp_path / "dump.folded")
+    names = ["main chain.js:", "outer chain.js:", "middle chain.js:", "inner chain.js:"]
+    chained = sum(
+        line.count for line in lines
+        if all(any(frame.startswith(name) for frame in line.frames) for name in names)
+    )
+    assert chained / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
+    assert not any(frame.startswith("[unknown] ([jit])") for line in lines for frame in line.frames)
