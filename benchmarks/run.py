@@ -21,11 +21,12 @@ from pathlib import Path
 
 from profiler import elf, node_preload, symcache, unwind
 from profiler.events import WalkEnd
+from profiler.jvm_attach import run_jcmd
 from profiler.output import EXTENSIONS
 from profiler.perfmap import open_perf_map
 from profiler.profile import Frame, FrameKind, Profile, RunInfo, Sample
 from profiler.rawprofile import write_raw
-from profiler.runtimes import merge_node_options, node_flags
+from profiler.runtimes import JAVA_FLAGS, merge_node_options, node_flags
 from profiler.v8code import CodeMap, IsolateLog
 from profiler.v8log import V8LogReader
 
@@ -38,6 +39,10 @@ JITPROF = [sys.executable, "-m", "profiler"]
 NODE = Path("/usr/bin/node")
 JS_WORKLOAD = ROOT / "fixtures" / "js" / "workload.js"
 JS_ROUNDS = "150"
+JAVA_COMMAND = [
+    "java", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Hot::*",
+    "-cp", str(ROOT / "fixtures" / "build" / "java"), "Hot", "--rounds", "4000000",
+]
 JS_CODEGEN = ROOT / "fixtures" / "js" / "codegen.js"
 
 
@@ -173,6 +178,72 @@ def node_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
         lines.append(f"| {name} | {elapsed:.3f} | {100 * (elapsed / alone - 1):+.2f} % |")
     lines += ["", "Target: ≤ 3 % in total at 99 Hz.", ""]
     return lines
+
+
+def java_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
+    if shutil.which("java") is None:
+        return ["## Cost of profiling a Java program", "", "Skipped: no `java` on this machine.", ""]
+    plain = {key: value for key, value in os.environ.items() if key != "JAVA_TOOL_OPTIONS"}
+    flagged = dict(plain, JAVA_TOOL_OPTIONS=" ".join(JAVA_FLAGS))
+    setups = {
+        "java alone": Setup([], plain),
+        "java with the injected flags": Setup([], flagged),
+        "jitprof -F 99 (flags, perf map asked for every second)": Setup([*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain),
+    }
+    if perf:
+        setups["perf record -F 99 -g, with the flags"] = Setup([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
+    before = set(Path("/tmp").glob("perf-*.map"))
+    run_workload(setups["jitprof -F 99 (flags, perf map asked for every second)"].prefix, workdir, JAVA_COMMAND, plain)
+    results = interleaved_runs(setups, repeats, workdir, JAVA_COMMAND, "java cost")
+    for leftover in set(Path("/tmp").glob("perf-*.map")) - before:  # -XX:+DumpPerfMapAtExit without jitprof
+        leftover.unlink()
+    alone = statistics.median(run.elapsed_s for run in results["java alone"])
+    lines = [
+        "## Cost of profiling a Java program",
+        "",
+        f"`{' '.join(JAVA_COMMAND[:1] + JAVA_COMMAND[-3:])}` (fixtures/java/Hot.java, "
+        f"{subprocess.run(['java', '-version'], capture_output=True, text=True).stderr.splitlines()[0]}). "
+        f"Medians of {repeats} interleaved runs.",
+        "",
+        "| setup | workload time (s) | vs java alone |",
+        "| --- | --- | --- |",
+    ]
+    for name, runs in results.items():
+        elapsed = statistics.median(run.elapsed_s for run in runs)
+        lines.append(f"| {name} | {elapsed:.3f} | {100 * (elapsed / alone - 1):+.2f} % |")
+    lines += ["", *perf_map_request_cost(workdir, plain), ""]
+    return lines
+
+
+def perf_map_request_cost(workdir: Path, environment: dict[str, str]) -> list[str]:
+    """One `Compiler.perfmap` request to a running JVM: jcmd against jitprof's own attach client."""
+    jvm = subprocess.Popen([*JAVA_COMMAND[:-2], "30"], cwd=workdir, env=environment, stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(2.0)
+        run_jcmd(jvm.pid, "Compiler.perfmap")  # the attach listener starts on the first request
+        ours = []
+        for _ in range(20):
+            started = time.perf_counter()
+            run_jcmd(jvm.pid, "Compiler.perfmap")
+            ours.append(time.perf_counter() - started)
+        jcmd_wall, jcmd_cpu = [], []
+        for _ in range(5):
+            before = os.times()
+            started = time.perf_counter()
+            subprocess.run(["jcmd", str(jvm.pid), "Compiler.perfmap"], check=True, capture_output=True)
+            jcmd_wall.append(time.perf_counter() - started)
+            after = os.times()
+            jcmd_cpu.append(after.children_user + after.children_system - before.children_user - before.children_system)
+    finally:
+        jvm.kill()
+        jvm.wait()
+        Path(f"/tmp/perf-{jvm.pid}.map").unlink(missing_ok=True)
+    return [
+        "Asking a running JVM for its perf map (`Compiler.perfmap`, this fixture): "
+        f"jitprof's attach client {1000 * statistics.median(ours):.1f} ms (median of 20, including writing the map); "
+        f"`jcmd` {1000 * statistics.median(jcmd_wall):.0f} ms wall and {1000 * statistics.median(jcmd_cpu):.0f} ms of CPU "
+        "(median of 5; it starts a JVM each time).",
+    ]
 
 
 @dataclass(frozen=True)
@@ -527,6 +598,7 @@ def main() -> int:
         ]
         report += sampling_cost(args.repeats, perf, workdir)
         report += node_cost(max(args.repeats - 2, 3), perf, workdir)
+        report += java_cost(max(args.repeats - 2, 3), perf, workdir)
         report += perf_map_tailing(workdir)
         report += code_log_parsing(workdir, 5)
         report += format_conversion(workdir)

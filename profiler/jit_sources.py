@@ -37,6 +37,7 @@ class JitSources:
         symbolizer.jit_expanders.extend([self.v8_logs, self.jitdumps])
         symbolizer.sources.append(self.perf_maps)
         symbolizer.before_final_pass.extend([self.jvms.final_refresh, self.jitdumps.read_all])
+        symbolizer.waiting_for.extend([self.jitdumps.waiting_for, self.jvms.waiting_for])
 
     def watch(self, pid: int) -> None:
         """A process is followed (or has just exec'd): note what it runs."""

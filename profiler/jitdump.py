@@ -139,6 +139,7 @@ class JitdumpReader:
     unwinding_records: int = 0
     insane_debug_records: int = 0  # debug info with garbage in it, ignored
     unknown_records: int = 0
+    last_time_ns: int = 0  # the newest record read: what came before it is all written
     _buffer: bytearray = field(default_factory=bytearray)
     _consumed: int = 0
     _pending_debug: dict[int, tuple[DebugLine, ...]] = field(default_factory=dict)
@@ -171,6 +172,7 @@ class JitdumpReader:
                 if len(view) - offset < size:
                     break  # the rest is not written yet
                 self._record(kind, timestamp, view[offset + RECORD_HEADER.size : offset + size])
+                self.last_time_ns = max(self.last_time_ns, timestamp)
                 offset += size
                 self.records += 1
                 if self._consumed + offset > MAX_FILE_BYTES:

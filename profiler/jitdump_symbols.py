@@ -86,6 +86,15 @@ class JitdumpSymbols:
                 return (self._frame(pid, number, load, address),)
         return None
 
+    def waiting_for(self, pid: int, time_ns: int) -> bool:
+        """May the process's dump still describe code run at `time_ns`? (V8
+        buffers 2 MiB of records: they can arrive long after the code ran.)"""
+        with self._lock:
+            state = self._processes.get(pid)
+        if state is None:
+            return False
+        return any(not dump.reader.stopped and dump.reader.last_time_ns < time_ns for dump in state.dumps)
+
     def read_all(self) -> None:
         """Read every dump to its current end (the run is ending)."""
         with self._lock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 
 from profiler import runtimes
@@ -29,6 +30,7 @@ class _Jvm:
     pid: int
     map_was_there: bool  # written before jitprof asked: the user's, kept
     snapshots: int = 0
+    last_snapshot_ns: int = 0  # CLOCK_MONOTONIC when the last snapshot was asked for
     failures: int = 0
     last_error: str = ""
     preserves_frame_pointers: bool | None = None
@@ -79,6 +81,7 @@ class JvmPerfMaps:
             if jvm.preserves_frame_pointers is None:
                 flags = run_jcmd(jvm.pid, "VM.flags")
                 jvm.preserves_frame_pointers = "-XX:+PreserveFramePointer" in flags.output
+            asked_ns = time.monotonic_ns()
             reply = run_jcmd(jvm.pid, "Compiler.perfmap")
         except AttachError as error:
             jvm.failures += 1
@@ -93,7 +96,17 @@ class JvmPerfMaps:
         if not self.perf_maps.reload(jvm.pid):
             return False
         jvm.snapshots += 1
+        jvm.last_snapshot_ns = asked_ns
         return True
+
+    def waiting_for(self, pid: int, time_ns: int) -> bool:
+        """Will a snapshot taken after `time_ns` still come (the JVM answers
+        and runs)? Then a sample of code not in the last one waits for it."""
+        jvm = self._jvms.get(pid)
+        return (
+            jvm is not None and jvm.failures < MAX_FAILURES and jvm.last_snapshot_ns < time_ns
+            and not self._stop.is_set() and process_alive(pid)
+        )
 
     def final_refresh(self) -> None:
         """The run is ending: a last snapshot from each JVM still running, and

@@ -7,8 +7,9 @@ ELF source, and a blazesym backend can replace it.
 Runtimes describe JIT code after it starts running (a perf map line is
 written after the code is installed, a jitdump can sit in a 2 MiB stdio
 buffer, the JVM writes its map when asked), so a sample with JIT code nobody
-can name yet is parked and retried, until it is named, PARK_MAX_S passes, or
-the run ends and every source has been read to its end.
+can name yet is parked and retried, until it is named, PARK_MAX_S passes (or,
+for a jitdump, records newer than the sample arrive), or the run ends and
+every source has been read to its end.
 """
 
 from __future__ import annotations
@@ -108,6 +109,8 @@ class Symbolizer:
         self._parked: list[_Parked] = []
         self._may_park = True
         self.before_final_pass: list[Callable[[], None]] = []  # sources that must read once more at the end
+        # Sources that know more may come for (pid, time): their samples wait past PARK_MAX_S.
+        self.waiting_for: list[Callable[[int, int], bool]] = []
         self.errors: list[str] = []
         self.parked_then_named = 0
 
@@ -157,7 +160,10 @@ class Symbolizer:
     def _retry_parked(self, now: float, final: bool) -> None:
         parked, self._parked = self._parked, []
         for entry in parked:
-            self._may_park = not final and now - entry.since < PARK_MAX_S
+            self._may_park = not final and (
+                now - entry.since < PARK_MAX_S
+                or any(waiting(entry.raw.pid, entry.raw.time_ns) for waiting in self.waiting_for)
+            )
             if self._add(entry.raw, entry.since) and self._may_park:
                 self.parked_then_named += 1  # (when it could have waited, it was named)
         self._may_park = True
