@@ -235,7 +235,7 @@ def perf_map_request_cost(workdir: Path, environment: dict[str, str]) -> list[st
             after = os.times()
             jcmd_cpu.append(after.children_user + after.children_system - before.children_user - before.children_system)
     finally:
-        jvm.kill()
+        jvm.terminate()  # not SIGKILL: the JVM removes its attach socket as it exits
         jvm.wait()
         Path(f"/tmp/perf-{jvm.pid}.map").unlink(missing_ok=True)
     return [

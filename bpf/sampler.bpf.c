@@ -232,7 +232,7 @@ struct walk_scratch {
     u64 fp;
     u32 depth;
     u8 exact_pc;  // the leaf, or a frame a signal interrupted: no pc - 1
-    u8 pending_end;  // end the walk with this reason once pc is recorded (0: none)
+    u8 reserved8;
     u16 reserved;
     struct sample_event event;
 };
@@ -260,10 +260,6 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp;
     scratch->event.addresses[depth] = pc;
     scratch->depth = depth + 1;
-    if (scratch->pending_end) {
-        scratch->event.walk_end = scratch->pending_end;
-        return 1;
-    }
     // Caller frames hold return addresses: look up pc - 1, inside the call.
     u64 lookup_pc = scratch->exact_pc ? pc : pc - 1;
     scratch->exact_pc = 0;
@@ -301,6 +297,12 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         scratch->event.walk_end = WALK_COMPLETE;
         return 1;
     }
+    // A frame lies above the stack pointer. rbp below it is not a frame
+    // pointer (code that uses rbp as a general register): not a chain.
+    if (fp < sp) {
+        scratch->event.walk_end = WALK_BAD_FRAME;
+        return 1;
+    }
     u64 frame[2];
     if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0) {
         scratch->event.walk_end = WALK_READ_FAULT;
@@ -310,10 +312,9 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         scratch->event.walk_end = WALK_COMPLETE;
         return 1;
     }
-    // Frames live at increasing addresses: anything else is not a chain.
-    // Keep the return address (it is real), then stop.
-    if (frame[0] != 0 && frame[0] <= fp)
-        scratch->pending_end = WALK_BAD_FRAME;
+    // The saved rbp is only checked when the next step needs it as a frame
+    // pointer (above): a caller unwound by its DWARF rows may hold anything
+    // in rbp, e.g. an interpreter loop that called into JIT code.
     scratch->pc = frame[1];
     scratch->sp = fp + 16;
     scratch->fp = frame[0];
@@ -393,7 +394,6 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     scratch->sp = sp;
     scratch->fp = fp;
     scratch->exact_pc = 1;
-    scratch->pending_end = 0;
     stack_walkers.call(ctx, 0);
     // The walker is not installed: report the leaf alone.
     ev->addresses[0] = pc;

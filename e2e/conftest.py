@@ -67,6 +67,7 @@ JAVA = shutil.which("java")
 WARMED_BINARIES = NODE_BINARIES + [
     Path(os.path.realpath(JAVA)).parent.parent / "lib" / "server" / "libjvm.so" if JAVA else Path("/nonexistent"),
     Path("/usr/lib/moar/libmoar.so"),
+    Path("/lib/x86_64-linux-gnu/libc.so.6"),  # under every stack: a short run should not wait for it
 ]
 
 

@@ -42,6 +42,13 @@ def no_stray_perf_maps(pids: set[int]) -> None:
         assert not Path(f"/tmp/perf-{pid}.map").exists(), f"perf map of {pid} left behind"
 
 
+def stop_jvm(process) -> None:  # noqa: ANN001
+    """SIGTERM, so the JVM removes its attach socket (SIGKILL would leave it in /tmp)."""
+    process.terminate()
+    process.wait(timeout=30)
+    assert not Path(f"/tmp/.java_pid{process.pid}").exists()
+
+
 def test_java_spawned(jitprof, tmp_path):
     needs("java")
     run = jitprof("--by-pid", "-o", "java.folded", "--", "java", *JAVA_ARGS, "6")
@@ -64,6 +71,7 @@ def test_java_attached(jitprof, tmp_path, background):
     run = jitprof("-d", "5", "-o", "attached.folded", "--pid", str(process.pid))
     assert run.returncode == 0, run.stderr
     assert process.poll() is None  # asking it for its map left it running
+    stop_jvm(process)
     lines = read_folded(tmp_path / "attached.folded")
     hot = sum(line.count for line in lines if java_chain(line.frames))
     assert total(lines) >= 300 and hot / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
@@ -76,6 +84,7 @@ def test_java_attached_without_frame_pointers_is_explained(jitprof, tmp_path, ba
     process = background(java, *JAVA_ARGS, "20", cwd=tmp_path)
     time.sleep(1.0)
     run = jitprof("-d", "2", "-o", "nofp.folded", "--pid", str(process.pid))
+    stop_jvm(process)
     assert run.returncode == 0, run.stderr
     assert "-XX:+PreserveFramePointer" in run.stderr and "restart it" in run.stderr
     lines = read_folded(tmp_path / "nofp.folded")
@@ -95,6 +104,11 @@ def test_moarvm_jit_frames_named(jitprof, tmp_path):
     assert sum(line.count for line in in_jit) >= 100
     assert named / sum(line.count for line in in_jit) >= 0.8
     assert fib >= 0.3 * sum(line.count for line in in_jit), sorted(in_jit, key=lambda line: -line.count)[:5]
+    # Whole stacks: out of the JIT code (frame pointers) into the interpreter
+    # loop (DWARF, rbp not a frame pointer there) and down to main.
+    with_fib = [line for line in lines if "fib (fib.raku:2)_[j]" in line.frames]
+    connected = sum(line.count for line in with_fib if {"MVM_interp_run", "__libc_start_call_main"} <= set(line.frames))
+    assert connected / sum(line.count for line in with_fib) >= 0.9
     assert not glob.glob("/tmp/perf-*.map") or all(
         not Path(path).stat().st_mtime > time.time() - 30 for path in glob.glob("/tmp/perf-*.map")
     )

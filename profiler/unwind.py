@@ -227,6 +227,12 @@ def compile_table(
 _CACHE_MAGIC = b"JPUNW001"
 
 
+def is_cached(key: str) -> bool:
+    """Is there a cache entry for the file (without reading it)?"""
+    path = symcache.entry_path("unwind", key, ".rows")
+    return path is not None and path.is_file()
+
+
 def load_cached(key: str) -> bytes | None:
     """Packed rows of a file seen before, or None."""
     path = symcache.entry_path("unwind", key, ".rows")

@@ -107,8 +107,11 @@ class UnwindTableStore:
             self._by_id[table.table_id] = table
             self._sequence += 1
             sequence = self._sequence
-        lane = self._lanes[1 if image.size >= LARGE_FILE_BYTES else 0]
-        lane.put((image.size, sequence, table))
+        # A table in the cache only has to be copied in: it never waits
+        # behind builds (node's, from the cache, before a new libc's build).
+        cached = unwind.is_cached(image.cache_key)
+        lane = self._lanes[1 if image.size >= LARGE_FILE_BYTES and not cached else 0]
+        lane.put((-1 if cached else image.size, sequence, table))
         return table.table_id
 
     def release(self, table_id: int) -> None:
