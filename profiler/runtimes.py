@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,8 +36,11 @@ DOTNET = Runtime(".NET", "start it with DOTNET_PerfMapEnabled=1 in its environme
 UNKNOWN = Runtime("this runtime", "make it write /tmp/perf-PID.map or a jit-PID.dump (its perf-map or jitdump option)")
 
 # HotSpot: frame pointers in JIT code, and the whole map written as it exits
-# (jitprof asks for it while it runs).
+# (jitprof asks for it while it runs). The exit map needs JDK 17, and an
+# older JVM refuses to start on a flag it does not know: it is only added
+# when the JVMs the command can reach are 17 or newer.
 JAVA_FLAGS = ("-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit")
+JAVA_EXIT_MAP_SINCE = 17
 MOARVM_PERF_MAP = "MVM_JIT_PERF_MAP"
 
 
@@ -69,9 +73,35 @@ def inject_environment(environ: dict[str, str], preload: Path | None = None) -> 
 
 
 def _java_flags(environ: dict[str, str]) -> tuple[str, ...]:
-    """The JVM flags, less those the user turned off on purpose."""
+    """The JVM flags, less those the user turned off on purpose, and the
+    exit map's unless every JVM the command can find is new enough."""
     existing = environ.get("JAVA_TOOL_OPTIONS", "")
-    return tuple(flag for flag in JAVA_FLAGS if flag.replace("+", "-", 1) not in existing)
+    flags: tuple[str, ...] = JAVA_FLAGS
+    versions = [java_major_version(home) for home in _java_homes(environ)]
+    if not versions or any(version < JAVA_EXIT_MAP_SINCE for version in versions):
+        flags = flags[:1]
+    return tuple(flag for flag in flags if flag.replace("+", "-", 1) not in existing)
+
+
+def _java_homes(environ: dict[str, str]) -> list[Path]:
+    """JAVA_HOME and the installation of the `java` on PATH."""
+    homes = []
+    if environ.get("JAVA_HOME"):
+        homes.append(Path(environ["JAVA_HOME"]))
+    java = shutil.which("java", path=environ.get("PATH", os.defpath))
+    if java is not None:
+        homes.append(Path(os.path.realpath(java)).parent.parent)
+    return homes
+
+
+def java_major_version(home: Path) -> int:
+    """17 for a JDK 17 installation (its `release` file); 0 when unknown."""
+    try:
+        text = (home / "release").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 0
+    found = re.search(r'^JAVA_VERSION="(?:1\.)?(\d+)', text, re.MULTILINE)
+    return int(found.group(1)) if found else 0
 
 
 def identify(pid: int) -> Runtime | None:

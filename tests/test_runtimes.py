@@ -51,12 +51,35 @@ def test_preload_refuses_a_directory_others_can_write(tmp_path):
     assert oct(install(tmp_path / "fresh").stat().st_mode & 0o777) == "0o444"
 
 
-def test_java_and_moarvm_switched_on_when_spawning():
-    injected = inject_environment({"JAVA_TOOL_OPTIONS": "-Xmx64m"})
+def fake_jdk(root, version: str):
+    (root / "bin").mkdir(parents=True)
+    java = root / "bin" / "java"
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    (root / "release").write_text(f'IMPLEMENTOR="Test"\nJAVA_VERSION="{version}"\n')
+    return root
+
+
+def test_java_and_moarvm_switched_on_when_spawning(tmp_path):
+    jdk = fake_jdk(tmp_path / "jdk17", "17.0.15")
+    injected = inject_environment({"JAVA_TOOL_OPTIONS": "-Xmx64m", "PATH": str(jdk / "bin")})
     assert injected["JAVA_TOOL_OPTIONS"].split() == [
         "-Xmx64m", "-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit",
     ]
     assert injected["MVM_JIT_PERF_MAP"] == "1"
     # What the user turned off stays off; what the user set is kept.
-    kept = inject_environment({"JAVA_TOOL_OPTIONS": "-XX:-PreserveFramePointer", "MVM_JIT_PERF_MAP": "0"})
+    kept = inject_environment({"JAVA_TOOL_OPTIONS": "-XX:-PreserveFramePointer", "MVM_JIT_PERF_MAP": "0", "PATH": str(jdk / "bin")})
     assert "+PreserveFramePointer" not in kept["JAVA_TOOL_OPTIONS"] and kept["MVM_JIT_PERF_MAP"] == "0"
+
+
+def test_exit_map_flag_only_for_jvms_that_know_it(tmp_path):
+    # JDK 11 would refuse to start on -XX:+DumpPerfMapAtExit.
+    old = fake_jdk(tmp_path / "jdk11", "11.0.2")
+    new = fake_jdk(tmp_path / "jdk21", "21")
+    legacy = fake_jdk(tmp_path / "jdk8", "1.8.0_402")
+    assert inject_environment({"PATH": str(old / "bin")})["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"
+    assert inject_environment({"PATH": str(legacy / "bin")})["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"
+    assert "DumpPerfMapAtExit" in inject_environment({"PATH": str(new / "bin")})["JAVA_TOOL_OPTIONS"]
+    mixed = inject_environment({"PATH": str(new / "bin"), "JAVA_HOME": str(old)})
+    assert mixed["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"
+    assert inject_environment({"PATH": str(tmp_path)})["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"  # no java
