@@ -156,28 +156,20 @@ def node_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
     }
     if perf:
         setups["perf record -F 99 -g, with the flags"] = Setup([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
-    before = set(Path("/tmp").glob("perf-*.map"))
-    run_workload(setups["jitprof -F 99 (injects the flags)"].prefix, workdir, command, plain)
-    results = interleaved_runs(setups, repeats, workdir, command, "node cost")
-    for leftover in set(Path("/tmp").glob("perf-*.map")) - before:  # from the runs without jitprof
-        leftover.unlink()
+    results = runtime_runs(setups, "jitprof -F 99 (injects the flags)", command, repeats, workdir, "node cost")
     for leftover in workdir.glob("isolate-*-v8.log"):
         leftover.unlink()
-    alone = statistics.median(run.elapsed_s for run in results["node alone"])
-    lines = [
+    return [
         "## Cost of profiling a CPU-bound Node.js program",
         "",
         f"`node fixtures/js/workload.js {JS_ROUNDS}` (system Node, {subprocess.run(['node', '--version'], capture_output=True, text=True).stdout.strip()}); "
         f"the flags' own cost is separate from sampling's. Medians of {repeats} interleaved runs.",
         "",
-        "| setup | workload time (s) | vs node alone |",
-        "| --- | --- | --- |",
+        *slowdown_table(results, "node alone"),
+        "",
+        "Target: ≤ 3 % in total at 99 Hz.",
+        "",
     ]
-    for name, runs in results.items():
-        elapsed = statistics.median(run.elapsed_s for run in runs)
-        lines.append(f"| {name} | {elapsed:.3f} | {100 * (elapsed / alone - 1):+.2f} % |")
-    lines += ["", "Target: ≤ 3 % in total at 99 Hz.", ""]
-    return lines
 
 
 def java_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
@@ -192,26 +184,42 @@ def java_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
     }
     if perf:
         setups["perf record -F 99 -g, with the flags"] = Setup([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
-    before = set(Path("/tmp").glob("perf-*.map"))
-    run_workload(setups["jitprof -F 99 (flags, perf map asked for every second)"].prefix, workdir, JAVA_COMMAND, plain)
-    results = interleaved_runs(setups, repeats, workdir, JAVA_COMMAND, "java cost")
-    for leftover in set(Path("/tmp").glob("perf-*.map")) - before:  # -XX:+DumpPerfMapAtExit without jitprof
-        leftover.unlink()
-    alone = statistics.median(run.elapsed_s for run in results["java alone"])
-    lines = [
+    results = runtime_runs(
+        setups, "jitprof -F 99 (flags, perf map asked for every second)", JAVA_COMMAND, repeats, workdir, "java cost"
+    )
+    return [
         "## Cost of profiling a Java program",
         "",
         f"`{' '.join(JAVA_COMMAND[:1] + JAVA_COMMAND[-3:])}` (fixtures/java/Hot.java, "
         f"{subprocess.run(['java', '-version'], capture_output=True, text=True).stderr.splitlines()[0]}). "
         f"Medians of {repeats} interleaved runs.",
         "",
-        "| setup | workload time (s) | vs java alone |",
-        "| --- | --- | --- |",
+        *slowdown_table(results, "java alone"),
+        "",
+        *perf_map_request_cost(workdir, plain),
+        "",
     ]
+
+
+def runtime_runs(
+    setups: dict[str, Setup], warm: str, command: list[str], repeats: int, workdir: Path, label: str
+) -> dict[str, list[WorkloadRun]]:
+    """Interleaved runs after one run of `warm` (caches); removes the perf
+    maps the runs without jitprof left (the runtime's own flags write them)."""
+    before = set(Path("/tmp").glob("perf-*.map"))
+    run_workload(setups[warm].prefix, workdir, command, setups[warm].env)
+    results = interleaved_runs(setups, repeats, workdir, command, label)
+    for leftover in set(Path("/tmp").glob("perf-*.map")) - before:
+        leftover.unlink()
+    return results
+
+
+def slowdown_table(results: dict[str, list[WorkloadRun]], baseline: str) -> list[str]:
+    alone = statistics.median(run.elapsed_s for run in results[baseline])
+    lines = [f"| setup | workload time (s) | vs {baseline} |", "| --- | --- | --- |"]
     for name, runs in results.items():
         elapsed = statistics.median(run.elapsed_s for run in runs)
         lines.append(f"| {name} | {elapsed:.3f} | {100 * (elapsed / alone - 1):+.2f} % |")
-    lines += ["", *perf_map_request_cost(workdir, plain), ""]
     return lines
 
 

@@ -52,8 +52,8 @@ class JitSources:
     def warn_if_unnamed(self, pid: int, inline: bool) -> None:
         """Attaching to a runtime that cannot name its JIT code: say so, with the fix."""
         runtime = runtimes.identify(pid)
+        has_map = any(os.path.exists(path) for path in candidate_paths(pid))
         if runtime is runtimes.NODE:
-            has_map = any(os.path.exists(path) for path in candidate_paths(pid))
             if not has_map and not runtimes.node_flags_active(pid):
                 _say(
                     f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as "
@@ -66,7 +66,7 @@ class JitSources:
                 )
         elif runtime is runtimes.JAVA:
             _say(f"jitprof: note: asking the JVM (pid {pid}) for its perf map every {REFRESH_S:g} s")
-        elif runtime is not None and not any(os.path.exists(path) for path in candidate_paths(pid)):
+        elif runtime is not None and not has_map:
             _say(f"jitprof: warning: {runtime.name} (pid {pid}) writes no perf map; {runtime.fix}")
 
     def report(self, profile: Profile) -> None:

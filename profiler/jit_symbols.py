@@ -66,8 +66,7 @@ class PerfMapSymbols:
                 state.runtime = runtimes.identify(pid) or state.runtime
 
     def _new_state(self, pid: int) -> _ProcessMap:
-        owner = process_uid(pid)
-        return _ProcessMap(pid, owner if owner is not None else self._default_owner_uid, runtimes.identify(pid))
+        return _ProcessMap(pid, process_uid(pid, self._default_owner_uid), runtimes.identify(pid))
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         state = self._state(pid)
@@ -92,17 +91,7 @@ class PerfMapSymbols:
     def reload(self, pid: int) -> int:
         """Read a rewritten map again from its start; returns its entries."""
         state = self._state(pid)
-        if state.owner_uid is None:
-            return 0
-        fresh: PerfMapFile | None = None
-        for path in candidate_paths(pid):
-            try:
-                fresh = open_perf_map(path, state.owner_uid)
-            except PerfMapRefused as error:
-                state.refused = str(error)
-                return 0
-            if fresh is not None:
-                break
+        fresh = _open_map(state)
         if fresh is None:
             return 0
         fresh.tail()
@@ -127,21 +116,8 @@ class PerfMapSymbols:
             now = time.monotonic()
             if now - state.last_open_attempt >= RETRY_OPEN_S:
                 state.last_open_attempt = now
-                self._open(state)
+                state.file = _open_map(state)
         return state
-
-    def _open(self, state: _ProcessMap) -> None:
-        if state.owner_uid is None:
-            return  # no owner to check the file against: never read it
-        for path in candidate_paths(state.pid):
-            try:
-                opened = open_perf_map(path, state.owner_uid)
-            except PerfMapRefused as error:
-                state.refused = str(error)
-                return
-            if opened is not None:
-                state.file = opened
-                return
 
     def reports(self) -> list[PerfMapReport]:
         with self._lock:
@@ -178,6 +154,22 @@ class PerfMapSymbols:
             for state in self._maps.values():
                 if state.file is not None:
                     state.file.close()
+
+
+def _open_map(state: _ProcessMap) -> PerfMapFile | None:
+    """The process's map, where it is found first; None (with `refused`
+    set when the file is not safe) otherwise."""
+    if state.owner_uid is None:
+        return None  # no owner to check the file against: never read it
+    for path in candidate_paths(state.pid):
+        try:
+            opened = open_perf_map(path, state.owner_uid)
+        except PerfMapRefused as error:
+            state.refused = str(error)
+            return None
+        if opened is not None:
+            return opened
+    return None
 
 
 def _is_snapshot(state: _ProcessMap) -> bool:

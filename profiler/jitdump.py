@@ -80,6 +80,7 @@ class CodeLoad:
     time_ns: int
     sequence: int  # order in the file: a later load over the same bytes wins
     lines: tuple[DebugLine, ...] = ()
+    from_v8: bool = False  # a V8 name ("JS:*fib …"): its debug lines are biased and innermost-only
 
     @property
     def end(self) -> int:
@@ -88,7 +89,7 @@ class CodeLoad:
     def line_at(self, address: int) -> DebugLine | None:
         if not self.lines:
             return None
-        position = bisect.bisect_right([line.address for line in self.lines], address) - 1
+        position = bisect.bisect_right(self.lines, address, key=lambda line: line.address) - 1
         return self.lines[position] if position >= 0 else None
 
 
@@ -231,9 +232,10 @@ class JitdumpReader:
             raise JitdumpError(f"code load record {self.records + 1} claims {code_size} bytes of code at 0x{code_address:x}")
         name = bytes(body[LOAD.size : name_end]).decode("utf-8", "replace")
         lines = self._pending_debug.pop(code_address, ())
-        if lines and parse_v8_name(name) is not None:
+        from_v8 = parse_v8_name(name) is not None
+        if lines and from_v8:
             lines = tuple(DebugLine(line.address - V8_DEBUG_ADDRESS_BIAS, line.line, line.column, line.file) for line in lines)
-        self.code.add(CodeLoad(code_address, code_size, name, code_index, timestamp, self.records, lines))
+        self.code.add(CodeLoad(code_address, code_size, name, code_index, timestamp, self.records, lines, from_v8))
 
     def _move(self, timestamp: int, body: memoryview) -> None:
         if len(body) < MOVE.size:
@@ -245,7 +247,9 @@ class JitdumpReader:
         self.moves += 1
         shift = new_address - old_address
         lines = tuple(DebugLine(line.address + shift, line.line, line.column, line.file) for line in moved.lines)
-        self.code.add(CodeLoad(new_address, code_size, moved.name, moved.index, timestamp, self.records, lines))
+        self.code.add(
+            CodeLoad(new_address, code_size, moved.name, moved.index, timestamp, self.records, lines, moved.from_v8)
+        )
 
     def _debug_info(self, body: memoryview) -> None:
         """Lines for the next load at the same address; garbage makes the

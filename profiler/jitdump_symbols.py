@@ -20,7 +20,6 @@ from profiler.jit_names import JIT_MODULE, frame_for_name
 from profiler.jitdump import CodeLoad, JitdumpFile
 from profiler.perfmap import process_uid
 from profiler.profile import Frame, FrameKind
-from profiler.v8names import parse_v8_name
 
 RESCAN_INTERVAL_S = 0.2
 TAIL_INTERVAL_S = 0.01
@@ -64,8 +63,7 @@ class JitdumpSymbols:
         with self._lock:
             state = self._processes.get(pid)
             if state is None:
-                owner = process_uid(pid)
-                state = self._processes[pid] = _ProcessDumps(pid, owner if owner is not None else self._default_owner_uid)
+                state = self._processes[pid] = _ProcessDumps(pid, process_uid(pid, self._default_owner_uid))
             return state
 
     def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
@@ -107,7 +105,7 @@ class JitdumpSymbols:
         # V8's debug lines give only the innermost inlined position, in a
         # function the frame does not name: its names carry the function's
         # line, and the V8 code log gives exact, inlined lines.
-        line = load.line_at(address) if parse_v8_name(load.name) is None else None
+        line = None if load.from_v8 else load.line_at(address)
         key = (pid, number, load.sequence, line.address if line is not None else -1)
         frame = self._frames.get(key)
         if frame is None:

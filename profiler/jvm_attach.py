@@ -18,9 +18,11 @@ import signal
 import socket
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from profiler.perfmap import namespace_pid
+from profiler.perfmap import namespace_pid, process_uid
+from profiler.runtimes import command_line_and_environment
 
 PROTOCOL_VERSION = b"1"
 SOCKET_WAIT_S = 5.0
@@ -64,17 +66,15 @@ def run_jcmd(pid: int, command: str) -> JcmdReply:
 
 
 def _connect(pid: int) -> socket.socket:
-    root_tmp = f"/proc/{pid}/root/tmp"
     own_pid = namespace_pid(pid)
-    socket_path = f"{root_tmp}/.java_pid{own_pid}"
-    owner = _owner(pid)
+    socket_path = f"/proc/{pid}/root/tmp/.java_pid{own_pid}"
+    owner = process_uid(pid)
+    if owner is None:
+        raise AttachError("the JVM exited")
     if not _is_attach_socket(socket_path, owner):
-        _trigger(pid, own_pid, owner)
-        deadline = time.monotonic() + SOCKET_WAIT_S
-        while not _is_attach_socket(socket_path, owner):
-            if time.monotonic() > deadline:
-                raise AttachError("the JVM did not open its attach socket (started with -XX:+DisableAttachMechanism?)")
-            time.sleep(0.02)
+        _trigger(pid, own_pid, lambda: _is_attach_socket(socket_path, owner))
+        if not _is_attach_socket(socket_path, owner):
+            raise AttachError("the JVM did not open its attach socket (started with -XX:+DisableAttachMechanism?)")
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     connection.settimeout(REPLY_TIMEOUT_S)
     try:
@@ -93,29 +93,29 @@ def _is_attach_socket(path: str, owner: int) -> bool:
     return stat.S_ISSOCK(info.st_mode) and info.st_uid == owner
 
 
-def _trigger(pid: int, own_pid: int, owner: int) -> None:
-    status = _status_fields(pid)
-    if not int(status.get("SigCgt", "0"), 16) & _SIGQUIT_BIT:
+def _trigger(pid: int, own_pid: int, listening: Callable[[], bool]) -> None:
+    """Create the trigger file, send SIGQUIT, and keep the file until the
+    JVM listens (it looks for the file when the signal arrives)."""
+    if not _sigquit_handled(pid):
         raise AttachError("the JVM is not ready for attach yet (no SIGQUIT handler)")
-    if _attach_disabled(pid):
+    arguments, environment = command_line_and_environment(pid)
+    if any(b"+DisableAttachMechanism" in item for item in arguments + environment):
         raise AttachError("the JVM was started with -XX:+DisableAttachMechanism")
-    trigger = f"/proc/{pid}/cwd/.attach_pid{own_pid}"
-    try:
-        descriptor = os.open(trigger, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        descriptor = -1  # someone else is attaching: their trigger serves
-    except OSError:
-        trigger = f"/proc/{pid}/root/tmp/.attach_pid{own_pid}"
+    descriptor, trigger = -1, ""
+    for trigger in (f"/proc/{pid}/cwd/.attach_pid{own_pid}", f"/proc/{pid}/root/tmp/.attach_pid{own_pid}"):
         try:
             descriptor = os.open(trigger, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            break
         except FileExistsError:
-            descriptor = -1
+            break  # someone else is attaching: their trigger serves
         except OSError as error:
-            raise AttachError(f"cannot create the attach trigger file: {error.strerror}") from error
+            failure = error
+    else:
+        raise AttachError(f"cannot create the attach trigger file: {failure.strerror}")
     try:
         os.kill(pid, signal.SIGQUIT)
         deadline = time.monotonic() + SOCKET_WAIT_S
-        while time.monotonic() < deadline and not _is_attach_socket(f"/proc/{pid}/root/tmp/.java_pid{own_pid}", owner):
+        while time.monotonic() < deadline and not listening():
             time.sleep(0.02)
     except ProcessLookupError as error:
         raise AttachError("the JVM exited") from error
@@ -128,28 +128,12 @@ def _trigger(pid: int, own_pid: int, owner: int) -> None:
                 pass
 
 
-def _owner(pid: int) -> int:
-    uids = _status_fields(pid).get("Uid", "")
-    try:
-        return int(uids.split()[1])  # effective uid: the attach socket's owner
-    except (IndexError, ValueError) as error:
-        raise AttachError("the JVM exited") from error
-
-
-def _status_fields(pid: int) -> dict[str, str]:
+def _sigquit_handled(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
-            return {key: value.strip() for key, _, value in (line.partition(":") for line in handle)}
-    except OSError:
-        return {}
-
-
-def _attach_disabled(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            arguments = handle.read()
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environment = handle.read()
-    except OSError:
+            for line in handle:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & _SIGQUIT_BIT)
+    except (OSError, ValueError, IndexError):
         return False
-    return b"+DisableAttachMechanism" in arguments or b"+DisableAttachMechanism" in environment
+    return False

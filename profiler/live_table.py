@@ -11,6 +11,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from profiler.jit_names import JIT_MODULE
 from profiler.profile import Frame, FrameKind
 
 DEFAULT_WINDOW_S = 5.0
@@ -129,7 +130,7 @@ class LiveTable:
         for frame, function_key, line_key in zip(stack, function_keys, line_keys):
             self._tiers[line_key] = self._tiers[function_key] = tier_label(frame)
         unknown = sum(frame.kind is FrameKind.UNKNOWN for frame in stack)
-        jit = [frame for frame in stack if frame.kind is FrameKind.JIT or frame.module == "[jit]"]
+        jit = [frame for frame in stack if frame.kind is FrameKind.JIT or frame.module == JIT_MODULE]
         return _StackParts(
             function_keys[-1] if function_keys else None,
             frozenset(function_keys),

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.elf import ElfImage, UnreadableElf, open_elf
+from profiler.jit_names import JIT_MODULE
 from profiler.procmaps import MapEntry, read_maps
 from profiler.trie import TriePrefix, split_range
 
@@ -44,9 +45,9 @@ class KnownMapping:
     @property
     def module_name(self) -> str:
         if self.entry.is_anonymous_exec:
-            return "[jit]"
+            return JIT_MODULE
         path = self.entry.path
-        return path.rsplit("/", 1)[-1] if path else "[jit]"
+        return path.rsplit("/", 1)[-1] if path else JIT_MODULE
 
 
 @dataclass

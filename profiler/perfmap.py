@@ -167,16 +167,16 @@ def namespace_pid(pid: int) -> int:
     return pid
 
 
-def process_uid(pid: int) -> int | None:
-    """The effective uid of a live process."""
+def process_uid(pid: int, default: int | None = None) -> int | None:
+    """The effective uid of a live process; `default` when it is gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 if line.startswith("Uid:"):
                     return int(line.split()[2])
     except (OSError, ValueError, IndexError):
-        return None
-    return None
+        return default
+    return default
 
 
 def candidate_paths(pid: int) -> list[str]:

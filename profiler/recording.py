@@ -375,9 +375,7 @@ class Recording:
         if self.options.keep_jit_files or self._jit_sources is None:
             return
         self._jit_sources.jvms.remove_files()  # asked for when attached too
-        if not self.options.command or not self.options.inject:
-            return
-        if self._run_as_uid is None or self._jit_sources is None:
+        if not self.options.command or not self.options.inject or self._run_as_uid is None:
             return
         self._jit_sources.remove_files(self._run_as_uid, self._seen_processes)
 

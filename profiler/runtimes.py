@@ -125,7 +125,7 @@ def identify(pid: int) -> Runtime | None:
 
 def node_code_log_active(pid: int) -> bool:
     """Does this node write V8's code log (its own flags, or jitprof's preload)?"""
-    arguments, environment = _command_line_and_environment(pid)
+    arguments, environment = command_line_and_environment(pid)
     if any(argument.startswith(b"--log-code") or argument in (b"--prof", b"--log-all") for argument in arguments):
         return True
     return any(
@@ -133,7 +133,7 @@ def node_code_log_active(pid: int) -> bool:
     )
 
 
-def _command_line_and_environment(pid: int) -> tuple[list[bytes], list[bytes]]:
+def command_line_and_environment(pid: int) -> tuple[list[bytes], list[bytes]]:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             arguments = handle.read().split(b"\0")
@@ -146,7 +146,7 @@ def _command_line_and_environment(pid: int) -> tuple[list[bytes], list[bytes]]:
 
 def node_flags_active(pid: int) -> bool:
     """Did this node get --perf-basic-prof (on its command line or in NODE_OPTIONS)?"""
-    arguments, environment = _command_line_and_environment(pid)
+    arguments, environment = command_line_and_environment(pid)
     if any(argument.startswith(b"--perf-basic-prof") for argument in arguments):
         return True
     for variable in environment:

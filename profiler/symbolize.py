@@ -76,9 +76,6 @@ class ElfSymbols:
         return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)
 
 
-_IDLE = object()
-
-
 @dataclass(frozen=True)
 class _MemoKey:
     pid: int
@@ -107,7 +104,6 @@ class Symbolizer:
         self._queue: queue.Queue[RawSample | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
         self._parked: list[_Parked] = []
-        self._may_park = True
         self.before_final_pass: list[Callable[[], None]] = []  # sources that must read once more at the end
         # Sources that know more may come for (pid, time): their samples wait past PARK_MAX_S.
         self.waiting_for: list[Callable[[int, int], bool]] = []
@@ -131,25 +127,24 @@ class Symbolizer:
     def _run(self) -> None:
         next_retry = time.monotonic() + PARK_RETRY_S
         while True:
-            raw: RawSample | None | object
             try:
                 raw = self._queue.get(timeout=PARK_RETRY_S if self._parked else None)
             except queue.Empty:
-                raw = _IDLE  # nothing new: a chance to retry what is parked
-            if raw is None:
-                self._final_pass()
-                return
-            if isinstance(raw, RawSample):
-                self._add(raw, time.monotonic())
+                pass  # nothing new: a chance to retry what is parked
+            else:
+                if raw is None:
+                    self._final_pass()
+                    return
+                self._add(raw, time.monotonic(), may_park=True)
             now = time.monotonic()
             if self._parked and now >= next_retry:
                 next_retry = now + PARK_RETRY_S
                 self._retry_parked(now, final=False)
 
-    def _add(self, raw: RawSample, since: float) -> bool:
+    def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
         """Resolve and record one sample; False when it was parked."""
         try:
-            self._profile.add(self.resolve_sample(raw))
+            self._profile.add(self.resolve_sample(raw, may_park))
         except _NotNamedYet:
             self._parked.append(_Parked(raw, since))
             return False
@@ -160,13 +155,12 @@ class Symbolizer:
     def _retry_parked(self, now: float, final: bool) -> None:
         parked, self._parked = self._parked, []
         for entry in parked:
-            self._may_park = not final and (
+            may_park = not final and (
                 now - entry.since < PARK_MAX_S
                 or any(waiting(entry.raw.pid, entry.raw.time_ns) for waiting in self.waiting_for)
             )
-            if self._add(entry.raw, entry.since) and self._may_park:
-                self.parked_then_named += 1  # (when it could have waited, it was named)
-        self._may_park = True
+            if self._add(entry.raw, entry.since, may_park) and may_park:
+                self.parked_then_named += 1  # named while it could still have waited
 
     def _final_pass(self) -> None:
         """The run is over and the runtimes have flushed: read every source
@@ -178,10 +172,12 @@ class Symbolizer:
                 self.errors.append(f"{type(error).__name__}: {error}")
         self._retry_parked(time.monotonic(), final=True)
 
-    def resolve_sample(self, raw: RawSample) -> Sample:
+    def resolve_sample(self, raw: RawSample, may_park: bool = False) -> Sample:
+        """The sample with named frames; with `may_park`, _NotNamedYet when
+        JIT code in it has no name yet."""
         user_ids: list[int] = []
         for depth, address in enumerate(raw.addresses):  # leaf first
-            user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, address, caller=depth > 0)))
+            user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, address, depth > 0, may_park)))
         user_ids.reverse()  # root first
         kernel_ids: list[int] = []
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
@@ -189,7 +185,7 @@ class Symbolizer:
             kernel_ids.reverse()
         return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, tuple(user_ids + kernel_ids), raw.walk_end)
 
-    def _resolve_user(self, pid: int, time_ns: int, address: int, caller: bool) -> list[int]:
+    def _resolve_user(self, pid: int, time_ns: int, address: int, caller: bool, may_park: bool) -> list[int]:
         """The frame ids at one return address, outermost first (more than
         one where JIT code inlined functions)."""
         # A caller's address is a return address: the call is the byte before.
@@ -208,7 +204,7 @@ class Symbolizer:
                 if frames:
                     return [self._profile.intern(frame) for frame in frames]
             frame = self._name(pid, mapping, lookup_address)
-            if not frame.symbolized and self._may_park and len(self._parked) < MAX_PARKED:
+            if not frame.symbolized and may_park and len(self._parked) < MAX_PARKED:
                 raise _NotNamedYet()
             return [self._profile.intern(frame)]
         frame = self._name(pid, mapping, lookup_address)

@@ -95,8 +95,7 @@ class V8LogSymbols:
         with self._lock:
             state = self._processes.get(pid)
             if state is None:
-                owner = process_uid(pid)
-                state = self._processes[pid] = _ProcessLogs(pid, owner if owner is not None else self._default_owner_uid)
+                state = self._processes[pid] = _ProcessLogs(pid, process_uid(pid, self._default_owner_uid))
             return state
 
     def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
@@ -254,7 +253,6 @@ class V8LogSymbols:
                     except OSError:
                         pass
                 state.logs.clear()
-
 
 
 def _code_tier(code: CodeObject) -> str:

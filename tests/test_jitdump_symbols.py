@@ -9,13 +9,12 @@ import os
 import time
 
 from profiler import symbolize
-from profiler.events import RawSample, WalkEnd
 from profiler.jitdump_symbols import JitdumpSymbols
 from profiler.mappings import MappingTracker
 from profiler.profile import Profile, RunInfo
 from profiler.symbolize import Symbolizer
 from tests.test_jitdump import header, load
-from tests.test_symbolize import RecordingTrie
+from tests.test_symbolize import RecordingTrie, jit_sample, wait_for_samples
 
 
 def test_dump_found_through_its_mapping_and_samples_wait_for_late_records(tmp_path, monkeypatch):
@@ -37,15 +36,13 @@ def test_dump_found_through_its_mapping_and_samples_wait_for_late_records(tmp_pa
     symbolizer.waiting_for.append(dumps.waiting_for)
     symbolizer.start()
     try:
-        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, sample_time, "t", (address + 8,), WalkEnd.NO_MAPPING, -1, True))
+        symbolizer.submit(jit_sample(address + 8, sample_time))
         time.sleep(0.5)  # well past PARK_MAX_S: the dump has nothing as new as the sample yet
         assert dumps.has_dump(os.getpid()) and profile.samples == []
         with open(dump_path, "ab") as handle:  # the runtime's buffer is flushed
             handle.write(load(sample_time - 1000, address, 64, "JS:*late /app/late.js:7:3"))
             handle.write(load(sample_time + 10**6, 0x2000, 0x10, "newer, elsewhere"))
-        deadline = time.monotonic() + 5
-        while not profile.samples and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for_samples(profile)
         assert [profile.stack(sample)[-1].name for sample in profile.samples] == ["late late.js:7"]
     finally:
         symbolizer.finish()

@@ -99,6 +99,17 @@ def test_symbolizer_names_libc_functions_once():
     assert len(profile.frames) == 3  # memoised: three unique addresses, three frames
 
 
+def jit_sample(address, time_ns):
+    """A one-frame sample of this process at an address in its JIT memory."""
+    return RawSample(os.getpid(), os.getpid(), 0, time_ns, "t", (address,), WalkEnd.NO_MAPPING, -1, True)
+
+
+def wait_for_samples(profile, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not profile.samples and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
     """A runtime writes a perf map line after its code starts running: the
     sample is parked, then named from the map once the line is there, and
@@ -123,14 +134,12 @@ def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
     symbolizer.start()
     try:
         now = time.monotonic_ns()
-        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, now, "t", (address + 16,), WalkEnd.NO_MAPPING, -1, True))
-        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, now, "t", (address + 4096,), WalkEnd.NO_MAPPING, -1, True))
+        symbolizer.submit(jit_sample(address + 16, now))
+        symbolizer.submit(jit_sample(address + 4096, now))
         time.sleep(0.3)
         assert profile.samples == [] and symbolizer.backlog() == 2  # parked, not guessed
         perf_map.write_text(f"{address:x} 100 JS:*late /app/late.js:3:1\n")
-        deadline = time.monotonic() + 5
-        while not profile.samples and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for_samples(profile)
         assert [profile.stack(sample)[-1].name for sample in profile.samples] == ["late late.js:3"]
     finally:
         symbolizer.finish()
