@@ -7,6 +7,7 @@ import platform
 import subprocess
 from pathlib import Path
 
+from profiler import trusted_exec
 from profiler.errors import JitprofError
 
 TRACEFS = Path("/sys/kernel/tracing")
@@ -42,7 +43,9 @@ def require_tracefs() -> None:
     if (TRACEFS / "events").is_dir():
         return
     subprocess.run(
-        ["mount", "-t", "tracefs", "nodev", str(TRACEFS)],
+        [trusted_exec.system_command("mount"), "-t", "tracefs", "nodev", str(TRACEFS)],
+        cwd=trusted_exec.TRUSTED_DIRECTORY,
+        env=trusted_exec.trusted_environment(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         check=False,

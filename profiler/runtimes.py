@@ -10,6 +10,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler import trusted_exec
+
 NODE_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
 NODE_NAMES = ("node", "nodejs", "nsolid", "bun")
 
@@ -88,7 +90,7 @@ def _java_homes(environ: dict[str, str]) -> list[Path]:
     homes = []
     if environ.get("JAVA_HOME"):
         homes.append(Path(environ["JAVA_HOME"]))
-    java = shutil.which("java", path=environ.get("PATH", os.defpath))
+    java = shutil.which("java", path=trusted_exec.absolute_path_entries(environ.get("PATH", os.defpath)))
     if java is not None:
         homes.append(Path(os.path.realpath(java)).parent.parent)
     return homes

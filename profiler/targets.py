@@ -9,6 +9,7 @@ import shutil
 import signal
 from dataclasses import dataclass
 
+from profiler import trusted_exec
 from profiler.errors import JitprofError
 
 
@@ -119,7 +120,7 @@ def find_command(argv0: str, path: str) -> str:
         if not os.path.exists(argv0):
             raise JitprofError(f"command not found: {argv0}", "check the path", exit_code=127)
         return argv0
-    found = shutil.which(argv0, path=path)
+    found = shutil.which(argv0, path=trusted_exec.absolute_path_entries(path))
     if found is None:
         raise JitprofError(f"command not found: {argv0}", "check the command name and PATH", exit_code=127)
     return found

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from profiler import unwind
+from profiler import symcache, trusted_exec, unwind
 from profiler.elf import ElfImage
 
 PROGRESS_FDE_THRESHOLD = 10000  # show a progress bar for files this large
@@ -170,8 +170,10 @@ class UnwindTableStore:
         # Our own file description of the mapped file, handed down by number.
         with open(f"/proc/self/fd/{image.handle.fileno()}", "rb") as handle:
             worker = subprocess.Popen(
-                [sys.executable, "-m", "profiler.unwind_worker", str(handle.fileno()), image.cache_key],
+                trusted_exec.python_module_command("profiler.unwind_worker", str(handle.fileno()), image.cache_key),
                 pass_fds=(handle.fileno(),),
+                cwd=trusted_exec.TRUSTED_DIRECTORY,
+                env=trusted_exec.trusted_environment() | _cache_environment(),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
             )
@@ -239,6 +241,11 @@ class UnwindTableStore:
             else:
                 merged.append((extent_start, length))
         self._free_extents = merged
+
+
+def _cache_environment() -> dict[str, str]:
+    """The one setting the worker needs from ours: where the cache is."""
+    return {"JITPROF_CACHE_DIR": str(symcache.cache_dir())}
 
 
 class _ProgressBar:
