@@ -18,7 +18,7 @@ import pytest
 
 from e2e.conftest import ROOT
 from e2e.test_node import JS
-from tests.test_formats import SPEEDSCOPE_SCHEMA, TOOLS
+from tests.output.test_formats import SPEEDSCOPE_SCHEMA, TOOLS
 
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

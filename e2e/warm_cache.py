@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import sys
 
-from profiler import elf, unwind
+from profiler.native import cache, elf, unwind_compiler
 
 
 def main(path: str) -> int:
     image = elf.open_elf([path], path)
-    if unwind.load_cached(image.cache_key) is None:
+    if cache.load_cached(image.cache_key) is None:
         with open(path, "rb") as handle:
-            unwind.store_cached(image.cache_key, unwind.compile_table(handle).pack())
+            cache.store_cached(image.cache_key, unwind_compiler.compile_table(handle).pack())
     return 0
 
 

@@ -8,11 +8,22 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from profiler import __version__, compare
+from profiler import __version__
 from profiler.errors import JitprofError
-from profiler.output import EXTENSIONS, WRITERS, OutputRequest, UnknownFormat, WrittenOutput, format_for, write_path, write_text
-from profiler.recording import Recording, RecordingOptions
-from profiler.targets import output_owner
+from profiler.output import (
+    EXTENSIONS,
+    WRITERS,
+    OutputRequest,
+    UnknownFormat,
+    WrittenOutput,
+    format_for,
+    report,
+    write_path,
+    write_text,
+)
+from profiler.run.options import RecordingOptions
+from profiler.run.recording import Recording
+from profiler.safety.users import output_owner
 
 DESCRIPTION = """\
 Sample the CPU stacks of a program (native and JIT-compiled code) with eBPF
@@ -175,8 +186,8 @@ def run_report(argv: list[str]) -> int:
         outputs = [OutputRequest(path, format_for(path, args.format)) for path in args.output]
     except UnknownFormat as error:
         parser.error(str(error))
-    selection = compare.SampleFilter(frozenset(args.pid), frozenset(args.tid), args.since, args.until)
-    written = compare.report(args.profile, outputs, selection, args.format or "folded")
+    selection = report.SampleFilter(frozenset(args.pid), frozenset(args.tid), args.since, args.until)
+    written = report.report(args.profile, outputs, selection, args.format or "folded")
     return _report_written(written)
 
 
@@ -186,19 +197,19 @@ def run_diff(argv: list[str]) -> int:
     format_name = args.format
     if format_name is None:
         format_name = "svg" if args.output is not None and args.output.name.endswith(".svg") else "folded"
-    base, new = compare.load(args.base), compare.load(args.new)
+    base, new = report.load(args.base), report.load(args.new)
     if format_name == "folded" and args.output is None:
-        compare.write_diff_folded(base, new, sys.stdout, args.normalize)
+        report.write_diff_folded(base, new, sys.stdout, args.normalize)
         return 0
     if args.output is None:
-        compare.write_diff_svg(base, new, sys.stdout.buffer, args.normalize)
+        report.write_diff_svg(base, new, sys.stdout.buffer, args.normalize)
         return 0
 
     def produce(stream: IO[bytes]) -> None:
         if format_name == "svg":
-            compare.write_diff_svg(base, new, stream, args.normalize)
+            report.write_diff_svg(base, new, stream, args.normalize)
         else:
-            write_text(stream, lambda text: compare.write_diff_folded(base, new, text, args.normalize))
+            write_text(stream, lambda text: report.write_diff_folded(base, new, text, args.normalize))
 
     return _report_written([write_path(args.output, produce, output_owner(dict(os.environ)))])
 

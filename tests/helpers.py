@@ -1,7 +1,13 @@
-"""Small builders shared by unit tests."""
+"""Small builders and places shared by unit tests."""
 
-from profiler.events import WalkEnd
-from profiler.profile import Frame, FrameKind, Profile, RunInfo, Sample
+from pathlib import Path
+
+from profiler.kernel.events import WalkEnd
+from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample
+
+TESTS = Path(__file__).resolve().parent
+DATA = TESTS / "data"
+ROOT = TESTS.parent
 
 
 def make_profile(stacks: list[tuple[str, int, list[Frame], int]], root_by_pid: bool = False) -> Profile:

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
 
+from profiler.model.profile import Profile
+from profiler.model.raw import write_raw
 from profiler.output.callgrind import write_callgrind
 from profiler.output.cpuprofile import write_cpuprofile
 from profiler.output.folded import write_folded
 from profiler.output.pprof import write_pprof
 from profiler.output.speedscope import write_speedscope
 from profiler.output.svg import write_svg
-from profiler.profile import Profile
-from profiler.rawprofile import write_raw
-from profiler.targets import RunAs
+from profiler.safety.users import RunAs
 
 Writer = Callable[[Profile, IO[bytes]], None]
 

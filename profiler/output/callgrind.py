@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from profiler import __version__
-from profiler.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO
 
-from profiler.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile
 
 
 @dataclass(frozen=True)

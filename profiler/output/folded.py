@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TextIO
 
-from profiler.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile
 
 # flamegraph.pl/inferno colour hints, stripped from labels by renderers.
 KIND_SUFFIX = {FrameKind.KERNEL: "_[k]", FrameKind.JIT: "_[j]"}

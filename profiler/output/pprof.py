@@ -11,7 +11,7 @@ import gzip
 from collections import Counter
 from typing import IO
 
-from profiler.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile
 
 # Field numbers from profile.proto.
 PROFILE_SAMPLE_TYPE, PROFILE_SAMPLE, PROFILE_MAPPING, PROFILE_LOCATION = 1, 2, 3, 4

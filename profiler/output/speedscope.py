@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import IO
 
 from profiler import __version__
-from profiler.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import TextIO
 
-from profiler.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile
 
 IMAGE_WIDTH = 1200
 FRAME_HEIGHT = 16

@@ -1,0 +1,181 @@
+"""Names for JIT code from jitdump files, exact by time (see jitdump.py).
+
+A writer maps its dump executable so that `perf record` sees it, which makes
+the dump show in /proc/PID/maps: that is how it is found, whatever directory
+the runtime chose, and it is opened through /proc/PID/map_files, which names
+the very file mapped (no path to swap for a symlink). It must be a regular
+file owned by the process's user.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+
+from profiler.jit.jitdump import CodeLoad, JitdumpFile
+from profiler.jit.names import frame_for_name
+from profiler.jit.perfmap import process_uid
+from profiler.kernel.mappings import JIT_MODULE
+from profiler.model.profile import Frame, FrameKind
+
+RESCAN_INTERVAL_S = 0.2
+TAIL_INTERVAL_S = 0.01
+MAX_DUMPS_PER_PROCESS = 8
+_DUMP_NAME = re.compile(r"/jit-\d+\.dump$")
+
+
+@dataclass
+class _ProcessDumps:
+    pid: int
+    owner_uid: int | None
+    dumps: list[JitdumpFile] = field(default_factory=list)
+    identities: set[tuple[int, int]] = field(default_factory=set)
+    refused: str = ""
+    last_scan: float = 0.0
+    last_tail: float = 0.0
+
+
+@dataclass(frozen=True)
+class JitdumpReport:
+    pid: int
+    path: str
+    loads: int
+    error: str
+    insane_debug_records: int
+
+
+class JitdumpSymbols:
+    """A JIT expander for the symbolizer thread (see symbolizer.JitExpander)."""
+
+    def __init__(self, default_owner_uid: int | None = None) -> None:
+        self._default_owner_uid = default_owner_uid
+        self._lock = threading.Lock()
+        self._processes: dict[int, _ProcessDumps] = {}
+        self._frames: dict[tuple[int, int, int, int], Frame] = {}  # (pid, dump, load sequence, line address)
+
+    def watch(self, pid: int) -> None:
+        self._state(pid)
+
+    def _state(self, pid: int) -> _ProcessDumps:
+        with self._lock:
+            state = self._processes.get(pid)
+            if state is None:
+                state = self._processes[pid] = _ProcessDumps(pid, process_uid(pid, self._default_owner_uid))
+            return state
+
+    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
+        state = self._state(pid)
+        now = time.monotonic()
+        if now - state.last_scan >= RESCAN_INTERVAL_S:
+            state.last_scan = now
+            self._scan(state)
+        if not state.dumps:
+            return None
+        if now - state.last_tail >= TAIL_INTERVAL_S:
+            state.last_tail = now
+            for dump in state.dumps:
+                dump.tail()
+        for number, dump in enumerate(state.dumps):
+            load = dump.reader.code.lookup(address, time_ns)
+            if load is not None:
+                return (self._frame(pid, number, load, address),)
+        return None
+
+    def waiting_for(self, pid: int, time_ns: int) -> bool:
+        """May the process's dump still describe code run at `time_ns`? (V8
+        buffers 2 MiB of records: they can arrive long after the code ran.)"""
+        with self._lock:
+            state = self._processes.get(pid)
+        if state is None:
+            return False
+        return any(not dump.reader.stopped and dump.reader.last_time_ns < time_ns for dump in state.dumps)
+
+    def read_all(self) -> None:
+        """Read every dump to its current end (the run is ending)."""
+        with self._lock:
+            states = list(self._processes.values())
+        for state in states:
+            for dump in state.dumps:
+                dump.tail()
+
+    def _frame(self, pid: int, number: int, load: CodeLoad, address: int) -> Frame:
+        # V8's debug lines give only the innermost inlined position, in a
+        # function the frame does not name: its names carry the function's
+        # line, and the V8 code log gives exact, inlined lines.
+        line = None if load.from_v8 else load.line_at(address)
+        key = (pid, number, load.sequence, line.address if line is not None else -1)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = frame_for_name(load.name)
+            if line is not None and line.line > 0:
+                frame = Frame(
+                    frame.name, JIT_MODULE, FrameKind.JIT, line.file, line.line, line.column, frame.tier,
+                    line_exact=True, function_line=frame.function_line,
+                )
+            self._frames[key] = frame
+        return frame
+
+    def _scan(self, state: _ProcessDumps) -> None:
+        if state.owner_uid is None or len(state.dumps) >= MAX_DUMPS_PER_PROCESS:
+            return
+        for map_file in _mapped_dumps(state.pid):
+            try:
+                descriptor = os.open(map_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+            except OSError:
+                continue
+            try:
+                info = os.fstat(descriptor)
+            except OSError:
+                os.close(descriptor)
+                continue
+            identity = (info.st_dev, info.st_ino)
+            if identity in state.identities:
+                os.close(descriptor)
+                continue
+            state.identities.add(identity)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != state.owner_uid:
+                state.refused = f"{map_file} is not a regular file owned by uid {state.owner_uid}"
+                os.close(descriptor)
+                continue
+            state.dumps.append(JitdumpFile(os.readlink(map_file), descriptor))
+
+    def has_dump(self, pid: int) -> bool:
+        with self._lock:
+            state = self._processes.get(pid)
+        return state is not None and bool(state.dumps)
+
+    def reports(self) -> list[JitdumpReport]:
+        with self._lock:
+            states = list(self._processes.values())
+        return [
+            JitdumpReport(state.pid, dump.path, len(dump.reader.code), dump.reader.error, dump.reader.insane_debug_records)
+            for state in states
+            for dump in state.dumps
+        ] + [JitdumpReport(state.pid, "", 0, state.refused, 0) for state in states if state.refused and not state.dumps]
+
+    def close(self) -> None:
+        with self._lock:
+            for state in self._processes.values():
+                for dump in state.dumps:
+                    dump.close()
+                state.dumps.clear()
+
+
+def _mapped_dumps(pid: int) -> list[str]:
+    """/proc/PID/map_files entries of the jit-*.dump files the process maps."""
+    found = []
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and _DUMP_NAME.search(fields[5].rstrip("\n")):
+                    # maps pads addresses to 8 digits, map_files does not
+                    start, _, end = fields[0].partition("-")
+                    found.append(f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}")
+    except OSError:
+        return []
+    return found

@@ -1,0 +1,139 @@
+"""HotSpot's attach protocol, spoken directly: what `jcmd PID <command>` does,
+without starting a second JVM (jcmd costs a few hundred ms of CPU per call;
+this costs a few ms, so the perf map can be asked for every second).
+
+A JVM opens its attach socket, /tmp/.java_pid<PID> (its own /tmp and pid
+namespace), when it gets SIGQUIT while a file named .attach_pid<PID> exists
+in its working directory or /tmp. HotSpot accepts root as a peer, and a
+trigger file owned by root. SIGQUIT is only sent once the JVM has installed
+its handler for it: the default action would kill it, and a JVM started with
+-XX:+DisableAttachMechanism would print a thread dump instead, so it is left
+alone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from profiler.jit.perfmap import namespace_pid, process_uid
+from profiler.jit.runtimes import command_line_and_environment
+
+PROTOCOL_VERSION = b"1"
+SOCKET_WAIT_S = 5.0
+REPLY_TIMEOUT_S = 10.0
+MAX_REPLY_BYTES = 1 << 20
+_SIGQUIT_BIT = 1 << (signal.SIGQUIT - 1)
+
+
+class AttachError(Exception):
+    """The JVM could not be asked; the message says why, for the user."""
+
+
+@dataclass(frozen=True)
+class JcmdReply:
+    status: int  # 0: the command ran
+    output: str
+
+
+def run_jcmd(pid: int, command: str) -> JcmdReply:
+    """Run one diagnostic command (e.g. "Compiler.perfmap") in the JVM `pid`."""
+    connection = _connect(pid)
+    try:
+        # Request: version, "jcmd", then three arguments, each NUL-terminated.
+        connection.sendall(b"\0".join([PROTOCOL_VERSION, b"jcmd", command.encode(), b"", b""]) + b"\0")
+        reply = bytearray()
+        while len(reply) < MAX_REPLY_BYTES:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    except OSError as error:
+        raise AttachError(f"the JVM's attach socket failed: {error.strerror or error}") from error
+    finally:
+        connection.close()
+    status, _, output = bytes(reply).partition(b"\n")
+    try:
+        code = int(status)
+    except ValueError as error:
+        raise AttachError(f"the JVM answered {status[:40]!r}, not an attach reply") from error
+    return JcmdReply(code, output.decode("utf-8", "replace"))
+
+
+def _connect(pid: int) -> socket.socket:
+    own_pid = namespace_pid(pid)
+    socket_path = f"/proc/{pid}/root/tmp/.java_pid{own_pid}"
+    owner = process_uid(pid)
+    if owner is None:
+        raise AttachError("the JVM exited")
+    if not _is_attach_socket(socket_path, owner):
+        _trigger(pid, own_pid, lambda: _is_attach_socket(socket_path, owner))
+        if not _is_attach_socket(socket_path, owner):
+            raise AttachError("the JVM did not open its attach socket (started with -XX:+DisableAttachMechanism?)")
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.settimeout(REPLY_TIMEOUT_S)
+    try:
+        connection.connect(socket_path)
+    except OSError as error:
+        connection.close()
+        raise AttachError(f"cannot connect to the JVM's attach socket: {error.strerror or error}") from error
+    return connection
+
+
+def _is_attach_socket(path: str, owner: int) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(info.st_mode) and info.st_uid == owner
+
+
+def _trigger(pid: int, own_pid: int, listening: Callable[[], bool]) -> None:
+    """Create the trigger file, send SIGQUIT, and keep the file until the
+    JVM listens (it looks for the file when the signal arrives)."""
+    if not _sigquit_handled(pid):
+        raise AttachError("the JVM is not ready for attach yet (no SIGQUIT handler)")
+    arguments, environment = command_line_and_environment(pid)
+    if any(b"+DisableAttachMechanism" in item for item in arguments + environment):
+        raise AttachError("the JVM was started with -XX:+DisableAttachMechanism")
+    descriptor, trigger = -1, ""
+    for trigger in (f"/proc/{pid}/cwd/.attach_pid{own_pid}", f"/proc/{pid}/root/tmp/.attach_pid{own_pid}"):
+        try:
+            descriptor = os.open(trigger, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            break
+        except FileExistsError:
+            break  # someone else is attaching: their trigger serves
+        except OSError as error:
+            failure = error
+    else:
+        raise AttachError(f"cannot create the attach trigger file: {failure.strerror}")
+    try:
+        os.kill(pid, signal.SIGQUIT)
+        deadline = time.monotonic() + SOCKET_WAIT_S
+        while time.monotonic() < deadline and not listening():
+            time.sleep(0.02)
+    except ProcessLookupError as error:
+        raise AttachError("the JVM exited") from error
+    finally:
+        if descriptor >= 0:
+            os.close(descriptor)
+            try:
+                os.unlink(trigger)
+            except OSError:
+                pass
+
+
+def _sigquit_handled(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) & _SIGQUIT_BIT)
+    except (OSError, ValueError, IndexError):
+        return False
+    return False

@@ -1,0 +1,144 @@
+"""Keeps the perf maps of the JVMs being profiled current.
+
+HotSpot writes /tmp/perf-PID.map only when asked (`Compiler.perfmap`), as a
+snapshot of its code cache. jitprof asks every REFRESH_S while a JVM runs,
+once more at the end, and rereads the map each time; a JVM spawned by
+jitprof also writes it as it exits (-XX:+DumpPerfMapAtExit). Samples in code
+compiled since the last snapshot wait for the next one (the symbolizer parks
+them).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from profiler.jit import runtimes
+from profiler.jit.jvm.attach import AttachError, run_jcmd
+from profiler.jit.perfmap import candidate_paths
+from profiler.jit.perfmap_source import PerfMapSymbols
+from profiler.kernel.proc_status import process_alive
+
+REFRESH_S = 1.0
+MAX_FAILURES = 5  # consecutive failed requests before a JVM is left alone
+
+
+@dataclass
+class _Jvm:
+    pid: int
+    map_was_there: bool  # written before jitprof asked: the user's, kept
+    snapshots: int = 0
+    last_snapshot_ns: int = 0  # CLOCK_MONOTONIC when the last snapshot was asked for
+    failures: int = 0
+    last_error: str = ""
+    preserves_frame_pointers: bool | None = None
+
+
+@dataclass(frozen=True)
+class JvmReport:
+    pid: int
+    snapshots: int
+    last_error: str
+    preserves_frame_pointers: bool | None
+
+
+@dataclass
+class JvmPerfMaps:
+    perf_maps: PerfMapSymbols
+    _jvms: dict[int, _Jvm] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def watch(self, pid: int) -> None:
+        """Note a process; JVMs among them are asked for their maps from now on."""
+        if runtimes.identify(pid) is not runtimes.JAVA:
+            return
+        with self._lock:
+            if pid not in self._jvms:
+                self._jvms[pid] = _Jvm(pid, any(os.path.exists(path) for path in candidate_paths(pid)))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="jitprof-jvm-perfmap", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(REFRESH_S):
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Ask every live JVM for a snapshot, and read it."""
+        with self._lock:
+            jvms = [jvm for jvm in self._jvms.values() if jvm.failures < MAX_FAILURES]
+        for jvm in jvms:
+            if process_alive(jvm.pid):
+                self._ask(jvm)
+
+    def _ask(self, jvm: _Jvm) -> bool:
+        """True when the JVM wrote a snapshot and it was read."""
+        try:
+            if jvm.preserves_frame_pointers is None:
+                flags = run_jcmd(jvm.pid, "VM.flags")
+                jvm.preserves_frame_pointers = "-XX:+PreserveFramePointer" in flags.output
+            asked_ns = time.monotonic_ns()
+            reply = run_jcmd(jvm.pid, "Compiler.perfmap")
+        except AttachError as error:
+            jvm.failures += 1
+            jvm.last_error = str(error)
+            return False
+        if reply.status != 0:
+            jvm.failures += 1
+            jvm.last_error = f"Compiler.perfmap failed: {reply.output.strip()[:200]}"
+            return False
+        jvm.failures = 0
+        jvm.last_error = ""
+        if not self.perf_maps.reload(jvm.pid):
+            return False
+        jvm.snapshots += 1
+        jvm.last_snapshot_ns = asked_ns
+        return True
+
+    def waiting_for(self, pid: int, time_ns: int) -> bool:
+        """Will a snapshot taken after `time_ns` still come (the JVM answers
+        and runs)? Then a sample of code not in the last one waits for it."""
+        jvm = self._jvms.get(pid)
+        return (
+            jvm is not None and jvm.failures < MAX_FAILURES and jvm.last_snapshot_ns < time_ns
+            and not self._stop.is_set() and process_alive(pid)
+        )
+
+    def final_refresh(self) -> None:
+        """The run is ending: a last snapshot from each JVM still running, and
+        the map each one that exited wrote as it did."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            jvms = list(self._jvms.values())
+        for jvm in jvms:
+            if process_alive(jvm.pid) and self._ask(jvm):
+                continue
+            if self.perf_maps.reload(jvm.pid):  # written at exit, or by the user
+                jvm.snapshots += 1
+                jvm.last_error = ""
+
+    def reports(self) -> list[JvmReport]:
+        with self._lock:
+            return [
+                JvmReport(jvm.pid, jvm.snapshots, jvm.last_error, jvm.preserves_frame_pointers)
+                for jvm in self._jvms.values()
+            ]
+
+    def remove_files(self) -> None:
+        """Delete the maps the JVMs wrote because jitprof asked."""
+        with self._lock:
+            jvms = list(self._jvms.values())
+        for jvm in jvms:
+            if not jvm.map_was_there:
+                self.perf_maps.remove_file(jvm.pid)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -1,0 +1,177 @@
+"""Names for JIT code from perf maps, one map per process, tailed as it grows.
+
+Perf maps carry no timestamps: a sample is named by the entries appended by
+the time it is resolved, which the symbolizer does promptly (within a poll
+cycle), so code that reuses an address later does not rename old samples.
+The JVM's map is different: a snapshot of its code cache, rewritten whole
+each time it is asked for, so it is read again from the start (`reload`),
+never tailed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from profiler.jit import runtimes
+from profiler.jit.names import frame_for_name
+from profiler.jit.perfmap import PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map, process_uid
+from profiler.kernel.mappings import KnownMapping
+from profiler.model.profile import Frame
+
+RETRY_OPEN_S = 0.2  # a process may write its perf map a little after it starts
+TAIL_INTERVAL_S = 0.01
+
+
+@dataclass
+class _ProcessMap:
+    pid: int
+    owner_uid: int | None
+    runtime: runtimes.Runtime | None
+    file: PerfMapFile | None = None
+    refused: str = ""
+    last_open_attempt: float = 0.0
+    last_tail: float = 0.0
+    frames: dict[int, Frame] = field(default_factory=dict)  # by entry sequence
+
+
+@dataclass(frozen=True)
+class PerfMapReport:
+    pid: int
+    path: str
+    entries: int
+    skipped_lines: int
+    truncated: bool
+    refused: str
+
+
+class PerfMapSymbols:
+    """A symbol source for the symbolizer thread (see symbolizer.SymbolSource)."""
+
+    def __init__(self, default_owner_uid: int | None = None) -> None:
+        # The uid a perf map must belong to when the process has gone before
+        # we could ask it (the user jitprof ran the command as).
+        self._default_owner_uid = default_owner_uid
+        self._lock = threading.Lock()
+        self._maps: dict[int, _ProcessMap] = {}
+
+    def watch(self, pid: int) -> None:
+        """Note the owner of a process now, while it is alive."""
+        with self._lock:
+            state = self._maps.get(pid)
+            if state is None:
+                self._maps[pid] = self._new_state(pid)
+            elif state.file is None:  # seen before its exec: what runs now?
+                state.runtime = runtimes.identify(pid) or state.runtime
+
+    def _new_state(self, pid: int) -> _ProcessMap:
+        return _ProcessMap(pid, process_uid(pid, self._default_owner_uid), runtimes.identify(pid))
+
+    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+        state = self._state(pid)
+        with self._lock:  # a reload swaps the file from another thread
+            file = state.file
+            if file is None:
+                return None
+            now = time.monotonic()
+            # A snapshot is read once when opened, then only by `reload`.
+            if now - state.last_tail >= TAIL_INTERVAL_S and not (_is_snapshot(state) and state.last_tail):
+                file.tail()
+                state.last_tail = now
+            entry = file.index.lookup(address)
+            if entry is None:
+                return None
+            frame = state.frames.get(entry.sequence)
+            if frame is None:
+                frame = frame_for_name(entry.name, state.runtime)
+                state.frames[entry.sequence] = frame
+            return frame
+
+    def reload(self, pid: int) -> int:
+        """Read a rewritten map again from its start; returns its entries."""
+        state = self._state(pid)
+        fresh = _open_map(state)
+        if fresh is None:
+            return 0
+        fresh.tail()
+        with self._lock:
+            old, state.file = state.file, fresh
+            state.last_tail = time.monotonic()
+            state.frames.clear()  # frames are keyed by the old file's entry order
+            state.refused = ""
+        if old is not None:
+            old.close()
+        return len(fresh.index)
+
+    def has_map(self, pid: int) -> bool:
+        return self._state(pid).file is not None
+
+    def _state(self, pid: int) -> _ProcessMap:
+        with self._lock:
+            state = self._maps.get(pid)
+            if state is None:
+                state = self._maps[pid] = self._new_state(pid)
+        if state.file is None and not state.refused:
+            now = time.monotonic()
+            if now - state.last_open_attempt >= RETRY_OPEN_S:
+                state.last_open_attempt = now
+                state.file = _open_map(state)
+        return state
+
+    def reports(self) -> list[PerfMapReport]:
+        with self._lock:
+            states = list(self._maps.values())
+        return [
+            PerfMapReport(
+                state.pid,
+                state.file.path if state.file else "",
+                len(state.file.index) if state.file else 0,
+                state.file.skipped_lines if state.file else 0,
+                state.file.truncated if state.file else False,
+                state.refused,
+            )
+            for state in states
+        ]
+
+    def remove_files(self, owner_uid: int) -> None:
+        """Delete the perf maps read in this run (they exist because we asked)."""
+        with self._lock:
+            for state in self._maps.values():
+                if state.file is not None:
+                    state.file.remove(owner_uid)
+
+    def remove_file(self, pid: int) -> bool:
+        """Delete one process's perf map, if it is still the file read."""
+        with self._lock:
+            state = self._maps.get(pid)
+            if state is None or state.file is None or state.owner_uid is None:
+                return False
+            return state.file.remove(state.owner_uid)
+
+    def close(self) -> None:
+        with self._lock:
+            for state in self._maps.values():
+                if state.file is not None:
+                    state.file.close()
+
+
+def _open_map(state: _ProcessMap) -> PerfMapFile | None:
+    """The process's map, where it is found first; None (with `refused`
+    set when the file is not safe) otherwise."""
+    if state.owner_uid is None:
+        return None  # no owner to check the file against: never read it
+    for path in candidate_paths(state.pid):
+        try:
+            opened = open_perf_map(path, state.owner_uid)
+        except PerfMapRefused as error:
+            state.refused = str(error)
+            return None
+        if opened is not None:
+            return opened
+    return None
+
+
+def _is_snapshot(state: _ProcessMap) -> bool:
+    """Is the map rewritten whole (the JVM's) rather than appended to?"""
+    return state.runtime is runtimes.JAVA

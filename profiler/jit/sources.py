@@ -1,0 +1,128 @@
+"""Every source of JIT code names for one run, and what to tell the user
+about them: V8's code log (inlined frames, lines), jitdump files (exact by
+time), perf maps (any runtime; the JVM's asked for), in that order.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+
+from profiler.jit import runtimes
+from profiler.jit.files import JitFileJanitor
+from profiler.jit.jitdump_source import JitdumpSymbols
+from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
+from profiler.jit.perfmap import candidate_paths, remove_perf_map
+from profiler.jit.perfmap_source import PerfMapSymbols
+from profiler.jit.v8.log_source import V8LogSymbols
+from profiler.kernel.mappings import JIT_MODULE
+from profiler.model.profile import FrameKind, Profile
+
+
+class JitSources:
+    def __init__(self, owner_uid: int | None, expand_inlining: bool, janitor: JitFileJanitor) -> None:
+        # owner_uid: the user a spawned command runs as, for files of
+        # processes gone before they could be asked who they were.
+        self.perf_maps = PerfMapSymbols(default_owner_uid=owner_uid)
+        self.v8_logs = V8LogSymbols(
+            expand_inlining=expand_inlining, default_owner_uid=owner_uid, working_directory_logs=janitor.open_v8_logs
+        )
+        self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid)
+        self.jvms = JvmPerfMaps(self.perf_maps)
+        self._janitor = janitor
+
+    def watch(self, pid: int) -> None:
+        """A process is followed (or has just exec'd): note what it runs."""
+        self.perf_maps.watch(pid)
+        self.v8_logs.watch(pid)
+        self.jitdumps.watch(pid)
+        self.jvms.watch(pid)
+
+    def has_source(self, pid: int) -> bool:
+        return self.perf_maps.has_map(pid) or self.v8_logs.has_log(pid) or self.jitdumps.has_dump(pid)
+
+    def warn_if_unnamed(self, pid: int, inline: bool) -> None:
+        """Attaching to a runtime that cannot name its JIT code: say so, with the fix."""
+        runtime = runtimes.identify(pid)
+        has_map = any(os.path.exists(path) for path in candidate_paths(pid))
+        if runtime is runtimes.NODE:
+            if not has_map and not runtimes.node_flags_active(pid):
+                _say(
+                    f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as "
+                    f"addresses; {runtime.fix}"
+                )
+            elif inline and not runtimes.node_code_log_active(pid):
+                _say(
+                    f"jitprof: note: node (pid {pid}) does not write V8's code log, so functions inlined by the JIT are "
+                    f"counted in their callers and lines are per function; {runtimes.NODE_CODE_LOG_FIX}"
+                )
+        elif runtime is runtimes.JAVA:
+            _say(f"jitprof: note: asking the JVM (pid {pid}) for its perf map every {REFRESH_S:g} s")
+        elif runtime is not None and not has_map:
+            _say(f"jitprof: warning: {runtime.name} (pid {pid}) writes no perf map; {runtime.fix}")
+
+    def report(self, profile: Profile) -> None:
+        """Warnings at the end: files refused or damaged, JVMs that would not
+        answer, and JIT code no source named, with the fix per runtime."""
+        for report in self.perf_maps.reports():
+            if report.refused:
+                _say(f"jitprof: warning: not reading the perf map of pid {report.pid}: {report.refused}")
+            if report.skipped_lines:
+                _say(f"jitprof: warning: skipped {report.skipped_lines:,} malformed lines in {report.path}")
+            if report.truncated:
+                _say(f"jitprof: warning: stopped reading {report.path} at its size limit")
+        for v8_report in self.v8_logs.reports():
+            if v8_report.bad_lines:
+                _say(
+                    f"jitprof: warning: skipped {v8_report.bad_lines:,} malformed lines in the V8 code log of pid "
+                    f"{v8_report.pid}"
+                )
+        for dump in self.jitdumps.reports():
+            if dump.error:
+                _say(f"jitprof: warning: jitdump of pid {dump.pid} ({dump.path or 'not read'}): {dump.error}")
+        for jvm in self.jvms.reports():
+            if jvm.last_error and not jvm.snapshots:
+                _say(f"jitprof: warning: the JVM (pid {jvm.pid}) gave no perf map: {jvm.last_error}")
+            if jvm.preserves_frame_pointers is False:
+                _say(
+                    f"jitprof: warning: the JVM (pid {jvm.pid}) runs without -XX:+PreserveFramePointer, so stacks "
+                    "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
+                )
+        unnamed = _unnamed_jit_samples(profile)
+        for pid, count in sorted(unnamed.items()):
+            if self.has_source(pid):
+                continue
+            runtime = runtimes.identify(pid) or runtimes.UNKNOWN
+            _say(
+                f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "
+                f"for {runtime.name}: {runtime.fix}"
+            )
+
+    def remove_files(self, owner_uid: int, pids: Iterable[int]) -> None:
+        """Perf maps and V8 logs exist because jitprof asked for them."""
+        self.perf_maps.remove_files(owner_uid)
+        self._janitor.remove_files(owner_uid)  # V8's logs, the code log among them
+        for pid in sorted(pids):  # processes whose map was never read
+            remove_perf_map(f"/tmp/perf-{pid}.map", owner_uid)
+
+    def close(self) -> None:
+        self.jvms.close()
+        self.perf_maps.close()
+        self.v8_logs.close()
+        self.jitdumps.close()
+
+
+def _unnamed_jit_samples(profile: Profile) -> dict[int, int]:
+    unnamed: dict[int, int] = {}
+    for sample in profile.samples:
+        for frame_id in sample.frame_ids:
+            frame = profile.frames[frame_id]
+            if frame.kind is FrameKind.UNKNOWN and frame.module == JIT_MODULE:
+                unnamed[sample.pid] = unnamed.get(sample.pid, 0) + 1
+                break
+    return unnamed
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr)

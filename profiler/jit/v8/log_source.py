@@ -1,0 +1,277 @@
+"""JS frames from V8's code log: inlined functions restored, lines and columns.
+
+Each Node process's code logs (one per isolate) are found through the
+process's open descriptors (a path can be swapped for a symlink, an open
+file cannot), or, once the process has gone, in the working directory
+noted while it lived. They are tailed as the symbolizer asks, so memory
+follows the live code, not the size of the log.
+
+The log's times count from its isolate's start, with no absolute anchor:
+each line is flushed as V8 writes it, so a line read at time R happened at
+or before R, and the smallest (R - logged time) over the lines read bounds
+the anchor from above, tightly once one line is read promptly.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from profiler.jit.perfmap import process_uid
+from profiler.jit.v8.code_map import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack
+from profiler.jit.v8.log_parser import CodeCreation, V8LogReader
+from profiler.jit.v8.names import JS_TAGS, Tier, parse_v8_name
+from profiler.kernel.mappings import JIT_MODULE
+from profiler.model.profile import Frame, FrameKind
+
+LOG_MAGIC = b"v8-version,"
+TAIL_INTERVAL_S = 0.01
+RESCAN_INTERVAL_S = 0.2
+READ_CHUNK = 1 << 20
+MAX_READ_PER_TAIL = 32 << 20  # keeps one lookup's latency bounded while a huge log is caught up
+MAX_LOGS_PER_PROCESS = 256
+MAX_MEMO_ENTRIES = 1 << 20
+UNKNOWN_INLINED = "(inlined function, not in the log)"
+
+
+@dataclass
+class _LogFile:
+    descriptor: int
+    identity: tuple[int, int]  # (st_dev, st_ino)
+    isolate: IsolateLog = field(default_factory=IsolateLog)
+    reader: V8LogReader = field(default_factory=V8LogReader)
+    offset: int = 0
+    anchor_ns: int | None = None  # CLOCK_MONOTONIC of the logger's time zero (upper bound)
+    last_event_ns: int = 0
+
+
+@dataclass
+class _ProcessLogs:
+    pid: int
+    owner_uid: int | None
+    logs: list[_LogFile] = field(default_factory=list)
+    code: CodeMap = field(default_factory=CodeMap)
+    last_tail: float = 0.0
+    last_scan: float = 0.0
+
+
+@dataclass(frozen=True)
+class V8LogReport:
+    pid: int
+    logs: int
+    code_objects: int
+    bad_lines: int
+    bytes_read: int
+
+
+class V8LogSymbols:
+    """Expands a JIT address into its source frames (see symbolizer.JitExpander)."""
+
+    def __init__(
+        self,
+        expand_inlining: bool = True,
+        default_owner_uid: int | None = None,
+        working_directory_logs: Callable[[int], list[int]] | None = None,
+    ) -> None:
+        self.expand_inlining = expand_inlining
+        self._default_owner_uid = default_owner_uid
+        # Opened logs in a (gone) process's working directory, for late discovery.
+        self._working_directory_logs = working_directory_logs
+        self._lock = threading.Lock()
+        self._processes: dict[int, _ProcessLogs] = {}
+        self._memo: dict[tuple[int, int, int], tuple[Frame, ...]] = {}
+        self.inlined_frames = 0
+
+    def watch(self, pid: int) -> None:
+        """Note the process's owner while it is alive (its logs are looked
+        for on the symbolizer thread, when its JIT code is first sampled)."""
+        self._state(pid)
+
+    def _state(self, pid: int) -> _ProcessLogs:
+        with self._lock:
+            state = self._processes.get(pid)
+            if state is None:
+                state = self._processes[pid] = _ProcessLogs(pid, process_uid(pid, self._default_owner_uid))
+            return state
+
+    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
+        """The frames at a JIT address, outermost first; None when the log
+        does not know it (the perf map may)."""
+        with self._lock:
+            state = self._processes.get(pid)
+        if state is None:
+            state = self._state(pid)
+        now = time.monotonic()
+        if now - state.last_tail >= TAIL_INTERVAL_S:
+            self._tail(state)
+            state.last_tail = now
+        code = state.code.lookup(address, time_ns)
+        if code is None and now - state.last_scan >= RESCAN_INTERVAL_S:
+            if self._scan(state):
+                self._tail(state)
+                code = state.code.lookup(address, time_ns)
+        if code is None:
+            return None
+        offset = address - code.start
+        key = (pid, code.sequence, offset)
+        frames = self._memo.get(key)
+        if frames is None:
+            frames = self._frames(code, offset)
+            if len(self._memo) >= MAX_MEMO_ENTRIES:
+                self._memo.clear()
+            self._memo[key] = frames
+        if len(frames) > 1:
+            self.inlined_frames += len(frames) - 1
+        return frames
+
+    # Finding and reading logs ------------------------------------------
+
+    def _scan(self, state: _ProcessLogs) -> bool:
+        """Open logs not seen yet; True when one was added."""
+        state.last_scan = time.monotonic()
+        if state.owner_uid is None or len(state.logs) >= MAX_LOGS_PER_PROCESS:
+            return False
+        added = False
+        for descriptor in self._candidates(state.pid):
+            if self._adopt(state, descriptor):
+                added = True
+            else:
+                os.close(descriptor)
+        return added
+
+    def _candidates(self, pid: int) -> list[int]:
+        opened = []
+        fd_directory = f"/proc/{pid}/fd"
+        try:
+            names = os.listdir(fd_directory)
+        except OSError:
+            names = []
+        for name in names:
+            try:
+                target = os.readlink(f"{fd_directory}/{name}")
+            except OSError:
+                continue
+            if not target.startswith("/") or not target.endswith(".log"):
+                continue  # sockets, pipes, deleted files ("... (deleted)")
+            try:
+                if not stat.S_ISREG(os.stat(f"{fd_directory}/{name}").st_mode):
+                    continue  # never open a device or FIFO as root (fstat checks again after open)
+                # O_NONBLOCK: whatever the link leads to, opening must not wait.
+                opened.append(os.open(f"{fd_directory}/{name}", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY))
+            except OSError:
+                continue
+        if not names and self._working_directory_logs is not None:
+            opened.extend(self._working_directory_logs(pid))
+        return opened
+
+    def _adopt(self, state: _ProcessLogs, descriptor: int) -> bool:
+        try:
+            info = os.fstat(descriptor)
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != state.owner_uid:
+                return False
+            identity = (info.st_dev, info.st_ino)
+            if any(log.identity == identity for log in state.logs):
+                return False
+            if os.pread(descriptor, len(LOG_MAGIC), 0) != LOG_MAGIC:
+                return False
+        except OSError:
+            return False
+        state.logs.append(_LogFile(descriptor, identity))
+        return True
+
+    def _tail(self, state: _ProcessLogs) -> None:
+        for log in state.logs:
+            budget = MAX_READ_PER_TAIL
+            while budget > 0:
+                try:
+                    data = os.pread(log.descriptor, READ_CHUNK, log.offset)
+                except OSError:
+                    break
+                if not data:
+                    break
+                read_ns = time.monotonic_ns()
+                log.offset += len(data)
+                budget -= len(data)
+                self._apply(state, log, log.reader.feed(data), read_ns)
+                if len(data) < READ_CHUNK:
+                    break
+
+    def _apply(self, state: _ProcessLogs, log: _LogFile, events: list, read_ns: int) -> None:
+        for event in events:  # tighten the anchor with the whole batch first
+            if isinstance(event, CodeCreation):
+                bound = read_ns - event.time_us * 1000
+                if log.anchor_ns is None or bound < log.anchor_ns:
+                    log.anchor_ns = bound
+        for event in events:
+            if isinstance(event, CodeCreation) and log.anchor_ns is not None:
+                log.last_event_ns = log.anchor_ns + event.time_us * 1000
+            state.code.apply(log.isolate, event, log.last_event_ns)
+
+    # Frames ------------------------------------------------------------
+
+    def _frames(self, code: CodeObject, offset: int) -> tuple[Frame, ...]:
+        if code.tag not in JS_TAGS:
+            parsed = parse_v8_name(f"{code.tag}:{code.name}")
+            if parsed is None:
+                return (Frame(code.name or f"[{code.tag}]", JIT_MODULE, FrameKind.JIT),)
+            return (Frame(parsed.display, JIT_MODULE, FrameKind.JIT, tier=parsed.tier.value),)
+        stack = inline_stack(code, offset)
+        if not self.expand_inlining:
+            stack = [SourceFrame(stack[0].function, stack[0].script, stack[0].script_offset, False)]
+        tier = _code_tier(code)
+        return tuple(_js_frame(code, source_frame, tier) for source_frame in stack)
+
+    def reports(self) -> list[V8LogReport]:
+        with self._lock:
+            states = list(self._processes.values())
+        return [
+            V8LogReport(
+                state.pid,
+                len(state.logs),
+                len(state.code),
+                sum(log.reader.bad_lines + log.reader.skipped_long_lines for log in state.logs),
+                sum(log.offset for log in state.logs),
+            )
+            for state in states
+        ]
+
+    def has_log(self, pid: int) -> bool:
+        with self._lock:
+            state = self._processes.get(pid)
+        return state is not None and bool(state.logs)
+
+    def close(self) -> None:
+        with self._lock:
+            for state in self._processes.values():
+                for log in state.logs:
+                    try:
+                        os.close(log.descriptor)
+                    except OSError:
+                        pass
+                state.logs.clear()
+
+
+def _code_tier(code: CodeObject) -> str:
+    parsed = parse_v8_name(f"{code.tag}:{code.marker}{code.name}")
+    return parsed.tier.value if parsed is not None else Tier.UNOPTIMIZED.value
+
+
+def _js_frame(code: CodeObject, source_frame: SourceFrame, tier: str) -> Frame:
+    function = source_frame.function
+    if function is None or not function.name and function.script_id < 0:
+        return Frame(UNKNOWN_INLINED, JIT_MODULE, FrameKind.JIT, tier=tier, inlined=source_frame.inlined)
+    parsed = parse_v8_name(f"{function.tag}:{function.name}")
+    if parsed is None:
+        return Frame(function.name, JIT_MODULE, FrameKind.JIT, tier=tier, inlined=source_frame.inlined)
+    line, column, exact = parsed.line, parsed.column, False
+    script = source_frame.script
+    if script is not None and source_frame.script_offset >= 0:
+        position = script.line_and_column(source_frame.script_offset)
+        if position is not None:
+            (line, column), exact = position, True
+    file = parsed.script or (script.url if script is not None else "")
+    return Frame(parsed.display, JIT_MODULE, FrameKind.JIT, file, line, column, tier, source_frame.inlined, exact, parsed.line)

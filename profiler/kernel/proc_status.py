@@ -1,0 +1,24 @@
+"""What /proc says of a process: alive, its thread group, its name."""
+
+from __future__ import annotations
+
+
+def thread_group_id(pid: int) -> int | None:
+    """The Tgid of a task id, or None if it has gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+def process_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+

@@ -1,0 +1,131 @@
+"""The in-memory profile: samples whose stacks point at interned frames."""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+from profiler.kernel.events import WalkEnd
+
+
+class FrameKind(str, enum.Enum):
+    NATIVE = "native"
+    KERNEL = "kernel"
+    JIT = "jit"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Frame:
+    name: str
+    module: str
+    kind: FrameKind
+    file: str = ""
+    line: int = 0
+    column: int = 0
+    tier: str = ""  # for JIT code: interpreted, baseline, maglev, turbofan, builtin, ...
+    inlined: bool = False  # compiled into its caller's code (the caller is the frame before)
+    line_exact: bool = False  # line/column are where this frame was, not where its function begins
+    function_line: int = 0  # where the function begins (1-based), when known
+
+    @property
+    def symbolized(self) -> bool:
+        return self.kind is not FrameKind.UNKNOWN
+
+
+@dataclass(frozen=True)
+class Sample:
+    time_ns: int
+    pid: int
+    tid: int
+    comm: str
+    frame_ids: tuple[int, ...]  # root first, leaf last
+    walk_end: WalkEnd
+
+
+@dataclass
+class RunInfo:
+    command: list[str]
+    pids: list[int]
+    frequency_hz: int
+    root_by_pid: bool = False  # root frame "comm-PID" instead of "comm"
+    started_ns: int = 0
+    ended_ns: int = 0
+
+
+@dataclass
+class LossCounts:
+    ringbuf_full: int = 0
+    malformed: int = 0
+    kernel_stack_failed: int = 0
+    process_events_lost: int = 0
+
+    @property
+    def lost_samples(self) -> int:
+        return self.ringbuf_full + self.malformed
+
+
+@dataclass
+class Profile:
+    info: RunInfo
+    frames: list[Frame] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    losses: LossCounts = field(default_factory=LossCounts)
+    walk_ends: Counter[WalkEnd] = field(default_factory=Counter)
+    _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def intern(self, frame: Frame) -> int:
+        frame_id = self._frame_ids.get(frame)
+        if frame_id is None:
+            with self._lock:
+                frame_id = self._frame_ids.setdefault(frame, len(self.frames))
+                if frame_id == len(self.frames):
+                    self.frames.append(frame)
+        return frame_id
+
+    def add(self, sample: Sample) -> None:
+        with self._lock:
+            self.samples.append(sample)
+            self.walk_ends[sample.walk_end] += 1
+
+    def reindex_frames(self) -> None:
+        """After frames were loaded into the list directly (a saved profile)."""
+        self._frame_ids = {frame: frame_id for frame_id, frame in enumerate(self.frames)}
+
+    def samples_since(self, index: int) -> list[Sample]:
+        """Samples added after the first `index` (for readers that follow along)."""
+        with self._lock:
+            return self.samples[index:]
+
+    def snapshot(self) -> list[Sample]:
+        with self._lock:
+            return list(self.samples)
+
+    def root_label(self, sample: Sample) -> str:
+        """The process frame at the root of every stack."""
+        comm = sample.comm or str(sample.pid)
+        return f"{comm}-{sample.pid}" if self.info.root_by_pid else comm
+
+    def stack_counts(self) -> Counter[tuple[str, tuple[int, ...]]]:
+        """Samples per (root label, frame ids): writers walk each distinct
+        stack once, however many samples share it."""
+        counts: Counter[tuple[str, tuple[int, ...]]] = Counter()
+        for sample in self.samples:
+            counts[(self.root_label(sample), sample.frame_ids)] += 1
+        return counts
+
+    def stack(self, sample: Sample) -> list[Frame]:
+        return [self.frames[frame_id] for frame_id in sample.frame_ids]
+
+    def unsymbolized_share(self) -> float:
+        """Share of frame occurrences (over all samples) left unnamed."""
+        total = unknown = 0
+        for sample in self.samples:
+            for frame_id in sample.frame_ids:
+                total += 1
+                if not self.frames[frame_id].symbolized:
+                    unknown += 1
+        return unknown / total if total else 0.0

@@ -1,0 +1,209 @@
+"""The `.jitprof` file: a whole profile, raw, so that every other format can
+be produced from it later (`jitprof report`, `jitprof diff`).
+
+gzip-compressed JSON lines, written and read as streams:
+
+    {"format": "jitprof", "version": 1, "info": {...}, "losses": {...}, "walk_ends": {...}}
+    {"frame": 0, "name": ..., "module": ..., "kind": ..., ...}     one per frame
+    [time_ns, pid, tid, comm, [frame ids, root first], walk_end]   one per sample
+
+A reader accepts only what it knows: a newer major version, a malformed
+line or a frame id out of range is an error naming the line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from profiler.kernel.events import WalkEnd
+from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample
+
+FORMAT = "jitprof"
+VERSION = 1
+MAX_LINE_BYTES = 64 << 20
+READ_CHUNK = 4 << 20
+
+
+class RawProfileError(ValueError):
+    """The file is not a profile this version can read; the message says where."""
+
+
+def write_raw(profile: Profile, stream: IO[bytes]) -> None:
+    with gzip.GzipFile(fileobj=stream, mode="wb", compresslevel=3, mtime=0) as compressed:
+        header = {
+            "format": FORMAT,
+            "version": VERSION,
+            "info": {
+                "command": profile.info.command,
+                "pids": profile.info.pids,
+                "frequency_hz": profile.info.frequency_hz,
+                "root_by_pid": profile.info.root_by_pid,
+                "started_ns": profile.info.started_ns,
+                "ended_ns": profile.info.ended_ns,
+            },
+            "losses": vars(profile.losses),
+            "walk_ends": {end.name: count for end, count in profile.walk_ends.items()},
+        }
+        compressed.write(_line(header))
+        for frame_id, frame in enumerate(profile.frames):
+            record = {
+                "frame": frame_id,
+                "name": frame.name,
+                "module": frame.module,
+                "kind": frame.kind.value,
+                "file": frame.file,
+                "line": frame.line,
+                "column": frame.column,
+                "tier": frame.tier,
+                "inlined": frame.inlined,
+                "line_exact": frame.line_exact,
+                "function_line": frame.function_line,
+            }
+            compressed.write(_line(record))
+        # Samples are most of the file: a distinct stack or name is formatted once.
+        stacks: dict[tuple[int, ...], str] = {}
+        names: dict[str, str] = {}
+        batch: list[str] = []
+        for sample in profile.samples:
+            stack = stacks.get(sample.frame_ids)
+            if stack is None:
+                stack = stacks[sample.frame_ids] = "[" + ",".join(map(str, sample.frame_ids)) + "]"
+            comm = names.get(sample.comm)
+            if comm is None:
+                comm = names[sample.comm] = json.dumps(sample.comm, ensure_ascii=False)
+            batch.append(f'[{sample.time_ns},{sample.pid},{sample.tid},{comm},{stack},"{sample.walk_end.name}"]\n')
+            if len(batch) >= 8192:
+                compressed.write("".join(batch).encode("utf-8", "surrogatepass"))
+                batch.clear()
+        compressed.write("".join(batch).encode("utf-8", "surrogatepass"))
+
+
+def _line(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass") + b"\n"
+
+
+def read_raw(path: Path) -> Profile:
+    try:
+        with gzip.open(path, "rb") as stream:
+            return _read(_lines(stream, path), path)  # type: ignore[arg-type]
+    except (OSError, EOFError, gzip.BadGzipFile) as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise RawProfileError(f"{path}: not a readable .jitprof file ({error})") from error
+
+
+def _lines(stream: IO[bytes], path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded record); runs of sample lines are decoded as one
+    JSON array, which is many times faster than line by line."""
+    number = 0
+    pending = b""
+    run: list[bytes] = []  # consecutive sample lines
+    run_start = 0
+    while True:
+        chunk = stream.read(READ_CHUNK)
+        data = pending + chunk
+        lines = data.split(b"\n")
+        pending = lines.pop() if chunk else b""
+        if len(pending) > MAX_LINE_BYTES:
+            raise RawProfileError(f"{path}:{number + 1}: line too long")
+        for raw in lines:
+            number += 1
+            if raw.startswith(b"["):
+                if not run:
+                    run_start = number
+                run.append(raw)
+                continue
+            if run:
+                yield from _decode_run(run, run_start, path)
+                run = []
+            if raw.strip():
+                yield number, _decode(raw, number, path)
+        if len(run) >= 8192 or not chunk:
+            yield from _decode_run(run, run_start, path)
+            run = []
+            run_start = number + 1
+        if not chunk:
+            if pending.strip():
+                yield number + 1, _decode(pending, number + 1, path)
+            return
+
+
+def _decode(raw: bytes, number: int, path: Path) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as error:
+        raise RawProfileError(f"{path}:{number}: not JSON ({error})") from error
+
+
+def _decode_run(run: list[bytes], first: int, path: Path) -> Iterator[tuple[int, Any]]:
+    if not run:
+        return
+    try:
+        records = json.loads(b"[" + b",".join(run) + b"]")
+    except ValueError:
+        records = [_decode(raw, first + offset, path) for offset, raw in enumerate(run)]  # finds the bad line
+    yield from enumerate(records, first)
+
+
+def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
+    try:
+        _, header = next(lines)
+    except StopIteration:
+        raise RawProfileError(f"{path}: empty file") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise RawProfileError(f"{path}: not a .jitprof file")
+    if not isinstance(header.get("version"), int) or header["version"] > VERSION:
+        raise RawProfileError(f"{path}: version {header.get('version')} is newer than this jitprof reads ({VERSION})")
+    try:
+        info = header["info"]
+        profile = Profile(
+            RunInfo(
+                [str(part) for part in info["command"]],
+                [int(pid) for pid in info["pids"]],
+                int(info["frequency_hz"]),
+                bool(info.get("root_by_pid", False)),
+                int(info.get("started_ns", 0)),
+                int(info.get("ended_ns", 0)),
+            )
+        )
+        for name, value in header.get("losses", {}).items():
+            if hasattr(profile.losses, name):
+                setattr(profile.losses, name, int(value))
+        walk_ends = Counter({WalkEnd[name]: int(count) for name, count in header.get("walk_ends", {}).items()})
+    except (KeyError, TypeError, ValueError) as error:
+        raise RawProfileError(f"{path}:1: bad header ({error})") from error
+    stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
+    walk_ends_by_name = {end.name: end for end in WalkEnd}
+    for number, record in lines:
+        try:
+            if isinstance(record, dict):
+                if record["frame"] != len(profile.frames):
+                    raise ValueError("frames out of order")
+                profile.frames.append(
+                    Frame(
+                        str(record["name"]), str(record["module"]), FrameKind(record["kind"]), str(record["file"]),
+                        int(record["line"]), int(record["column"]), str(record["tier"]), bool(record["inlined"]),
+                        bool(record["line_exact"]), int(record.get("function_line", 0)),
+                    )
+                )
+                continue
+            time_ns, pid, tid, comm, frame_ids, walk_end = record
+            ids = tuple(frame_ids)
+            known = stacks.get(ids)
+            if known is None:  # checked once per distinct stack, then shared
+                if not all(type(frame_id) is int and 0 <= frame_id < len(profile.frames) for frame_id in ids):
+                    raise ValueError("frame id out of range")
+                known = stacks[ids] = ids
+            if type(time_ns) is not int or type(pid) is not int or type(tid) is not int or type(comm) is not str:
+                raise ValueError("bad sample fields")
+            profile.samples.append(Sample(time_ns, pid, tid, comm, known, walk_ends_by_name[walk_end]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise RawProfileError(f"{path}:{number}: bad record ({error})") from error
+    profile.walk_ends = walk_ends if walk_ends else Counter(sample.walk_end for sample in profile.samples)
+    profile.reindex_frames()
+    return profile

@@ -1,0 +1,218 @@
+"""ELF files of a process: open them safely, read identity, segments, symbols.
+
+Symbols are read with pyelftools for the section layout and decoded in bulk
+with struct (pyelftools' per-symbol objects are too slow for binaries with
+hundreds of thousands of symbols). Tables are cached on disk by build-id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import struct
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from profiler.native import cache
+from profiler.native.demangle import demangle
+from profiler.native.symbol_table import SymbolTable
+
+MAX_ELF_BYTES = 4 << 30  # refuse larger files: a target could map anything
+STT_FUNC = 2
+STT_GNU_IFUNC = 10
+BINDING_RANK = {1: 2, 2: 1}  # STB_GLOBAL, STB_WEAK; STB_LOCAL ranks 0
+ELF64_SYMBOL = struct.Struct("<IBBHQQ")
+
+
+class UnreadableElf(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class LoadSegment:
+    file_offset: int
+    vaddr: int
+    file_size: int
+
+
+@dataclass
+class ElfImage:
+    """One opened ELF file; the handle stays open so symbols outlive the process."""
+
+    path: str
+    handle: BinaryIO
+    build_id: str
+    segments: list[LoadSegment]
+    cache_key: str
+    size: int = 0
+    debug_file: str = ""  # separate debug file found by build-id (local symbols)
+    _symbols: SymbolTable | None = field(default=None, repr=False)
+
+    def vaddr_for_file_offset(self, file_offset: int) -> int | None:
+        for segment in self.segments:
+            if segment.file_offset <= file_offset < segment.file_offset + max(segment.file_size, 1):
+                return file_offset - segment.file_offset + segment.vaddr
+        return None
+
+    def symbols(self) -> SymbolTable:
+        if self._symbols is None:
+            key = self.cache_key + ("-d" if self.debug_file else "")
+            cached = cache.load(key)
+            if cached is None:
+                cached = self._read_all_symbols()
+                cache.store(key, cached)
+            self._symbols = cached
+        return self._symbols
+
+    def _read_all_symbols(self) -> SymbolTable:
+        if not self.debug_file:
+            return read_symbols(self.handle)
+        try:
+            with open(self.debug_file, "rb") as debug_handle:
+                return read_symbols(self.handle, debug_handle)
+        except OSError:
+            return read_symbols(self.handle)
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfImage:
+    """Open the first readable candidate path as an ELF image; root is the
+    target's filesystem root (/proc/PID/root) for finding debug files."""
+    last_error: Exception | None = None
+    for candidate in candidates:
+        try:
+            handle = open(candidate, "rb")  # noqa: SIM115 (kept open deliberately)
+        except OSError as error:
+            last_error = error
+            continue
+        try:
+            image = _image_from_handle(handle, display_path)
+            image.debug_file = find_debug_file(image.build_id, root)
+            return image
+        except UnreadableElf as error:
+            handle.close()
+            last_error = error
+    raise UnreadableElf(f"{display_path}: {last_error}")
+
+
+def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
+    info = os.fstat(handle.fileno())
+    if not stat.S_ISREG(info.st_mode):
+        raise UnreadableElf("not a regular file")
+    if info.st_size > MAX_ELF_BYTES:
+        raise UnreadableElf(f"{info.st_size} bytes is over the {MAX_ELF_BYTES} byte limit")
+    try:
+        elf = ELFFile(handle)
+        segments = [
+            LoadSegment(segment["p_offset"], segment["p_vaddr"], segment["p_filesz"])
+            for segment in elf.iter_segments()
+            if segment["p_type"] == "PT_LOAD"
+        ]
+        build_id = _build_id(elf)
+    except (ELFError, ValueError, struct.error, OSError) as error:
+        raise UnreadableElf(str(error)) from error
+    if build_id:
+        cache_key = f"b-{build_id}"
+    else:
+        identity = f"{display_path}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}".encode()
+        cache_key = "f-" + hashlib.sha256(identity).hexdigest()[:40]
+    return ElfImage(display_path, handle, build_id, segments, cache_key, size=info.st_size)
+
+
+def _build_id(elf: ELFFile) -> str:
+    # PT_NOTE segments: a handful, where walking every section header of a
+    # large library (LLVM has thousands) is slow.
+    for segment in elf.iter_segments():
+        if segment["p_type"] != "PT_NOTE":
+            continue
+        for note in segment.iter_notes():  # type: ignore[attr-defined]
+            if note["n_type"] == "NT_GNU_BUILD_ID":
+                return str(note["n_desc"])
+    return ""
+
+
+def find_debug_file(build_id: str, root: str = "") -> str:
+    """The distribution's detached debug file for a build-id (e.g. libc6-dbg)."""
+    if len(build_id) < 3:
+        return ""
+    relative = f"usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
+    for base in ([root] if root else []) + ["/"]:
+        candidate = os.path.join(base, relative)
+        try:
+            info = os.stat(candidate)
+        except OSError:
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ELF_BYTES:
+            return candidate
+    return ""
+
+
+def read_symbols(*handles: BinaryIO) -> SymbolTable:
+    """Function symbols from .symtab and .dynsym of the file (and its debug
+    file, which has the local symbols a stripped library lacks)."""
+    by_start: dict[int, tuple[tuple[int, int, int], str]] = {}
+    for handle in handles:
+        _collect_symbols(handle, by_start)
+    starts = sorted(by_start)
+    sizes = [by_start[start][0][0] for start in starts]
+    # A symbol of unknown size (assembly, _init/_fini) ends at the next one.
+    for index in range(len(starts) - 1):
+        sizes[index] = min(sizes[index], starts[index + 1] - starts[index]) or sizes[index]
+    names = [demangle(by_start[start][1]) for start in starts]
+    return SymbolTable(starts, sizes, names)
+
+
+def _collect_symbols(handle: BinaryIO, by_start: dict[int, tuple[tuple[int, int, int], str]]) -> None:
+    handle.seek(0)
+    try:
+        elf = ELFFile(handle)
+    except ELFError as error:
+        raise UnreadableElf(str(error)) from error
+    if elf.elfclass != 64 or not elf.little_endian:
+        return
+    section_ends: dict[int, int] = {}
+    for section_name in (".symtab", ".dynsym"):
+        section = elf.get_section_by_name(section_name)
+        if section is None:
+            continue
+        try:
+            strings_section = elf.get_section(section["sh_link"])
+            strings = strings_section.data()
+            data = section.data()
+        except (ELFError, ValueError, OSError):
+            continue
+        usable = len(data) - len(data) % ELF64_SYMBOL.size
+        for name_offset, info, _other, section_index, value, size in ELF64_SYMBOL.iter_unpack(data[:usable]):
+            symbol_type = info & 0xF
+            if symbol_type not in (STT_FUNC, STT_GNU_IFUNC) or value == 0 or section_index == 0:
+                continue
+            if size == 0:
+                size = _size_to_section_end(elf, section_index, value, section_ends)
+            end = strings.find(b"\0", name_offset)
+            name = strings[name_offset : end if end >= 0 else len(strings)].decode("utf-8", "replace")
+            # Of aliases at one address keep the largest, then the public
+            # name (getpid over __getpid).
+            rank = (size, -(len(name) - len(name.lstrip("_"))), BINDING_RANK.get(info >> 4, 0))
+            existing = by_start.get(value)
+            if existing is not None and existing[0] >= rank:
+                continue
+            by_start[value] = (rank, name)
+
+
+def _size_to_section_end(elf: ELFFile, section_index: int, value: int, section_ends: dict[int, int]) -> int:
+    """Size of an unsized symbol: at most up to the end of its section."""
+    end = section_ends.get(section_index)
+    if end is None:
+        try:
+            section = elf.get_section(section_index)
+            end = section["sh_addr"] + section["sh_size"]
+        except (ELFError, IndexError, ValueError, TypeError):
+            end = 0
+        section_ends[section_index] = end
+    return max(end - value, 0)

@@ -1,0 +1,92 @@
+"""`jitprof report` and `jitprof diff`: saved profiles (.jitprof) turned into
+any output format, filtered, or compared with each other."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TextIO
+
+from profiler.errors import JitprofError
+from profiler.model.profile import Profile
+from profiler.model.raw import RawProfileError, read_raw
+from profiler.output import OutputRequest, WrittenOutput, write_outputs, write_text, write_to
+from profiler.output.folded import fold
+from profiler.output.svg import baseline_from, write_svg
+from profiler.safety.users import output_owner
+
+
+@dataclass(frozen=True)
+class SampleFilter:
+    pids: frozenset[int] = frozenset()
+    tids: frozenset[int] = frozenset()
+    since_s: float | None = None  # from the first sample
+    until_s: float | None = None
+
+
+def load(path: Path) -> Profile:
+    try:
+        return read_raw(path)
+    except FileNotFoundError as error:
+        raise JitprofError(f"no such file: {path}", "give a profile written with -o NAME.jitprof") from error
+    except PermissionError as error:
+        raise JitprofError(f"cannot read {path}: permission denied", "check the file's permissions") from error
+    except RawProfileError as error:
+        raise JitprofError(str(error), "give a profile written by jitprof with -o NAME.jitprof") from error
+
+
+def filtered(profile: Profile, selection: SampleFilter) -> Profile:
+    """The same profile with only the selected samples (frames are kept)."""
+    if selection == SampleFilter():
+        return profile
+    first = min((sample.time_ns for sample in profile.samples), default=0)
+    since = first + int(selection.since_s * 1e9) if selection.since_s is not None else None
+    until = first + int(selection.until_s * 1e9) if selection.until_s is not None else None
+    result = Profile(profile.info, profile.frames, losses=profile.losses)
+    result.reindex_frames()
+    for sample in profile.samples:
+        if selection.pids and sample.pid not in selection.pids:
+            continue
+        if selection.tids and sample.tid not in selection.tids:
+            continue
+        if since is not None and sample.time_ns < since:
+            continue
+        if until is not None and sample.time_ns >= until:
+            continue
+        result.add(sample)
+    return result
+
+
+def report(path: Path, requests: list[OutputRequest], selection: SampleFilter, stdout_format: str = "folded") -> list[WrittenOutput]:
+    profile = filtered(load(path), selection)
+    if not requests:
+        write_to(sys.stdout.buffer, profile, stdout_format)
+        sys.stdout.buffer.flush()
+        return []
+    return write_outputs(profile, requests, output_owner(dict(os.environ)))
+
+
+def base_scale(base: Profile, new: Profile, normalize: bool) -> float:
+    """What a base sample is worth in new samples: equal CPU time (the
+    frequencies may differ), or, normalised, equal totals."""
+    if normalize:
+        return len(new.samples) / max(len(base.samples), 1)
+    return new.info.frequency_hz / base.info.frequency_hz
+
+
+def write_diff_folded(base: Profile, new: Profile, stream: TextIO, normalize: bool) -> None:
+    """difffolded's form: `stack base_count new_count`, base scaled."""
+    scale = base_scale(base, new, normalize)
+    before: Counter[tuple[str, ...]] = Counter({stack.frames: stack.count for stack in fold(base)})
+    after: Counter[tuple[str, ...]] = Counter({stack.frames: stack.count for stack in fold(new)})
+    for frames in sorted(set(before) | set(after)):
+        stream.write(f"{';'.join(frames)} {round(before[frames] * scale)} {after[frames]}\n")
+
+
+def write_diff_svg(base: Profile, new: Profile, stream: IO[bytes], normalize: bool) -> None:
+    title = "Differential Flame Graph (red: grew, blue: shrank)"
+    baseline = baseline_from(base, base_scale(base, new, normalize))
+    write_text(stream, lambda text: write_svg(new, text, title, baseline))

@@ -1,0 +1,101 @@
+"""The command jitprof spawned: started with the JIT flags, held until
+sampling is live, and stopped the way a shell or `timeout` would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from profiler.errors import JitprofError
+from profiler.jit import runtimes
+from profiler.jit.v8 import preload
+from profiler.run.targets import ChildStdio, SpawnedCommand, exit_status_code, spawn_stopped
+from profiler.safety.users import RunAs
+from profiler.tui.child_output import CapturedOutput
+
+TERM_GRACE_S = 5.0
+
+
+class Child:
+    def __init__(self, command: list[str], run_as: RunAs, environ: dict[str, str], inject: bool, capture: bool) -> None:
+        """Fork the command, stopped before exec. With capture, its output
+        goes to a pane of the live view instead of the terminal."""
+        environment = runtimes.inject_environment(environ, preload.install()) if inject else environ
+        self.output: CapturedOutput | None = None
+        stdio = None
+        if capture:
+            self.output = CapturedOutput(columns=max(os.get_terminal_size().columns - 4, 40))
+            null = os.open(os.devnull, os.O_RDONLY)
+            stdio = ChildStdio(null, self.output.slave, self.output.slave)
+        try:
+            self._spawned: SpawnedCommand = spawn_stopped(command, run_as, environment, stdio)
+        finally:
+            if stdio is not None:
+                os.close(stdio.stdin)
+                assert self.output is not None
+                self.output.start()
+        self.pid = self._spawned.pid
+        self.status: int | None = None  # waitpid status once it has ended
+        self.exec_failed = False
+
+    def release(self) -> None:
+        """Let it exec (sampling is live); raises if exec failed."""
+        try:
+            self._spawned.release()
+        except JitprofError:
+            self.exec_failed = True
+            raise
+
+    @property
+    def released(self) -> bool:
+        return self._spawned.released
+
+    def poll(self) -> bool:
+        """Has it ended? (Then status is set.)"""
+        if self.status is None and not self.exec_failed:
+            finished, status = os.waitpid(self.pid, os.WNOHANG)
+            if finished:
+                self.status = status
+        return self.status is not None
+
+    def abandon(self) -> None:
+        """Setup failed before release: the command must never run."""
+        if not self.exec_failed:
+            self._spawned.abandon()
+
+    def finish(self, stop_signal: int | None) -> int:
+        """Its exit code, ending it first if the run ended before it did: -d
+        stops it like `timeout`; SIGTERM/SIGHUP to jitprof are passed on; after
+        Ctrl-C it got the terminal's SIGINT already, so it is waited for."""
+        if self.status is None:
+            if stop_signal in (signal.SIGTERM, signal.SIGHUP):
+                send_signal(self.pid, stop_signal)
+            self.status = self._wait(terminate=stop_signal is None)
+        return exit_status_code(self.status)
+
+    def _wait(self, terminate: bool) -> int:
+        if terminate:
+            send_signal(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + TERM_GRACE_S
+        try:
+            while True:
+                finished, status = os.waitpid(self.pid, os.WNOHANG)
+                if finished:
+                    return status
+                if time.monotonic() > deadline:
+                    send_signal(self.pid, signal.SIGKILL if terminate else signal.SIGTERM)
+                    deadline = time.monotonic() + TERM_GRACE_S
+                    terminate = True
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            send_signal(self.pid, signal.SIGKILL)
+            _, status = os.waitpid(self.pid, 0)
+            return status
+
+
+def send_signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,77 @@
+"""The processes a run follows, kept in step with the kernel's events:
+forks join, exec'd images are mapped anew, exits free their state."""
+
+from __future__ import annotations
+
+from profiler.jit.files import JitFileJanitor
+from profiler.jit.sources import JitSources
+from profiler.kernel.bpf_program import BpfProgram
+from profiler.kernel.events import EventType, ProcessEvent
+from profiler.kernel.mappings import MappingTracker
+from profiler.kernel.proc_status import thread_group_id
+from profiler.kernel.trie import TriePrefix, covering_prefix
+
+
+class FollowedProcesses:
+    def __init__(
+        self,
+        program: BpfProgram,
+        tracker: MappingTracker,
+        jit_sources: JitSources,
+        jit_files: JitFileJanitor | None,
+    ) -> None:
+        self._program = program
+        self._tracker = tracker
+        self._jit_sources = jit_sources
+        self._jit_files = jit_files  # set when jitprof injected flags: their files are noted at exec
+        self.live: set[int] = set()
+        self.seen: set[int] = set()
+        self.awaiting_exec: set[int] = set()  # spawned, still jitprof's own code
+        # pid -> provisional trie prefixes to drop once its maps are read
+        self._pending_refresh: dict[int, list[TriePrefix]] = {}
+
+    def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
+        self._program.follow(pid)
+        self.live.add(pid)
+        self.seen.add(pid)
+        self._tracker.add_process(pid, parent, read_maps_now)
+        if read_maps_now:
+            self._jit_sources.watch(pid)
+
+    def add_spawned(self, pid: int) -> None:
+        """Until exec the child is a copy of jitprof: nothing of it to map."""
+        self.awaiting_exec.add(pid)
+        self.add(pid, read_maps_now=False)
+
+    def wants_samples_of(self, pid: int) -> bool:
+        return pid not in self.awaiting_exec
+
+    def handle(self, event: ProcessEvent) -> None:
+        if event.event_type is EventType.MAPS_CHANGED:
+            provisional = self._pending_refresh.setdefault(event.pid, [])
+            prefix = covering_prefix(event.pid, event.address, event.length)
+            if prefix is not None:
+                provisional.append(prefix)
+        elif event.event_type is EventType.FORK:
+            tgid = thread_group_id(event.pid)
+            if tgid is not None and tgid != event.pid:
+                if event.pid not in self.seen:
+                    self._program.unfollow(event.pid)  # a thread: its tgid is followed already
+                return
+            self.add(event.pid, parent=event.parent_pid)
+        elif event.event_type is EventType.EXEC:
+            self.awaiting_exec.discard(event.pid)
+            self._tracker.process_exec(event.pid, event.time_ns)
+            if self._jit_files is not None:
+                self._jit_files.note_process(event.pid)
+            self._jit_sources.watch(event.pid)
+        elif event.event_type is EventType.EXIT and event.tid == event.pid:
+            self.live.discard(event.pid)
+            self._program.unfollow(event.pid)
+            self._tracker.process_exit(event.pid)
+
+    def refresh_changed_maps(self) -> None:
+        """Read the maps of processes whose mappings changed since the last call."""
+        for pid, provisional in self._pending_refresh.items():
+            self._tracker.refresh(pid, provisional)
+        self._pending_refresh.clear()

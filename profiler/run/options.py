@@ -1,0 +1,25 @@
+"""What one profiling run was asked to do (from the command line)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from profiler.output import OutputRequest
+
+
+@dataclass
+class RecordingOptions:
+    command: list[str]
+    pids: list[int]
+    frequency_hz: int
+    duration_s: float | None
+    outputs: list[OutputRequest]  # empty: the default jitprof-<pid>.svg
+    kernel_stacks: bool = False
+    root_by_pid: bool = False
+    dwarf: bool = True
+    inject: bool = True  # add the runtimes' JIT-symbol flags to a spawned command
+    keep_jit_files: bool = False
+    inline: bool = True  # expand inlined JS functions from V8's code log
+    live_view: bool = False  # the terminal view (the caller checks for a TTY)
+    user: str | None = None
+    as_root: bool = False

@@ -1,0 +1,277 @@
+"""One profiling run: spawn or attach, sample until done, write outputs.
+
+Ctrl-C, the target's exit, -d and errors all end the same way: sampling
+stops, every collected sample is symbolised and written, BPF is detached,
+and the exit status is the target's.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from profiler.errors import JitprofError
+from profiler.jit.files import JitFileJanitor
+from profiler.jit.sources import JitSources
+from profiler.kernel import preflight
+from profiler.kernel.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
+from profiler.kernel.events import ProcessEvent, RawSample, WalkEnd
+from profiler.kernel.mappings import MappingTracker
+from profiler.kernel.proc_status import process_alive
+from profiler.model.profile import Profile, RunInfo
+from profiler.native.unwind_tables import UnwindTableStore, progress_wanted
+from profiler.output import OutputRequest, write_outputs
+from profiler.run.child import Child
+from profiler.run.followed import FollowedProcesses
+from profiler.run.options import RecordingOptions
+from profiler.run.summary import Summary, report_output_errors, report_tracking_problems
+from profiler.run.targets import validate_attach_pids
+from profiler.safety.users import RunAs, output_owner, resolve_run_as
+from profiler.symbolize.symbolizer import Symbolizer
+from profiler.tui.live_view import LiveView, RunCounters
+
+POLL_MS = 100
+MAPS_RESCAN_S = 1.0
+
+
+class Recording:
+    def __init__(self, options: RecordingOptions, environ: dict[str, str] | None = None) -> None:
+        self.options = options
+        self.environ = dict(os.environ if environ is None else environ)
+        self.profile = Profile(
+            RunInfo(list(options.command), list(options.pids), options.frequency_hz, root_by_pid=options.root_by_pid)
+        )
+        self._program: BpfProgram | None = None
+        self._jit_sources: JitSources | None = None
+        self._jit_files = JitFileJanitor()
+        self._run_as_uid: int | None = None
+        self._unwind_tables: UnwindTableStore | None = None
+        self._tracker: MappingTracker | None = None
+        self._symbolizer: Symbolizer | None = None
+        self._followed: FollowedProcesses | None = None
+        self._child: Child | None = None
+        self._stop_signal: int | None = None
+        self._view: LiveView | None = None
+
+    # The run -------------------------------------------------------------
+
+    def run(self) -> int:
+        preflight.check_all()
+        run_as = resolve_run_as(self.options.user, self.options.as_root, self.environ) if self.options.command else None
+        if self.options.pids:
+            validate_attach_pids(self.options.pids)
+        self._status("compiling and loading the BPF program")
+        program = BpfProgram(LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf))
+        self._program = program
+        if self.options.dwarf:
+            self._unwind_tables = UnwindTableStore(
+                program.unwind_rows_memory(),
+                UNWIND_ROWS,
+                UNWIND_TABLES,
+                program.publish_unwind_table,
+                show_progress=progress_wanted() and not self.options.live_view,
+            )
+            self._unwind_tables.start()
+        self._tracker = MappingTracker(program, self._unwind_tables)
+        self._run_as_uid = run_as.uid if run_as is not None else None
+        self._symbolizer = Symbolizer(
+            self.profile,
+            self._tracker,
+            kernel_stack=program.kernel_stack if self.options.kernel_stacks else None,
+            kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
+        )
+        self._jit_sources = JitSources(self._run_as_uid, self.options.inline, self._jit_files)
+        self._symbolizer.add_jit_sources(self._jit_sources)
+        injected = bool(self.options.command) and self.options.inject
+        self._followed = FollowedProcesses(program, self._tracker, self._jit_sources, self._jit_files if injected else None)
+        program.on_event(self._handle_event)
+        # Signals only set a flag: an exception raised inside BCC's ring-buffer
+        # callback would be swallowed by ctypes.
+        previous_handlers = {
+            signum: signal.signal(signum, self._request_stop) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
+        try:
+            try:
+                self._start_targets(program, run_as)
+                self._symbolizer.start()
+                self.profile.info.started_ns = time.monotonic_ns()
+                if self.options.live_view:
+                    output = self._child.output if self._child is not None else None
+                    self._view = LiveView(self.profile, output, self._run_counters, lambda: sorted(self._followed_live()))
+                    self._view.start()
+                self._sample_loop(program)
+            finally:
+                program.detach()
+                self._close_view()
+                self.profile.info.ended_ns = time.monotonic_ns()
+                # From here a second Ctrl-C aborts.
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+            self._drain(program)
+            if self._child is not None and self._child.status is not None:
+                self._show_captured_output(1.0)
+            summary = self._finish_outputs(program)
+            print(summary.render(), file=sys.stderr)
+            self._report_problems(summary)
+        finally:
+            self._close_view()
+            if self._child is not None:
+                self._child.abandon()
+                if not self._child.released or self._child.exec_failed:
+                    self._show_captured_output(0.0)
+            self._remove_jit_files()
+            self._jit_sources.close()
+            self._jit_files.close()
+            if self._unwind_tables is not None:
+                self._stop_unwind_tables(self._unwind_tables)
+            program.close()
+            self._tracker.close()
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+        code = self._exit_code()
+        self._show_captured_output(1.0)  # after the view's summary, once the program has ended
+        return code
+
+    def _start_targets(self, program: BpfProgram, run_as: RunAs | None) -> None:
+        assert self._followed is not None and self._jit_sources is not None
+        if self.options.command:
+            assert run_as is not None
+            self._child = Child(self.options.command, run_as, self.environ, self.options.inject, self.options.live_view)
+            self.profile.info.pids = [self._child.pid]
+            self._followed.add_spawned(self._child.pid)
+            program.attach()
+            self._child.release()
+            return
+        for pid in self.options.pids:
+            self._followed.add(pid)
+            self._jit_sources.warn_if_unnamed(pid, self.options.inline)
+        program.attach()
+        gone = [pid for pid in self.options.pids if not process_alive(pid)]
+        for pid in gone:
+            self._followed.live.discard(pid)
+        if not self._followed.live:
+            raise JitprofError(
+                f"process {', '.join(map(str, gone))} exited while attaching; nothing to profile",
+                "attach to a process that keeps running, or spawn it: jitprof -- COMMAND",
+            )
+
+    def _followed_live(self) -> set[int]:
+        return self._followed.live if self._followed is not None else set()
+
+    def _sample_loop(self, program: BpfProgram) -> None:
+        assert self._tracker is not None and self._followed is not None
+        deadline = time.monotonic() + self.options.duration_s if self.options.duration_s else None
+        next_rescan = time.monotonic() + MAPS_RESCAN_S
+        while self._stop_signal is None:
+            program.poll(POLL_MS)
+            if self._view is not None:
+                self._view.tick()
+                if self._view.stop_requested:
+                    return
+            now = time.monotonic()
+            self._followed.refresh_changed_maps()
+            if now >= next_rescan:
+                self._tracker.refresh_all()
+                next_rescan = now + MAPS_RESCAN_S
+            if self._child is not None and self._child.poll():
+                return
+            if self.options.pids and not self._followed.live:
+                return
+            if deadline is not None and now >= deadline:
+                return
+
+    def _run_counters(self) -> RunCounters:
+        assert self._program is not None
+        counters = self._program.counters()
+        cut_short = sum(count for end, count in self.profile.walk_ends.items() if end is not WalkEnd.COMPLETE)
+        return RunCounters(counters.ringbuf_full + self._program.malformed_events, cut_short)
+
+    def _close_view(self) -> None:
+        """Give the terminal back (every way out of the run comes here)."""
+        if self._view is not None:
+            self._view.stop()
+            self._view = None
+
+    def _show_captured_output(self, wait_s: float) -> None:
+        """What the program printed while the view was on, in full."""
+        if self._child is None or self._child.output is None:
+            return
+        captured = self._child.output.finish(wait_s)
+        self._child.output = None
+        if captured:
+            sys.stdout.buffer.write(captured)
+            sys.stdout.buffer.flush()
+
+    def _drain(self, program: BpfProgram) -> None:
+        """Take what is left in the ring buffer, then let the symbolizer finish."""
+        assert self._symbolizer is not None
+        program.poll(0)
+        program.poll(0)
+        self._status(f"symbolising {self._symbolizer.backlog():,} pending samples")
+        self._symbolizer.finish()
+
+    # Events (ring-buffer callback, main thread) ---------------------------
+
+    def _handle_event(self, event: RawSample | ProcessEvent) -> None:
+        assert self._symbolizer is not None and self._followed is not None
+        if isinstance(event, RawSample):
+            if self._followed.wants_samples_of(event.pid):
+                self._symbolizer.submit(event)
+            return
+        self._followed.handle(event)
+
+    def _request_stop(self, signum: int, _frame: object) -> None:
+        self._stop_signal = signum
+
+    # The end ---------------------------------------------------------------
+
+    def _finish_outputs(self, program: BpfProgram) -> Summary:
+        counters = program.counters()
+        losses = self.profile.losses
+        losses.ringbuf_full = counters.ringbuf_full
+        losses.malformed = program.malformed_events
+        losses.kernel_stack_failed = counters.kernel_stack_failed
+        losses.process_events_lost = counters.events_lost
+        requests = self.options.outputs or [
+            OutputRequest(Path(f"jitprof-{self.profile.info.pids[0] if self.profile.info.pids else os.getpid()}.svg"), "svg")
+        ]
+        return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ)))
+
+    def _remove_jit_files(self) -> None:
+        """Perf maps exist because jitprof asked for them: remove them."""
+        if self.options.keep_jit_files or self._jit_sources is None:
+            return
+        self._jit_sources.jvms.remove_files()  # asked for when attached too
+        if not self.options.command or not self.options.inject or self._run_as_uid is None:
+            return
+        assert self._followed is not None
+        self._jit_sources.remove_files(self._run_as_uid, self._followed.seen)
+
+    def _stop_unwind_tables(self, tables: UnwindTableStore) -> None:
+        tables.stop()
+        if tables.stats.skipped_at_exit:
+            print(
+                f"jitprof: note: unwind tables of {tables.stats.skipped_at_exit} files were not finished in time; "
+                "a later run builds the rest",
+                file=sys.stderr,
+            )
+
+    def _report_problems(self, summary: Summary) -> None:
+        assert self._tracker is not None and self._symbolizer is not None
+        if self._jit_sources is not None:
+            self._jit_sources.report(self.profile)
+        report_output_errors(summary.outputs)
+        report_tracking_problems(
+            self._tracker, self._unwind_tables.stats if self._unwind_tables is not None else None, self._symbolizer.errors
+        )
+
+    def _exit_code(self) -> int:
+        if self._child is None:
+            return 0  # attached: the processes are not ours to report on
+        return self._child.finish(self._stop_signal)
+
+    def _status(self, message: str) -> None:
+        if sys.stderr.isatty():
+            print(f"jitprof: {message}…", file=sys.stderr)

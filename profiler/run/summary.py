@@ -1,0 +1,78 @@
+"""The end of a run as the user reads it: one summary line, then warnings."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from profiler.kernel.events import WalkEnd
+from profiler.kernel.mappings import MappingTracker
+from profiler.model.profile import Profile
+from profiler.native.unwind_tables import TableStats
+from profiler.output import WrittenOutput
+
+
+@dataclass
+class Summary:
+    samples: int
+    processes: int
+    lost: int
+    cut_short: dict[str, int]
+    unsymbolized_share: float
+    outputs: list[WrittenOutput] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, profile: Profile, written: list[WrittenOutput]) -> Summary:
+        cut_short = {end.label: count for end, count in profile.walk_ends.items() if end is not WalkEnd.COMPLETE and count}
+        return cls(
+            samples=len(profile.samples),
+            processes=len({sample.pid for sample in profile.samples}),
+            lost=profile.losses.lost_samples,
+            cut_short=cut_short,
+            unsymbolized_share=profile.unsymbolized_share(),
+            outputs=written,
+        )
+
+    def render(self) -> str:
+        cut_total = sum(self.cut_short.values())
+        cut_text = f"{cut_total:,} stacks cut short"
+        if cut_total:
+            reasons = ", ".join(f"{count:,} {reason}" for reason, count in sorted(self.cut_short.items()))
+            cut_text += f" ({reasons})"
+        written = [str(output.written) for output in self.outputs if output.written is not None]
+        wrote = "wrote " + ", ".join(written) if written else "wrote nothing"
+        return (
+            f"jitprof: {self.samples:,} samples from {self.processes} process"
+            f"{'es' if self.processes != 1 else ''}, {self.lost:,} lost; {cut_text}; "
+            f"{100 * self.unsymbolized_share:.1f}% of frames unsymbolised; {wrote}"
+        )
+
+
+def warn(message: str) -> None:
+    print(f"jitprof: warning: {message}", file=sys.stderr)
+
+
+def report_output_errors(outputs: list[WrittenOutput]) -> None:
+    for output in outputs:
+        if output.error:
+            where = f"wrote {output.written} instead" if output.written else "and no fallback was writable"
+            warn(f"cannot write {output.requested}: {output.error}; {where}")
+
+
+def report_tracking_problems(tracker: MappingTracker, tables: TableStats | None, symbolizer_errors: list[str]) -> None:
+    """What made stacks end early or frames go unnamed, with what to do."""
+    if tracker.stats.trie_rejected:
+        warn(
+            f"the mapping table was full; {tracker.stats.trie_rejected} ranges were not "
+            "tracked and their stacks end early"
+        )
+    if tables is not None:
+        if tables.rejected_full:
+            warn(
+                f"the unwind row table is full ({tables.rows_capacity:,} rows); "
+                f"{len(tables.rejected_full)} files use frame pointers only: {', '.join(tables.rejected_full[:3])}"
+            )
+        for path, reason in list(tables.failed.items())[:3]:
+            warn(f"no unwind table for {path}: {reason}")
+    for error in symbolizer_errors[:3]:
+        print(f"jitprof: internal error while symbolising (please report): {error}", file=sys.stderr)

@@ -1,0 +1,248 @@
+"""The symbolizer thread: raw samples in, samples of named frames out.
+
+Each unique (address space, address) is resolved once and memoised; the
+symbol sources are pluggable so perf maps, jitdump and V8 logs can join the
+ELF source, and a blazesym backend can replace it.
+
+Runtimes describe JIT code after it starts running (a perf map line is
+written after the code is installed, a jitdump can sit in a 2 MiB stdio
+buffer, the JVM writes its map when asked), so a sample with JIT code nobody
+can name yet is parked and retried, until it is named, PARK_MAX_S passes (or,
+for a jitdump, records newer than the sample arrive), or the run ends and
+every source has been read to its end.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from profiler.jit.sources import JitSources
+from profiler.kernel.events import RawSample
+from profiler.kernel.mappings import KnownMapping, MappingTracker
+from profiler.model.profile import Frame, FrameKind, Profile, Sample
+from profiler.native.elf import UnreadableElf
+
+KERNEL_SUFFIX_MODULE = "[kernel]"
+PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
+PARK_RETRY_S = 0.2
+MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
+V8_EMBEDDED_BUILTIN = "Builtins_"
+
+
+class SymbolSource(Protocol):
+    """Names the code at an address of a mapping, or says it cannot."""
+
+    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None: ...
+
+
+class JitExpander(Protocol):
+    """Names JIT code as one or more source frames (inlined functions), outermost first."""
+
+    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None: ...
+
+
+class _NotNamedYet(Exception):
+    """A JIT frame no source names yet: the sample waits (see the module doc)."""
+
+
+@dataclass
+class _Parked:
+    raw: RawSample
+    since: float  # time.monotonic() when first tried
+
+
+class ElfSymbols:
+    """Function names from the mapped file's .symtab/.dynsym."""
+
+    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+        image = mapping.image
+        if image is None:
+            return None
+        vaddr = image.vaddr_for_file_offset(address - mapping.entry.start + mapping.entry.offset)
+        if vaddr is None:
+            return None
+        try:
+            hit = image.symbols().lookup(vaddr)
+        except (UnreadableElf, OSError):
+            return None
+        if hit is None:
+            return None
+        if hit.name.startswith(V8_EMBEDDED_BUILTIN):  # V8 builtins in node's own text
+            return Frame(f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN):]}", mapping.module_name, FrameKind.NATIVE, tier="builtin")
+        return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)
+
+
+@dataclass(frozen=True)
+class _MemoKey:
+    pid: int
+    generation: int
+    address: int
+
+
+class Symbolizer:
+    """Runs on its own thread; the main thread only submits."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        tracker: MappingTracker,
+        kernel_stack: Callable[[int], list[int]] | None = None,
+        kernel_symbol: Callable[[int], str] | None = None,
+    ) -> None:
+        self._profile = profile
+        self._tracker = tracker
+        self._kernel_stack = kernel_stack
+        self._kernel_symbol = kernel_symbol
+        self.sources: list[SymbolSource] = [ElfSymbols()]
+        self.jit_expanders: list[JitExpander] = []
+        self._memo: dict[_MemoKey, int] = {}
+        self._kernel_memo: dict[int, int] = {}
+        self._queue: queue.Queue[RawSample | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
+        self._parked: list[_Parked] = []
+        self.before_final_pass: list[Callable[[], None]] = []  # sources that must read once more at the end
+        # Sources that know more may come for (pid, time): their samples wait past PARK_MAX_S.
+        self.waiting_for: list[Callable[[int, int], bool]] = []
+        self.errors: list[str] = []
+        self.parked_then_named = 0
+
+    def add_jit_sources(self, jit: JitSources) -> None:
+        """The JIT sources of a run: V8 logs and jitdumps expand JIT frames,
+        perf maps name them; the dump and JVM readers may ask samples to wait."""
+        self.jit_expanders.extend([jit.v8_logs, jit.jitdumps])
+        self.sources.append(jit.perf_maps)
+        self.before_final_pass.extend([jit.jvms.final_refresh, jit.jitdumps.read_all])
+        self.waiting_for.extend([jit.jitdumps.waiting_for, jit.jvms.waiting_for])
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, sample: RawSample) -> None:
+        self._queue.put(sample)
+
+    def backlog(self) -> int:
+        return self._queue.qsize() + len(self._parked)
+
+    def finish(self) -> None:
+        """Resolve everything submitted, then stop the thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        next_retry = time.monotonic() + PARK_RETRY_S
+        while True:
+            try:
+                raw = self._queue.get(timeout=PARK_RETRY_S if self._parked else None)
+            except queue.Empty:
+                pass  # nothing new: a chance to retry what is parked
+            else:
+                if raw is None:
+                    self._final_pass()
+                    return
+                self._add(raw, time.monotonic(), may_park=True)
+            now = time.monotonic()
+            if self._parked and now >= next_retry:
+                next_retry = now + PARK_RETRY_S
+                self._retry_parked(now, final=False)
+
+    def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
+        """Resolve and record one sample; False when it was parked."""
+        try:
+            self._profile.add(self.resolve_sample(raw, may_park))
+        except _NotNamedYet:
+            self._parked.append(_Parked(raw, since))
+            return False
+        except Exception as error:  # a bug here must not lose the run
+            self.errors.append(f"{type(error).__name__}: {error}")
+        return True
+
+    def _retry_parked(self, now: float, final: bool) -> None:
+        parked, self._parked = self._parked, []
+        for entry in parked:
+            may_park = not final and (
+                now - entry.since < PARK_MAX_S
+                or any(waiting(entry.raw.pid, entry.raw.time_ns) for waiting in self.waiting_for)
+            )
+            if self._add(entry.raw, entry.since, may_park) and may_park:
+                self.parked_then_named += 1  # named while it could still have waited
+
+    def _final_pass(self) -> None:
+        """The run is over and the runtimes have flushed: read every source
+        to its end, then name what waited, or give up on it."""
+        for read_all in self.before_final_pass:
+            try:
+                read_all()
+            except Exception as error:  # a bug here must not lose the run
+                self.errors.append(f"{type(error).__name__}: {error}")
+        self._retry_parked(time.monotonic(), final=True)
+
+    def resolve_sample(self, raw: RawSample, may_park: bool = False) -> Sample:
+        """The sample with named frames; with `may_park`, _NotNamedYet when
+        JIT code in it has no name yet."""
+        user_ids: list[int] = []
+        for depth, address in enumerate(raw.addresses):  # leaf first
+            user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, address, depth > 0, may_park)))
+        user_ids.reverse()  # root first
+        kernel_ids: list[int] = []
+        if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
+            kernel_ids = [self._resolve_kernel(address) for address in self._kernel_stack(raw.kernel_stack_id)]
+            kernel_ids.reverse()
+        return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, tuple(user_ids + kernel_ids), raw.walk_end)
+
+    def _resolve_user(self, pid: int, time_ns: int, address: int, caller: bool, may_park: bool) -> list[int]:
+        """The frame ids at one return address, outermost first (more than
+        one where JIT code inlined functions)."""
+        # A caller's address is a return address: the call is the byte before.
+        lookup_address = address - 1 if caller else address
+        # The memo comes first: a native frame seen before costs no mapping search.
+        key = _MemoKey(pid, self._tracker.generation_at(pid, time_ns), lookup_address)
+        frame_id = self._memo.get(key)
+        if frame_id is not None:
+            return [frame_id]
+        mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
+        if mapping is not None and mapping.entry.is_anonymous_exec:
+            # JIT code: addresses are reused, so no memo here; the JIT
+            # sources memoise per code object instead.
+            for expander in self.jit_expanders:
+                frames = expander.expand(pid, time_ns, lookup_address)
+                if frames:
+                    return [self._profile.intern(frame) for frame in frames]
+            frame = self._name(pid, mapping, lookup_address)
+            if not frame.symbolized and may_park and len(self._parked) < MAX_PARKED:
+                raise _NotNamedYet()
+            return [self._profile.intern(frame)]
+        frame = self._name(pid, mapping, lookup_address)
+        if caller and not frame.symbolized and mapping is not None:
+            # A signal trampoline is "returned" to at its first byte: the
+            # byte before belongs to no function.
+            frame = self._name(pid, mapping, address)
+        frame_id = self._profile.intern(frame)
+        if mapping is not None:  # no mapping yet may only mean its maps are not read yet
+            self._memo[key] = frame_id
+        return [frame_id]
+
+    def _name(self, pid: int, mapping: KnownMapping | None, address: int) -> Frame:
+        if mapping is None:
+            return Frame("[unknown]", "", FrameKind.UNKNOWN)
+        for source in self.sources:
+            frame = source.resolve(pid, mapping, address)
+            if frame is not None:
+                return frame
+        return Frame(f"[unknown] ({mapping.module_name})", mapping.module_name, FrameKind.UNKNOWN)
+
+    def _resolve_kernel(self, address: int) -> int:
+        frame_id = self._kernel_memo.get(address)
+        if frame_id is None:
+            name = self._kernel_symbol(address) if self._kernel_symbol else ""
+            if not name or name == "[unknown]":
+                frame = Frame("[unknown]", KERNEL_SUFFIX_MODULE, FrameKind.UNKNOWN)
+            else:
+                frame = Frame(name, KERNEL_SUFFIX_MODULE, FrameKind.KERNEL)
+            frame_id = self._profile.intern(frame)
+            self._kernel_memo[address] = frame_id
+        return frame_id

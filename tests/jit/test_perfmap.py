@@ -1,0 +1,125 @@
+"""Perf maps are hostile input: every refusal and every skipped line proven."""
+
+import os
+
+import pytest
+
+from profiler.jit.perfmap import (
+    MAX_FILE_BYTES,
+    PerfMapEntry,
+    PerfMapIndex,
+    PerfMapRefused,
+    open_perf_map,
+    remove_perf_map,
+)
+
+ME = os.getuid()
+
+
+def write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def test_reads_entries_and_tails_growth(tmp_path):
+    path = write(tmp_path / "perf-1.map", b"1000 10 JS:*first /a.js:1:1\n")
+    perf_map = open_perf_map(str(path), ME)
+    assert perf_map.tail() == 1
+    assert perf_map.index.lookup(0x1008).name == "JS:*first /a.js:1:1"
+    with open(path, "ab") as handle:
+        handle.write(b"2000 20 JS:*second /a.js:2:1\n3000 8 partial")
+    assert perf_map.tail() == 1  # the partial line waits for its newline
+    with open(path, "ab") as handle:
+        handle.write(b" line\n")
+    assert perf_map.tail() == 1
+    assert perf_map.index.lookup(0x3004).name == "partial line"
+    assert perf_map.index.lookup(0x2020) is None and perf_map.index.lookup(0xFFF) is None
+    perf_map.close()
+
+
+def test_reused_addresses_take_the_newest_code(tmp_path):
+    path = write(tmp_path / "perf-1.map", b"1000 100 JS:*old /a.js:1:1\n1040 10 JS:*new /a.js:2:1\n")
+    perf_map = open_perf_map(str(path), ME)
+    perf_map.tail()
+    assert perf_map.index.lookup(0x1044).name == "JS:*new /a.js:2:1"
+    assert perf_map.index.lookup(0x1000) is None  # the old object is gone entirely
+    perf_map.close()
+
+
+def test_index_replaces_overlaps():
+    index = PerfMapIndex()
+    index.add(PerfMapEntry(0x100, 0x10, "a", 1))
+    index.add(PerfMapEntry(0x200, 0x10, "b", 2))
+    index.add(PerfMapEntry(0x108, 0x100, "c", 3))  # overlaps a and b
+    assert len(index) == 1 and index.lookup(0x200).name == "c" and index.lookup(0x100) is None
+
+
+def test_symlink_is_refused(tmp_path):
+    link = tmp_path / "perf-1.map"
+    link.symlink_to("/etc/shadow")
+    with pytest.raises(PerfMapRefused, match="symbolic link"):
+        open_perf_map(str(link), ME)
+
+
+def test_other_owner_is_refused(tmp_path):
+    path = write(tmp_path / "perf-1.map", b"1000 10 x\n")
+    with pytest.raises(PerfMapRefused, match="belongs to uid"):
+        open_perf_map(str(path), ME + 1)
+
+
+def test_huge_sparse_file_is_refused(tmp_path):
+    path = tmp_path / "perf-1.map"
+    with open(path, "wb") as handle:
+        handle.truncate(10 << 30)  # 10 GiB, sparse
+    with pytest.raises(PerfMapRefused, match="limit"):
+        open_perf_map(str(path), ME)
+    assert MAX_FILE_BYTES < 10 << 30
+
+
+def test_not_a_regular_file_is_refused(tmp_path):
+    fifo = tmp_path / "perf-1.map"
+    os.mkfifo(fifo)
+    with pytest.raises(PerfMapRefused, match="regular"):
+        open_perf_map(str(fifo), ME)
+
+
+def test_garbage_and_absurd_lines_are_skipped_one_by_one(tmp_path):
+    data = (
+        b"1000 10 good one\n"
+        + os.urandom(3000).replace(b"\n", b"")[:2000] + b"\n"  # binary garbage
+        + b"2000 7fffffff huge\n"  # 2 GiB function
+        + b"ffffffffffffff00 1000 wraps around\n"
+        + b"3000 0 empty\n"
+        + b"zz 10 not hex\n"
+        + b"4000 10 " + b"x" * 100000 + b"\n"  # an over-long line
+        + b"5000 10 good two\n"
+    )
+    path = write(tmp_path / "perf-1.map", data)
+    perf_map = open_perf_map(str(path), ME)
+    assert perf_map.tail() == 2
+    assert perf_map.index.lookup(0x1000).name == "good one" and perf_map.index.lookup(0x5000).name == "good two"
+    assert perf_map.skipped_lines == 6
+    perf_map.close()
+
+
+def test_missing_file_is_not_an_error(tmp_path):
+    assert open_perf_map(str(tmp_path / "perf-1.map"), ME) is None
+
+
+def test_remove_only_our_regular_files(tmp_path):
+    ours = write(tmp_path / "perf-1.map", b"")
+    assert remove_perf_map(str(ours), ME) and not ours.exists()
+    target = write(tmp_path / "keep", b"x")
+    link = tmp_path / "perf-2.map"
+    link.symlink_to(target)
+    assert not remove_perf_map(str(link), ME) and target.exists()
+    other = write(tmp_path / "perf-3.map", b"")
+    assert not remove_perf_map(str(other), ME + 1) and other.exists()
+
+
+def test_remove_through_the_directory_after_reading(tmp_path):
+    path = write(tmp_path / "perf-1.map", b"1000 10 x\n")
+    perf_map = open_perf_map(str(path), ME)
+    assert not perf_map.remove(ME + 1) and path.exists()  # not the owner we expect
+    assert perf_map.remove(ME) and not path.exists()
+    perf_map.close()

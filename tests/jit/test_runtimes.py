@@ -1,0 +1,85 @@
+import os
+
+from profiler.jit.runtimes import NODE, PYTHON, identify, inject_environment, merge_node_options, node_flags
+from profiler.jit.v8.preload import PRELOAD_NAME, SCRIPT, install
+
+
+def test_node_options_merged_without_duplicates():
+    assert merge_node_options(None) == "--perf-basic-prof --interpreted-frames-native-stack"
+    assert merge_node_options("--max-old-space-size=100") == (
+        "--max-old-space-size=100 --perf-basic-prof --interpreted-frames-native-stack"
+    )
+    assert merge_node_options("--perf-basic-prof --inspect") == "--perf-basic-prof --inspect --interpreted-frames-native-stack"
+    both = "--interpreted-frames-native-stack --perf-basic-prof"
+    assert merge_node_options(both) == both
+    assert merge_node_options('--title="a b" --perf-basic-prof').startswith('--title="a b"')
+
+
+def test_environment_is_copied_not_changed():
+    original = {"PATH": "/bin", "NODE_OPTIONS": "--trace-warnings"}
+    injected = inject_environment(original)
+    assert original["NODE_OPTIONS"] == "--trace-warnings"
+    assert injected["NODE_OPTIONS"].startswith("--trace-warnings ") and injected["PATH"] == "/bin"
+
+
+def test_identify_by_executable():
+    assert identify(os.getpid()) is PYTHON
+    assert identify(2**22 + 5) is None
+    assert "NODE_OPTIONS" in NODE.fix
+
+
+def test_code_log_preload_joins_node_options(tmp_path):
+    preload = install(tmp_path / "run")
+    assert preload is not None and preload.read_text() == SCRIPT
+    assert oct(preload.stat().st_mode & 0o777) == "0o444"
+    environment = inject_environment({"NODE_OPTIONS": "--max-old-space-size=64"}, preload)
+    assert environment["NODE_OPTIONS"].split() == [
+        "--max-old-space-size=64", "--perf-basic-prof", "--interpreted-frames-native-stack", f"--require={preload}",
+    ]
+    # Twice is once; a path node would split at a space is not used.
+    assert merge_node_options(environment["NODE_OPTIONS"], node_flags(preload)) == environment["NODE_OPTIONS"]
+    assert node_flags(tmp_path / "with space" / "x.cjs") == node_flags(None)
+
+
+def test_preload_refuses_a_directory_others_can_write(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    assert install(shared) is None
+    assert install(tmp_path / "fresh") is not None
+    (tmp_path / "fresh" / PRELOAD_NAME).chmod(0o666)  # tampered: rewritten
+    assert oct(install(tmp_path / "fresh").stat().st_mode & 0o777) == "0o444"
+
+
+def fake_jdk(root, version: str):
+    (root / "bin").mkdir(parents=True)
+    java = root / "bin" / "java"
+    java.write_text("#!/bin/sh\n")
+    java.chmod(0o755)
+    (root / "release").write_text(f'IMPLEMENTOR="Test"\nJAVA_VERSION="{version}"\n')
+    return root
+
+
+def test_java_and_moarvm_switched_on_when_spawning(tmp_path):
+    jdk = fake_jdk(tmp_path / "jdk17", "17.0.15")
+    injected = inject_environment({"JAVA_TOOL_OPTIONS": "-Xmx64m", "PATH": str(jdk / "bin")})
+    assert injected["JAVA_TOOL_OPTIONS"].split() == [
+        "-Xmx64m", "-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit",
+    ]
+    assert injected["MVM_JIT_PERF_MAP"] == "1"
+    # What the user turned off stays off; what the user set is kept.
+    kept = inject_environment({"JAVA_TOOL_OPTIONS": "-XX:-PreserveFramePointer", "MVM_JIT_PERF_MAP": "0", "PATH": str(jdk / "bin")})
+    assert "+PreserveFramePointer" not in kept["JAVA_TOOL_OPTIONS"] and kept["MVM_JIT_PERF_MAP"] == "0"
+
+
+def test_exit_map_flag_only_for_jvms_that_know_it(tmp_path):
+    # JDK 11 would refuse to start on -XX:+DumpPerfMapAtExit.
+    old = fake_jdk(tmp_path / "jdk11", "11.0.2")
+    new = fake_jdk(tmp_path / "jdk21", "21")
+    legacy = fake_jdk(tmp_path / "jdk8", "1.8.0_402")
+    assert inject_environment({"PATH": str(old / "bin")})["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"
+    assert inject_environment({"PATH": str(legacy / "bin")})["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"
+    assert "DumpPerfMapAtExit" in inject_environment({"PATH": str(new / "bin")})["JAVA_TOOL_OPTIONS"]
+    mixed = inject_environment({"PATH": str(new / "bin"), "JAVA_HOME": str(old)})
+    assert mixed["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"
+    assert inject_environment({"PATH": str(tmp_path)})["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"  # no java

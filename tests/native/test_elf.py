@@ -1,0 +1,93 @@
+import shutil
+import subprocess
+
+from profiler.native import cache, elf
+from profiler.native.demangle import demangle
+
+
+def nm_functions(path):
+    """An independent reader: binutils' nm."""
+    output = subprocess.run(["nm", "--defined-only", str(path)], capture_output=True, text=True, check=True).stdout
+    functions = {}
+    for line in output.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in "tTiW":
+            functions[parts[2]] = int(parts[0], 16)
+    return functions
+
+
+def test_symbols_match_nm(chain_binary):
+    with open(chain_binary, "rb") as handle:
+        table = elf.read_symbols(handle)
+    expected = nm_functions(chain_binary)
+    for name in ("main", "a", "b", "c"):
+        address = expected[name]
+        hit = table.lookup(address)
+        assert hit is not None and hit.name == name and hit.offset == 0
+        assert table.lookup(address + 3).name == name
+
+
+def test_lookup_outside_any_function(chain_binary):
+    with open(chain_binary, "rb") as handle:
+        table = elf.read_symbols(handle)
+    assert table.lookup(0) is None
+    assert table.lookup(table.starts[-1] + table.sizes[-1] + 0x100000) is None
+
+
+def test_image_identity_segments_and_cache(chain_binary, monkeypatch):
+    image = elf.open_elf([str(chain_binary)], str(chain_binary))
+    try:
+        readelf = subprocess.run(["readelf", "-n", str(chain_binary)], capture_output=True, text=True).stdout
+        assert image.build_id and image.build_id in readelf
+        assert image.cache_key == f"b-{image.build_id}"
+        assert image.segments and any(segment.vaddr == 0 for segment in image.segments)
+        first = image.symbols()
+    finally:
+        image.close()
+    # A second image of the same file must come from the cache, not the ELF.
+    calls = []
+    monkeypatch.setattr(elf, "read_symbols", lambda handle: calls.append(handle) or None)
+    again = elf.open_elf([str(chain_binary)], str(chain_binary))
+    try:
+        table = again.symbols()
+    finally:
+        again.close()
+    assert calls == []
+    assert table.starts == first.starts and table.names == first.names
+
+
+def test_corrupt_cache_entry_is_ignored(tmp_path):
+    table = elf.SymbolTable([0x10, 0x20], [0x10, 0x8], ["f", "g"])
+    cache.store("b-abcd", table)
+    loaded = cache.load("b-abcd")
+    assert loaded.starts == [0x10, 0x20] and loaded.names == ["f", "g"]
+    path = cache.cache_dir() / "symbols" / "b-abcd.syms"
+    path.write_bytes(path.read_bytes()[:30])
+    assert cache.load("b-abcd") is None
+    assert cache.load("../../etc/passwd") is None
+
+
+def test_unreadable_and_non_elf_files(tmp_path):
+    text_file = tmp_path / "notes.txt"
+    text_file.write_text("not an elf")
+    for candidate in ([str(text_file)], [str(tmp_path)], [str(tmp_path / "missing")]):
+        try:
+            elf.open_elf(candidate, "x")
+        except elf.UnreadableElf:
+            continue
+        raise AssertionError(f"{candidate} was accepted")
+
+
+def test_demangles_cpp_and_legacy_rust():
+    assert demangle("_ZN3foo3barEv") == "foo::bar()"
+    assert demangle("_ZN4core3fmt5write17h0123456789abcdefE") == "core::fmt::write"
+    assert demangle("main") == "main"
+    assert demangle("_Znot_valid!") == "_Znot_valid!"
+
+
+def test_cxx_filt_agrees_when_available():
+    if shutil.which("c++filt") is None:
+        return
+    name = "_ZNSt6vectorIiSaIiEE9push_backERKi"
+    expected = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
+    assert demangle(name) == expected

@@ -1,0 +1,155 @@
+"""The row compiler checked against binutils' own interpretation of the CFI."""
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from profiler.native import cache, unwind_compiler, unwind_rows
+from profiler.native.unwind_rows import CfaType, RbpRule, UnwindRow
+
+LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
+
+
+@dataclass
+class ReadelfRow:
+    loc: int
+    cfa: str
+    rbp: str
+    ra: str
+
+
+@dataclass
+class ReadelfFde:
+    start: int
+    end: int
+    rows: list[ReadelfRow]
+
+
+def readelf_fdes(path: Path) -> list[ReadelfFde]:
+    text = subprocess.run(
+        # readelf exits 1 on libc (no .debug_frame) after printing .eh_frame in full.
+        ["readelf", "--debug-dump=frames-interp", str(path)], capture_output=True, text=True, check=False
+    ).stdout
+    cies: dict[str, list[ReadelfRow]] = {}
+    fdes: list[ReadelfFde] = []
+    current_rows: list[ReadelfRow] | None = None
+    columns: list[str] = []
+    for line in text.splitlines():
+        header = re.match(r"^([0-9a-f]{8}) [0-9a-f]+ [0-9a-f]+ (CIE|FDE)(?: cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+))?", line)
+        if header:
+            current_rows = []
+            columns = []
+            if header.group(2) == "CIE":
+                cies[header.group(1)] = current_rows
+            else:
+                fde = ReadelfFde(int(header.group(4), 16), int(header.group(5), 16), current_rows)
+                fde.cie_rows = cies.get(header.group(3), [])  # type: ignore[attr-defined]
+                fdes.append(fde)
+            continue
+        if line.strip().startswith("LOC"):
+            columns = line.split()
+            continue
+        fields = line.split()
+        if current_rows is not None and columns and len(fields) == len(columns) and re.fullmatch(r"[0-9a-f]{16}", fields[0]):
+            values = dict(zip(columns, fields))
+            current_rows.append(ReadelfRow(int(fields[0], 16), values["CFA"], values.get("rbp", "u"), values.get("ra", "u")))
+    for fde in fdes:
+        if not fde.rows:  # no instructions of its own: the CIE's initial rule applies
+            fde.rows = [ReadelfRow(fde.start, row.cfa, row.rbp, row.ra) for row in fde.cie_rows[:1]]  # type: ignore[attr-defined]
+    return fdes
+
+
+def expected_row(row: ReadelfRow) -> UnwindRow | None:
+    """What the compiler must produce for a readelf row (None: any expression type)."""
+    if row.ra == "u":
+        return UnwindRow(row.loc, CfaType.END_OF_STACK)
+    if row.cfa == "exp":
+        return None
+    match = re.fullmatch(r"(rsp|rbp)\+(-?\d+)", row.cfa)
+    if not match or row.ra != "c-8":
+        return UnwindRow(row.loc, CfaType.UNSUPPORTED)
+    cfa_type = CfaType.RSP if match.group(1) == "rsp" else CfaType.RBP
+    offset = int(match.group(2))
+    if row.rbp in ("u", "s"):
+        return UnwindRow(row.loc, cfa_type, offset)
+    saved = re.fullmatch(r"c(-?\d+)", row.rbp)
+    if saved:
+        return UnwindRow(row.loc, cfa_type, offset, RbpRule.OFFSET, int(saved.group(1)))
+    return UnwindRow(row.loc, CfaType.UNSUPPORTED)
+
+
+@pytest.fixture(scope="module")
+def libc_table():
+    with open(LIBC, "rb") as handle:
+        return unwind_compiler.compile_table(handle)
+
+
+def check_against_readelf(path: Path, table=None) -> int:
+    if table is None:
+        with open(path, "rb") as handle:
+            table = unwind_compiler.compile_table(handle)
+    fdes = readelf_fdes(path)
+    assert fdes, "readelf found no FDEs"
+    starts = {fde.start for fde in fdes}
+    checked = 0
+    for fde in fdes:
+        if fde.start in table.failed_fde_starts:
+            continue
+        for row in fde.rows:
+            got = table.lookup(row.loc)
+            want = expected_row(row)
+            assert got is not None, f"{path}: no row at {row.loc:#x}"
+            if want is None:
+                assert got.cfa_type in (CfaType.PLT, CfaType.SIGNAL, CfaType.UNSUPPORTED), (hex(row.loc), got)
+            else:
+                assert got.same_rule(want), f"{path} at {row.loc:#x}: readelf {row}, compiled {got}"
+            checked += 1
+        if fde.end not in starts and fde.end > fde.start:
+            assert table.lookup(fde.end).cfa_type is CfaType.GAP, hex(fde.end)
+    return checked
+
+
+def test_fixture_rows_match_readelf(chain_binary):
+    assert check_against_readelf(chain_binary) > 10
+
+
+def test_libc_rows_match_readelf(libc_table):
+    checked = check_against_readelf(LIBC, libc_table)
+    assert checked > 20000
+
+
+def test_known_libc_rules(libc_table):
+    table = libc_table
+    types = {row.cfa_type for row in table.rows}
+    # PLT stubs, __restore_rt (signals) and _start (end of stack) are all there.
+    assert {CfaType.PLT, CfaType.SIGNAL, CfaType.RSP, CfaType.RBP, CfaType.GAP} <= types
+    assert len(table.failed_fde_starts) <= 2
+
+
+def test_gaps_and_merging(libc_table):
+    table = libc_table
+    pcs = [row.pc for row in table.rows]
+    assert pcs == sorted(pcs) and len(set(pcs)) == len(pcs)
+    for previous, row in zip(table.rows, table.rows[1:]):
+        assert not previous.same_rule(row)
+
+
+def test_pack_round_trip_and_cache(tmp_path):
+    rows = [UnwindRow(0x1000, CfaType.RSP, 8), UnwindRow(0x1004, CfaType.RBP, 16, RbpRule.OFFSET, -16), UnwindRow(0x1010, CfaType.GAP)]
+    packed = unwind_rows.UnwindTable(rows).pack()
+    assert len(packed) == 3 * unwind_rows.ROW_SIZE == 48
+    assert unwind_rows.unpack_rows(packed) == rows
+    cache.store_cached("b-1234", packed)
+    assert cache.load_cached("b-1234") == packed
+    assert cache.load_cached("b-9999") is None
+    assert cache.load_cached("../x") is None
+
+
+def test_non_elf_gives_no_rows(tmp_path):
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\x7fELF" + b"\xff" * 100)
+    with open(junk, "rb") as handle:
+        assert unwind_compiler.compile_table(handle).rows == []

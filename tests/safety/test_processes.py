@@ -1,0 +1,89 @@
+"""Helpers jitprof starts as root never run code from its working directory
+or environment: a planted package, sitecustomize or startup file stays inert."""
+
+import os
+import subprocess
+import sys
+
+from profiler.native import elf, unwind_compiler, unwind_rows
+from profiler.safety import processes
+from tests.native.test_unwind_tables import make_store, wait_for
+
+PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('ran')\n"
+
+
+def plant(directory, marker):
+    """Everything a hostile user could leave where root starts jitprof."""
+    code = PLANTED.format(marker=str(marker))
+    package = directory / "profiler" / "native"
+    package.mkdir(parents=True)
+    (directory / "profiler" / "__init__.py").write_text(code)
+    (package / "__init__.py").write_text(code)
+    (package / "unwind_worker.py").write_text(code)
+    (directory / "sitecustomize.py").write_text(code)
+    (directory / "usercustomize.py").write_text(code)
+    (directory / "startup.py").write_text(code)
+    (directory / "elftools").mkdir()
+    (directory / "elftools" / "__init__.py").write_text(code)
+
+
+def hostile_environment(monkeypatch, directory):
+    monkeypatch.chdir(directory)
+    monkeypatch.setenv("PYTHONPATH", str(directory))
+    monkeypatch.setenv("PYTHONSTARTUP", str(directory / "startup.py"))
+    monkeypatch.setenv("PYTHONINSPECT", "1")
+    monkeypatch.setenv("PYTHONUSERBASE", str(directory))
+
+
+def test_unwind_worker_ignores_planted_code(tmp_path, monkeypatch, chain_binary):
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    marker = tmp_path / "marker"
+    plant(planted, marker)
+    hostile_environment(monkeypatch, planted)
+    # Proof that the plant works: an ordinary `python -m` from there runs it.
+    subprocess.run([sys.executable, "-m", "profiler.native.unwind_worker"], capture_output=True, timeout=30)
+    assert marker.exists()
+    marker.unlink()
+
+    store, memory, published = make_store(100000)
+    store.start()
+    image = elf.open_elf([str(chain_binary)], str(chain_binary))
+    try:
+        table_id = store.acquire(image)
+        assert wait_for(lambda: published.get(table_id, (0, 0))[1] > 0)
+        first, count = published[table_id]
+        with open(chain_binary, "rb") as handle:
+            expected = unwind_compiler.compile_table(handle).pack()
+        assert memory[first * unwind_rows.ROW_SIZE : (first + count) * unwind_rows.ROW_SIZE] == expected
+    finally:
+        store.stop()
+        image.close()
+    assert not marker.exists()
+
+
+def test_helpers_get_a_fixed_environment_and_absolute_tools():
+    environment = processes.trusted_environment()
+    assert set(environment) == {"PATH", "LC_ALL"}
+    assert all(entry.startswith("/") for entry in environment["PATH"].split(":"))
+    mount = processes.system_command("mount")
+    assert os.path.isabs(mount) and os.access(mount, os.X_OK)
+    assert processes.python_module_command("x.y", "1")[1:] == ["-I", "-m", "x.y", "1"]
+
+
+def test_relative_path_entries_are_dropped(tmp_path, monkeypatch):
+    from profiler.run.targets import find_command
+
+    tool = tmp_path / "bin" / "lookalike-tool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    assert processes.absolute_path_entries(f"bin::.:/usr/bin:{tmp_path}/bin") == f"/usr/bin:{tmp_path}/bin"
+    assert find_command("lookalike-tool", f"{tmp_path}/bin") == str(tool)
+    try:
+        find_command("lookalike-tool", "bin:.:")
+    except Exception as error:  # noqa: BLE001
+        assert "command not found" in str(error)
+    else:
+        raise AssertionError("a relative PATH entry was searched")

@@ -1,0 +1,152 @@
+"""The mapping tracker and symbolizer against this test process's real maps."""
+
+import ctypes
+import os
+import time
+
+from profiler.kernel.events import RawSample, WalkEnd
+from profiler.kernel.mappings import MAPPING_ELF, MAPPING_JIT, MappingTracker
+from profiler.model.profile import FrameKind, Profile, RunInfo
+from profiler.symbolize.symbolizer import Symbolizer
+
+
+class RecordingTrie:
+    """Stands in for the BPF map: records what would be installed."""
+
+    def __init__(self, capacity=100000):
+        self.entries = {}
+        self.capacity = capacity
+
+    def add_prefixes(self, prefixes, kind, load_bias, table_id=0):
+        rejected = 0
+        for prefix in prefixes:
+            if len(self.entries) >= self.capacity:
+                rejected += 1
+                continue
+            self.entries[prefix] = (kind, load_bias)
+        return rejected
+
+    def remove_prefixes(self, prefixes):
+        for prefix in prefixes:
+            self.entries.pop(prefix, None)
+
+
+def libc_function_address(name):
+    libc = ctypes.CDLL("libc.so.6")
+    return ctypes.cast(getattr(libc, name), ctypes.c_void_p).value
+
+
+def test_tracker_installs_every_executable_mapping():
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie)
+    tracker.add_process(os.getpid())
+    kinds = {kind for kind, _ in trie.entries.values()}
+    assert MAPPING_ELF in kinds
+    assert all(prefix.pid == os.getpid() for prefix in trie.entries)
+    found = tracker.find(os.getpid(), time.monotonic_ns(), libc_function_address("qsort"))
+    assert found.mapping is not None and "libc.so" in found.mapping.entry.path
+    assert found.mapping.image is not None
+    tracker.process_exit(os.getpid())
+    assert trie.entries == {}
+    # Gone from the trie, still known for symbolisation.
+    assert tracker.find(os.getpid(), time.monotonic_ns(), libc_function_address("qsort")).mapping is not None
+    tracker.close()
+
+
+def test_anonymous_exec_memory_is_jit_kind():
+    import mmap
+
+    region = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie)
+    try:
+        tracker.add_process(os.getpid())
+        found = tracker.find(os.getpid(), time.monotonic_ns(), address)
+        assert found.mapping is not None and found.mapping.entry.is_anonymous_exec
+        kinds = [kind for prefix, (kind, _) in trie.entries.items() if prefix.address <= address < prefix.address + prefix.block_size]
+        assert kinds == [MAPPING_JIT]
+    finally:
+        tracker.close()
+        del address
+        region.close()
+
+
+def test_full_trie_is_counted_not_fatal():
+    tracker = MappingTracker(RecordingTrie(capacity=3))
+    tracker.add_process(os.getpid())
+    assert tracker.stats.trie_rejected > 0
+    tracker.close()
+
+
+def test_symbolizer_names_libc_functions_once():
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    symbolizer.start()
+    qsort = libc_function_address("qsort")
+    getpid = libc_function_address("getpid")
+    for _ in range(50):
+        # Caller frames are looked up at address-1: give the byte after a call.
+        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (getpid + 1, qsort + 5, 0x10), WalkEnd.NO_MAPPING, -1, True))
+    symbolizer.finish()
+    tracker.close()
+    assert len(profile.samples) == 50 and symbolizer.errors == []
+    names = [frame.name for frame in profile.stack(profile.samples[0])]
+    assert names[-1] == "getpid" and names[-2] == "qsort"
+    assert names[0] == "[unknown]" and profile.frames[profile.samples[0].frame_ids[0]].kind is FrameKind.UNKNOWN
+    assert len(profile.frames) == 3  # memoised: three unique addresses, three frames
+
+
+def jit_sample(address, time_ns):
+    """A one-frame sample of this process at an address in its JIT memory."""
+    return RawSample(os.getpid(), os.getpid(), 0, time_ns, "t", (address,), WalkEnd.NO_MAPPING, -1, True)
+
+
+def wait_for_samples(profile, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not profile.samples and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
+    """A runtime writes a perf map line after its code starts running: the
+    sample is parked, then named from the map once the line is there, and
+    what is never named is shown as unknown at the end."""
+    import mmap
+
+    from profiler.jit.perfmap_source import PerfMapSymbols
+    from profiler.symbolize import symbolizer as symbolizer_module
+
+    monkeypatch.setattr(symbolizer_module, "PARK_RETRY_S", 0.02)
+    region = mmap.mmap(-1, 8192, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    perf_map = tmp_path / "perf.map"
+    perf_map.write_text("")
+    monkeypatch.setattr("profiler.jit.perfmap_source.candidate_paths", lambda pid: [str(perf_map)])
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    perf_maps = PerfMapSymbols()
+    symbolizer = Symbolizer(profile, tracker)
+    symbolizer.sources.append(perf_maps)
+    symbolizer.start()
+    try:
+        now = time.monotonic_ns()
+        symbolizer.submit(jit_sample(address + 16, now))
+        symbolizer.submit(jit_sample(address + 4096, now))
+        time.sleep(0.3)
+        assert profile.samples == [] and symbolizer.backlog() == 2  # parked, not guessed
+        perf_map.write_text(f"{address:x} 100 JS:*late /app/late.js:3:1\n")
+        wait_for_samples(profile)
+        assert [profile.stack(sample)[-1].name for sample in profile.samples] == ["late late.js:3"]
+    finally:
+        symbolizer.finish()
+        perf_maps.close()
+        tracker.close()
+        del address
+        region.close()
+    # The second never had a name: the run's end gives up on it.
+    assert [profile.stack(sample)[-1].name for sample in profile.samples] == ["late late.js:3", "[unknown] ([jit])"]
+    assert symbolizer.parked_then_named == 1
