@@ -36,4 +36,5 @@ lint: setup
 
 clean:
 	$(MAKE) -s -C fixtures clean
+	$(MAKE) -s -C native clean
 	rm -rf $(VENV) .pytest_cache

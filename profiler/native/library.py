@@ -1,0 +1,92 @@
+"""native/, our C library, reached through cffi: the unwind-table compiler.
+
+The library is built by `make setup` (native/Makefile) next to its source. A
+missing or stale build is an error with the fix, never a silent fallback to
+a slower path. cffi releases the GIL during each call, so a table compiles
+on a builder thread while sampling goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiler.errors import JitprofError
+
+NATIVE_DIR = Path(__file__).resolve().parents[2] / "native"
+LIBRARY_PATH = NATIVE_DIR / "build" / "libjitprof_native.so"
+HEADER_PATH = NATIVE_DIR / "jitprof_native.h"
+
+ERRORS = {1: "not an ELF file", 2: "not an x86-64 ELF64 file", 3: "too large", 4: "cannot be read", 5: "out of memory"}
+
+_lock = threading.Lock()
+_loaded: tuple[Any, Any] | None = None
+
+
+class NativeUnavailable(JitprofError):
+    pass
+
+
+@dataclass(frozen=True)
+class CompiledRows:
+    packed: bytes  # rows in the BPF walker's layout
+    fdes: int
+    failed_fdes: int
+    malformed: int
+
+
+def _declarations() -> str:
+    text = HEADER_PATH.read_text()
+    return text[text.index("/* cffi-begin */") + len("/* cffi-begin */") : text.index("/* cffi-end */")]
+
+
+def load() -> tuple[Any, Any]:
+    """(ffi, lib), loaded once per process."""
+    global _loaded
+    with _lock:
+        if _loaded is None:
+            try:
+                import cffi  # noqa: PLC0415  (only where the native code is used)
+            except ImportError as error:
+                raise NativeUnavailable("the cffi module is missing", "run `make setup`") from error
+            if not LIBRARY_PATH.is_file():
+                raise NativeUnavailable(f"jitprof's native library is not built ({LIBRARY_PATH})", "run `make setup`")
+            if LIBRARY_PATH.stat().st_mtime < max(path.stat().st_mtime for path in NATIVE_DIR.glob("*.[ch]")):
+                raise NativeUnavailable(f"jitprof's native library is older than its source ({LIBRARY_PATH})", "run `make setup`")
+            ffi = cffi.FFI()
+            ffi.cdef(_declarations())
+            try:
+                lib = ffi.dlopen(str(LIBRARY_PATH))
+            except OSError as error:
+                raise NativeUnavailable(f"cannot load {LIBRARY_PATH}: {error}", "run `make setup`") from error
+            _loaded = (ffi, lib)
+        return _loaded
+
+
+def compile_unwind_rows(descriptor: int) -> CompiledRows:
+    """Rows for the ELF file open at descriptor (read from its start)."""
+    ffi, lib = load()
+    rows = ffi.new("struct jp_row **")
+    count = ffi.new("uint64_t *")
+    stats = ffi.new("struct jp_table_stats *")
+    result = lib.jp_unwind_rows(descriptor, rows, count, stats)
+    if result == lib.JP_UNSUPPORTED:  # not x86-64 code: nothing the walker could use
+        return CompiledRows(b"", 0, 0, 0)
+    if result != lib.JP_OK:
+        raise OSError(f"unwind table: {ERRORS.get(result, f'error {result}')}")
+    try:
+        packed = bytes(ffi.buffer(rows[0], count[0] * ffi.sizeof("struct jp_row"))) if count[0] else b""
+    finally:
+        lib.jp_free(rows[0])
+    return CompiledRows(packed, stats.fdes, stats.failed, stats.malformed)
+
+
+def compile_unwind_rows_of(path: str | os.PathLike[str]) -> CompiledRows:
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        return compile_unwind_rows(descriptor)
+    finally:
+        os.close(descriptor)
