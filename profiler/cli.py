@@ -23,6 +23,7 @@ from profiler.output import (
 )
 from profiler.run.options import RecordingOptions
 from profiler.run.recording import Recording
+from profiler.run.summary import report_output_errors
 from profiler.safety.users import output_owner
 
 DESCRIPTION = """\
@@ -215,10 +216,7 @@ def run_diff(argv: list[str]) -> int:
 
 
 def _report_written(written: list[WrittenOutput]) -> int:
-    for output in written:
-        if output.error:
-            where = f"wrote {output.written} instead" if output.written else "and no fallback was writable"
-            print(f"jitprof: warning: cannot write {output.requested}: {output.error}; {where}", file=sys.stderr)
+    report_output_errors(written)
     names = [str(output.written) for output in written if output.written is not None]
     if names:
         print(f"jitprof: wrote {', '.join(names)}", file=sys.stderr)

@@ -2,16 +2,13 @@
 
 A root process started from a directory another user can write (/tmp, a shared
 checkout) must not import, source or run anything from there. So every helper
-runs from /, with a fixed environment, by absolute path, and Python helpers run
-isolated (-I: no working directory or script directory on sys.path, no
-PYTHON* variables, no user site-packages), so a planted `profiler/`,
-`sitecustomize.py` or PYTHONSTARTUP is never imported.
+runs from /, with a fixed environment, by absolute path. (jitprof starts no
+Python helpers: unwind tables compile in-process, in native/.)
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 TRUSTED_DIRECTORY = "/"
@@ -20,11 +17,6 @@ TRUSTED_DIRECTORY = "/"
 def trusted_environment() -> dict[str, str]:
     """The whole environment of a helper: nothing inherited from the caller."""
     return {"PATH": TRUSTED_PATH, "LC_ALL": "C.UTF-8"}
-
-
-def python_module_command(module: str, *arguments: str) -> list[str]:
-    """argv for `python -m module` in isolated mode, with this interpreter."""
-    return [sys.executable, "-I", "-m", module, *arguments]
 
 
 def system_command(name: str) -> str:
