@@ -22,6 +22,7 @@ from profiler.kernel.events import ProcessEvent, RawSample, WalkEnd
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Profile, RunInfo
+from profiler.native import library
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
 from profiler.run.child import Child
@@ -67,6 +68,7 @@ class Recording:
         program = BpfProgram(LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf))
         self._program = program
         if self.options.dwarf:
+            library.load()  # a missing build is one error now, not a failure per file later
             self._unwind_tables = UnwindTableStore(
                 program.unwind_rows_memory(),
                 UNWIND_ROWS,

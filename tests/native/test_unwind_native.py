@@ -102,3 +102,11 @@ def test_damaged_files_under_address_sanitizer(tmp_path, chain_binary):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert "ERROR: AddressSanitizer" not in completed.stderr and "runtime error" not in completed.stderr
     assert completed.stdout.count("rows ") == len(damaged)
+
+
+def test_a_missing_build_is_one_error_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(library, "_loaded", None)
+    monkeypatch.setattr(library, "LIBRARY_PATH", tmp_path / "libjitprof_native.so")
+    with pytest.raises(library.NativeUnavailable) as raised:
+        library.load()
+    assert "not built" in raised.value.render() and "make setup" in raised.value.render()
