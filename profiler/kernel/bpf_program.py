@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,8 +113,23 @@ class BpfProgram:
             self._attached = False
 
     def close(self) -> None:
+        """Detach everything and free the maps. Each tracepoint detach waits
+        for an RCU grace period in the kernel (about 70 ms): they are done
+        side by side, not one after another (ctypes lets go of the GIL)."""
         self.detach()
+        tracepoints = list(self._bpf.tracepoint_fds)
+        detachers = [threading.Thread(target=self._detach_tracepoint, args=(name,)) for name in tracepoints]
+        for detacher in detachers:
+            detacher.start()
+        for detacher in detachers:
+            detacher.join()
         self._bpf.cleanup()
+
+    def _detach_tracepoint(self, name: bytes) -> None:
+        try:
+            self._bpf.detach_tracepoint(name)
+        except Exception:  # noqa: BLE001  (cleanup() tries again for any left attached)
+            pass
 
     # Followed processes -------------------------------------------------
 
