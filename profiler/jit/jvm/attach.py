@@ -26,7 +26,8 @@ from profiler.jit.runtimes import command_line_and_environment
 
 PROTOCOL_VERSION = b"1"
 SOCKET_WAIT_S = 5.0
-REPLY_TIMEOUT_S = 10.0
+EXCHANGE_TIMEOUT_S = 10.0  # the whole exchange, trigger to last byte: a JVM that dribbles is cut off
+POLL_S = 0.1  # how often a waiting exchange looks at `cancelled`
 MAX_REPLY_BYTES = 1 << 20
 _SIGQUIT_BIT = 1 << (signal.SIGQUIT - 1)
 
@@ -41,15 +42,43 @@ class JcmdReply:
     output: str
 
 
-def run_jcmd(pid: int, command: str) -> JcmdReply:
-    """Run one diagnostic command (e.g. "Compiler.perfmap") in the JVM `pid`."""
-    connection = _connect(pid)
+@dataclass(frozen=True)
+class Budget:
+    """When an exchange must be over, and what ends it sooner (the run stopping)."""
+
+    deadline: float  # time.monotonic()
+    cancelled: Callable[[], bool] = lambda: False
+
+    @classmethod
+    def of(cls, seconds: float, cancelled: Callable[[], bool] = lambda: False) -> Budget:
+        return cls(time.monotonic() + seconds, cancelled)
+
+    def remaining(self) -> float:
+        """Seconds left; raises AttachError when none are, or when cancelled."""
+        if self.cancelled():
+            raise AttachError("the run is ending")
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise AttachError("the JVM did not answer in time")
+        return left
+
+
+def run_jcmd(pid: int, command: str, budget: Budget | None = None) -> JcmdReply:
+    """Run one diagnostic command (e.g. "Compiler.perfmap") in the JVM `pid`,
+    all of it within the budget (default EXCHANGE_TIMEOUT_S)."""
+    budget = budget or Budget.of(EXCHANGE_TIMEOUT_S)
+    connection = _connect(pid, budget)
     try:
         # Request: version, "jcmd", then three arguments, each NUL-terminated.
+        connection.settimeout(budget.remaining())
         connection.sendall(b"\0".join([PROTOCOL_VERSION, b"jcmd", command.encode(), b"", b""]) + b"\0")
         reply = bytearray()
         while len(reply) < MAX_REPLY_BYTES:
-            chunk = connection.recv(65536)
+            connection.settimeout(min(budget.remaining(), POLL_S))
+            try:
+                chunk = connection.recv(65536)
+            except TimeoutError:
+                continue  # the budget decides, not one slow read
             if not chunk:
                 break
             reply += chunk
@@ -65,20 +94,23 @@ def run_jcmd(pid: int, command: str) -> JcmdReply:
     return JcmdReply(code, output.decode("utf-8", "replace"))
 
 
-def _connect(pid: int) -> socket.socket:
+def _connect(pid: int, budget: Budget) -> socket.socket:
     own_pid = namespace_pid(pid)
     socket_path = f"/proc/{pid}/root/tmp/.java_pid{own_pid}"
     owner = process_uid(pid)
     if owner is None:
         raise AttachError("the JVM exited")
     if not _is_attach_socket(socket_path, owner):
-        _trigger(pid, own_pid, lambda: _is_attach_socket(socket_path, owner))
+        _trigger(pid, own_pid, lambda: _is_attach_socket(socket_path, owner), budget)
         if not _is_attach_socket(socket_path, owner):
             raise AttachError("the JVM did not open its attach socket (started with -XX:+DisableAttachMechanism?)")
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.settimeout(REPLY_TIMEOUT_S)
     try:
+        connection.settimeout(budget.remaining())
         connection.connect(socket_path)
+    except AttachError:
+        connection.close()
+        raise
     except OSError as error:
         connection.close()
         raise AttachError(f"cannot connect to the JVM's attach socket: {error.strerror or error}") from error
@@ -93,7 +125,7 @@ def _is_attach_socket(path: str, owner: int) -> bool:
     return stat.S_ISSOCK(info.st_mode) and info.st_uid == owner
 
 
-def _trigger(pid: int, own_pid: int, listening: Callable[[], bool]) -> None:
+def _trigger(pid: int, own_pid: int, listening: Callable[[], bool], budget: Budget) -> None:
     """Create the trigger file, send SIGQUIT, and keep the file until the
     JVM listens (it looks for the file when the signal arrives)."""
     if not _sigquit_handled(pid):
@@ -116,7 +148,7 @@ def _trigger(pid: int, own_pid: int, listening: Callable[[], bool]) -> None:
         os.kill(pid, signal.SIGQUIT)
         deadline = time.monotonic() + SOCKET_WAIT_S
         while time.monotonic() < deadline and not listening():
-            time.sleep(0.02)
+            time.sleep(min(0.02, budget.remaining()))
     except ProcessLookupError as error:
         raise AttachError("the JVM exited") from error
     finally:

@@ -16,13 +16,14 @@ import time
 from dataclasses import dataclass, field
 
 from profiler.jit import runtimes
-from profiler.jit.jvm.attach import AttachError, run_jcmd
+from profiler.jit.jvm.attach import EXCHANGE_TIMEOUT_S, AttachError, Budget, run_jcmd
 from profiler.jit.perfmap import candidate_paths
 from profiler.jit.perfmap_source import PerfMapSymbols
 from profiler.kernel.proc_status import process_alive
 
 REFRESH_S = 1.0
 MAX_FAILURES = 5  # consecutive failed requests before a JVM is left alone
+FINAL_BUDGET_S = 2.0  # the last snapshots of all JVMs together: the end of a run waits no longer
 
 
 @dataclass
@@ -72,17 +73,18 @@ class JvmPerfMaps:
         with self._lock:
             jvms = [jvm for jvm in self._jvms.values() if jvm.failures < MAX_FAILURES]
         for jvm in jvms:
-            if process_alive(jvm.pid):
-                self._ask(jvm)
+            if process_alive(jvm.pid) and not self._stop.is_set():
+                # Stopping the run cuts an exchange short within POLL_S.
+                self._ask(jvm, Budget.of(EXCHANGE_TIMEOUT_S, self._stop.is_set))
 
-    def _ask(self, jvm: _Jvm) -> bool:
+    def _ask(self, jvm: _Jvm, budget: Budget) -> bool:
         """True when the JVM wrote a snapshot and it was read."""
         try:
             if jvm.preserves_frame_pointers is None:
-                flags = run_jcmd(jvm.pid, "VM.flags")
+                flags = run_jcmd(jvm.pid, "VM.flags", budget)
                 jvm.preserves_frame_pointers = "-XX:+PreserveFramePointer" in flags.output
             asked_ns = time.monotonic_ns()
-            reply = run_jcmd(jvm.pid, "Compiler.perfmap")
+            reply = run_jcmd(jvm.pid, "Compiler.perfmap", budget)
         except AttachError as error:
             jvm.failures += 1
             jvm.last_error = str(error)
@@ -116,8 +118,9 @@ class JvmPerfMaps:
             self._thread.join()
         with self._lock:
             jvms = list(self._jvms.values())
+        budget = Budget.of(FINAL_BUDGET_S)  # shared: a stalled JVM cannot hold the end of the run
         for jvm in jvms:
-            if process_alive(jvm.pid) and self._ask(jvm):
+            if process_alive(jvm.pid) and jvm.failures < MAX_FAILURES and self._ask(jvm, budget):
                 continue
             if self.perf_maps.reload(jvm.pid):  # written at exit, or by the user
                 jvm.snapshots += 1
