@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from profiler.jit.perfmap import namespace_pid, process_uid
 from profiler.jit.runtimes import command_line_and_environment
+from profiler.safety import files
 
 PROTOCOL_VERSION = b"1"
 SOCKET_WAIT_S = 5.0
@@ -133,17 +134,26 @@ def _trigger(pid: int, own_pid: int, listening: Callable[[], bool], budget: Budg
     arguments, environment = command_line_and_environment(pid)
     if any(b"+DisableAttachMechanism" in item for item in arguments + environment):
         raise AttachError("the JVM was started with -XX:+DisableAttachMechanism")
-    descriptor, trigger = -1, ""
-    for trigger in (f"/proc/{pid}/cwd/.attach_pid{own_pid}", f"/proc/{pid}/root/tmp/.attach_pid{own_pid}"):
+    owner = process_uid(pid)
+    if owner is None:
+        raise AttachError("the JVM exited")
+    name = f".attach_pid{own_pid}"
+    directory, descriptor, failures = -1, -1, []
+    # HotSpot looks in its working directory, then in its /tmp.
+    for place in (f"/proc/{pid}/cwd", f"/proc/{pid}/root/tmp"):
         try:
-            descriptor = os.open(trigger, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            directory = files.open_directory_for(place, owner)
+            descriptor = files.create_exclusive(directory, name)
             break
         except FileExistsError:
             break  # someone else is attaching: their trigger serves
-        except OSError as error:
-            failure = error
+        except (files.UnsafeDirectory, OSError) as error:
+            failures.append(str(error))
+            if directory >= 0:
+                os.close(directory)
+                directory = -1
     else:
-        raise AttachError(f"cannot create the attach trigger file: {failure.strerror}")
+        raise AttachError(f"cannot create the attach trigger file: {'; '.join(failures)}")
     try:
         os.kill(pid, signal.SIGQUIT)
         deadline = time.monotonic() + SOCKET_WAIT_S
@@ -153,11 +163,10 @@ def _trigger(pid: int, own_pid: int, listening: Callable[[], bool], budget: Budg
         raise AttachError("the JVM exited") from error
     finally:
         if descriptor >= 0:
+            files.remove_if_same(directory, name, descriptor)
             os.close(descriptor)
-            try:
-                os.unlink(trigger)
-            except OSError:
-                pass
+        if directory >= 0:
+            os.close(directory)
 
 
 def _sigquit_handled(pid: int) -> bool:

@@ -1,0 +1,56 @@
+"""Files root creates or removes in directories a target controls.
+
+A path under /proc/PID/cwd or /proc/PID/root is resolved anew on every use,
+and the target can point it elsewhere in between (chdir, a swapped symlink).
+So a directory is opened once and checked on its descriptor, and every
+create, check and remove afterwards is relative to that descriptor, never
+to a path: a target cannot steer root into a directory it does not own.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+
+class UnsafeDirectory(Exception):
+    """The directory is not one root may write in for this target."""
+
+
+def open_directory_for(path: str, owner_uid: int) -> int:
+    """A descriptor of the directory at path (a /proc magic link is followed
+    once, here), if the target's user owns it, or it is a shared sticky
+    directory like /tmp (where no one else can remove or replace root's
+    files). Raises UnsafeDirectory otherwise."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as error:
+        raise UnsafeDirectory(f"{path}: {error.strerror}") from error
+    info = os.fstat(descriptor)
+    shared_sticky = info.st_uid == 0 and info.st_mode & stat.S_ISVTX and info.st_mode & stat.S_IWOTH
+    if info.st_uid != owner_uid and not shared_sticky:
+        os.close(descriptor)
+        raise UnsafeDirectory(f"{path} belongs to uid {info.st_uid}, not the target's uid {owner_uid}")
+    return descriptor
+
+
+def create_exclusive(directory: int, name: str, mode: int = 0o600) -> int:
+    """A new file in the directory; FileExistsError if the name is taken
+    (by anything, a symlink included)."""
+    if "/" in name or name in ("", ".", ".."):
+        raise ValueError(f"not a file name: {name!r}")
+    return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+
+
+def remove_if_same(directory: int, name: str, descriptor: int) -> bool:
+    """Remove name from the directory only if it is still the file open at
+    descriptor (not something put in its place)."""
+    try:
+        ours = os.fstat(descriptor)
+        there = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        if (there.st_dev, there.st_ino) != (ours.st_dev, ours.st_ino):
+            return False
+        os.unlink(name, dir_fd=directory)
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,82 @@
+"""Creating and removing files where a target can reach: one directory
+descriptor, checked once; a target cannot steer root elsewhere."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from profiler.jit.jvm import attach
+from profiler.safety import files
+
+
+def test_a_directory_of_another_user_is_refused(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    descriptor = files.open_directory_for(str(mine), os.geteuid())
+    os.close(descriptor)
+    with pytest.raises(files.UnsafeDirectory, match="belongs to uid"):
+        files.open_directory_for(str(mine), os.geteuid() + 1)
+
+
+def test_a_shared_sticky_directory_is_accepted():
+    info = os.stat("/tmp")
+    if info.st_uid != 0 or not info.st_mode & 0o1000:
+        pytest.skip("/tmp is not a root-owned sticky directory here")
+    os.close(files.open_directory_for("/tmp", 12345))
+
+
+def test_an_existing_name_or_symlink_is_never_opened(tmp_path):
+    directory = files.open_directory_for(str(tmp_path), os.geteuid())
+    try:
+        target = tmp_path / "elsewhere"
+        (tmp_path / "trigger").symlink_to(target)
+        with pytest.raises(FileExistsError):
+            files.create_exclusive(directory, "trigger")
+        assert not target.exists()
+        with pytest.raises(ValueError):
+            files.create_exclusive(directory, "../escape")
+    finally:
+        os.close(directory)
+
+
+def test_only_the_file_created_is_removed(tmp_path):
+    directory = files.open_directory_for(str(tmp_path), os.geteuid())
+    try:
+        descriptor = files.create_exclusive(directory, "trigger")
+        os.rename(tmp_path / "trigger", tmp_path / "moved")
+        (tmp_path / "trigger").write_text("put in its place")
+        assert not files.remove_if_same(directory, "trigger", descriptor)
+        assert (tmp_path / "trigger").read_text() == "put in its place"
+        os.rename(tmp_path / "moved", tmp_path / "trigger2")
+        assert files.remove_if_same(directory, "trigger2", descriptor)
+        assert not (tmp_path / "trigger2").exists()
+        os.close(descriptor)
+    finally:
+        os.close(directory)
+
+
+def test_attach_trigger_never_lands_in_a_directory_the_jvm_user_does_not_own():
+    """A 'JVM' (it handles SIGQUIT) whose working directory is root's /usr:
+    the trigger goes to its /tmp instead, and is gone afterwards."""
+    user_args = {"user": 65534} if os.geteuid() == 0 else {}
+    if os.stat("/usr").st_uid == (65534 if os.geteuid() == 0 else os.geteuid()):
+        pytest.skip("/usr belongs to the test user here")
+    # The system's python: the venv's may sit where the test user cannot reach.
+    python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+    jvm = subprocess.Popen(
+        [python, "-c", "import signal, time; signal.signal(signal.SIGQUIT, lambda *a: None); print(1, flush=True); time.sleep(30)"],
+        cwd="/usr", stdout=subprocess.PIPE, **user_args,
+    )
+    try:
+        assert jvm.stdout is not None and jvm.stdout.readline()  # the handler is installed
+        name = f".attach_pid{jvm.pid}"
+        seen = []
+        attach._trigger(jvm.pid, jvm.pid, lambda: seen.append(
+            (os.path.exists(f"/usr/{name}"), os.path.exists(f"/tmp/{name}"))) or True, attach.Budget.of(5.0))
+        assert seen and seen[0] == (False, True)
+        assert not os.path.exists(f"/usr/{name}") and not os.path.exists(f"/tmp/{name}")
+    finally:
+        jvm.kill()
+        jvm.wait()
