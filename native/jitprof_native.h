@@ -38,6 +38,10 @@ int jp_unwind_rows(int fd, struct jp_row **rows_out, uint64_t *count_out, struct
 int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct jp_row **rows_out, uint64_t *count_out,
                                struct jp_table_stats *stats);
 void jp_free(void *pointer);
+/* 1 if rows are as the compiler writes them (pc strictly increasing, known
+ * CFA and rbp kinds, reserved bytes zero, PLT thresholds in range), else 0:
+ * rows from a cache file are checked before they reach the kernel. */
+int jp_rows_valid(const struct jp_row *rows, uint64_t count);
 /* cffi-end */
 
 #endif

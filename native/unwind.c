@@ -788,3 +788,14 @@ int jp_unwind_rows(int fd, struct jp_row **rows_out, uint64_t *count_out, struct
 }
 
 void jp_free(void *pointer) { free(pointer); }
+
+int jp_rows_valid(const struct jp_row *rows, uint64_t count) {
+    for (uint64_t index = 0; index < count; index++) {
+        const struct jp_row *row = &rows[index];
+        if (index > 0 && row->pc <= rows[index - 1].pc) return 0;
+        if (row->cfa_type > CFA_UNSUPPORTED || row->rbp_rule > 1 || row->reserved != 0) return 0;
+        if (row->cfa_type == CFA_PLT && (row->cfa_offset < 0 || row->cfa_offset > 31)) return 0;
+        if (row->rbp_rule == 1 && row->cfa_type != CFA_RSP && row->cfa_type != CFA_RBP) return 0;
+    }
+    return 1;
+}

@@ -1,7 +1,16 @@
-"""On-disk cache of symbol tables and unwind rows, keyed by build-id (or file identity).
+"""On-disk cache of symbol tables and unwind rows.
 
-A symbol entry: magic, count, names length, then count u64 starts,
-count u64 sizes, and the names joined by NUL. Loading is a few bulk copies.
+Entries are keyed by build-id only for system files (root's, writable by no
+one else), whose build-id an unprivileged user cannot choose; any other file
+is keyed by its identity (device, inode, size, mtime, ctime), so a user can
+only ever fill entries for their own files. As root the cache directory must
+be root's all the way up (a JITPROF_CACHE_DIR that is not is ignored), entries
+are opened without following links and must be ours, everything read is
+checked before use (sizes against the file, rows sorted and of known kinds),
+and the least recently used entries are evicted past a bound.
+
+A symbol entry: magic, count, names length, then count u64 starts, count
+u64 sizes, and the names joined by NUL. Loading is a few bulk copies.
 """
 
 from __future__ import annotations
@@ -9,36 +18,92 @@ from __future__ import annotations
 import array
 import os
 import re
+import stat
 import struct
+import sys
 import tempfile
 from pathlib import Path
 
+from profiler.native import library
 from profiler.native.symbol_table import SymbolTable
 from profiler.native.unwind_rows import ROW_SIZE
 
 MAGIC = b"JPSYMS01"
 HEADER = struct.Struct("<8sQQ")
+UNWIND_MAGIC = b"JPUNW001"
 _KEY_PATTERN = re.compile(r"^[bf]-[0-9a-f]{1,80}(-d)?$")
+MAX_ENTRY_BYTES = 256 << 20
+MAX_ENTRIES_PER_KIND = 512  # then the least recently used go
+MAX_KIND_BYTES = 1 << 30
 
 
-def cache_dir() -> Path:
+def cache_dir() -> Path | None:
+    """Where the cache is; None when there is no safe place for it."""
+    if os.geteuid() != 0:
+        override = os.environ.get("JITPROF_CACHE_DIR")
+        if override:
+            return Path(override)
+        return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jitprof"
     override = os.environ.get("JITPROF_CACHE_DIR")
     if override:
-        return Path(override)
-    if os.geteuid() == 0:
-        return Path("/var/cache/jitprof")
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jitprof"
+        chosen = Path(override)
+        if not chosen.exists() and root_only(chosen.parent):
+            try:
+                chosen.mkdir(mode=0o700)
+            except OSError:
+                pass
+        if root_only(chosen):
+            return chosen
+        _warn_once(f"JITPROF_CACHE_DIR={override} is not root's alone (it or a directory above it can be changed "
+                   "by another user); using /var/cache/jitprof")
+    default = Path("/var/cache/jitprof")
+    try:
+        default.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return default if root_only(default) else None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        print(f"jitprof: warning: {message}", file=sys.stderr)
+
+
+def root_only(path: Path) -> bool:
+    """Can only root change what path names? It and every directory above it
+    belong to root and are writable by no one else, or are sticky (/tmp:
+    others cannot rename or replace root's entries there)."""
+    try:
+        resolved = path.resolve(strict=True)
+    except OSError:
+        return False
+    for component in [resolved, *resolved.parents]:
+        try:
+            info = os.lstat(component)
+        except OSError:
+            return False
+        if info.st_uid != 0:
+            return False
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (component != resolved and info.st_mode & stat.S_ISVTX):
+            return False
+    return True
 
 
 def entry_path(kind: str, key: str, suffix: str) -> Path | None:
     """Where a cache entry lives; None for a key that is not ours (no paths)."""
     if not _KEY_PATTERN.match(key):
         return None
-    return cache_dir() / kind / f"{key}{suffix}"
+    directory = cache_dir()
+    return directory / kind / f"{key}{suffix}" if directory is not None else None
 
 
 def write_entry(path: Path, parts: list[bytes]) -> None:
-    """Write atomically; a cache that cannot be written is only slower."""
+    """Write atomically, then keep the directory within bounds; a cache that
+    cannot be written is only slower."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
@@ -48,29 +113,75 @@ def write_entry(path: Path, parts: list[bytes]) -> None:
         os.replace(temporary, path)
     except OSError:
         return
+    evict(path.parent)
+
+
+def evict(directory: Path, max_entries: int = MAX_ENTRIES_PER_KIND, max_bytes: int = MAX_KIND_BYTES) -> int:
+    """Remove the least recently used entries beyond the bounds; how many."""
+    try:
+        entries = []
+        for entry in os.scandir(directory):
+            if entry.is_file(follow_symlinks=False):
+                info = entry.stat(follow_symlinks=False)
+                entries.append((info.st_mtime_ns, info.st_size, entry.name))
+    except OSError:
+        return 0
+    entries.sort(reverse=True)  # most recently used first
+    kept_bytes, removed = 0, 0
+    for index, (_used, size, name) in enumerate(entries):
+        kept_bytes += size
+        if index >= max_entries or kept_bytes > max_bytes:
+            try:
+                os.unlink(directory / name)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """An entry's bytes: a regular file of ours, not a link, within the cap.
+    Reading it marks it used (its mtime), for eviction."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_size > MAX_ENTRY_BYTES:
+            return None
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            data = handle.read(info.st_size + 1)
+        if len(data) != info.st_size:
+            return None  # changed while read
+        os.utime(descriptor)
+        return data
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+
+
+# Symbol tables -----------------------------------------------------------
 
 
 def load(key: str) -> SymbolTable | None:
-
     path = entry_path("symbols", key, ".syms")
-    if path is None:
+    data = _read_entry(path) if path is not None else None
+    if data is None or len(data) < HEADER.size:
         return None
-    try:
-        with open(path, "rb") as handle:
-            magic, count, names_length = HEADER.unpack(handle.read(HEADER.size))
-            if magic != MAGIC:
-                return None
-            starts = array.array("Q")
-            sizes = array.array("Q")
-            starts.frombytes(handle.read(count * 8))
-            sizes.frombytes(handle.read(count * 8))
-            names_blob = handle.read(names_length)
-    except (OSError, struct.error, ValueError):
+    magic, count, names_length = HEADER.unpack_from(data)
+    if magic != MAGIC or HEADER.size + 16 * count + names_length != len(data):
         return None
-    names = names_blob.decode("utf-8", "replace").split("\0") if count else []
-    if len(starts) != count or len(sizes) != count or len(names) != count:
-        return None
-    return SymbolTable(starts.tolist(), sizes.tolist(), names)
+    starts = array.array("Q")
+    sizes = array.array("Q")
+    starts.frombytes(data[HEADER.size : HEADER.size + 8 * count])
+    sizes.frombytes(data[HEADER.size + 8 * count : HEADER.size + 16 * count])
+    names = data[HEADER.size + 16 * count :].decode("utf-8", "replace").split("\0") if count else []
+    start_list = starts.tolist()
+    if len(names) != count or any(left >= right for left, right in zip(start_list, start_list[1:])):
+        return None  # lookups bisect: starts must be strictly increasing
+    return SymbolTable(start_list, sizes.tolist(), names)
 
 
 def store(key: str, table: SymbolTable) -> None:
@@ -91,9 +202,6 @@ def store(key: str, table: SymbolTable) -> None:
 
 # Unwind rows ---------------------------------------------------------------
 
-UNWIND_MAGIC = b"JPUNW001"
-
-
 
 def is_cached(key: str) -> bool:
     """Is there a cache entry for the file (without reading it)?"""
@@ -102,17 +210,15 @@ def is_cached(key: str) -> bool:
 
 
 def load_cached(key: str) -> bytes | None:
-    """Packed rows of a file seen before, or None."""
+    """Packed rows of a file seen before, or None. They go into the kernel's
+    row array as they are, so they are checked as the compiler would write
+    them: sorted, of known kinds."""
     path = entry_path("unwind", key, ".rows")
-    if path is None:
+    data = _read_entry(path) if path is not None else None
+    if data is None or not data.startswith(UNWIND_MAGIC) or (len(data) - len(UNWIND_MAGIC)) % ROW_SIZE:
         return None
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if not data.startswith(UNWIND_MAGIC) or (len(data) - len(UNWIND_MAGIC)) % ROW_SIZE:
-        return None
-    return data[len(UNWIND_MAGIC) :]
+    packed = data[len(UNWIND_MAGIC) :]
+    return packed if library.rows_valid(packed) else None
 
 
 def store_cached(key: str, packed: bytes) -> None:

@@ -117,12 +117,19 @@ def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
         build_id = _build_id(elf)
     except (ELFError, ValueError, struct.error, OSError) as error:
         raise UnreadableElf(str(error)) from error
-    if build_id:
-        cache_key = f"b-{build_id}"
-    else:
-        identity = f"{display_path}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ino}".encode()
-        cache_key = "f-" + hashlib.sha256(identity).hexdigest()[:40]
-    return ElfImage(display_path, handle, build_id, segments, cache_key, size=info.st_size)
+    return ElfImage(display_path, handle, build_id, segments, cache_key_for(build_id, info), size=info.st_size)
+
+
+def cache_key_for(build_id: str, info: os.stat_result) -> str:
+    """A system file (root's, writable by no one else) is cached by its
+    build-id, shared by every copy; any other file by its identity, which
+    its owner cannot make equal to another file's, so a build-id copied into
+    a user's library cannot poison the entry of the system's."""
+    system_file = info.st_uid == 0 and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if build_id and system_file:
+        return f"b-{build_id}"
+    identity = f"{info.st_dev}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{build_id}".encode()
+    return "f-" + hashlib.sha256(identity).hexdigest()[:40]
 
 
 def _build_id(elf: ELFFile) -> str:

@@ -84,6 +84,17 @@ def compile_unwind_rows(descriptor: int) -> CompiledRows:
     return CompiledRows(packed, stats.fdes, stats.failed, stats.malformed)
 
 
+def rows_valid(packed: bytes) -> bool:
+    """Are these packed rows as the compiler writes them (see jp_rows_valid)?"""
+    ffi, lib = load()
+    size = ffi.sizeof("struct jp_row")
+    if len(packed) % size:
+        return False
+    if not packed:
+        return True
+    return bool(lib.jp_rows_valid(ffi.cast("const struct jp_row *", ffi.from_buffer(packed)), len(packed) // size))
+
+
 def compile_unwind_rows_of(path: str | os.PathLike[str]) -> CompiledRows:
     descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
