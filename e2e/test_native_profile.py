@@ -109,23 +109,26 @@ def test_program_runs_as_the_sudo_caller(jitprof, tmp_path):
     shared = Path(tempfile.mkdtemp(prefix="jitprof-e2e-"))  # reachable by nobody, unlike tmp_path
     shared.chmod(0o777)
     try:
-        _check_runs_as_sudo_caller(jitprof, tmp_path, shared / "who")
+        outputs = shared / "callers-dir"
+        outputs.mkdir()
+        os.chown(outputs, 65534, 65534)
+        _check_runs_as_sudo_caller(jitprof, outputs, shared / "who")
     finally:
         shutil.rmtree(shared)
 
 
-def _check_runs_as_sudo_caller(jitprof, tmp_path, report):
+def _check_runs_as_sudo_caller(jitprof, outputs, report):
     run = jitprof(
-        "-o", "out.folded", "--", "sh", "-c", f'echo "$(id -u) $(id -g) $HOME $USER" > {report}',
+        "-o", str(outputs / "out.folded"), "--", "sh", "-c", f'echo "$(id -u) $(id -g) $HOME $USER" > {report}',
         env={"SUDO_UID": "65534", "SUDO_GID": "65534", "SUDO_USER": "nobody"},
     )
     assert run.returncode == 0, run.stderr
     uid, gid, home, user = report.read_text().split()
     assert (uid, gid, user) == ("65534", "65534", "nobody")
     assert home == os.path.expanduser("~nobody")
-    assert (tmp_path / "out.folded").stat().st_uid == 65534  # outputs belong to the caller
+    assert (outputs / "out.folded").stat().st_uid == 65534  # outputs are the caller's, written as the caller
     report.unlink()
-    as_root = jitprof("--as-root", "-o", "out.folded", "--", "sh", "-c", f"id -u > {report}", env={"SUDO_UID": "65534"})
+    as_root = jitprof("--as-root", "-o", str(outputs / "out.folded"), "--", "sh", "-c", f"id -u > {report}", env={"SUDO_UID": "65534"})
     assert as_root.returncode == 0 and report.read_text().strip() == "0"
 
 

@@ -121,8 +121,8 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         parser.error("nothing to profile: give a command after -- or --pid PID")
     if not 1 <= args.frequency <= 10000:
         parser.error("--frequency must be between 1 and 10000")
-    if args.duration is not None and args.duration <= 0:
-        parser.error("--duration must be positive")
+    if args.duration is not None and not (0 < args.duration < float("inf")):
+        parser.error("--duration must be a positive number of seconds")
     if args.user and args.as_root:
         parser.error("--user and --as-root contradict each other")
     try:

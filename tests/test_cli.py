@@ -29,6 +29,8 @@ def test_attach_options_and_format_override():
         ["--pid", "1", "--", "prog"],
         ["-F", "0", "--", "prog"],
         ["-d", "-1", "--", "prog"],
+        ["-d", "nan", "--", "prog"],
+        ["-d", "inf", "--", "prog"],
         ["-o", "x.unknown", "--", "prog"],
         ["--user", "bob", "--as-root", "--", "prog"],
     ],

@@ -22,3 +22,16 @@ def process_alive(pid: int) -> bool:
         return False
     return state not in ("Z", "X")
 
+
+
+PF_KTHREAD = 0x00200000
+
+
+def is_kernel_thread(pid: int) -> bool:
+    """A kernel thread (kthreadd, workers): the PF_KTHREAD flag of /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[-1].split()
+        return bool(int(fields[6]) & PF_KTHREAD)
+    except (OSError, IndexError, ValueError):
+        return False

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import secrets
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,6 +81,7 @@ class WrittenOutput:
     requested: Path
     written: Path | None  # None when nothing could be written at all
     error: str = ""  # why the requested path was not used
+    rescue: bool = False  # the raw profile, saved because other outputs failed
 
 
 def format_for(path: Path, forced: str | None) -> str:
@@ -106,11 +110,6 @@ def write_to(stream: IO[bytes], profile: Profile, format_name: str) -> None:
     WRITERS[format_name](profile, stream)
 
 
-def write_outputs(profile: Profile, requests: list[OutputRequest], owner: RunAs | None) -> list[WrittenOutput]:
-    """Write each output; an unwritable path falls back to a temporary file."""
-    return [write_path(request.path, _producer(profile, request.format_name), owner) for request in requests]
-
-
 def _producer(profile: Profile, format_name: str) -> Callable[[IO[bytes]], None]:
     def produce(stream: IO[bytes]) -> None:
         WRITERS[format_name](profile, stream)
@@ -119,41 +118,114 @@ def _producer(profile: Profile, format_name: str) -> Callable[[IO[bytes]], None]
 
 
 def write_path(path: Path, produce: Callable[[IO[bytes]], None], owner: RunAs | None) -> WrittenOutput:
-    """Stream into path; if it cannot be written, into a temporary file named after it."""
+    """Write path as its owner-to-be (the sudo caller) would be allowed to;
+    if that fails, a file named after it in the working directory or the
+    temporary directory. A failed write leaves no partial file."""
     try:
-        _write_file(path, produce, owner)
+        _as_user(owner, lambda: _replace(path, produce))
         return WrittenOutput(path, path)
     except OSError as error:
         reason = error.strerror or str(error)
         return WrittenOutput(path, _write_fallback(path, produce, owner), reason)
 
 
-def _write_file(path: Path, produce: Callable[[IO[bytes]], None], owner: RunAs | None) -> None:
-    # Never follow a symlink planted at the output path: we are root.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    descriptor = os.open(path, flags, 0o644)
-    with os.fdopen(descriptor, "wb", buffering=1 << 20) as handle:
-        _give_to(handle.fileno(), owner)
-        produce(handle)
-
-
-def _give_to(descriptor: int, owner: RunAs | None) -> None:
-    if owner is not None:
+def _replace(path: Path, produce: Callable[[IO[bytes]], None], devices: bool = True) -> None:
+    """A new file beside path, renamed over it once complete: an existing
+    file is replaced, never truncated or re-owned. A device or FIFO the user
+    names (/dev/stdout) is written in place (with devices; a FIFO with no
+    reader is an error, not a wait); a symlink is refused."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        info = None
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        raise OSError(errno.ELOOP, "is a symbolic link (refused: jitprof runs as root)")
+    if info is not None and not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+        if not devices:
+            raise OSError(errno.EEXIST, "exists and is not a regular file")
+        descriptor = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        os.set_blocking(descriptor, True)
+        with os.fdopen(descriptor, "wb", buffering=1 << 20) as handle:
+            produce(handle)
+        return
+    directory = path.parent if str(path.parent) else Path(".")
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(descriptor, "wb", buffering=1 << 20) as handle:
+            produce(handle)
+            os.fchmod(handle.fileno(), 0o644)
+        os.replace(temporary, path)
+    except BaseException:
         try:
-            os.fchown(descriptor, owner.uid, owner.gid)
+            os.unlink(temporary)
         except OSError:
             pass
+        raise
+
+
+def _as_user(owner: RunAs | None, action: Callable[[], None]) -> None:
+    """Run action with owner's credentials (in a child process that drops
+    root), so files are created, replaced and refused as owner's own would
+    be; as ourselves when there is no one else to act for. Raises OSError."""
+    if owner is None or owner.uid == os.geteuid():
+        action()
+        return
+    report_read, report_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # nothing of the parent's state is touched from here
+        code = 1
+        try:
+            os.close(report_read)
+            os.setgroups(owner.groups)
+            os.setgid(owner.gid)
+            os.setuid(owner.uid)
+            action()
+            code = 0
+        except OSError as error:
+            os.write(report_write, f"{error.errno or 0}:{error.strerror or error}".encode()[:4000])
+        except BaseException as error:  # noqa: BLE001  (must never return into the parent's code)
+            os.write(report_write, f"0:{type(error).__name__}: {error}".encode()[:4000])
+        finally:
+            os._exit(code)
+    os.close(report_write)
+    with os.fdopen(report_read, "rb") as report_pipe:
+        report = report_pipe.read()
+    _, status = os.waitpid(child, 0)
+    if status != 0:
+        number, _, message = report.decode("utf-8", "replace").partition(":")
+        raise OSError(int(number) if number.isdigit() else 0, message or f"writer exited with status {status}")
 
 
 def _write_fallback(path: Path, produce: Callable[[IO[bytes]], None], owner: RunAs | None) -> Path | None:
-    for directory in (os.getcwd(), tempfile.gettempdir()):
+    for directory in _fallback_directories():
+        fallback = Path(directory) / f"jitprof-{os.getpid()}-{secrets.token_hex(3)}-{path.name}"
         try:
-            descriptor, name = tempfile.mkstemp(prefix="jitprof-", suffix="-" + path.name, dir=directory)
+            _as_user(owner, lambda target=fallback: _replace(target, produce, devices=False))  # type: ignore[misc]
         except OSError:
             continue
-        with os.fdopen(descriptor, "wb", buffering=1 << 20) as handle:
-            _give_to(handle.fileno(), owner)
-            produce(handle)
-        os.chmod(name, 0o644)
-        return Path(name)
+        return fallback
     return None
+
+
+def _fallback_directories() -> list[str]:
+    try:
+        here = [os.getcwd()]
+    except OSError:
+        here = []
+    return [*here, tempfile.gettempdir(), "/var/tmp"]
+
+
+RAW_RESCUE = Path("profile.jitprof")
+
+
+def write_outputs(profile: Profile, requests: list[OutputRequest], owner: RunAs | None) -> list[WrittenOutput]:
+    """Write each output, each on its own (one failing never stops the
+    others); if any could not be written at all, the raw profile is saved
+    where it can be, so `jitprof report` can write it later."""
+    written = [write_path(request.path, _producer(profile, request.format_name), owner) for request in requests]
+    if any(output.written is None for output in written) and not any(
+        output.written is not None and request.format_name == "jitprof" for output, request in zip(written, requests)
+    ):
+        rescued = _write_fallback(RAW_RESCUE, _producer(profile, "jitprof"), owner)
+        written.append(WrittenOutput(RAW_RESCUE, rescued, rescue=True))
+    return written

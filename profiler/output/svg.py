@@ -4,9 +4,10 @@ laid out like flamegraph.pl and inferno output."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from dataclasses import dataclass, field
-from html import escape
+from html import escape as _escape
 from typing import TextIO
 
 from profiler.model.profile import Frame, FrameKind, Profile
@@ -19,6 +20,16 @@ X_PAD = 10
 TOP_PAD = FONT_SIZE * 3
 BOTTOM_PAD = FONT_SIZE * 2 + 10
 MIN_WIDTH_PX = 0.1
+
+# Characters XML 1.0 does not allow at all, even escaped: a frame name with
+# one (a control byte in a JIT name) would make the whole file unreadable.
+_NOT_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def escape(text: str) -> str:
+    """Text for an XML element or attribute: escaped, characters XML cannot
+    carry replaced by U+FFFD."""
+    return _escape(_NOT_XML.sub("\ufffd", text))
 
 
 @dataclass

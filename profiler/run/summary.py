@@ -54,7 +54,13 @@ def warn(message: str) -> None:
 
 def report_output_errors(outputs: list[WrittenOutput]) -> None:
     for output in outputs:
-        if output.error:
+        if output.rescue:
+            if output.written is not None:
+                print(f"jitprof: nothing collected is lost: the raw profile is in {output.written} "
+                      f"(hint: jitprof report {output.written} -o FILE)", file=sys.stderr)
+            else:
+                warn("the raw profile could not be saved anywhere either (no writable directory)")
+        elif output.error:
             where = f"wrote {output.written} instead" if output.written else "and no fallback was writable"
             warn(f"cannot write {output.requested}: {output.error}; {where}")
 

@@ -9,7 +9,7 @@ import signal
 from dataclasses import dataclass
 
 from profiler.errors import JitprofError
-from profiler.kernel.proc_status import thread_group_id
+from profiler.kernel.proc_status import is_kernel_thread, thread_group_id
 from profiler.safety import processes
 from profiler.safety.users import RunAs
 
@@ -136,5 +136,9 @@ def validate_attach_pids(pids: list[int]) -> None:
         tgid = thread_group_id(pid)
         if tgid is not None and tgid != pid:
             raise JitprofError(f"{pid} is a thread of process {tgid}", f"attach to the process: --pid {tgid}")
+        if pid == os.getpid():
+            raise JitprofError(f"{pid} is jitprof itself", "give the pid of the program to profile")
+        if is_kernel_thread(pid):
+            raise JitprofError(f"{pid} is a kernel thread: it has no user stack to sample", "use --kernel with a user process")
 
 

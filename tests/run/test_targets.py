@@ -1,5 +1,6 @@
 import os
 import signal
+import subprocess
 
 import pytest
 
@@ -76,6 +77,15 @@ def test_exec_failure_reported_after_release(tmp_path):
 def test_attach_validation():
     with pytest.raises(JitprofError, match="no process with pid"):
         validate_attach_pids([2**22 + 777])
-    validate_attach_pids([os.getpid()])
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        validate_attach_pids([other.pid])
+    finally:
+        other.kill()
+        other.wait()
+    with pytest.raises(JitprofError, match="jitprof itself"):
+        validate_attach_pids([os.getpid()])
+    with pytest.raises(JitprofError, match="kernel thread"):
+        validate_attach_pids([2])  # kthreadd
     assert thread_group_id(os.getpid()) == os.getpid()
     assert process_alive(os.getpid()) and not process_alive(2**22 + 777)
