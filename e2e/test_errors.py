@@ -111,3 +111,24 @@ def _has_child(pid: int) -> bool:
         except OSError:
             continue
     return False
+
+
+def test_a_mapping_storm_cannot_hold_the_run_past_its_duration(fixtures_built, tmp_path, symbol_cache):
+    """Two processes mapping executable memory as fast as they can: an event
+    each time. -d 2 still ends the run on time, the outputs are written, what
+    could not be taken is counted, and neither process is left running."""
+    environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
+    environment.pop("SUDO_UID", None)
+    started = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, "-m", "profiler", "--no-tui", "-d", "2", "-o", "storm.folded", "--", str(fixtures_built / "mapstorm"), "2"],
+        cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+    )
+    elapsed = time.monotonic() - started
+    leftover = subprocess.run(["pgrep", "-f", str(fixtures_built / "mapstorm")], capture_output=True, text=True).stdout.split()
+    for pid in leftover:
+        os.kill(int(pid), signal.SIGKILL)
+    assert leftover == [], "the storm's processes outlived the run"
+    assert elapsed < 15, f"{elapsed:.1f} s for a 2 s run"
+    assert "wrote" in completed.stderr and (tmp_path / "storm.folded").exists(), completed.stderr
+    assert total(read_folded(tmp_path / "storm.folded")) > 0

@@ -6,6 +6,7 @@ import ctypes
 import errno
 import mmap
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ UNWIND_TABLES = 4096
 SEARCH_STEPS = 22  # ceil(log2(UNWIND_ROWS)) + 1
 UNWIND_ROW_SIZE = 16
 FRAMES_PER_CALL = 8  # frames per tail call of the walker: 16 calls cover MAX_FRAMES
+
+CONSUME_BUDGET_S = 0.2  # the longest one poll spends taking records
 
 MAPPING_ELF = 1
 MAPPING_JIT = 2
@@ -81,6 +84,7 @@ class BpfProgram:
         self._attached = False
         self._handlers: list[Callable[[RawSample | ProcessEvent], None]] = []
         self.malformed_events = 0
+        self._consume_until = 0.0
 
     def attach(self) -> None:
         """Install the stack walker, then attach the sampler on every online CPU."""
@@ -192,18 +196,24 @@ class BpfProgram:
         if len(self._handlers) == 1:
             self._bpf["events"].open_ring_buffer(self._dispatch)
 
-    def _dispatch(self, _ctx: int, data: int, size: int) -> None:
+    def _dispatch(self, _ctx: int, data: int, size: int) -> int:
         try:
             event = decode_event(data, size)
         except MalformedEvent:
             self.malformed_events += 1
-            return
-        for handler in self._handlers:
-            handler(event)
+        else:
+            for handler in self._handlers:
+                handler(event)
+        # A negative answer stops libbpf's consume loop (this record counts as
+        # taken): a storm of events cannot keep the loop from -d and signals.
+        return -1 if time.monotonic() > self._consume_until else 0
 
-    def poll(self, timeout_ms: int) -> None:
-        """Wait for a process event or the timeout, then take every record."""
+    def poll(self, timeout_ms: int, budget_s: float = CONSUME_BUDGET_S) -> None:
+        """Wait for a process event or the timeout, then take records for at
+        most budget_s; what is left waits for the next poll."""
+        self._consume_until = time.monotonic() + timeout_ms / 1000 + budget_s
         self._bpf.ring_buffer_poll(timeout_ms)
+        self._consume_until = time.monotonic() + budget_s
         self._bpf.ring_buffer_consume()
 
     def counters(self) -> KernelCounters:

@@ -27,6 +27,16 @@ def process_alive(pid: int) -> bool:
 PF_KTHREAD = 0x00200000
 
 
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): with the pid, it
+    names one process, never a later one that reused the pid."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return int(handle.read().rsplit(")", 1)[-1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def is_kernel_thread(pid: int) -> bool:
     """A kernel thread (kthreadd, workers): the PF_KTHREAD flag of /proc/PID/stat."""
     try:

@@ -61,10 +61,11 @@ class LossCounts:
     malformed: int = 0
     kernel_stack_failed: int = 0
     process_events_lost: int = 0
+    not_symbolised_in_time: int = 0  # the run could not wait for them at the end
 
     @property
     def lost_samples(self) -> int:
-        return self.ringbuf_full + self.malformed
+        return self.ringbuf_full + self.malformed + self.not_symbolised_in_time
 
 
 @dataclass

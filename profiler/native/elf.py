@@ -20,6 +20,7 @@ from elftools.elf.elffile import ELFFile
 from profiler.native import cache
 from profiler.native.demangle import demangle
 from profiler.native.symbol_table import SymbolTable
+from profiler.safety import files
 
 MAX_ELF_BYTES = 4 << 30  # refuse larger files: a target could map anything
 STT_FUNC = 2
@@ -72,7 +73,7 @@ class ElfImage:
         if not self.debug_file:
             return read_symbols(self.handle)
         try:
-            with open(self.debug_file, "rb") as debug_handle:
+            with files.open_regular(self.debug_file, MAX_ELF_BYTES) as debug_handle:
                 return read_symbols(self.handle, debug_handle)
         except OSError:
             return read_symbols(self.handle)
@@ -87,7 +88,7 @@ def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfIma
     last_error: Exception | None = None
     for candidate in candidates:
         try:
-            handle = open(candidate, "rb")  # noqa: SIM115 (kept open deliberately)
+            handle = files.open_regular(candidate, MAX_ELF_BYTES)  # kept open deliberately
         except OSError as error:
             last_error = error
             continue

@@ -64,10 +64,14 @@ class Child:
         if not self.exec_failed:
             self._spawned.abandon()
 
-    def finish(self, stop_signal: int | None) -> int:
+    def finish(self, stop_signal: int | None, descendants: list[int] | None = None) -> int:
         """Its exit code, ending it first if the run ended before it did: -d
-        stops it like `timeout`; SIGTERM/SIGHUP to jitprof are passed on; after
-        Ctrl-C it got the terminal's SIGINT already, so it is waited for."""
+        stops it like `timeout` (its descendants too, as timeout's process
+        group); SIGTERM/SIGHUP to jitprof are passed on; after Ctrl-C it got
+        the terminal's SIGINT already, so it is waited for."""
+        if stop_signal is None or stop_signal in (signal.SIGTERM, signal.SIGHUP):
+            for pid in descendants or []:
+                send_signal(pid, stop_signal or signal.SIGTERM)
         if self.status is None:
             if stop_signal in (signal.SIGTERM, signal.SIGHUP):
                 send_signal(self.pid, stop_signal)

@@ -8,7 +8,7 @@ from profiler.jit.sources import JitSources
 from profiler.kernel.bpf_program import BpfProgram
 from profiler.kernel.events import EventType, ProcessEvent
 from profiler.kernel.mappings import MappingTracker
-from profiler.kernel.proc_status import thread_group_id
+from profiler.kernel.proc_status import start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
 
 
@@ -27,10 +27,12 @@ class FollowedProcesses:
         self.live: set[int] = set()
         self.seen: set[int] = set()
         self.awaiting_exec: set[int] = set()  # spawned, still jitprof's own code
+        self._start_times: dict[int, int | None] = {}
         # pid -> provisional trie prefixes to drop once its maps are read
         self._pending_refresh: dict[int, list[TriePrefix]] = {}
 
     def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
+        self._start_times[pid] = start_time(pid)
         self._program.follow(pid)
         self.live.add(pid)
         self.seen.add(pid)
@@ -42,6 +44,14 @@ class FollowedProcesses:
         """Until exec the child is a copy of jitprof: nothing of it to map."""
         self.awaiting_exec.add(pid)
         self.add(pid, read_maps_now=False)
+
+    def still_running(self, exclude: int) -> list[int]:
+        """Followed processes that are still the processes followed (not a
+        later one with a reused pid), for stopping them at the end."""
+        return [
+            pid for pid in sorted(self.live)
+            if pid != exclude and self._start_times.get(pid) is not None and start_time(pid) == self._start_times[pid]
+        ]
 
     def wants_samples_of(self, pid: int) -> bool:
         return pid not in self.awaiting_exec

@@ -36,6 +36,7 @@ from profiler.tui.live_view import LiveView, RunCounters
 
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0
+SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
 
 
 class Recording:
@@ -55,6 +56,7 @@ class Recording:
         self._followed: FollowedProcesses | None = None
         self._child: Child | None = None
         self._stop_signal: int | None = None
+        self._stop_requests = 0
         self._view: LiveView | None = None
 
     # The run -------------------------------------------------------------
@@ -108,9 +110,10 @@ class Recording:
                 program.detach()
                 self._close_view()
                 self.profile.info.ended_ns = time.monotonic_ns()
-                # From here a second Ctrl-C aborts.
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+            # A second Ctrl-C or SIGTERM gives up what is still being named,
+            # and the outputs are written; after that a Ctrl-C aborts.
             self._drain(program)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             if self._child is not None and self._child.status is not None:
                 self._show_captured_output(1.0)
             summary = self._finish_outputs(program)
@@ -211,7 +214,8 @@ class Recording:
         program.poll(0)
         program.poll(0)
         self._status(f"symbolising {self._symbolizer.backlog():,} pending samples")
-        self._symbolizer.finish()
+        self._symbolizer.finish(SYMBOLIZE_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
+        self.profile.losses.not_symbolised_in_time = self._symbolizer.given_up
 
     # Events (ring-buffer callback, main thread) ---------------------------
 
@@ -225,6 +229,7 @@ class Recording:
 
     def _request_stop(self, signum: int, _frame: object) -> None:
         self._stop_signal = signum
+        self._stop_requests += 1
 
     # The end ---------------------------------------------------------------
 
@@ -271,7 +276,9 @@ class Recording:
     def _exit_code(self) -> int:
         if self._child is None:
             return 0  # attached: the processes are not ours to report on
-        return self._child.finish(self._stop_signal)
+        ended_before = self._child.status is not None and self._stop_signal is None
+        descendants = [] if ended_before or self._followed is None else self._followed.still_running(self._child.pid)
+        return self._child.finish(self._stop_signal, descendants)
 
     def _status(self, message: str) -> None:
         if sys.stderr.isatty():

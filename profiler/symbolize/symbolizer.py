@@ -110,6 +110,8 @@ class Symbolizer:
         self.waiting_for: list[Callable[[int, int], bool]] = []
         self.errors: list[str] = []
         self.parked_then_named = 0
+        self._abandoned = threading.Event()
+        self._given_up = 0
 
     def add_jit_sources(self, jit: JitSources) -> None:
         """The JIT sources of a run: V8 logs and jitdumps expand JIT frames,
@@ -128,10 +130,23 @@ class Symbolizer:
     def backlog(self) -> int:
         return self._queue.qsize() + len(self._parked)
 
-    def finish(self) -> None:
-        """Resolve everything submitted, then stop the thread."""
+    def finish(self, budget_s: float | None = None, abandon: Callable[[], bool] = lambda: False) -> None:
+        """Resolve everything submitted, then stop the thread: within budget_s,
+        and at once when abandon() turns true (the user insisted). What is
+        left then is given up and counted, so the outputs are still written."""
         self._queue.put(None)
-        self._thread.join()
+        deadline = time.monotonic() + budget_s if budget_s is not None else None
+        while self._thread.is_alive():
+            self._thread.join(0.1)
+            if abandon() or (deadline is not None and time.monotonic() > deadline):
+                self._abandoned.set()
+                self._thread.join(1.0)  # it stops between two samples
+                return
+
+    @property
+    def given_up(self) -> int:
+        """Samples not symbolised because the run could not wait for them."""
+        return self._given_up
 
     def _run(self) -> None:
         next_retry = time.monotonic() + PARK_RETRY_S
@@ -141,6 +156,9 @@ class Symbolizer:
             except queue.Empty:
                 pass  # nothing new: a chance to retry what is parked
             else:
+                if self._abandoned.is_set():
+                    self._give_up(raw)
+                    return
                 if raw is None:
                     self._final_pass()
                     return
@@ -149,6 +167,16 @@ class Symbolizer:
             if self._parked and now >= next_retry:
                 next_retry = now + PARK_RETRY_S
                 self._retry_parked(now, final=False)
+
+    def _give_up(self, current: RawSample | None) -> None:
+        left: list[RawSample | None] = [current]
+        while True:
+            try:
+                left.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        self._given_up += sum(1 for raw in left if raw is not None) + len(self._parked)
+        self._parked = []
 
     def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
         """Resolve and record one sample; False when it was parked."""
@@ -163,7 +191,10 @@ class Symbolizer:
 
     def _retry_parked(self, now: float, final: bool) -> None:
         parked, self._parked = self._parked, []
-        for entry in parked:
+        for index, entry in enumerate(parked):
+            if self._abandoned.is_set():
+                self._given_up += len(parked) - index
+                return
             may_park = not final and (
                 now - entry.since < PARK_MAX_S
                 or any(waiting(entry.raw.pid, entry.raw.time_ns) for waiting in self.waiting_for)

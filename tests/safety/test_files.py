@@ -80,3 +80,29 @@ def test_attach_trigger_never_lands_in_a_directory_the_jvm_user_does_not_own():
     finally:
         jvm.kill()
         jvm.wait()
+
+
+def test_a_fifo_in_place_of_an_elf_or_debug_file_never_blocks(tmp_path, chain_binary):
+    import threading
+
+    from profiler.native import elf
+
+    fifo = tmp_path / "libplanted.so"
+    os.mkfifo(fifo)
+    outcome = {}
+
+    def open_both():
+        try:
+            elf.open_elf([str(fifo)], str(fifo))
+        except elf.UnreadableElf as error:
+            outcome["elf"] = str(error)
+        image = elf.open_elf([str(chain_binary)], str(chain_binary))
+        image.debug_file = str(fifo)  # swapped in after it was found
+        outcome["symbols"] = len(image.symbols())
+        image.close()
+
+    worker = threading.Thread(target=open_both, daemon=True)
+    worker.start()
+    worker.join(5)
+    assert not worker.is_alive(), "blocked opening a FIFO"
+    assert "not a regular file" in outcome["elf"] and outcome["symbols"] > 5

@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import threading
 import time
 
 from profiler.kernel.events import RawSample, WalkEnd
@@ -150,3 +151,51 @@ def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
     # The second never had a name: the run's end gives up on it.
     assert [profile.stack(sample)[-1].name for sample in profile.samples] == ["late late.js:3", "[unknown] ([jit])"]
     assert symbolizer.parked_then_named == 1
+
+
+class StallingSource:
+    """A symbol source stuck as if in open() on a FIFO a target planted."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def resolve(self, pid, mapping, address):
+        self.release.wait(20)
+        return None
+
+
+def test_finish_has_a_budget_and_counts_what_it_gave_up():
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    stalling = StallingSource()
+    symbolizer.sources.insert(0, stalling)
+    symbolizer.start()
+    qsort = libc_function_address("qsort")
+    for index in range(5):
+        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (qsort + index,), WalkEnd.COMPLETE, -1, True))
+    started = time.monotonic()
+    symbolizer.finish(0.5)
+    assert time.monotonic() - started < 2.0
+    stalling.release.set()
+    tracker.close()
+    time.sleep(0.2)
+    assert symbolizer.given_up >= 4 and len(profile.samples) + symbolizer.given_up <= 5
+
+
+def test_finish_stops_at_once_when_the_user_insists():
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    stalling = StallingSource()
+    symbolizer.sources.insert(0, stalling)
+    symbolizer.start()
+    for index in range(3):
+        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (libc_function_address("qsort") + index,), WalkEnd.COMPLETE, -1, True))
+    started = time.monotonic()
+    symbolizer.finish(60.0, abandon=lambda: time.monotonic() - started > 0.3)
+    assert time.monotonic() - started < 2.0
+    stalling.release.set()
+    tracker.close()
