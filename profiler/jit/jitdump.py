@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass, field
 from enum import IntEnum
 
+from sortedcontainers import SortedKeyList
+
 from profiler.jit.v8.names import parse_v8_name
 
 MAGIC = 0x4A695444
@@ -93,24 +95,27 @@ class CodeLoad:
         return self.lines[position] if position >= 0 else None
 
 
+def _load_start(load: CodeLoad) -> int:
+    return load.start
+
+
 @dataclass
 class CodeIndex:
     """Every load, searchable by address and time."""
 
-    _starts: list[int] = field(default_factory=list)
-    _loads: list[CodeLoad] = field(default_factory=list)
+    # Sorted by start, loads at one start in the order read; a sorted
+    # container, so loads at descending addresses are not quadratic.
+    _loads: SortedKeyList = field(default_factory=lambda: SortedKeyList(key=_load_start))
     _largest: int = 0
 
     def add(self, load: CodeLoad) -> None:
-        position = bisect.bisect_right(self._starts, load.start)
-        self._starts.insert(position, load.start)
-        self._loads.insert(position, load)
+        self._loads.add(load)
         self._largest = max(self._largest, load.size)
 
     def lookup(self, address: int, time_ns: int | None = None) -> CodeLoad | None:
         """The newest code over `address` loaded by `time_ns` (by any time when None)."""
         best: CodeLoad | None = None
-        position = bisect.bisect_right(self._starts, address) - 1
+        position = self._loads.bisect_key_right(address) - 1
         scanned = 0
         while position >= 0 and scanned < MAX_OVERLAP_SCAN:
             load = self._loads[position]

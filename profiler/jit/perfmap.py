@@ -8,11 +8,12 @@ line is skipped and counted, never the file).
 
 from __future__ import annotations
 
-import bisect
 import os
 import re
 import stat
 from dataclasses import dataclass, field
+
+from sortedcontainers import SortedKeyList
 
 MAX_FILE_BYTES = 1 << 30  # a perf map beyond 1 GiB is refused (or no longer read)
 MAX_LINE_BYTES = 16 << 10
@@ -37,27 +38,34 @@ class PerfMapEntry:
         return self.start + self.size
 
 
+def _entry_start(entry: PerfMapEntry) -> int:
+    return entry.start
+
+
 @dataclass
 class PerfMapIndex:
-    """Entries by address; code written later over the same addresses wins."""
+    """Entries by address; code written later over the same addresses wins.
+    A sorted container: entries in any order (descending addresses from a
+    hostile writer) cost O(log n) each, not a list insert's O(n)."""
 
-    _starts: list[int] = field(default_factory=list)
-    _entries: list[PerfMapEntry] = field(default_factory=list)
+    _entries: SortedKeyList = field(default_factory=lambda: SortedKeyList(key=_entry_start))
 
     def add(self, entry: PerfMapEntry) -> None:
-        position = bisect.bisect_left(self._starts, entry.start)
+        entries = self._entries
+        position = entries.bisect_key_left(entry.start)
         # Drop the entries the new one overlaps: the address was reused.
         low = position
-        while low > 0 and self._entries[low - 1].end > entry.start:
+        while low > 0 and entries[low - 1].end > entry.start:
             low -= 1
         high = position
-        while high < len(self._entries) and self._entries[high].start < entry.end:
+        while high < len(entries) and entries[high].start < entry.end:
             high += 1
-        self._starts[low:high] = [entry.start]
-        self._entries[low:high] = [entry]
+        if high > low:
+            del entries[low:high]
+        entries.add(entry)
 
     def lookup(self, address: int) -> PerfMapEntry | None:
-        index = bisect.bisect_right(self._starts, address) - 1
+        index = self._entries.bisect_key_right(address) - 1
         if index >= 0 and address < self._entries[index].end:
             return self._entries[index]
         return None

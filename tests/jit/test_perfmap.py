@@ -123,3 +123,19 @@ def test_remove_through_the_directory_after_reading(tmp_path):
     assert not perf_map.remove(ME + 1) and path.exists()  # not the owner we expect
     assert perf_map.remove(ME) and not path.exists()
     perf_map.close()
+
+
+def test_index_in_descending_order_keeps_the_overlap_rules():
+    """Entries written at descending addresses (a hostile map's way to make a
+    sorted list quadratic): same answers as in ascending order."""
+    from profiler.jit.perfmap import PerfMapEntry, PerfMapIndex
+
+    index = PerfMapIndex()
+    for number in range(20000):
+        index.add(PerfMapEntry(0x100000 - number * 16, 16, f"f{number}", number))
+    assert len(index) == 20000
+    assert index.lookup(0x100000 - 5 * 16 + 3).name == "f5"
+    index.add(PerfMapEntry(0x100000 - 10 * 16 + 8, 32, "over", 20001))  # overlaps f10, f9 (and reaches into f8)
+    assert index.lookup(0x100000 - 10 * 16) is None  # f10 was dropped whole, and "over" starts 8 bytes in
+    assert index.lookup(0x100000 - 9 * 16).name == "over" and index.lookup(0x100000 - 8 * 16 + 4).name == "over"
+    assert index.lookup(0x100000 - 7 * 16).name == "f7"

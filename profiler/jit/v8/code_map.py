@@ -12,10 +12,15 @@ taken before the replacement still resolves to the code it ran.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+import itertools
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
+from sortedcontainers import SortedList
+
 from profiler.jit.v8.log_parser import (
+    MAX_SCRIPT_LINES,
     CodeCreation,
     CodeMove,
     CodeSourceInfo,
@@ -26,6 +31,8 @@ from profiler.jit.v8.log_parser import (
 )
 
 RETIRED_KEEP_NS = 10_000_000_000  # samples are resolved well within this
+MAX_RETIRED = 1 << 16  # replaced code objects kept for late samples, newest first
+MAX_RETIRED_SCAN = 4096  # a lookup looks at most this far back among them
 MAX_SCRIPTS_PER_ISOLATE = 50_000
 MAX_FUNCTIONS_PER_ISOLATE = 2_000_000
 MAX_INLINE_DEPTH = 64  # a cycle in a hostile table must end
@@ -34,12 +41,14 @@ MAX_INLINE_DEPTH = 64  # a cycle in a hostile table must end
 @dataclass
 class Script:
     url: str
-    line_starts: list[int] | None = None  # None until its script-source arrives
+    line_starts: Sequence[int] | None = None  # None until its script-source arrives (an array: 4 bytes a line)
 
     def line_and_column(self, offset: int) -> tuple[int, int] | None:
         if self.line_starts is None or offset < 0:
             return None
         line = bisect.bisect_right(self.line_starts, offset)
+        if line >= MAX_SCRIPT_LINES:
+            return None  # past the lines whose starts were kept
         return line, offset - self.line_starts[line - 1] + 1
 
 
@@ -122,9 +131,11 @@ class SourceFrame:
 class CodeMap:
     """All live code objects of one process, by address."""
 
-    _starts: list[int] = field(default_factory=list)
+    # Sorted containers: a log that creates code at descending addresses
+    # would make a plain list's inserts quadratic.
+    _starts: SortedList = field(default_factory=SortedList)
     _objects: dict[int, CodeObject] = field(default_factory=dict)
-    _retired: list[CodeObject] = field(default_factory=list)
+    _retired: deque[CodeObject] = field(default_factory=lambda: deque(maxlen=MAX_RETIRED))
     _created: int = 0
     latest_ns: int = 0
 
@@ -150,7 +161,7 @@ class CodeMap:
                     isolate.scripts.pop(next(iter(isolate.scripts)))
                 script = isolate.scripts[event.script_id] = Script(event.url)
             script.url = event.url
-            script.line_starts = event.line_starts.tolist()
+            script.line_starts = event.line_starts
         elif isinstance(event, CodeMove):
             moved = self._objects.get(event.source)
             if moved is not None and moved.isolate is isolate:
@@ -181,7 +192,7 @@ class CodeMap:
     def _insert(self, code: CodeObject) -> None:
         if code.size <= 0:
             return
-        index = bisect.bisect_left(self._starts, code.end)
+        index = self._starts.bisect_left(code.end)
         while index > 0:
             previous = self._objects[self._starts[index - 1]]
             if previous.end <= code.start:
@@ -190,21 +201,21 @@ class CodeMap:
             previous.retired_ns = code.created_ns
             self._retired.append(previous)
             index -= 1
-        bisect.insort(self._starts, code.start)
+        self._starts.add(code.start)
         self._objects[code.start] = code
         self._prune_retired(code.created_ns)
 
     def _remove(self, code: CodeObject) -> None:
         del self._objects[code.start]
-        del self._starts[bisect.bisect_left(self._starts, code.start)]
+        self._starts.remove(code.start)
 
     def _prune_retired(self, now_ns: int) -> None:
-        if self._retired and now_ns - (self._retired[0].retired_ns or 0) > RETIRED_KEEP_NS:
-            self._retired = [code for code in self._retired if now_ns - (code.retired_ns or 0) <= RETIRED_KEEP_NS]
+        while self._retired and now_ns - (self._retired[0].retired_ns or 0) > RETIRED_KEEP_NS:
+            self._retired.popleft()
 
     def lookup(self, address: int, time_ns: int | None = None) -> CodeObject | None:
         """The code at address when the sample was taken (time_ns), or now."""
-        index = bisect.bisect_right(self._starts, address)
+        index = self._starts.bisect_right(address)
         live = None
         if index:
             candidate = self._objects[self._starts[index - 1]]
@@ -212,7 +223,7 @@ class CodeMap:
                 live = candidate
         if time_ns is None or (live is not None and live.created_ns <= time_ns):
             return live
-        for retired in reversed(self._retired):  # replaced after the sample: what ran then
+        for retired in itertools.islice(reversed(self._retired), MAX_RETIRED_SCAN):  # replaced after the sample: what ran then
             if retired.start <= address < retired.end and retired.created_ns <= time_ns < (retired.retired_ns or 0):
                 return retired
         return live

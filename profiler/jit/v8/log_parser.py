@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 
 MAX_LINE_BYTES = 64 << 20  # a bundled script's source can be tens of MB
+MAX_SCRIPT_LINES = 1 << 21  # lines of one script whose starts are kept (later lines get no line number)
 MAX_INLINED_FUNCTIONS = 1 << 16
 
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|n|\\)")
@@ -123,9 +124,9 @@ def line_starts(escaped_source: str) -> array.array:
     """Where each line of a logged source begins, in UTF-16 code units
     (the unit of V8's script offsets); each escape is one unit."""
     units = _ESCAPE_OR_NEWLINE.sub(lambda match: "\n" if match.group(0) in ("\\n", "\\x0a", "\\x0A") else "_", escaped_source)
-    starts = array.array("l", [0])
+    starts = array.array("I", [0])  # 4 bytes a line: sources are far below 4 GiB
     position = units.find("\n")
-    while position >= 0:
+    while position >= 0 and len(starts) < MAX_SCRIPT_LINES:
         starts.append(position + 1)
         position = units.find("\n", position + 1)
     return starts

@@ -290,3 +290,28 @@ def test_symbol_source_never_opens_a_fifo_named_like_a_log(tmp_path):
         assert V8LogSymbols().expand(os.getpid(), 0, 0x5004) is None  # returns, does not wait
     finally:
         os.close(descriptor)
+
+
+def test_code_created_again_and_again_at_one_address_stays_bounded():
+    from profiler.jit.v8 import code_map
+    from profiler.jit.v8.code_map import CodeMap, IsolateLog
+    from profiler.jit.v8.log_parser import parse_line
+
+    codes, isolate = CodeMap(), IsolateLog()
+    for number in range(code_map.MAX_RETIRED + 5000):
+        event = parse_line(f"code-creation,JS,15,{number},0x1000,64,fn{number} a.js:1:1,0x2000,~")
+        codes.apply(isolate, event, number * 1000)
+    assert len(codes) == 1 and len(codes._retired) == code_map.MAX_RETIRED
+    newest = codes.lookup(0x1010)
+    assert newest is not None and newest.name == f"fn{code_map.MAX_RETIRED + 4999} a.js:1:1"
+    # A sample from just before the last replacement finds the code that ran then.
+    then = codes.lookup(0x1010, (code_map.MAX_RETIRED + 4998) * 1000 + 1)
+    assert then is not None and then.name == f"fn{code_map.MAX_RETIRED + 4998} a.js:1:1"
+
+
+def test_a_huge_script_keeps_four_bytes_a_line():
+    from profiler.jit.v8.log_parser import MAX_SCRIPT_LINES, line_starts
+
+    starts = line_starts("x\\n" * 100000)
+    assert starts.itemsize == 4 and len(starts) == 100001 and starts[1] == 2
+    assert len(line_starts("\\n" * (MAX_SCRIPT_LINES + 10))) == MAX_SCRIPT_LINES
