@@ -29,6 +29,10 @@ BINDING_RANK = {1: 2, 2: 1}  # STB_GLOBAL, STB_WEAK; STB_LOCAL ranks 0
 ELF64_SYMBOL = struct.Struct("<IBBHQQ")
 
 
+# What pyelftools raises on damaged input, besides its own ELFError.
+PARSE_ERRORS = (ELFError, ValueError, OSError, struct.error, KeyError, IndexError, TypeError, AttributeError, AssertionError)
+
+
 class UnreadableElf(Exception):
     pass
 
@@ -116,7 +120,7 @@ def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
             if segment["p_type"] == "PT_LOAD"
         ]
         build_id = _build_id(elf)
-    except (ELFError, ValueError, struct.error, OSError) as error:
+    except PARSE_ERRORS as error:
         raise UnreadableElf(str(error)) from error
     return ElfImage(display_path, handle, build_id, segments, cache_key_for(build_id, info), size=info.st_size)
 
@@ -180,20 +184,20 @@ def _collect_symbols(handle: BinaryIO, by_start: dict[int, tuple[tuple[int, int,
     handle.seek(0)
     try:
         elf = ELFFile(handle)
-    except ELFError as error:
-        raise UnreadableElf(str(error)) from error
-    if elf.elfclass != 64 or not elf.little_endian:
-        return
+        if elf.elfclass != 64 or not elf.little_endian:
+            return
+        sections = [elf.get_section_by_name(name) for name in (".symtab", ".dynsym")]
+    except PARSE_ERRORS as error:  # a damaged header or section table: the file says nothing usable
+        raise UnreadableElf(f"{type(error).__name__}: {error}") from error
     section_ends: dict[int, int] = {}
-    for section_name in (".symtab", ".dynsym"):
-        section = elf.get_section_by_name(section_name)
+    for section in sections:
         if section is None:
             continue
         try:
             strings_section = elf.get_section(section["sh_link"])
             strings = strings_section.data()
             data = section.data()
-        except (ELFError, ValueError, OSError):
+        except PARSE_ERRORS:
             continue
         usable = len(data) - len(data) % ELF64_SYMBOL.size
         for name_offset, info, _other, section_index, value, size in ELF64_SYMBOL.iter_unpack(data[:usable]):
@@ -220,7 +224,7 @@ def _size_to_section_end(elf: ELFFile, section_index: int, value: int, section_e
         try:
             section = elf.get_section(section_index)
             end = section["sh_addr"] + section["sh_size"]
-        except (ELFError, IndexError, ValueError, TypeError):
+        except PARSE_ERRORS:
             end = 0
         section_ends[section_index] = end
     return max(end - value, 0)
