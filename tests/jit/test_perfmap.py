@@ -139,3 +139,34 @@ def test_index_in_descending_order_keeps_the_overlap_rules():
     assert index.lookup(0x100000 - 10 * 16) is None  # f10 was dropped whole, and "over" starts 8 bytes in
     assert index.lookup(0x100000 - 9 * 16).name == "over" and index.lookup(0x100000 - 8 * 16 + 4).name == "over"
     assert index.lookup(0x100000 - 7 * 16).name == "f7"
+
+
+def test_damaged_real_maps_are_read_line_by_line(tmp_path):
+    """Node's real perf maps, truncated and with bytes flipped, fed as they
+    grow in uneven pieces: no exception, every entry kept is well formed."""
+    import random
+
+    from tests.helpers import DATA
+
+    generator = random.Random(5)
+    original = (DATA / "perfmap-node20.txt").read_bytes()[:200_000]
+    for round_number in range(40):
+        data = bytearray(original[: generator.randrange(len(original))])
+        for _ in range(generator.randint(1, 200)):
+            data[generator.randrange(len(data))] = generator.randrange(256)
+        path = tmp_path / f"perf-{round_number}.map"
+        path.write_bytes(b"")
+        perf_map = open_perf_map(str(path), os.geteuid())
+        assert perf_map is not None
+        try:
+            position = 0
+            while position < len(data):
+                piece = bytes(data[position : position + generator.randint(1, 5000)])
+                with open(path, "ab") as handle:
+                    handle.write(piece)
+                position += len(piece)
+                perf_map.tail()
+            for entry in perf_map.index._entries:
+                assert 0 < entry.size <= 256 << 20 and entry.name
+        finally:
+            perf_map.close()
