@@ -5,14 +5,16 @@ from __future__ import annotations
 import ctypes
 import errno
 import mmap
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from profiler.errors import JitprofError
-from profiler.kernel import preflight
+from profiler.kernel import bpf_object, preflight
 from profiler.kernel.events import COUNTER_COUNT, MAX_FRAMES, Counter, MalformedEvent, ProcessEvent, RawSample, decode_event
 from profiler.kernel.trie import MAX_PROVISIONAL_LENGTH, TriePrefix
 
@@ -49,13 +51,32 @@ class LoadOptions:
     dwarf: bool = True
 
 
+class _TrieKey(ctypes.Structure):
+    _fields_ = [("prefixlen", ctypes.c_uint32), ("pid_be", ctypes.c_uint32), ("address_be", ctypes.c_uint64)]
+
+
+class _MappingInfo(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_uint32), ("table_id", ctypes.c_uint32), ("load_bias", ctypes.c_uint64)]
+
+
+class _UnwindTable(ctypes.Structure):
+    _fields_ = [("first_row", ctypes.c_uint32), ("row_count", ctypes.c_uint32)]
+
+
+BPF_ANY = 0
+PERF_TYPE_SOFTWARE = 1
+PERF_COUNT_SW_CPU_CLOCK = 0
+
+
 class BpfProgram:
-    """The loaded sampler. Not thread-safe except where noted."""
+    """The loaded sampler: its own maps and programs, by descriptor. Not
+    thread-safe except where noted."""
 
     def __init__(self, options: LoadOptions) -> None:
         self.options = options
         bcc = preflight.import_bcc()
         self._bcc = bcc
+        self._lib = bpf_object.load_library()
         cflags = [
             f"-DMAX_FRAMES={MAX_FRAMES}",
             f"-DTRIE_ENTRIES={TRIE_ENTRIES}",
@@ -74,127 +95,150 @@ class BpfProgram:
                 f"-DUNWIND_TABLES={UNWIND_TABLES}",
                 f"-DSEARCH_STEPS={SEARCH_STEPS}",
             ]
+        self.compiled_now = False
+        spec = self._compiled(cflags)
         try:
-            self._bpf = bcc.BPF(src_file=str(BPF_SOURCE).encode(), cflags=cflags)
-        except Exception as error:  # BCC raises bare Exception for compile and load errors
-            raise _explain_load_failure(error) from error
-        self._followed = self._bpf["followed"]
-        self._trie = self._bpf["mappings"]
-        self._counters = self._bpf["counters"]
-        self._attached = False
+            self._loaded = bpf_object.load(spec)
+        except bpf_object.BpfLoadError as error:
+            if self.compiled_now:
+                raise _explain_load_failure(error) from error
+            # A kept object this kernel refuses: compile afresh, once.
+            try:
+                self._loaded = bpf_object.load(self._compiled(cflags, use_cache=False))
+            except bpf_object.BpfLoadError as second_error:
+                raise _explain_load_failure(second_error) from second_error
+        self._maps = self._loaded.map_fds
+        self._programs = self._loaded.program_fds
+        self._perf_event_fds: list[int] = []
+        self._tracepoint_fds: list[int] = []
+        self._ring: int | None = None
+        self._ring_callback: Any = None
         self._handlers: list[Callable[[RawSample | ProcessEvent], None]] = []
         self.malformed_events = 0
         self._consume_until = 0.0
+        self._possible_cpus = _possible_cpus()
+        self._attach_tracepoints()
+
+    def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
+        """The object from root's cache, or compiled by BCC now (and cached)."""
+        source = BPF_SOURCE.read_bytes()
+        key = bpf_object.object_key(source, cflags)
+        cached = bpf_object.load_cached(key) if use_cache else None
+        if cached is not None:
+            return cached
+        try:
+            compiled = self._bcc.BPF(text=source, cflags=cflags)
+        except Exception as error:  # BCC raises bare Exception for compile and load errors
+            raise _explain_load_failure(error) from error
+        try:
+            spec = bpf_object.from_bcc_module(compiled.module)
+        finally:
+            compiled.cleanup()
+        bpf_object.store(key, spec)
+        self.compiled_now = True
+        return spec
+
+    def _attach_tracepoints(self) -> None:
+        """Follow forks, execs, exits and executable mappings from now on."""
+        for name, descriptor in self._programs.items():
+            if not name.startswith(bpf_object.TRACEPOINT_PREFIX):
+                continue
+            category, _, event = name[len(bpf_object.TRACEPOINT_PREFIX) :].partition("__")
+            perf_fd = self._lib.bpf_attach_tracepoint(descriptor, category.encode(), event.encode())
+            if perf_fd < 0:
+                self.close()
+                raise JitprofError(
+                    f"cannot attach to the tracepoint {category}:{event}",
+                    "jitprof needs tracefs and the syscall tracepoints (CONFIG_FTRACE_SYSCALLS)",
+                )
+            self._tracepoint_fds.append(perf_fd)
 
     def attach(self) -> None:
         """Install the stack walker, then attach the sampler on every online CPU."""
-        bcc = self._bcc
-        try:
-            walker = self._bpf.load_func(b"walk_user_stack", bcc.BPF.PERF_EVENT)
-        except Exception as error:
-            raise _explain_load_failure(error) from error
-        self._bpf["stack_walkers"][ctypes.c_int(0)] = ctypes.c_int(walker.fd)
-        try:
-            self._bpf.attach_perf_event(
-                ev_type=bcc.PerfType.SOFTWARE,
-                ev_config=bcc.PerfSWConfig.CPU_CLOCK,
-                fn_name=b"on_cpu_sample",
-                sample_freq=self.options.frequency_hz,
-                cpu=-1,
+        self._update(self._maps["stack_walkers"], ctypes.c_int(0), ctypes.c_int(self._programs["walk_user_stack"]))
+        sampler = self._programs["on_cpu_sample"]
+        for cpu in _online_cpus():
+            descriptor = self._lib.bpf_attach_perf_event(
+                sampler, PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, 0, self.options.frequency_hz, -1, cpu, -1
             )
-        except Exception as error:
-            raise JitprofError(
-                f"cannot attach perf events: {error}",
-                "jitprof needs perf events (CONFIG_PERF_EVENTS) and CAP_PERFMON or root",
-            ) from error
-        self._attached = True
+            if descriptor < 0:
+                self.detach()
+                raise JitprofError(
+                    f"cannot attach perf events on CPU {cpu}",
+                    "jitprof needs perf events (CONFIG_PERF_EVENTS) and CAP_PERFMON or root",
+                )
+            self._perf_event_fds.append(descriptor)
 
     def detach(self) -> None:
-        if self._attached:
-            self._bpf.detach_perf_event(
-                ev_type=self._bcc.PerfType.SOFTWARE, ev_config=self._bcc.PerfSWConfig.CPU_CLOCK
-            )
-            self._attached = False
+        _close_perf_events(self._lib, self._perf_event_fds)
 
     def close(self) -> None:
         """Detach everything and free the maps. Each tracepoint detach waits
-        for an RCU grace period in the kernel (about 70 ms): they are done
+        for an RCU grace period in the kernel (about 70 ms): they are closed
         side by side, not one after another (ctypes lets go of the GIL)."""
         self.detach()
-        tracepoints = list(self._bpf.tracepoint_fds)
-        detachers = [threading.Thread(target=self._detach_tracepoint, args=(name,)) for name in tracepoints]
-        for detacher in detachers:
-            detacher.start()
-        for detacher in detachers:
-            detacher.join()
-        self._bpf.cleanup()
+        _close_perf_events(self._lib, self._tracepoint_fds)
+        if self._ring is not None:
+            self._lib.bpf_free_ringbuf(self._ring)
+            self._ring = None
+        self._loaded.close()
 
-    def _detach_tracepoint(self, name: bytes) -> None:
-        try:
-            self._bpf.detach_tracepoint(name)
-        except Exception:  # noqa: BLE001  (cleanup() tries again for any left attached)
-            pass
+    # Map access -----------------------------------------------------------
+
+    def _update(self, map_fd: int, key: ctypes._CData, value: ctypes._CData) -> bool:
+        return self._lib.bpf_update_elem(map_fd, ctypes.byref(key), ctypes.byref(value), BPF_ANY) == 0
+
+    def _delete(self, map_fd: int, key: ctypes._CData) -> None:
+        self._lib.bpf_delete_elem(map_fd, ctypes.byref(key))
 
     # Followed processes -------------------------------------------------
 
     def follow(self, pid: int) -> None:
-        self._followed[ctypes.c_uint32(pid)] = ctypes.c_uint8(1)
+        self._update(self._maps["followed"], ctypes.c_uint32(pid), ctypes.c_uint8(1))
 
     def unfollow(self, pid: int) -> None:
-        try:
-            del self._followed[ctypes.c_uint32(pid)]
-        except KeyError:
-            pass
+        self._delete(self._maps["followed"], ctypes.c_uint32(pid))
 
     # Mapping trie --------------------------------------------------------
 
     def add_prefixes(self, prefixes: list[TriePrefix], kind: int, load_bias: int, table_id: int = 0) -> int:
         """Insert prefixes; returns how many did not fit (the trie is full)."""
         rejected = 0
+        trie = self._maps["mappings"]
+        leaf = _MappingInfo(kind, table_id, load_bias & 0xFFFFFFFFFFFFFFFF)
         for prefix in prefixes:
-            key = self._trie.Key()
-            key.prefixlen = prefix.prefix_len
-            key.pid_be, key.address_be = prefix.key_fields()
-            leaf = self._trie.Leaf()
-            leaf.kind = kind
-            leaf.table_id = table_id
-            leaf.load_bias = load_bias & 0xFFFFFFFFFFFFFFFF
-            try:
-                self._trie[key] = leaf
-            except Exception:  # BCC raises Exception with errno text when the map is full
+            pid_be, address_be = prefix.key_fields()
+            if not self._update(trie, _TrieKey(prefix.prefix_len, pid_be, address_be), leaf):
                 rejected += 1
         return rejected
 
     def remove_prefixes(self, prefixes: list[TriePrefix]) -> None:
+        trie = self._maps["mappings"]
         for prefix in prefixes:
-            key = self._trie.Key()
-            key.prefixlen = prefix.prefix_len
-            key.pid_be, key.address_be = prefix.key_fields()
-            try:
-                del self._trie[key]
-            except KeyError:
-                pass
+            pid_be, address_be = prefix.key_fields()
+            self._delete(trie, _TrieKey(prefix.prefix_len, pid_be, address_be))
 
     # Unwind tables -------------------------------------------------------
 
     def unwind_rows_memory(self) -> mmap.mmap:
         """The row array, mapped into this process for bulk writes."""
-        descriptor = self._bpf["unwind_rows"].map_fd
+        descriptor = self._maps["unwind_rows"]
         return mmap.mmap(descriptor, UNWIND_ROWS * UNWIND_ROW_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def publish_unwind_table(self, table_id: int, first_row: int, row_count: int) -> None:
-        tables = self._bpf["unwind_tables"]
-        leaf = tables.Leaf()
-        leaf.first_row = first_row
-        leaf.row_count = row_count
-        tables[ctypes.c_int(table_id)] = leaf
+        self._update(self._maps["unwind_tables"], ctypes.c_uint32(table_id), _UnwindTable(first_row, row_count))
 
     # Events --------------------------------------------------------------
 
     def on_event(self, handler: Callable[[RawSample | ProcessEvent], None]) -> None:
         self._handlers.append(handler)
-        if len(self._handlers) == 1:
-            self._bpf["events"].open_ring_buffer(self._dispatch)
+        if self._ring is None:
+            from bcc.libbcc import _RINGBUF_CB_TYPE  # noqa: PLC0415
+
+            self._ring_callback = _RINGBUF_CB_TYPE(self._dispatch)
+            self._ring = self._lib.bpf_new_ringbuf(self._maps["events"], self._ring_callback, None)
+            if not self._ring:
+                raise JitprofError("cannot open the BPF ring buffer", "check `ulimit -l` (locked memory) and the kernel's BPF support")
 
     def _dispatch(self, _ctx: int, data: int, size: int) -> int:
         try:
@@ -211,16 +255,20 @@ class BpfProgram:
     def poll(self, timeout_ms: int, budget_s: float = CONSUME_BUDGET_S) -> None:
         """Wait for a process event or the timeout, then take records for at
         most budget_s; what is left waits for the next poll."""
+        if self._ring is None:
+            time.sleep(timeout_ms / 1000)
+            return
         self._consume_until = time.monotonic() + timeout_ms / 1000 + budget_s
-        self._bpf.ring_buffer_poll(timeout_ms)
+        self._lib.bpf_poll_ringbuf(self._ring, timeout_ms)
         self._consume_until = time.monotonic() + budget_s
-        self._bpf.ring_buffer_consume()
+        self._lib.bpf_consume_ringbuf(self._ring)
 
     def counters(self) -> KernelCounters:
         totals = [0] * COUNTER_COUNT
+        per_cpu = (ctypes.c_uint64 * self._possible_cpus)()
         for index in range(COUNTER_COUNT):
-            per_cpu = self._counters[ctypes.c_int(index)]
-            totals[index] = sum(int(value) for value in per_cpu)
+            if self._lib.bpf_lookup_elem(self._maps["counters"], ctypes.byref(ctypes.c_int(index)), per_cpu) == 0:
+                totals[index] = sum(per_cpu)
         return KernelCounters(
             samples=totals[Counter.SAMPLES],
             ringbuf_full=totals[Counter.RINGBUF_FULL],
@@ -232,16 +280,47 @@ class BpfProgram:
 
     def kernel_stack(self, stack_id: int) -> list[int]:
         """Kernel addresses of a stack id, leaf first; [] if it was evicted."""
-        if stack_id < 0:
+        if stack_id < 0 or "kernel_stacks" not in self._maps:
             return []
-        try:
-            return [address for address in self._bpf["kernel_stacks"].walk(stack_id) if address]
-        except KeyError:
+        depth = self._loaded.specs["kernel_stacks"].value_size // 8
+        addresses = (ctypes.c_uint64 * depth)()
+        if self._lib.bpf_lookup_elem(self._maps["kernel_stacks"], ctypes.byref(ctypes.c_uint32(stack_id)), addresses) != 0:
             return []
+        return [address for address in addresses if address]
 
     def kernel_symbol(self, address: int) -> str:
         name = self._bcc.BPF.ksym(address, show_module=False, show_offset=False)
         return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+
+
+def _close_perf_events(lib: Any, descriptors: list[int]) -> None:
+    closers = [threading.Thread(target=lib.bpf_close_perf_event_fd, args=(descriptor,)) for descriptor in descriptors]
+    for closer in closers:
+        closer.start()
+    for closer in closers:
+        closer.join()
+    descriptors.clear()
+
+
+def _cpu_list(path: str) -> list[int]:
+    """CPUs of a kernel cpu list file ("0-3,6")."""
+    try:
+        text = open(path, encoding="ascii").read().strip()
+    except OSError:
+        return list(range(os.cpu_count() or 1))
+    cpus: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def _online_cpus() -> list[int]:
+    return _cpu_list("/sys/devices/system/cpu/online")
+
+
+def _possible_cpus() -> int:
+    return max(_cpu_list("/sys/devices/system/cpu/possible")) + 1
 
 
 def _explain_load_failure(error: Exception) -> JitprofError:

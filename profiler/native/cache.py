@@ -139,7 +139,7 @@ def evict(directory: Path, max_entries: int = MAX_ENTRIES_PER_KIND, max_bytes: i
     return removed
 
 
-def _read_entry(path: Path) -> bytes | None:
+def read_entry(path: Path) -> bytes | None:
     """An entry's bytes: a regular file of ours, not a link, within the cap.
     Reading it marks it used (its mtime), for eviction."""
     try:
@@ -167,7 +167,7 @@ def _read_entry(path: Path) -> bytes | None:
 
 def load(key: str) -> SymbolTable | None:
     path = entry_path("symbols", key, ".syms")
-    data = _read_entry(path) if path is not None else None
+    data = read_entry(path) if path is not None else None
     if data is None or len(data) < HEADER.size:
         return None
     magic, count, names_length = HEADER.unpack_from(data)
@@ -214,7 +214,7 @@ def load_cached(key: str) -> bytes | None:
     row array as they are, so they are checked as the compiler would write
     them: sorted, of known kinds."""
     path = entry_path("unwind", key, ".rows")
-    data = _read_entry(path) if path is not None else None
+    data = read_entry(path) if path is not None else None
     if data is None or not data.startswith(UNWIND_MAGIC) or (len(data) - len(UNWIND_MAGIC)) % ROW_SIZE:
         return None
     packed = data[len(UNWIND_MAGIC) :]

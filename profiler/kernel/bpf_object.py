@@ -1,0 +1,259 @@
+"""The sampler as a loadable object: compiled by BCC once, then kept.
+
+BCC compiles C to BPF at run time, which costs seconds (clang and LLVM in
+process). What it produces is the same for the same source, flags, kernel and
+BCC: the programs' instructions, with each map reference an ld_imm64 of the
+map's file descriptor, and the maps' definitions. So after one compile that
+is kept, in root's cache, keyed by all four; a later run creates its own maps
+(no two runs share any state), patches their descriptors into the
+instructions and loads the programs: a few milliseconds, and the kernel's
+verifier checks the programs again as it always does.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import hashlib
+import json
+import os
+import platform
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiler.native import cache
+
+FORMAT_VERSION = 1
+INSTRUCTION = struct.Struct("<BBhi")  # opcode, registers, offset, immediate
+LOAD_IMM64 = 0x18
+PSEUDO_MAP_FD = 1
+PROG_TYPE_TRACEPOINT = 5
+PROG_TYPE_PERF_EVENT = 7
+TRACEPOINT_PREFIX = "tracepoint__"
+MAX_OBJECT_BYTES = 16 << 20
+
+
+class BpfLoadError(Exception):
+    """A map could not be created or a program not loaded; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    name: str
+    map_type: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    flags: int
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    name: str
+    program_type: int
+    instructions: bytes  # map descriptors zeroed
+    map_references: tuple[tuple[int, str], ...]  # (instruction index, map name)
+
+
+@dataclass(frozen=True)
+class BpfObject:
+    maps: tuple[MapSpec, ...]
+    programs: tuple[ProgramSpec, ...]
+    license: str
+    kernel_version: int
+
+
+@dataclass
+class LoadedObject:
+    """Descriptors of one run's maps and programs (closed by close())."""
+
+    map_fds: dict[str, int]
+    program_fds: dict[str, int]
+    specs: dict[str, MapSpec]
+
+    def close(self) -> None:
+        for descriptor in [*self.program_fds.values(), *self.map_fds.values()]:
+            try:
+                os.close(descriptor)
+            except OSError:
+                pass
+        self.program_fds.clear()
+        self.map_fds.clear()
+
+
+def load_library() -> Any:
+    from bcc.libbcc import lib  # noqa: PLC0415  (Debian's module, imported late)
+
+    if not getattr(lib, "_jitprof_declared", False):
+        lib.bpf_num_functions.restype = ctypes.c_size_t
+        lib.bpf_num_functions.argtypes = [ctypes.c_void_p]
+        lib.bpf_function_name.restype = ctypes.c_char_p
+        lib.bpf_function_name.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.bpf_num_tables.restype = ctypes.c_size_t
+        lib.bpf_num_tables.argtypes = [ctypes.c_void_p]
+        lib.bpf_table_name.restype = ctypes.c_char_p
+        lib.bpf_table_name.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.bpf_table_fd_id.restype = ctypes.c_int
+        lib.bpf_table_fd_id.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        for name in ("bpf_table_key_size_id", "bpf_table_leaf_size_id"):
+            getattr(lib, name).restype = ctypes.c_size_t
+            getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.bcc_create_map.restype = ctypes.c_int
+        lib.bcc_create_map.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.bcc_prog_load.restype = ctypes.c_int
+        lib.bcc_prog_load.argtypes = [
+            ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
+            ctypes.c_uint, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint,
+        ]
+        lib._jitprof_declared = True
+    return lib
+
+
+def object_key(source: bytes, cflags: list[str]) -> str:
+    """What the compiled object depends on: source, flags, kernel, BCC."""
+    import bcc  # noqa: PLC0415
+
+    identity = b"\0".join(
+        [source, "\0".join(cflags).encode(), platform.release().encode(), platform.version().encode(),
+         getattr(bcc, "__version__", "?").encode(), str(FORMAT_VERSION).encode()]
+    )
+    return "b-" + hashlib.sha256(identity).hexdigest()[:48]
+
+
+def from_bcc_module(module: int) -> BpfObject:
+    """The object a BCC module compiled (its maps are created, its programs not loaded)."""
+    lib = load_library()
+    maps = []
+    by_fd: dict[int, str] = {}
+    for index in range(lib.bpf_num_tables(module)):
+        name = lib.bpf_table_name(module, index).decode()
+        maps.append(MapSpec(
+            name,
+            lib.bpf_table_type_id(module, index),
+            lib.bpf_table_key_size_id(module, index),
+            lib.bpf_table_leaf_size_id(module, index),
+            lib.bpf_table_max_entries_id(module, index),
+            lib.bpf_table_flags_id(module, index),
+        ))
+        by_fd[lib.bpf_table_fd_id(module, index)] = name
+    programs = []
+    for index in range(lib.bpf_num_functions(module)):
+        name = lib.bpf_function_name(module, index).decode()
+        start = lib.bpf_function_start(module, name.encode())
+        size = lib.bpf_function_size(module, name.encode())
+        if not start or not size:
+            continue
+        code = bytearray(ctypes.string_at(start, size))
+        references = []
+        for position in range(0, len(code) - 15, INSTRUCTION.size):
+            opcode, registers, _offset, immediate = INSTRUCTION.unpack_from(code, position)
+            if opcode == LOAD_IMM64 and registers >> 4 == PSEUDO_MAP_FD:
+                if immediate not in by_fd:
+                    raise BpfLoadError(f"{name}: instruction {position // 8} names fd {immediate}, which is no map of the module")
+                references.append((position // INSTRUCTION.size, by_fd[immediate]))
+                struct.pack_into("<i", code, position + 4, 0)
+        program_type = PROG_TYPE_TRACEPOINT if name.startswith(TRACEPOINT_PREFIX) else PROG_TYPE_PERF_EVENT
+        programs.append(ProgramSpec(name, program_type, bytes(code), tuple(references)))
+    license_text = lib.bpf_module_license(module)
+    return BpfObject(
+        tuple(maps), tuple(programs), license_text.decode() if license_text else "GPL", lib.bpf_module_kern_version(module)
+    )
+
+
+def load(spec: BpfObject) -> LoadedObject:
+    """Create the maps and load every program; BpfLoadError with the reason."""
+    lib = load_library()
+    loaded = LoadedObject({}, {}, {map_spec.name: map_spec for map_spec in spec.maps})
+    try:
+        for map_spec in spec.maps:
+            descriptor = lib.bcc_create_map(
+                map_spec.map_type, map_spec.name.encode()[:15], map_spec.key_size, map_spec.value_size,
+                map_spec.max_entries, map_spec.flags,
+            )
+            if descriptor < 0:
+                raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(ctypes.get_errno() or -descriptor)}")
+            loaded.map_fds[map_spec.name] = descriptor
+        for program in spec.programs:
+            code = bytearray(program.instructions)
+            for index, map_name in program.map_references:
+                struct.pack_into("<i", code, index * INSTRUCTION.size + 4, loaded.map_fds[map_name])
+            buffer = ctypes.create_string_buffer(bytes(code), len(code))
+            descriptor = lib.bcc_prog_load(
+                program.program_type, program.name.encode()[:15], buffer, len(code), spec.license.encode(),
+                spec.kernel_version, 0, None, 0,
+            )
+            if descriptor < 0:
+                log = ctypes.create_string_buffer(1 << 20)
+                lib.bcc_prog_load(
+                    program.program_type, program.name.encode()[:15], buffer, len(code), spec.license.encode(),
+                    spec.kernel_version, 1, log, len(log),
+                )
+                last_line = log.value.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no verifier log"]
+                raise BpfLoadError(f"failed to load BPF program {program.name}: {last_line[0]}")
+            loaded.program_fds[program.name] = descriptor
+    except BaseException:
+        loaded.close()
+        raise
+    return loaded
+
+
+# The cache ---------------------------------------------------------------
+
+
+def store(key: str, spec: BpfObject) -> None:
+    path = cache.entry_path("bpf", key, ".json")
+    if path is None:
+        return
+    document = {
+        "format": FORMAT_VERSION,
+        "license": spec.license,
+        "kernel_version": spec.kernel_version,
+        "maps": [vars(map_spec) for map_spec in spec.maps],
+        "programs": [
+            {
+                "name": program.name,
+                "program_type": program.program_type,
+                "instructions": base64.b64encode(program.instructions).decode(),
+                "map_references": [list(reference) for reference in program.map_references],
+            }
+            for program in spec.programs
+        ],
+    }
+    cache.write_entry(path, [json.dumps(document).encode()])
+
+
+def load_cached(key: str) -> BpfObject | None:
+    """The object compiled before for this key, or None (missing, or not
+    exactly what store() writes: it goes into the kernel)."""
+    path = cache.entry_path("bpf", key, ".json")
+    data = cache.read_entry(path) if path is not None else None
+    if data is None or len(data) > MAX_OBJECT_BYTES:
+        return None
+    try:
+        document = json.loads(data)
+        if document["format"] != FORMAT_VERSION:
+            return None
+        maps = tuple(
+            MapSpec(str(item["name"]), int(item["map_type"]), int(item["key_size"]), int(item["value_size"]),
+                    int(item["max_entries"]), int(item["flags"]))
+            for item in document["maps"]
+        )
+        names = {map_spec.name for map_spec in maps}
+        programs = []
+        for item in document["programs"]:
+            code = base64.b64decode(item["instructions"], validate=True)
+            references = tuple((int(index), str(name)) for index, name in item["map_references"])
+            if len(code) % INSTRUCTION.size or any(
+                name not in names or not 0 <= index < len(code) // INSTRUCTION.size - 1 for index, name in references
+            ):
+                return None
+            programs.append(ProgramSpec(str(item["name"]), int(item["program_type"]), code, references))
+        return BpfObject(maps, tuple(programs), str(document["license"]), int(document["kernel_version"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def cache_path_for(key: str) -> Path | None:
+    return cache.entry_path("bpf", key, ".json")

@@ -1,0 +1,59 @@
+"""The kept BPF object: what is read back from the cache goes into the
+kernel, so anything but exactly what was stored is refused."""
+
+import base64
+import json
+
+from profiler.kernel import bpf_object
+from profiler.kernel.bpf_object import BpfObject, MapSpec, ProgramSpec
+from profiler.native import cache
+
+
+def sample_object() -> BpfObject:
+    # r1 = map fd (ld_imm64, two slots), exit
+    code = bytes([0x18, 0x11, 0, 0, 0, 0, 0, 0]) + bytes(8) + bytes([0x95, 0, 0, 0, 0, 0, 0, 0])
+    return BpfObject(
+        (MapSpec("followed", 1, 4, 1, 16384, 0),),
+        (ProgramSpec("on_cpu_sample", bpf_object.PROG_TYPE_PERF_EVENT, code, ((0, "followed"),)),),
+        "GPL",
+        0,
+    )
+
+
+def test_round_trip():
+    bpf_object.store("b-aa", sample_object())
+    assert bpf_object.load_cached("b-aa") == sample_object()
+
+
+def tamper(key: str, change) -> None:
+    path = bpf_object.cache_path_for(key)
+    document = json.loads(path.read_bytes())
+    change(document)
+    path.write_text(json.dumps(document))
+
+
+def test_a_reference_outside_the_program_or_to_no_map_is_refused():
+    bpf_object.store("b-ab", sample_object())
+    tamper("b-ab", lambda document: document["programs"][0].__setitem__("map_references", [[2, "followed"]]))
+    assert bpf_object.load_cached("b-ab") is None
+    bpf_object.store("b-ac", sample_object())
+    tamper("b-ac", lambda document: document["programs"][0].__setitem__("map_references", [[0, "elsewhere"]]))
+    assert bpf_object.load_cached("b-ac") is None
+
+
+def test_damaged_entries_are_refused():
+    bpf_object.store("b-ad", sample_object())
+    tamper("b-ad", lambda document: document["programs"][0].__setitem__("instructions", base64.b64encode(b"123").decode()))
+    assert bpf_object.load_cached("b-ad") is None
+    bpf_object.store("b-ae", sample_object())
+    tamper("b-ae", lambda document: document.__setitem__("format", 99))
+    assert bpf_object.load_cached("b-ae") is None
+    path = cache.entry_path("bpf", "b-af", ".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{not json")
+    assert bpf_object.load_cached("b-af") is None
+
+
+def test_the_key_depends_on_source_and_flags():
+    assert bpf_object.object_key(b"a", ["-DX=1"]) != bpf_object.object_key(b"a", ["-DX=2"])
+    assert bpf_object.object_key(b"a", ["-DX=1"]) != bpf_object.object_key(b"b", ["-DX=1"])
