@@ -110,5 +110,9 @@ if ! make -s -C native >/dev/null; then
     exit 1
 fi
 
+# --- The BPF sampler, compiled once for this kernel and BCC --------------------
+# A first run then loads it in milliseconds, even with an empty cache.
+.venv/bin/python -m profiler.kernel.prebuild || say "warning: could not precompile the BPF sampler; the first run will"
+
 # --- Fixtures -----------------------------------------------------------------
 make -s -C fixtures

@@ -33,6 +33,7 @@ PROG_TYPE_TRACEPOINT = 5
 PROG_TYPE_PERF_EVENT = 7
 TRACEPOINT_PREFIX = "tracepoint__"
 MAX_OBJECT_BYTES = 16 << 20
+INSTALLED_DIR = Path(__file__).resolve().parents[2] / "native" / "build" / "bpf"
 
 
 class BpfLoadError(Exception):
@@ -204,8 +205,11 @@ def load(spec: BpfObject) -> LoadedObject:
 
 def store(key: str, spec: BpfObject) -> None:
     path = cache.entry_path("bpf", key, ".json")
-    if path is None:
-        return
+    if path is not None:
+        cache.write_entry(path, [_document(spec)])
+
+
+def _document(spec: BpfObject) -> bytes:
     document = {
         "format": FORMAT_VERSION,
         "license": spec.license,
@@ -221,16 +225,45 @@ def store(key: str, spec: BpfObject) -> None:
             for program in spec.programs
         ],
     }
-    cache.write_entry(path, [json.dumps(document).encode()])
+    return json.dumps(document).encode()
 
 
 def load_cached(key: str) -> BpfObject | None:
-    """The object compiled before for this key, or None (missing, or not
-    exactly what store() writes: it goes into the kernel)."""
-    path = cache.entry_path("bpf", key, ".json")
-    data = cache.read_entry(path) if path is not None else None
-    if data is None or len(data) > MAX_OBJECT_BYTES:
+    """The object compiled before for this key (by an earlier run, or by
+    set-up into the install), or None. It goes into the kernel, so anything
+    but exactly what store() writes is refused."""
+    for path in (cache.entry_path("bpf", key, ".json"), installed_path(key)):
+        data = cache.read_entry(path) if path is not None else None
+        parsed = _parse(data) if data is not None and len(data) <= MAX_OBJECT_BYTES else None
+        if parsed is not None:
+            return parsed
+    return None
+
+
+def installed_path(key: str) -> Path | None:
+    """Where set-up keeps objects beside the install; used as root only if
+    nobody but root can change that directory."""
+    if not cache.valid_key(key):
         return None
+    if os.geteuid() == 0 and not cache.root_only(INSTALLED_DIR):
+        return None
+    return INSTALLED_DIR / f"{key}.json"
+
+
+def store_installed(key: str, spec: BpfObject) -> None:
+    path = installed_path(key)
+    if path is not None:
+        cache.write_entry(path, [_document(spec)])
+
+
+def make_installed_dir() -> None:
+    try:
+        INSTALLED_DIR.mkdir(parents=True, exist_ok=True, mode=0o755)
+    except OSError:
+        pass
+
+
+def _parse(data: bytes) -> BpfObject | None:
     try:
         document = json.loads(data)
         if document["format"] != FORMAT_VERSION:

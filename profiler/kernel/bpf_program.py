@@ -51,6 +51,41 @@ class LoadOptions:
     dwarf: bool = True
 
 
+def compile_flags(options: LoadOptions) -> list[str]:
+    """The -D flags: one set of numbers for both halves."""
+    cflags = [
+        f"-DMAX_FRAMES={MAX_FRAMES}",
+        f"-DTRIE_ENTRIES={TRIE_ENTRIES}",
+        f"-DFOLLOWED_ENTRIES={FOLLOWED_ENTRIES}",
+        f"-DKERNEL_STACK_ENTRIES={KERNEL_STACK_ENTRIES}",
+        f"-DRINGBUF_PAGES={RINGBUF_PAGES}",
+        f"-DFRAMES_PER_CALL={FRAMES_PER_CALL}",
+        f"-DMAX_PROVISIONAL_LENGTH={MAX_PROVISIONAL_LENGTH}ULL",
+    ]
+    if options.kernel_stacks:
+        cflags.append("-DWITH_KERNEL_STACKS")
+    if options.dwarf:
+        cflags += [
+            "-DWITH_DWARF",
+            f"-DUNWIND_ROWS={UNWIND_ROWS}",
+            f"-DUNWIND_TABLES={UNWIND_TABLES}",
+            f"-DSEARCH_STEPS={SEARCH_STEPS}",
+        ]
+    return cflags
+
+
+def compile_object(bcc: Any, cflags: list[str]) -> bpf_object.BpfObject:
+    """bpf/sampler.bpf.c compiled by BCC (seconds: clang and LLVM)."""
+    try:
+        compiled = bcc.BPF(text=BPF_SOURCE.read_bytes(), cflags=cflags)
+    except Exception as error:  # BCC raises bare Exception for compile and load errors
+        raise _explain_load_failure(error) from error
+    try:
+        return bpf_object.from_bcc_module(compiled.module)
+    finally:
+        compiled.cleanup()
+
+
 class _TrieKey(ctypes.Structure):
     _fields_ = [("prefixlen", ctypes.c_uint32), ("pid_be", ctypes.c_uint32), ("address_be", ctypes.c_uint64)]
 
@@ -77,24 +112,7 @@ class BpfProgram:
         bcc = preflight.import_bcc()
         self._bcc = bcc
         self._lib = bpf_object.load_library()
-        cflags = [
-            f"-DMAX_FRAMES={MAX_FRAMES}",
-            f"-DTRIE_ENTRIES={TRIE_ENTRIES}",
-            f"-DFOLLOWED_ENTRIES={FOLLOWED_ENTRIES}",
-            f"-DKERNEL_STACK_ENTRIES={KERNEL_STACK_ENTRIES}",
-            f"-DRINGBUF_PAGES={RINGBUF_PAGES}",
-            f"-DFRAMES_PER_CALL={FRAMES_PER_CALL}",
-            f"-DMAX_PROVISIONAL_LENGTH={MAX_PROVISIONAL_LENGTH}ULL",
-        ]
-        if options.kernel_stacks:
-            cflags.append("-DWITH_KERNEL_STACKS")
-        if options.dwarf:
-            cflags += [
-                "-DWITH_DWARF",
-                f"-DUNWIND_ROWS={UNWIND_ROWS}",
-                f"-DUNWIND_TABLES={UNWIND_TABLES}",
-                f"-DSEARCH_STEPS={SEARCH_STEPS}",
-            ]
+        cflags = compile_flags(options)
         self.compiled_now = False
         spec = self._compiled(cflags)
         try:
@@ -120,20 +138,13 @@ class BpfProgram:
         self._attach_tracepoints()
 
     def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
-        """The object from root's cache, or compiled by BCC now (and cached)."""
-        source = BPF_SOURCE.read_bytes()
-        key = bpf_object.object_key(source, cflags)
+        """The object kept by set-up or an earlier run, or compiled by BCC
+        now (and kept)."""
+        key = bpf_object.object_key(BPF_SOURCE.read_bytes(), cflags)
         cached = bpf_object.load_cached(key) if use_cache else None
         if cached is not None:
             return cached
-        try:
-            compiled = self._bcc.BPF(text=source, cflags=cflags)
-        except Exception as error:  # BCC raises bare Exception for compile and load errors
-            raise _explain_load_failure(error) from error
-        try:
-            spec = bpf_object.from_bcc_module(compiled.module)
-        finally:
-            compiled.cleanup()
+        spec = compile_object(self._bcc, cflags)
         bpf_object.store(key, spec)
         self.compiled_now = True
         return spec

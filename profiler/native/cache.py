@@ -93,9 +93,14 @@ def root_only(path: Path) -> bool:
     return True
 
 
+def valid_key(key: str) -> bool:
+    """A key of ours: no path separators, nothing but what keys are made of."""
+    return bool(_KEY_PATTERN.match(key))
+
+
 def entry_path(kind: str, key: str, suffix: str) -> Path | None:
     """Where a cache entry lives; None for a key that is not ours (no paths)."""
-    if not _KEY_PATTERN.match(key):
+    if not valid_key(key):
         return None
     directory = cache_dir()
     return directory / kind / f"{key}{suffix}" if directory is not None else None
