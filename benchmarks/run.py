@@ -21,6 +21,7 @@ from benchmarks.kernel_cost import kernel_costs
 from benchmarks.live_view_cost import live_view_cost
 from benchmarks.node_cost import node_cost
 from benchmarks.perf_map_tailing import perf_map_tailing
+from benchmarks.run_cost import run_cost
 from benchmarks.sampling_cost import sampling_cost
 from benchmarks.table_build import table_build
 
@@ -40,6 +41,7 @@ def main() -> int:
             f"{time.strftime('%Y-%m-%d')}, kernel {platform.release()}, {os.cpu_count()} CPUs.",
             "",
         ]
+        report += run_cost(args.repeats, perf, workdir)
         report += sampling_cost(args.repeats, perf, workdir)
         report += node_cost(max(args.repeats - 2, 3), perf, workdir)
         report += java_cost(max(args.repeats - 2, 3), perf, workdir)
