@@ -128,7 +128,7 @@ def test_a_mapping_storm_cannot_hold_the_run_past_its_duration(fixtures_built, t
         cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
     )
     elapsed = time.monotonic() - started
-    leftover = subprocess.run(["pgrep", "-f", str(fixtures_built / "mapstorm")], capture_output=True, text=True).stdout.split()
+    leftover = subprocess.run(["pgrep", "-x", "mapstorm"], capture_output=True, text=True).stdout.split()
     for pid in leftover:
         os.kill(int(pid), signal.SIGKILL)
     assert leftover == [], "the storm's processes outlived the run"

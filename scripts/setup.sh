@@ -110,6 +110,10 @@ if ! make -s -C native >/dev/null; then
     exit 1
 fi
 
+# Bytecode for jitprof's own modules, written even where PYTHONDONTWRITEBYTECODE
+# is set (it would otherwise compile every module at every start: 0.1 s).
+.venv/bin/python -m compileall -q profiler >/dev/null
+
 # --- The BPF sampler, compiled once for this kernel and BCC --------------------
 # A first run then loads it in milliseconds, even with an empty cache.
 .venv/bin/python -m profiler.kernel.prebuild || say "warning: could not precompile the BPF sampler; the first run will"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import importlib
 import io
 import os
 import secrets
@@ -14,13 +15,6 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from profiler.model.profile import Profile
-from profiler.model.raw import write_raw
-from profiler.output.callgrind import write_callgrind
-from profiler.output.cpuprofile import write_cpuprofile
-from profiler.output.folded import write_folded
-from profiler.output.pprof import write_pprof
-from profiler.output.speedscope import write_speedscope
-from profiler.output.svg import write_svg
 from profiler.safety.users import RunAs
 
 Writer = Callable[[Profile, IO[bytes]], None]
@@ -41,16 +35,42 @@ def _text(write: Callable[[Profile, TextIO], None]) -> Writer:
     return write_bytes
 
 
-# Every writer streams into the file it is given.
-WRITERS: dict[str, Writer] = {
-    "folded": _text(write_folded),
-    "svg": _text(write_svg),
-    "speedscope": write_speedscope,
-    "cpuprofile": write_cpuprofile,
-    "pprof": write_pprof,
-    "callgrind": write_callgrind,
-    "jitprof": write_raw,
+# name -> (module, function, writes text): writers are imported when used,
+# not when a run starts.
+_WRITER_FUNCTIONS = {
+    "folded": ("profiler.output.folded", "write_folded", True),
+    "svg": ("profiler.output.svg", "write_svg", True),
+    "speedscope": ("profiler.output.speedscope", "write_speedscope", False),
+    "cpuprofile": ("profiler.output.cpuprofile", "write_cpuprofile", False),
+    "pprof": ("profiler.output.pprof", "write_pprof", False),
+    "callgrind": ("profiler.output.callgrind", "write_callgrind", False),
+    "jitprof": ("profiler.model.raw", "write_raw", False),
 }
+
+
+class _Writers(dict):
+    """Every writer streams into the file it is given; each is imported on first use."""
+
+    def __missing__(self, name: str) -> Writer:
+        if name not in _WRITER_FUNCTIONS:
+            raise KeyError(name)
+        module_name, function_name, text = _WRITER_FUNCTIONS[name]
+        function = getattr(importlib.import_module(module_name), function_name)
+        writer = _text(function) if text else function
+        self[name] = writer
+        return writer
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(_WRITER_FUNCTIONS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _WRITER_FUNCTIONS
+
+    def __len__(self) -> int:
+        return len(_WRITER_FUNCTIONS)
+
+
+WRITERS: dict[str, Writer] = _Writers()
 
 EXTENSIONS: dict[str, str] = {
     ".folded": "folded",

@@ -12,6 +12,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from profiler.errors import JitprofError
 from profiler.jit.files import JitFileJanitor
@@ -32,7 +33,9 @@ from profiler.run.summary import Summary, report_output_errors, report_tracking_
 from profiler.run.targets import validate_attach_pids
 from profiler.safety.users import RunAs, output_owner, resolve_run_as
 from profiler.symbolize.symbolizer import Symbolizer
-from profiler.tui.live_view import LiveView, RunCounters
+
+if TYPE_CHECKING:
+    from profiler.tui.live_view import LiveView, RunCounters
 
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0
@@ -102,6 +105,8 @@ class Recording:
                 self._symbolizer.start()
                 self.profile.info.started_ns = time.monotonic_ns()
                 if self.options.live_view:
+                    from profiler.tui.live_view import LiveView  # noqa: PLC0415  (rich: only for the view)
+
                     output = self._child.output if self._child is not None else None
                     self._view = LiveView(self.profile, output, self._run_counters, lambda: sorted(self._followed_live()))
                     self._view.start()
@@ -130,7 +135,7 @@ class Recording:
             self._jit_files.close()
             if self._unwind_tables is not None:
                 self._stop_unwind_tables(self._unwind_tables)
-            program.close()
+            program.close(in_background=True)
             self._tracker.close()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
@@ -190,6 +195,8 @@ class Recording:
         assert self._program is not None
         counters = self._program.counters()
         cut_short = sum(count for end, count in self.profile.walk_ends.items() if end is not WalkEnd.COMPLETE)
+        from profiler.tui.live_view import RunCounters  # noqa: PLC0415
+
         return RunCounters(counters.ringbuf_full + self._program.malformed_events, cut_short)
 
     def _close_view(self) -> None:
