@@ -128,7 +128,9 @@ def test_a_mapping_storm_cannot_hold_the_run_past_its_duration(fixtures_built, t
         cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
     )
     elapsed = time.monotonic() - started
-    leftover = subprocess.run(["pgrep", "-x", "mapstorm"], capture_output=True, text=True).stdout.split()
+    # Running ones: a zombie has ended (it waits for an init that may not reap it).
+    listing = subprocess.run(["ps", "-C", "mapstorm", "-o", "pid=,stat="], capture_output=True, text=True).stdout
+    leftover = [fields[0] for fields in (line.split() for line in listing.splitlines()) if not fields[1].startswith("Z")]
     for pid in leftover:
         os.kill(int(pid), signal.SIGKILL)
     assert leftover == [], "the storm's processes outlived the run"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def thread_group_id(pid: int) -> int | None:
     """The Tgid of a task id, or None if it has gone."""
@@ -25,6 +27,26 @@ def process_alive(pid: int) -> bool:
 
 
 PF_KTHREAD = 0x00200000
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below pid now, from every /proc/PID/stat's parent."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
+                parent = int(handle.read().rsplit(")", 1)[-1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    found, frontier = [], [pid]
+    while frontier:
+        below = children.get(frontier.pop(), [])
+        found += below
+        frontier += below
+    return found
 
 
 def start_time(pid: int) -> int | None:

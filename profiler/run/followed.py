@@ -8,7 +8,7 @@ from profiler.jit.sources import JitSources
 from profiler.kernel.bpf_program import BpfProgram
 from profiler.kernel.events import EventType, ProcessEvent
 from profiler.kernel.mappings import MappingTracker
-from profiler.kernel.proc_status import start_time, thread_group_id
+from profiler.kernel.proc_status import descendants, start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
 
 
@@ -45,13 +45,16 @@ class FollowedProcesses:
         self.awaiting_exec.add(pid)
         self.add(pid, read_maps_now=False)
 
-    def still_running(self, exclude: int) -> list[int]:
-        """Followed processes that are still the processes followed (not a
-        later one with a reused pid), for stopping them at the end."""
-        return [
-            pid for pid in sorted(self.live)
-            if pid != exclude and self._start_times.get(pid) is not None and start_time(pid) == self._start_times[pid]
-        ]
+    def still_running(self, root: int) -> list[int]:
+        """The processes below root now, and followed ones that are still
+        the processes followed (not a later one with a reused pid) though
+        they left root's tree: for stopping them at the end. The process
+        tree counts too, for a fork whose event was lost in a storm."""
+        followed = {
+            pid for pid in self.live
+            if pid != root and self._start_times.get(pid) is not None and start_time(pid) == self._start_times[pid]
+        }
+        return sorted(followed | set(descendants(root)))
 
     def wants_samples_of(self, pid: int) -> bool:
         return pid not in self.awaiting_exec

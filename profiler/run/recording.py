@@ -99,6 +99,9 @@ class Recording:
         previous_handlers = {
             signum: signal.signal(signum, self._request_stop) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
         }
+        # A handler (doing nothing) makes the command's exit interrupt the
+        # wait for events at once, instead of at the next poll timeout.
+        previous_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
         try:
             try:
                 self._start_targets(program, run_as)
