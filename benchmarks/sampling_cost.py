@@ -43,7 +43,7 @@ def sampling_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
         "",
         "- *workload time* is measured by the workload itself around its loop, so the slowdown is the",
         "  cost of sampling while it runs (target ≤ 1 % at 99 Hz).",
-        "- *launch → first instruction*: for jitprof, BCC compiling and loading the BPF program.",
+        "- *launch → first instruction*: for jitprof, Python start-up and loading the BPF sampler set-up compiled (no BCC compile).",
         "- *whole command* includes start-up and the work after the program ends (symbolising and",
         "  writing; perf: writing perf.data).",
         "",

@@ -216,8 +216,9 @@ class Symbolizer:
         """The sample with named frames; with `may_park`, _NotNamedYet when
         JIT code in it has no name yet."""
         user_ids: list[int] = []
+        generation = self._tracker.generation_at(raw.pid, raw.time_ns)  # once a sample, not once a frame
         for depth, address in enumerate(raw.addresses):  # leaf first
-            user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, address, depth > 0, may_park)))
+            user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park)))
         user_ids.reverse()  # root first
         kernel_ids: list[int] = []
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
@@ -225,13 +226,13 @@ class Symbolizer:
             kernel_ids.reverse()
         return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, tuple(user_ids + kernel_ids), raw.walk_end)
 
-    def _resolve_user(self, pid: int, time_ns: int, address: int, caller: bool, may_park: bool) -> list[int]:
+    def _resolve_user(self, pid: int, time_ns: int, generation: int, address: int, caller: bool, may_park: bool) -> list[int]:
         """The frame ids at one return address, outermost first (more than
         one where JIT code inlined functions)."""
         # A caller's address is a return address: the call is the byte before.
         lookup_address = address - 1 if caller else address
         # The memo comes first: a native frame seen before costs no mapping search.
-        key = _MemoKey(pid, self._tracker.generation_at(pid, time_ns), lookup_address)
+        key = _MemoKey(pid, generation, lookup_address)
         frame_id = self._memo.get(key)
         if frame_id is not None:
             return [frame_id]
