@@ -164,7 +164,8 @@ class StallingSource:
         return None
 
 
-def test_finish_has_a_budget_and_counts_what_it_gave_up():
+def stalled_symbolizer(samples: int):
+    """A running symbolizer whose first source stalls, with samples queued."""
     profile = Profile(RunInfo([], [os.getpid()], 99))
     tracker = MappingTracker(RecordingTrie())
     tracker.add_process(os.getpid())
@@ -173,8 +174,13 @@ def test_finish_has_a_budget_and_counts_what_it_gave_up():
     symbolizer.sources.insert(0, stalling)
     symbolizer.start()
     qsort = libc_function_address("qsort")
-    for index in range(5):
+    for index in range(samples):
         symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (qsort + index,), WalkEnd.COMPLETE, -1, True))
+    return profile, tracker, symbolizer, stalling
+
+
+def test_finish_has_a_budget_and_counts_what_it_gave_up():
+    profile, tracker, symbolizer, stalling = stalled_symbolizer(5)
     started = time.monotonic()
     symbolizer.finish(0.5)
     assert time.monotonic() - started < 2.0
@@ -185,15 +191,7 @@ def test_finish_has_a_budget_and_counts_what_it_gave_up():
 
 
 def test_finish_stops_at_once_when_the_user_insists():
-    profile = Profile(RunInfo([], [os.getpid()], 99))
-    tracker = MappingTracker(RecordingTrie())
-    tracker.add_process(os.getpid())
-    symbolizer = Symbolizer(profile, tracker)
-    stalling = StallingSource()
-    symbolizer.sources.insert(0, stalling)
-    symbolizer.start()
-    for index in range(3):
-        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (libc_function_address("qsort") + index,), WalkEnd.COMPLETE, -1, True))
+    _profile, tracker, symbolizer, stalling = stalled_symbolizer(3)
     started = time.monotonic()
     symbolizer.finish(60.0, abandon=lambda: time.monotonic() - started > 0.3)
     assert time.monotonic() - started < 2.0
