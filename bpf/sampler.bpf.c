@@ -21,6 +21,13 @@
 #define WALK_READ_FAULT 3
 #define WALK_BAD_FRAME 4
 #define WALK_NO_USER_REGS 5
+// Not an end: the walk could not go on because user space does not know
+// enough yet; the sample carries a copy of the stack for user space to
+// finish the walk with (profiler/kernel/late_walks.py).
+#define WALK_DEFERRED 6
+// (7 is user space's: a copy too short.) The thread was in the kernel on its
+// way out, its user memory already gone: there was no user stack to walk.
+#define WALK_THREAD_EXITING 8
 
 // Counters kept in a per-CPU array (profiler/sampler.py: Counter).
 #define COUNTER_SAMPLES 0
@@ -31,6 +38,17 @@
 
 #define MAPPING_ELF 1
 #define MAPPING_JIT 2
+// A file mapping whose unwind table user space has not attached yet.
+#define MAPPING_ELF_PENDING 3
+// New executable memory, covered until user space reads /proc/PID/maps.
+#define MAPPING_PROVISIONAL 4
+
+// An unwind table being built: walks through its file are deferred.
+#define TABLE_PENDING 0xffffffff
+
+// bpf_tail_call indexes of stack_walkers.
+#define WALKER_PROGRAM 0
+#define COPIER_PROGRAM 1
 
 // Unwind row CFA types (profiler/unwind.py: CfaType).
 #define CFA_GAP 0
@@ -53,6 +71,7 @@
 #define STEP_FAULT 2
 #define STEP_END 3
 #define STEP_SIGNAL 4  // stepped out of a signal frame: pc is exact, not a return address
+#define STEP_PENDING 5  // the table is being built: defer the walk
 
 #define PROT_EXEC_FLAG 0x4
 
@@ -70,20 +89,6 @@ struct mapping_info {
     u64 load_bias;
 };
 
-struct sample_event {
-    u32 event_type;
-    u32 pid;
-    u32 tid;
-    u32 cpu;
-    u64 time_ns;
-    s32 kernel_stack_id;
-    u16 frame_count;
-    u8 walk_end;
-    u8 user_mode;
-    char comm[TASK_COMM_LEN];
-    u64 addresses[MAX_FRAMES];
-};
-
 struct process_event {
     u32 event_type;
     u32 pid;
@@ -95,13 +100,55 @@ struct process_event {
     u64 length;
 };
 
+#define SAMPLE_HEADER_BYTES 48
+
+#define STACK_COPY_REACHED_END 1  // memory beyond the copy was not readable
+#define STACK_COPY_EXACT_PC 2     // pc is not a return address
+
+// Where user space resumes a deferred walk: the registers of the first
+// frame not walked, and how much stack from sp up follows.
+struct stack_copy {
+    u64 pc;
+    u64 sp;
+    u64 fp;
+    u32 copy_length;
+    u32 flags;
+};
+
+// A sample goes up as its first SAMPLE_HEADER_BYTES and frame_count
+// addresses; a deferred one (walk_end WALK_DEFERRED) then a struct
+// stack_copy and copy_length bytes of stack.
+struct sample_event {
+    u32 event_type;
+    u32 pid;
+    u32 tid;
+    u32 cpu;
+    u64 time_ns;
+    s32 kernel_stack_id;
+    u16 frame_count;
+    u8 walk_end;
+    u8 user_mode;
+    char comm[TASK_COMM_LEN];
+    u64 addresses[MAX_FRAMES + 1];
+    u8 copy_space[sizeof(struct stack_copy) + STACK_COPY_BYTES];
+};
+
 struct exec_mapping_call {
     u64 address;  // mprotect: the range; mmap: known at exit
     u64 length;
     u8 is_mprotect;
 };
 
-BPF_HASH(followed, u32, u8, FOLLOWED_ENTRIES);
+// Followed processes, each with how many times it has exec'd: only this
+// program changes a count, so user space can tell whether the maps it read
+// are still the process's (maps_read holds the count they were read at).
+BPF_HASH(followed, u32, u32, FOLLOWED_ENTRIES);
+BPF_HASH(maps_read, u32, u32, FOLLOWED_ENTRIES);
+// A forked child whose maps user space has not read yet walks with its
+// parent's trie entries: until it execs, its code is its parent's.
+BPF_HASH(fork_parents, u32, u32, FOLLOWED_ENTRIES);
+// Threads past sched_process_exit: their user memory goes next (exit_mm).
+BPF_TABLE("lru_hash", u32, u8, exiting_threads, FOLLOWED_ENTRIES);
 BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
 #ifdef WITH_KERNEL_STACKS
 BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);
@@ -142,6 +189,24 @@ static __always_inline int is_followed(u32 tgid) {
     return tgid != 0 && followed.lookup(&tgid) != NULL;
 }
 
+// Does the trie hold tgid's current mappings (read since its last exec)?
+static __always_inline int maps_known(u32 tgid) {
+    u32 *execs = followed.lookup(&tgid);
+    u32 *read = maps_read.lookup(&tgid);
+    return execs && read && *execs == *read;
+}
+
+// Whose trie entries describe tgid's code now: its own, its parent's while
+// a forked child's own are not read, or none (0).
+static __always_inline u32 address_space_of(u32 tgid) {
+    if (maps_known(tgid))
+        return tgid;
+    u32 *parent = fork_parents.lookup(&tgid);
+    if (parent && maps_known(*parent))
+        return *parent;
+    return 0;
+}
+
 static __always_inline struct mapping_info *find_mapping(u32 tgid, u64 address) {
     struct trie_key key = {};
     key.prefixlen = 96;
@@ -158,7 +223,11 @@ static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_p
     if (table_id == 0)
         return STEP_FALLBACK;
     struct unwind_table *table = unwind_tables.lookup(&table_id);
-    if (!table || table->row_count == 0)
+    if (!table)
+        return STEP_FALLBACK;
+    if (table->first_row == TABLE_PENDING)
+        return STEP_PENDING;
+    if (table->row_count == 0)
         return STEP_FALLBACK;
     u64 file_pc = lookup_pc - mapping->load_bias;
     if (file_pc > 0xffffffffULL)
@@ -231,9 +300,11 @@ struct walk_scratch {
     u64 sp;
     u64 fp;
     u32 depth;
+    u32 space_tgid;  // whose trie entries the walk uses (address_space_of)
     u8 exact_pc;  // the leaf, or a frame a signal interrupted: no pc - 1
     u8 reserved8;
     u16 reserved;
+    u32 reserved32;
     struct sample_event event;
 };
 
@@ -242,15 +313,37 @@ BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 1);
 // is verified on its own, so the per-frame binary search stays within the
 // verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls stay under the
 // kernel's 33 tail calls.
-BPF_PROG_ARRAY(stack_walkers, 1);
+BPF_PROG_ARRAY(stack_walkers, 2);  // WALKER_PROGRAM, COPIER_PROGRAM
 
+// A walk that could not read the stack of a thread in the kernel on its way
+// out: its user memory is gone, not the walk wrong.
+static __always_inline int user_memory_gone(struct walk_scratch *scratch) {
+    u32 tid = scratch->event.tid;
+    return !scratch->event.user_mode && exiting_threads.lookup(&tid) != NULL;
+}
+
+// The header and the walked addresses only: most samples are small.
 static __always_inline void submit_sample(struct walk_scratch *scratch) {
-    scratch->event.frame_count = scratch->depth;
-    if (events.ringbuf_output(&scratch->event, sizeof(scratch->event), BPF_RB_NO_WAKEUP) != 0)
+    if (scratch->event.walk_end == WALK_READ_FAULT && user_memory_gone(scratch))
+        scratch->event.walk_end = WALK_THREAD_EXITING;
+    u32 depth = scratch->depth;
+    if (depth > MAX_FRAMES)
+        depth = MAX_FRAMES;
+    scratch->event.frame_count = depth;
+    if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8, BPF_RB_NO_WAKEUP) != 0)
         count(COUNTER_RINGBUF_FULL);
 }
 
-// One frame: record pc, then step to the caller. Returns 1 when the walk ended.
+// Hand the rest of the walk to user space, from the frame at scratch->depth
+// (pc not recorded yet): the copier program sends the stack from sp up.
+static __always_inline int defer_walk(struct walk_scratch *scratch, u8 exact_pc) {
+    scratch->exact_pc = exact_pc;
+    scratch->event.walk_end = WALK_DEFERRED;
+    return 1;
+}
+
+// One frame: record pc, then step to the caller. Returns 1 when the walk
+// ended (or is deferred).
 static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid) {
     u32 depth = scratch->depth;
     if (depth >= MAX_FRAMES) {
@@ -258,19 +351,25 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         return 1;
     }
     u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp;
+    u8 exact_pc = scratch->exact_pc;
+    // Caller frames hold return addresses: look up pc - 1, inside the call.
+    u64 lookup_pc = exact_pc ? pc : pc - 1;
+    struct mapping_info *mapping = find_mapping(tgid, lookup_pc);
+    // No entry yet (code mapped since the maps were read), a file whose
+    // table is not attached, memory just made executable: user space knows
+    // more later, and says "no mapping" if it still does not know the address.
+    if (!mapping || mapping->kind == MAPPING_ELF_PENDING || mapping->kind == MAPPING_PROVISIONAL)
+        return defer_walk(scratch, exact_pc);
     scratch->event.addresses[depth] = pc;
     scratch->depth = depth + 1;
-    // Caller frames hold return addresses: look up pc - 1, inside the call.
-    u64 lookup_pc = scratch->exact_pc ? pc : pc - 1;
     scratch->exact_pc = 0;
-    struct mapping_info *mapping = find_mapping(tgid, lookup_pc);
-    if (!mapping) {
-        scratch->event.walk_end = WALK_NO_MAPPING;
-        return 1;
-    }
 #ifdef WITH_DWARF
     if (mapping->kind == MAPPING_ELF) {
         int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
+        if (step == STEP_PENDING) {
+            scratch->depth = depth;  // user space records this frame again
+            return defer_walk(scratch, exact_pc);
+        }
         if (step == STEP_END) {
             scratch->event.walk_end = WALK_COMPLETE;
             return 1;
@@ -321,19 +420,75 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     return 0;
 }
 
+// A deferred sample: the walked addresses, where to resume, and as much of
+// the stack from the resume sp up as is readable, STACK_COPY_BYTES at most:
+// the whole copy in one read, else the largest readable prefix in halves.
+int copy_user_stack(struct bpf_perf_event_data *ctx) {
+    u32 zero = 0;
+    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+    if (!scratch)
+        return 0;
+    u32 depth = scratch->depth;
+    if (depth > MAX_FRAMES)
+        depth = MAX_FRAMES;
+    scratch->event.frame_count = depth;
+    u8 *payload = (u8 *)scratch->event.addresses + depth * 8;
+    struct stack_copy *resume = (struct stack_copy *)payload;
+    u8 *copy = payload + sizeof(struct stack_copy);
+    u64 sp = scratch->sp;
+    u32 copied = 0;
+    if (bpf_probe_read_user(copy, STACK_COPY_BYTES, (void *)sp) == 0) {
+        copied = STACK_COPY_BYTES;
+    } else {
+        // Chunks of 16 KiB down to 512 bytes: the readable prefix to within
+        // 512 bytes of where the stack's mapping ends.
+#pragma unroll
+        for (u32 chunk = 16384; chunk >= 512; chunk /= 2) {
+            if (copied + chunk <= STACK_COPY_BYTES && bpf_probe_read_user(copy + copied, chunk, (void *)(sp + copied)) == 0)
+                copied += chunk;
+        }
+    }
+    if (copied == 0 && user_memory_gone(scratch)) {
+        scratch->event.walk_end = WALK_THREAD_EXITING;
+        submit_sample(scratch);
+        return 0;
+    }
+    resume->pc = scratch->pc;
+    resume->sp = sp;
+    resume->fp = scratch->fp;
+    resume->copy_length = copied;
+    resume->flags = (copied < STACK_COPY_BYTES ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0);
+    u32 size = SAMPLE_HEADER_BYTES + depth * 8 + sizeof(struct stack_copy) + copied;
+    if (size > sizeof(scratch->event))
+        return 0;
+    if (events.ringbuf_output(&scratch->event, size, BPF_RB_NO_WAKEUP) != 0)
+        count(COUNTER_RINGBUF_FULL);
+    return 0;
+}
+
+// Send a sample whose walk ended, or copy the stack for a deferred one.
+static __always_inline void end_walk(struct bpf_perf_event_data *ctx, struct walk_scratch *scratch) {
+    if (scratch->event.walk_end == WALK_DEFERRED) {
+        stack_walkers.call(ctx, COPIER_PROGRAM);
+        // The copier is not installed: keep the frames walked.
+        scratch->event.walk_end = WALK_NO_MAPPING;
+    }
+    submit_sample(scratch);
+}
+
 int walk_user_stack(struct bpf_perf_event_data *ctx) {
     u32 zero = 0;
     struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
     if (!scratch)
         return 0;
-    u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    u32 tgid = scratch->space_tgid;
     for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
         if (walk_one_frame(scratch, tgid)) {
-            submit_sample(scratch);
+            end_walk(ctx, scratch);
             return 0;
         }
     }
-    stack_walkers.call(ctx, 0);
+    stack_walkers.call(ctx, WALKER_PROGRAM);
     // Out of tail calls (or the array is empty): keep what we have.
     scratch->event.walk_end = WALK_TRUNCATED;
     submit_sample(scratch);
@@ -394,7 +549,15 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     scratch->sp = sp;
     scratch->fp = fp;
     scratch->exact_pc = 1;
-    stack_walkers.call(ctx, 0);
+    scratch->space_tgid = address_space_of(tgid);
+    if (scratch->space_tgid == 0) {
+        // Nothing known of this process's code yet (just exec'd, or
+        // attached): user space walks the whole stack later.
+        defer_walk(scratch, 1);
+        end_walk(ctx, scratch);
+        return 0;
+    }
+    stack_walkers.call(ctx, WALKER_PROGRAM);
     // The walker is not installed: report the leaf alone.
     ev->addresses[0] = pc;
     scratch->depth = 1;
@@ -416,7 +579,9 @@ static __always_inline void emit_process_event_range(u32 type, u32 pid, u32 tid,
     ev->address = address;
     ev->length = length;
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
-    events.ringbuf_submit(ev, 0);
+    // Woken at once: samples go up without a wakeup, and a record that is
+    // not the oldest unread one would not wake the reader either.
+    events.ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
 }
 
 static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 parent_pid) {
@@ -430,16 +595,25 @@ TRACEPOINT_PROBE(sched, sched_process_fork) {
     // Follow at once, so the child's first samples are not missed. Threads
     // come through here too; user space drops entries that are not tgids.
     u32 child = args->child_pid;
-    u8 one = 1;
-    followed.update(&child, &one);
+    u32 no_execs = 0;
+    followed.update(&child, &no_execs);
+    u32 space = address_space_of(parent_tgid);
+    if (space != 0)
+        fork_parents.update(&child, &space);
+    exiting_threads.delete(&child);  // a reused thread id
     emit_process_event(EVENT_FORK, child, child, parent_tgid);
     return 0;
 }
 
 TRACEPOINT_PROBE(sched, sched_process_exec) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    if (!is_followed(tgid))
+    u32 *execs = tgid != 0 ? followed.lookup(&tgid) : NULL;
+    if (!execs)
         return 0;
+    // Every trie entry of the process (and its parent's) is another
+    // image's now: its samples are deferred until user space reads its maps.
+    __sync_fetch_and_add(execs, 1);
+    fork_parents.delete(&tgid);
     emit_process_event(EVENT_EXEC, tgid, (u32)bpf_get_current_pid_tgid(), 0);
     return 0;
 }
@@ -449,6 +623,10 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     u32 tgid = pid_tgid >> 32;
     if (!is_followed(tgid))
         return 0;
+    u32 tid = (u32)pid_tgid;
+    fork_parents.delete(&tid);  // threads are given an entry at creation too
+    u8 one = 1;
+    exiting_threads.update(&tid, &one);
     emit_process_event(EVENT_EXIT, tgid, (u32)pid_tgid, 0);
     return 0;
 }
@@ -476,9 +654,9 @@ static __always_inline int significant_bits(u64 value) {
     return bits + (int)value;
 }
 
-// New executable memory is walkable at once: until user space has read
+// New executable memory is known at once: until user space has read
 // /proc/PID/maps (milliseconds later), one provisional prefix covering the
-// range (profiler/trie.py: covering_prefix) takes frame-pointer steps.
+// range (profiler/kernel/trie.py: covering_prefix) defers walks that reach it.
 static __always_inline void cover_new_exec_range(u32 tgid, u64 address, u64 length) {
     if (length == 0 || length > MAX_PROVISIONAL_LENGTH)
         return;
@@ -491,7 +669,7 @@ static __always_inline void cover_new_exec_range(u32 tgid, u64 address, u64 leng
     key.prefixlen = 96 - bits;
     key.pid_be = __builtin_bswap32(tgid);
     key.address_be = __builtin_bswap64(address & ~((1ULL << bits) - 1));
-    struct mapping_info info = {.kind = MAPPING_JIT, .table_id = 0, .load_bias = 0};
+    struct mapping_info info = {.kind = MAPPING_PROVISIONAL, .table_id = 0, .load_bias = 0};
     mappings.update(&key, &info);
 }
 

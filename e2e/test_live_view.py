@@ -126,7 +126,8 @@ def test_live_view_keys(tmux, tmp_path, symbol_cache):
     session.wait_for(lambda screen: "PAUSED" not in screen and screen != first, 3, "resume")
 
     session.keys("q")
-    screen = session.wait_for(lambda screen: "EXIT=" in screen, 30, "the end of the run")
+    # The terminal's mode is printed after EXIT=: wait for both.
+    screen = session.wait_for(lambda screen: "EXIT=" in screen and "icanon" in screen.split("EXIT=")[1], 30, "the end of the run")
     assert not session.alternate_screen()  # the terminal is back
     assert "% Own" not in screen
     assert "jitprof: " in screen and "wrote out.folded" in screen

@@ -42,6 +42,60 @@ void jp_free(void *pointer);
  * CFA and rbp kinds, reserved bytes zero, PLT thresholds in range), else 0:
  * rows from a cache file are checked before they reach the kernel. */
 int jp_rows_valid(const struct jp_row *rows, uint64_t count);
+
+/* Finishing a walk from a stack copy (walk.c). */
+enum {
+    JP_MAPPING_JIT = 0,     /* frame-pointer steps */
+    JP_MAPPING_ELF = 1,     /* rows (none: frame-pointer steps) */
+    JP_MAPPING_PENDING = 2, /* its table is still being built: the walk stops, to be tried again */
+};
+
+/* One executable mapping; an array of them is sorted by start, not overlapping. */
+struct jp_walk_mapping {
+    uint64_t start; /* [start, end) */
+    uint64_t end;
+    uint64_t load_bias; /* address minus file address (ELF vaddr) */
+    const struct jp_row *rows;
+    uint64_t row_count;
+    uint32_t kind;
+    uint32_t reserved;
+};
+
+/* The copy: length bytes of user memory from address up (the stack pointer
+ * where the kernel's walk stopped). reached_end: memory beyond it was not
+ * readable, so a read there is a fault, not a copy that was too short. */
+struct jp_walk_stack {
+    const uint8_t *bytes;
+    uint64_t length;
+    uint64_t address;
+    uint32_t reached_end;
+    uint32_t reserved;
+};
+
+struct jp_walk_registers {
+    uint64_t pc;
+    uint64_t sp;
+    uint64_t fp;
+    uint32_t exact_pc; /* pc is not a return address (the leaf, or a frame a signal interrupted) */
+    uint32_t reserved;
+};
+
+/* How a walk ended: the kernel walker's codes (profiler/kernel/events.py:
+ * WalkEnd), and two of its own. */
+enum {
+    JP_WALK_COMPLETE = 0,
+    JP_WALK_TRUNCATED = 1,
+    JP_WALK_NO_MAPPING = 2,
+    JP_WALK_READ_FAULT = 3,
+    JP_WALK_BAD_FRAME = 4,
+    JP_WALK_COPY_ENDED = 7, /* the walk needed stack beyond the copy */
+    JP_WALK_PENDING = 64,   /* stopped before a JP_MAPPING_PENDING mapping: frame_count frames so far */
+};
+
+/* Walk from start over the copy, writing up to max_frames addresses (leaf
+ * first) into frames; returns how the walk ended. */
+int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count, const struct jp_walk_stack *stack,
+                 const struct jp_walk_registers *start, uint64_t *frames, uint32_t max_frames, uint32_t *frame_count);
 /* cffi-end */
 
 #endif

@@ -30,10 +30,18 @@ class WalkEnd(enum.IntEnum):
     READ_FAULT = 3  # the stack could not be read
     BAD_FRAME = 4  # the frame-pointer chain went backwards
     NO_USER_REGS = 5  # no user registers to start from
+    DEFERRED = 6  # the kernel sent a stack copy: user space finishes the walk
+    COPY_TOO_SHORT = 7  # finished from a copy that did not reach the end of the stack
+    THREAD_EXITING = 8  # in the kernel on its way out, its user memory gone: no user stack
 
     @property
     def label(self) -> str:
         return self.name.lower().replace("_", " ")
+
+    @property
+    def cut_short(self) -> bool:
+        """Did the walk stop before the end of a stack that was there?"""
+        return self not in (WalkEnd.COMPLETE, WalkEnd.THREAD_EXITING)
 
 
 class Counter(enum.IntEnum):
@@ -48,7 +56,10 @@ class Counter(enum.IntEnum):
 COUNTER_COUNT = len(Counter)
 
 
-class _RawSample(ctypes.Structure):
+class _RawSampleHeader(ctypes.Structure):
+    """Followed by frame_count addresses, and for a deferred walk by a
+    _RawStackCopy and its bytes."""
+
     _fields_ = [
         ("event_type", ctypes.c_uint32),
         ("pid", ctypes.c_uint32),
@@ -60,8 +71,21 @@ class _RawSample(ctypes.Structure):
         ("walk_end", ctypes.c_uint8),
         ("user_mode", ctypes.c_uint8),
         ("comm", ctypes.c_char * COMM_LEN),
-        ("addresses", ctypes.c_uint64 * MAX_FRAMES),
     ]
+
+
+class _RawStackCopy(ctypes.Structure):
+    _fields_ = [
+        ("pc", ctypes.c_uint64),
+        ("sp", ctypes.c_uint64),
+        ("fp", ctypes.c_uint64),
+        ("copy_length", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+    ]
+
+
+STACK_COPY_REACHED_END = 1
+STACK_COPY_EXACT_PC = 2
 
 
 class _RawProcessEvent(ctypes.Structure):
@@ -78,8 +102,21 @@ class _RawProcessEvent(ctypes.Structure):
 
 
 @dataclass(frozen=True)
+class StackCopy:
+    """Where a deferred walk resumes, and the user stack from sp up."""
+
+    pc: int
+    sp: int
+    fp: int
+    exact_pc: bool  # pc is not a return address
+    reached_end: bool  # memory beyond the copy was not readable
+    data: bytes
+
+
+@dataclass(frozen=True)
 class RawSample:
-    """One sample as the kernel took it: addresses leaf first."""
+    """One sample as the kernel took it: addresses leaf first. A deferred
+    walk (walk_end DEFERRED) carries the stack to finish it with."""
 
     pid: int
     tid: int
@@ -90,6 +127,7 @@ class RawSample:
     walk_end: WalkEnd
     kernel_stack_id: int
     user_mode: bool
+    stack_copy: StackCopy | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +142,18 @@ class ProcessEvent:
     length: int = 0
 
 
+@dataclass
+class KernelTraffic:
+    """What came up the ring buffer: the price of collecting the profile."""
+
+    records: int = 0
+    bytes: int = 0
+    samples: int = 0
+    sample_bytes: int = 0
+    stack_copies: int = 0  # samples the kernel could not walk to the end (see late walks)
+    stack_copy_bytes: int = 0  # of which copied stack
+
+
 class MalformedEvent(ValueError):
     pass
 
@@ -114,25 +164,7 @@ def decode_event(data: int, size: int) -> RawSample | ProcessEvent:
         raise MalformedEvent(f"record of {size} bytes")
     event_type = ctypes.cast(data, ctypes.POINTER(ctypes.c_uint32)).contents.value
     if event_type == EventType.SAMPLE:
-        if size < ctypes.sizeof(_RawSample):
-            raise MalformedEvent(f"sample of {size} bytes")
-        raw = ctypes.cast(data, ctypes.POINTER(_RawSample)).contents
-        count = min(raw.frame_count, MAX_FRAMES)
-        try:
-            walk_end = WalkEnd(raw.walk_end)
-        except ValueError as error:
-            raise MalformedEvent(f"walk end {raw.walk_end}") from error
-        return RawSample(
-            pid=raw.pid,
-            tid=raw.tid,
-            cpu=raw.cpu,
-            time_ns=raw.time_ns,
-            comm=raw.comm.decode("utf-8", "replace"),
-            addresses=tuple(raw.addresses[:count]),
-            walk_end=walk_end,
-            kernel_stack_id=raw.kernel_stack_id,
-            user_mode=bool(raw.user_mode),
-        )
+        return _decode_sample(data, size)
     if event_type in (EventType.FORK, EventType.EXEC, EventType.EXIT, EventType.MAPS_CHANGED):
         if size < ctypes.sizeof(_RawProcessEvent):
             raise MalformedEvent(f"process event of {size} bytes")
@@ -148,3 +180,50 @@ def decode_event(data: int, size: int) -> RawSample | ProcessEvent:
             length=raw_process.length,
         )
     raise MalformedEvent(f"event type {event_type}")
+
+
+_HEADER_SIZE = ctypes.sizeof(_RawSampleHeader)
+_COPY_SIZE = ctypes.sizeof(_RawStackCopy)
+
+
+def _decode_sample(data: int, size: int) -> RawSample:
+    if size < _HEADER_SIZE:
+        raise MalformedEvent(f"sample of {size} bytes")
+    raw = _RawSampleHeader.from_address(data)
+    count = raw.frame_count
+    addresses_end = _HEADER_SIZE + 8 * count
+    if count > MAX_FRAMES or size < addresses_end:
+        raise MalformedEvent(f"sample of {size} bytes with {count} frames")
+    try:
+        walk_end = WalkEnd(raw.walk_end)
+    except ValueError as error:
+        raise MalformedEvent(f"walk end {raw.walk_end}") from error
+    stack_copy = None
+    if walk_end is WalkEnd.DEFERRED:
+        if size < addresses_end + _COPY_SIZE:
+            raise MalformedEvent(f"deferred sample of {size} bytes")
+        copy = _RawStackCopy.from_address(data + addresses_end)
+        if size < addresses_end + _COPY_SIZE + copy.copy_length:
+            raise MalformedEvent(f"stack copy of {copy.copy_length} bytes in {size}")
+        stack_copy = StackCopy(
+            pc=copy.pc,
+            sp=copy.sp,
+            fp=copy.fp,
+            exact_pc=bool(copy.flags & STACK_COPY_EXACT_PC),
+            reached_end=bool(copy.flags & STACK_COPY_REACHED_END),
+            data=ctypes.string_at(data + addresses_end + _COPY_SIZE, copy.copy_length),
+        )
+    elif walk_end is WalkEnd.COPY_TOO_SHORT:
+        raise MalformedEvent("walk end from user space in a kernel record")
+    return RawSample(
+        pid=raw.pid,
+        tid=raw.tid,
+        cpu=raw.cpu,
+        time_ns=raw.time_ns,
+        comm=raw.comm.decode("utf-8", "replace"),
+        addresses=tuple((ctypes.c_uint64 * count).from_address(data + _HEADER_SIZE)) if count else (),
+        walk_end=walk_end,
+        kernel_stack_id=raw.kernel_stack_id,
+        user_mode=bool(raw.user_mode),
+        stack_copy=stack_copy,
+    )

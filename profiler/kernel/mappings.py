@@ -5,17 +5,22 @@ remembered (with their ELF files) so samples resolve after munmap, exec or exit.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.kernel.trie import TriePrefix, split_range
-from profiler.native.elf import ElfImage, UnreadableElf, open_elf
+from profiler.native.elf import ElfImage, UnreadableElf, open_elf, vdso_image
 
+# Trie entry kinds (bpf/sampler.bpf.c).
 MAPPING_ELF = 1
 MAPPING_JIT = 2
+MAPPING_ELF_PENDING = 3  # its unwind table is not attached yet: walks reaching it are deferred
 
 JIT_MODULE = "[jit]"  # the module of anonymous executable memory: JIT code
+VDSO = "[vdso]"
+MAX_PROVISIONAL_RANGES = 4096  # per exec of a process
 
 
 class UnwindSource(Protocol):
@@ -28,6 +33,10 @@ class TrieSink(Protocol):
     def add_prefixes(self, prefixes: list[TriePrefix], kind: int, load_bias: int, table_id: int = 0) -> int: ...
 
     def remove_prefixes(self, prefixes: list[TriePrefix]) -> None: ...
+
+    def exec_count(self, pid: int) -> int | None: ...
+
+    def mark_maps_read(self, pid: int, exec_count: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,8 @@ class KnownMapping:
     prefixes: list[TriePrefix]
     image: ElfImage | None  # None for JIT memory and unreadable files
     table_id: int = 0  # unwind table in the kernel; 0: frame pointers only
+    load_bias: int = 0  # address minus ELF vaddr
+    attached: bool = False  # the file (and its table) is known: walks through it need not wait
 
     @property
     def module_name(self) -> str:
@@ -60,6 +71,10 @@ class AddressSpace:
     started_ns: int
     current: dict[tuple[int, int], KnownMapping] = field(default_factory=dict)
     retired: list[KnownMapping] = field(default_factory=list)
+    maps_read_ns: int = 0  # when /proc/PID/maps was last read for this exec (monotonic, as sample times)
+    # Ranges the kernel saw made executable, as JIT memory: the last resort
+    # for code mapped and gone (or the process gone) before the maps were read.
+    provisional: list[KnownMapping] = field(default_factory=list)
 
     def find(self, address: int) -> KnownMapping | None:
         for mapping in self.current.values():
@@ -68,7 +83,34 @@ class AddressSpace:
         for mapping in reversed(self.retired):
             if mapping.entry.contains(address):
                 return mapping
+        for mapping in reversed(self.provisional):
+            if mapping.entry.contains(address):
+                return mapping
         return None
+
+    def walkable(self) -> list[KnownMapping]:
+        """Every mapping a stack walk may step through, sorted by start, one
+        per address: current mappings first, then the most recent retired."""
+        chosen: list[KnownMapping] = []
+        taken: list[tuple[int, int]] = []
+        for mapping in [*self.current.values(), *reversed(self.retired), *reversed(self.provisional)]:
+            start, end = mapping.entry.start, mapping.entry.end
+            if any(start < other_end and other_start < end for other_start, other_end in taken):
+                continue
+            chosen.append(mapping)
+            taken.append((start, end))
+        return sorted(chosen, key=lambda mapping: mapping.entry.start)
+
+
+@dataclass(frozen=True)
+class SpaceView:
+    """What a late walk needs of one exec of a process, at a sample time."""
+
+    pid: int
+    generation: int
+    maps_read_ns: int  # 0: never
+    settled: bool  # an earlier exec, or exited: nothing more will be learnt of it
+    mappings: list[KnownMapping]
 
 
 @dataclass(frozen=True)
@@ -92,6 +134,7 @@ class MappingTracker:
         self._lock = threading.Lock()
         self._spaces: dict[int, list[AddressSpace]] = {}
         self._images: dict[FileKey, ElfImage] = {}
+        self._vdso: ElfImage | None | bool = False  # False: not read yet
         self._exited: set[int] = set()
         self.stats = TrackerStats()
 
@@ -129,13 +172,18 @@ class MappingTracker:
 
     def refresh(self, pid: int, provisional: list[TriePrefix] | None = None) -> None:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional
-        prefixes the BPF program added for new executable memory go."""
+        prefixes the BPF program added for new executable memory go. Then the
+        kernel's walks trust the entries, unless pid exec'd meanwhile (its
+        exec count, read before the maps, tells)."""
+        exec_count = self._trie.exec_count(pid)
+        read_ns = time.monotonic_ns()
         entries = [entry for entry in read_maps(pid) if entry.executable]
         with self._lock:
             spaces = self._spaces.get(pid)
             if not spaces or not entries:
                 return
             space = spaces[-1]
+            space.maps_read_ns = max(space.maps_read_ns, read_ns)
             seen = {(entry.start, entry.end): entry for entry in entries}
             gone = [key for key, mapping in space.current.items() if seen.get(key) != mapping.entry]
             removed = [space.current.pop(key) for key in gone]
@@ -154,6 +202,23 @@ class MappingTracker:
                     self._remove(mapping, keep=in_use)
                     space.retired.append(mapping)
                 self._trie.remove_prefixes([prefix for prefix in provisional or [] if prefix not in in_use])
+            if exec_count is not None and pid not in self._exited:
+                self._trie.mark_maps_read(pid, exec_count)
+
+    def note_exec_range(self, pid: int, start: int, length: int) -> None:
+        """The kernel saw pid make [start, start + length) executable (before
+        its maps are read again; it may be gone by then)."""
+        if length <= 0 or start + length > 1 << 64:
+            return
+        with self._lock:
+            spaces = self._spaces.get(pid)
+            if not spaces:
+                return
+            space = spaces[-1]
+            if len(space.provisional) >= MAX_PROVISIONAL_RANGES:
+                del space.provisional[0]
+            entry = MapEntry(start, start + length, True, False, True, 0, "00:00", 0, "")
+            space.provisional.append(KnownMapping(entry, [], None, attached=True))
 
     def refresh_all(self) -> None:
         with self._lock:
@@ -162,28 +227,32 @@ class MappingTracker:
             self.refresh(pid)
 
     def _install(self, pid: int, entry: MapEntry) -> KnownMapping:
-        """Walkable at once (frame pointers); unwind table attached by _attach_file."""
-        kind = MAPPING_JIT if entry.is_anonymous_exec else MAPPING_ELF
+        """In the trie at once: JIT memory walkable by frame pointers, a file
+        deferring walks until _attach_file gives it its unwind table."""
+        waits_for_table = (entry.is_file_backed or entry.path == VDSO) and self._unwind_tables is not None
+        kind = MAPPING_JIT if entry.is_anonymous_exec else MAPPING_ELF_PENDING if waits_for_table else MAPPING_ELF
         prefixes = split_range(pid, entry.start, entry.end)
         self.stats.trie_rejected += self._trie.add_prefixes(prefixes, kind, 0, 0)
-        return KnownMapping(entry, prefixes, None)
+        return KnownMapping(entry, prefixes, None, attached=not waits_for_table)
 
     def _attach_file(self, pid: int, mapping: KnownMapping) -> None:
         """Open the mapped ELF file (slow for a large binary) and give the
         mapping its load bias and unwind table."""
         entry = mapping.entry
-        if not entry.is_file_backed:
+        if not entry.is_file_backed and entry.path != VDSO:
             return
         image = self._image_for(pid, entry)
-        if image is None:
-            return
-        mapping.image = image
+        if image is not None:
+            mapping.image = image
+            vaddr = image.vaddr_for_file_offset(entry.offset)
+            mapping.load_bias = entry.start - vaddr if vaddr is not None else 0
         if self._unwind_tables is None:
             return  # frame pointers only: the trie entry needs nothing more
-        vaddr = image.vaddr_for_file_offset(entry.offset)
-        load_bias = entry.start - vaddr if vaddr is not None else 0
-        mapping.table_id = self._unwind_tables.acquire(image)
-        self._trie.add_prefixes(mapping.prefixes, MAPPING_ELF, load_bias, mapping.table_id)
+        if image is not None:
+            mapping.table_id = self._unwind_tables.acquire(image)
+        # Unreadable: frame-pointer steps, no longer deferred.
+        self._trie.add_prefixes(mapping.prefixes, MAPPING_ELF, mapping.load_bias, mapping.table_id)
+        mapping.attached = True
 
     def _remove(self, mapping: KnownMapping, keep: set[TriePrefix] | None = None) -> None:
         self._trie.remove_prefixes([prefix for prefix in mapping.prefixes if keep is None or prefix not in keep])
@@ -198,6 +267,10 @@ class MappingTracker:
         space.current.clear()
 
     def _image_for(self, pid: int, entry: MapEntry) -> ElfImage | None:
+        if entry.path == VDSO:  # the same kernel's vDSO in every process
+            if self._vdso is False:
+                self._vdso = vdso_image()
+            return self._vdso if isinstance(self._vdso, ElfImage) else None
         key = FileKey(entry.device, entry.inode)
         image = self._images.get(key)
         if image is not None:
@@ -228,6 +301,16 @@ class MappingTracker:
                 return MappingLookup(0, None)
             return MappingLookup(space.generation, space.find(address))
 
+    def space_view(self, pid: int, time_ns: int) -> SpaceView | None:
+        """The mappings of pid's exec running at a sample time, for a late walk."""
+        with self._lock:
+            space = self._space_at(pid, time_ns)
+            if space is None:
+                return None
+            # An earlier exec, or an exited process: nothing more will be learnt.
+            settled = space is not self._spaces[pid][-1] or pid in self._exited
+            return SpaceView(pid, space.generation, space.maps_read_ns, settled, space.walkable())
+
     def generation_at(self, pid: int, time_ns: int) -> int:
         """Which exec of pid was running at a sample time (cheap: no mapping search)."""
         with self._lock:
@@ -249,3 +332,6 @@ class MappingTracker:
             for image in self._images.values():
                 image.close()
             self._images.clear()
+            if isinstance(self._vdso, ElfImage):
+                self._vdso.close()
+            self._vdso = False

@@ -15,15 +15,23 @@ def main() -> int:
     source = BPF_SOURCE.read_bytes()
     bpf_object.make_installed_dir()
     built = 0
+    current = set()
     for kernel_stacks in (False, True):
         for dwarf in (True, False):
             cflags = compile_flags(LoadOptions(99, kernel_stacks, dwarf))
             key = bpf_object.object_key(source, cflags)
             path = bpf_object.installed_path(key)
-            if path is None or path.exists():
+            if path is None:
+                continue
+            current.add(path.name)
+            if path.exists():
                 continue
             bpf_object.store_installed(key, compile_object(bcc, cflags))
             built += 1
+    # Objects of an earlier sampler source are never loaded again.
+    for stale in bpf_object.INSTALLED_DIR.glob("*.json"):
+        if current and stale.name not in current:
+            stale.unlink(missing_ok=True)
     if built:
         print(f"setup: compiled {built} variants of the BPF sampler", file=sys.stderr)
     return 0

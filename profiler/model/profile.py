@@ -7,7 +7,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from profiler.kernel.events import WalkEnd
+from profiler.kernel.events import KernelTraffic, WalkEnd
 
 
 class FrameKind(str, enum.Enum):
@@ -74,6 +74,7 @@ class Profile:
     frames: list[Frame] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     losses: LossCounts = field(default_factory=LossCounts)
+    traffic: KernelTraffic = field(default_factory=KernelTraffic)
     walk_ends: Counter[WalkEnd] = field(default_factory=Counter)
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)

@@ -47,6 +47,7 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
                 "ended_ns": profile.info.ended_ns,
             },
             "losses": vars(profile.losses),
+            "traffic": vars(profile.traffic),
             "walk_ends": {end.name: count for end, count in profile.walk_ends.items()},
         }
         compressed.write(_line(header))
@@ -171,9 +172,10 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                 int(info.get("ended_ns", 0)),
             )
         )
-        for name, value in header.get("losses", {}).items():
-            if hasattr(profile.losses, name):
-                setattr(profile.losses, name, int(value))
+        for counts, name in ((profile.losses, "losses"), (profile.traffic, "traffic")):
+            for field_name, value in header.get(name, {}).items():
+                if hasattr(counts, field_name):
+                    setattr(counts, field_name, int(value))
         walk_ends = Counter({WalkEnd[name]: int(count) for name, count in header.get("walk_ends", {}).items()})
     except (KeyError, TypeError, ValueError) as error:
         raise RawProfileError(f"{path}:1: bad header ({error})") from error

@@ -125,6 +125,46 @@ def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
     return ElfImage(display_path, handle, build_id, segments, cache_key_for(build_id, info), size=info.st_size)
 
 
+MAX_VDSO_BYTES = 1 << 20
+AT_SYSINFO_EHDR = 33  # getauxval: where the kernel mapped the vDSO
+
+
+def vdso_image() -> ElfImage | None:
+    """The kernel's vDSO, as mapped into every process on this kernel: read
+    from jitprof's own memory into a private file, for its unwind rows (its
+    code keeps no frame pointers) and its symbols (__vdso_clock_gettime)."""
+    import ctypes  # noqa: PLC0415  (only for this)
+
+    try:
+        getauxval = ctypes.CDLL(None).getauxval
+    except (OSError, AttributeError):
+        return None
+    getauxval.restype = ctypes.c_ulong
+    address = getauxval(ctypes.c_ulong(AT_SYSINFO_EHDR))
+    size = 0
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+        for line in maps:
+            if line.rstrip().endswith("[vdso]"):
+                start, _, end = line.split(" ", 1)[0].partition("-")
+                if int(start, 16) == address:
+                    size = int(end, 16) - address
+    if not address or not 0 < size <= MAX_VDSO_BYTES:
+        return None
+    descriptor = os.memfd_create("jitprof-vdso", os.MFD_CLOEXEC)
+    handle = os.fdopen(descriptor, "w+b")
+    handle.write(ctypes.string_at(address, size))
+    handle.flush()
+    handle.seek(0)
+    try:
+        image = _image_from_handle(handle, "[vdso]")  # type: ignore[arg-type]
+    except UnreadableElf:
+        handle.close()
+        return None
+    if image.build_id:  # the kernel's own code, built once per kernel
+        image.cache_key = f"b-{image.build_id}"
+    return image
+
+
 def cache_key_for(build_id: str, info: os.stat_result) -> str:
     """A system file (root's, writable by no one else) is cached by its
     build-id, shared by every copy; any other file by its identity, which

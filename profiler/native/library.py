@@ -1,4 +1,5 @@
-"""native/, our C library, reached through cffi: the unwind-table compiler.
+"""native/, our C library, reached through cffi: the unwind-table compiler
+and the walker that finishes stack walks from a copy of the stack.
 
 The library is built by `make setup` (native/Makefile) next to its source. A
 missing or stale build is an error with the fix, never a silent fallback to
@@ -54,7 +55,8 @@ def load() -> tuple[Any, Any]:
                 raise NativeUnavailable("the cffi module is missing", "run `make setup`") from error
             if not LIBRARY_PATH.is_file():
                 raise NativeUnavailable(f"jitprof's native library is not built ({LIBRARY_PATH})", "run `make setup`")
-            if LIBRARY_PATH.stat().st_mtime < max(path.stat().st_mtime for path in NATIVE_DIR.glob("*.[ch]")):
+            sources = [path for path in NATIVE_DIR.glob("*.[ch]") if not path.name.startswith("fuzz_")]
+            if LIBRARY_PATH.stat().st_mtime < max(path.stat().st_mtime for path in sources):
                 raise NativeUnavailable(f"jitprof's native library is older than its source ({LIBRARY_PATH})", "run `make setup`")
             ffi = cffi.FFI()
             ffi.cdef(_declarations())
@@ -93,6 +95,69 @@ def rows_valid(packed: bytes) -> bool:
     if not packed:
         return True
     return bool(lib.jp_rows_valid(ffi.cast("const struct jp_row *", ffi.from_buffer(packed)), len(packed) // size))
+
+
+MAPPING_JIT = 0
+MAPPING_ELF = 1
+MAPPING_PENDING = 2
+WALK_PENDING = 64  # jitprof_native.h: JP_WALK_PENDING
+
+
+@dataclass(frozen=True)
+class WalkMapping:
+    start: int
+    end: int
+    load_bias: int
+    kind: int  # MAPPING_*
+    rows: bytes = b""  # packed rows (unwind_rows.ROW_FORMAT); none: frame-pointer steps
+
+
+@dataclass(frozen=True)
+class WalkStack:
+    data: bytes
+    address: int  # of data[0]
+    reached_end: bool  # memory beyond data was not readable
+
+
+@dataclass(frozen=True)
+class WalkRegisters:
+    pc: int
+    sp: int
+    fp: int
+    exact_pc: bool
+
+
+@dataclass(frozen=True)
+class WalkResult:
+    frames: tuple[int, ...]
+    end: int  # a WalkEnd value, or WALK_PENDING
+
+
+def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegisters, max_frames: int) -> WalkResult:
+    """Walk a stack copy with the kernel walker's rules (native/walk.c);
+    mappings sorted by start, not overlapping."""
+    ffi, lib = load()
+    row_size = ffi.sizeof("struct jp_row")
+    table = ffi.new("struct jp_walk_mapping[]", max(len(mappings), 1))
+    keep_alive = []
+    for index, mapping in enumerate(mappings):
+        slot = table[index]
+        slot.start, slot.end, slot.kind = mapping.start, mapping.end, mapping.kind
+        slot.load_bias = mapping.load_bias & 0xFFFFFFFFFFFFFFFF
+        if mapping.rows:
+            rows = ffi.from_buffer(mapping.rows)
+            keep_alive.append(rows)
+            slot.rows = ffi.cast("const struct jp_row *", rows)
+            slot.row_count = len(mapping.rows) // row_size
+    data = ffi.from_buffer(stack.data)
+    copy = ffi.new("struct jp_walk_stack *", {"bytes": ffi.cast("const uint8_t *", data), "length": len(stack.data),
+                                               "address": stack.address, "reached_end": int(stack.reached_end)})
+    registers = ffi.new("struct jp_walk_registers *", {"pc": start.pc, "sp": start.sp, "fp": start.fp, "exact_pc": int(start.exact_pc)})
+    limit = max(max_frames, 0)
+    frames = ffi.new("uint64_t[]", max(limit, 1))
+    count = ffi.new("uint32_t *")
+    end = lib.jp_walk_copy(table, len(mappings), copy, registers, frames, limit, count)
+    return WalkResult(tuple(frames[0 : count[0]]), end)
 
 
 def compile_unwind_rows_of(path: str | os.PathLike[str]) -> CompiledRows:

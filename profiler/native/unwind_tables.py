@@ -2,18 +2,22 @@
 
 Rows are written straight into the BPF array through mmap; a table goes live
 when its (first row, row count) entry is written, so the walker never sees a
-half-written table. Tables are built on a thread: sampling does not wait, and
-frames in a file whose table is not live yet take frame-pointer steps.
+half-written table. Tables are built on a thread: sampling does not wait; a
+table is published as pending meanwhile, and the kernel defers walks that
+reach its file (their stack copies are finished in user space with the same
+rows, which the store keeps after the file's last user is gone).
 Tables compile in C (native/, through cffi, which lets go of the GIL):
 node's in about a tenth of a second, libc's in milliseconds.
 """
 
 from __future__ import annotations
 
+import enum
 import mmap
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,6 +25,20 @@ from profiler.native import cache, library, unwind_rows
 from profiler.native.elf import ElfImage
 
 FINISH_GRACE_S = 3.0  # after the run, queued builds may go on this long (for the cache)
+KEPT_ROWS_BYTES = 256 << 20  # built rows kept in memory (node's are about 6 MiB)
+TABLE_PENDING = 0xFFFFFFFF  # the first row of a table being built (bpf/sampler.bpf.c)
+
+
+class RowsState(enum.Enum):
+    LIVE = "live"  # built: the rows are given
+    PENDING = "pending"  # queued or building
+    NONE = "none"  # never asked for, failed, or without rows
+
+
+@dataclass(frozen=True)
+class TableRows:
+    state: RowsState
+    packed: bytes = b""
 
 
 @dataclass
@@ -62,6 +80,9 @@ class UnwindTableStore:
         # Cached tables first (a copy), then the smallest files: libc is live
         # before node's larger build starts.
         self._queue: queue.PriorityQueue[tuple[int, int, _Table | None]] = queue.PriorityQueue()
+        self._pending_keys: dict[str, int] = {}  # cache key -> builds queued
+        self._kept: OrderedDict[str, bytes] = OrderedDict()  # cache key -> rows, least recent first
+        self._kept_bytes = 0
         self._sequence = 0
         self._finish_by: float | None = None
         self._thread = threading.Thread(target=self._run, name="jitprof-unwind", daemon=True)
@@ -94,11 +115,25 @@ class UnwindTableStore:
             self._by_id[table.table_id] = table
             self._sequence += 1
             sequence = self._sequence
-        # A table in the cache only has to be copied in: it never waits
-        # behind builds (node's, from the cache, before a new libc's build).
-        cached = cache.is_cached(image.cache_key)
+            kept = image.cache_key in self._kept
+            self._pending_keys[image.cache_key] = self._pending_keys.get(image.cache_key, 0) + 1
+            self._publish(table.table_id, TABLE_PENDING, 0)
+        # A table in memory or in the cache only has to be copied in: it never
+        # waits behind builds (node's, from the cache, before a new libc's build).
+        cached = kept or cache.is_cached(image.cache_key)
         self._queue.put((-1 if cached else image.size, sequence, table))
         return table.table_id
+
+    def rows_for_walk(self, cache_key: str) -> TableRows:
+        """The rows of a file for a walk finished in user space (any thread)."""
+        with self._lock:
+            packed = self._kept.get(cache_key)
+            if packed is not None:
+                self._kept.move_to_end(cache_key)
+                return TableRows(RowsState.LIVE, packed)
+            if cache_key in self._pending_keys:
+                return TableRows(RowsState.PENDING)
+            return TableRows(RowsState.NONE)
 
     def release(self, table_id: int) -> None:
         if table_id == 0:
@@ -112,8 +147,8 @@ class UnwindTableStore:
                 return
             del self._by_id[table_id]
             del self._by_key[table.image.cache_key]
+            self._publish(table_id, 0, 0)
             if table.live:
-                self._publish(table_id, 0, 0)
                 self._free(table.first_row, table.row_count)
                 self.stats.tables_live -= 1
                 self.stats.rows_used -= table.row_count
@@ -127,24 +162,51 @@ class UnwindTableStore:
             _size, _sequence, table = self._queue.get()
             if table is None:
                 return
-            if self._finish_by is not None and time.monotonic() > self._finish_by:
-                self.stats.skipped_at_exit += 1
-                continue
-            # Built even if every user of the file has gone meanwhile: the
-            # cache then serves the next run.
+            key = table.image.cache_key
+            packed = b""
             try:
-                packed = self._rows_for(table.image)
-            except Exception as error:  # noqa: BLE001  (a bad file must not stop the others)
-                self.stats.failed[table.image.path] = f"{type(error).__name__}: {error}"
-                continue
-            self._install(table, packed)
+                if self._finish_by is not None and time.monotonic() > self._finish_by:
+                    self.stats.skipped_at_exit += 1
+                    continue
+                # Built even if every user of the file has gone meanwhile: late
+                # walks and the next run (through the cache) use it.
+                try:
+                    packed = self._rows_for(table.image)
+                except Exception as error:  # noqa: BLE001  (a bad file must not stop the others)
+                    self.stats.failed[table.image.path] = f"{type(error).__name__}: {error}"
+                    continue
+                self._install(table, packed)
+            finally:
+                self._settle(key, packed, table)
 
     def _rows_for(self, image: ElfImage) -> bytes:
+        with self._lock:
+            packed = self._kept.get(image.cache_key)
+        if packed is not None:
+            return packed
         packed = cache.load_cached(image.cache_key)
         if packed is None:
             packed = library.compile_unwind_rows(image.handle.fileno()).packed
             cache.store_cached(image.cache_key, packed)
         return packed
+
+    def _settle(self, key: str, packed: bytes, table: _Table) -> None:
+        """A build is over: keep its rows for late walks; a table that did not
+        go live stops being pending in the kernel (frame-pointer steps)."""
+        with self._lock:
+            left = self._pending_keys.get(key, 1) - 1
+            if left > 0:
+                self._pending_keys[key] = left
+            else:
+                self._pending_keys.pop(key, None)
+            if packed and key not in self._kept:
+                self._kept[key] = packed
+                self._kept_bytes += len(packed)
+                while self._kept_bytes > KEPT_ROWS_BYTES and len(self._kept) > 1:
+                    _old_key, old = self._kept.popitem(last=False)
+                    self._kept_bytes -= len(old)
+            if not table.live and self._by_id.get(table.table_id) is table:
+                self._publish(table.table_id, 0, 0)
 
     def _install(self, table: _Table, packed: bytes) -> None:
         count = len(packed) // unwind_rows.ROW_SIZE

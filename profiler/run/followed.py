@@ -62,6 +62,7 @@ class FollowedProcesses:
     def handle(self, event: ProcessEvent) -> None:
         if event.event_type is EventType.MAPS_CHANGED:
             provisional = self._pending_refresh.setdefault(event.pid, [])
+            self._tracker.note_exec_range(event.pid, event.address, event.length)
             prefix = covering_prefix(event.pid, event.address, event.length)
             if prefix is not None:
                 provisional.append(prefix)
@@ -74,9 +75,9 @@ class FollowedProcesses:
             self.add(event.pid, parent=event.parent_pid)
         elif event.event_type is EventType.EXEC:
             self.awaiting_exec.discard(event.pid)
-            self._tracker.process_exec(event.pid, event.time_ns)
-            if self._jit_files is not None:
+            if self._jit_files is not None:  # first: whatever happens next, its files are removed at the end
                 self._jit_files.note_process(event.pid)
+            self._tracker.process_exec(event.pid, event.time_ns)
             self._jit_sources.watch(event.pid)
         elif event.event_type is EventType.EXIT and event.tid == event.pid:
             self.live.discard(event.pid)

@@ -19,7 +19,8 @@ from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
 from profiler.kernel import preflight
 from profiler.kernel.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
-from profiler.kernel.events import ProcessEvent, RawSample, WalkEnd
+from profiler.kernel.events import ProcessEvent, RawSample
+from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Profile, RunInfo
@@ -88,6 +89,7 @@ class Recording:
             self._tracker,
             kernel_stack=program.kernel_stack if self.options.kernel_stacks else None,
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
+            late_walks=LateWalks(self._tracker, self._unwind_tables),
         )
         self._jit_sources = JitSources(self._run_as_uid, self.options.inline, self._jit_files)
         self._symbolizer.add_jit_sources(self._jit_sources)
@@ -197,7 +199,7 @@ class Recording:
     def _run_counters(self) -> RunCounters:
         assert self._program is not None
         counters = self._program.counters()
-        cut_short = sum(count for end, count in self.profile.walk_ends.items() if end is not WalkEnd.COMPLETE)
+        cut_short = sum(count for end, count in self.profile.walk_ends.items() if end.cut_short)
         from profiler.tui.live_view import RunCounters  # noqa: PLC0415
 
         return RunCounters(counters.ringbuf_full + self._program.malformed_events, cut_short)
@@ -250,6 +252,7 @@ class Recording:
         losses.malformed = program.malformed_events
         losses.kernel_stack_failed = counters.kernel_stack_failed
         losses.process_events_lost = counters.events_lost
+        self.profile.traffic = program.traffic
         requests = self.options.outputs or [
             OutputRequest(Path(f"jitprof-{self.profile.info.pids[0] if self.profile.info.pids else os.getpid()}.svg"), "svg")
         ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from profiler.kernel.events import WalkEnd
 from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Profile
 from profiler.native.unwind_tables import TableStats
@@ -23,7 +22,7 @@ class Summary:
 
     @classmethod
     def of(cls, profile: Profile, written: list[WrittenOutput]) -> Summary:
-        cut_short = {end.label: count for end, count in profile.walk_ends.items() if end is not WalkEnd.COMPLETE and count}
+        cut_short = {end.label: count for end, count in profile.walk_ends.items() if end.cut_short and count}
         return cls(
             samples=len(profile.samples),
             processes=len({sample.pid for sample in profile.samples}),

@@ -14,6 +14,7 @@ every source has been read to its end.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from profiler.jit.sources import JitSources
-from profiler.kernel.events import RawSample
+from profiler.kernel.events import RawSample, WalkEnd
+from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import KnownMapping, MappingTracker
 from profiler.model.profile import Frame, FrameKind, Profile, Sample
 from profiler.native.elf import UnreadableElf
@@ -93,9 +95,11 @@ class Symbolizer:
         tracker: MappingTracker,
         kernel_stack: Callable[[int], list[int]] | None = None,
         kernel_symbol: Callable[[int], str] | None = None,
+        late_walks: LateWalks | None = None,
     ) -> None:
         self._profile = profile
         self._tracker = tracker
+        self._late_walks = late_walks  # finishes the walks the kernel deferred
         self._kernel_stack = kernel_stack
         self._kernel_symbol = kernel_symbol
         self.sources: list[SymbolSource] = [ElfSymbols()]
@@ -181,6 +185,8 @@ class Symbolizer:
     def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
         """Resolve and record one sample; False when it was parked."""
         try:
+            if raw.stack_copy is not None:
+                raw = self._finish_walk(raw, may_park)
             self._profile.add(self.resolve_sample(raw, may_park))
         except _NotNamedYet:
             self._parked.append(_Parked(raw, since))
@@ -211,6 +217,16 @@ class Symbolizer:
             except Exception as error:  # a bug here must not lose the run
                 self.errors.append(f"{type(error).__name__}: {error}")
         self._retry_parked(time.monotonic(), final=True)
+
+    def _finish_walk(self, raw: RawSample, may_park: bool) -> RawSample:
+        """A deferred walk finished; _NotNamedYet while its process's maps or
+        tables are not known yet and the sample may wait."""
+        if self._late_walks is None:
+            return dataclasses.replace(raw, walk_end=WalkEnd.NO_MAPPING, stack_copy=None)
+        finished = self._late_walks.finish(raw, final=not may_park or len(self._parked) >= MAX_PARKED)
+        if finished is None:
+            raise _NotNamedYet()
+        return finished
 
     def resolve_sample(self, raw: RawSample, may_park: bool = False) -> Sample:
         """The sample with named frames; with `may_park`, _NotNamedYet when

@@ -1,4 +1,5 @@
 import ctypes
+import struct
 
 import pytest
 
@@ -9,24 +10,48 @@ from profiler.kernel.events import (
     RawSample,
     WalkEnd,
     _RawProcessEvent,
-    _RawSample,
+    _RawSampleHeader,
+    _RawStackCopy,
     decode_event,
 )
 
 
-def test_sample_layout_matches_the_c_struct():
-    # 4 u32 + u64 + s32 + u16 + 2 u8 + comm[16] + 127 u64, as in sampler.bpf.c
-    assert ctypes.sizeof(_RawSample) == 16 + 8 + 8 + 16 + 127 * 8
+def record(header: _RawSampleHeader, addresses=(), copy: _RawStackCopy | None = None, stack: bytes = b"") -> ctypes.Array:
+    data = bytes(header) + struct.pack(f"<{len(addresses)}Q", *addresses)
+    if copy is not None:
+        data += bytes(copy) + stack
+    return ctypes.create_string_buffer(data, len(data))
+
+
+def decode(buffer, size=None):
+    return decode_event(ctypes.addressof(buffer), len(buffer) if size is None else size)
+
+
+def test_layouts_match_the_c_structs():
+    # 4 u32 + u64 + s32 + u16 + 2 u8 + comm[16]: SAMPLE_HEADER_BYTES in sampler.bpf.c
+    assert ctypes.sizeof(_RawSampleHeader) == 48
+    assert ctypes.sizeof(_RawStackCopy) == 32  # struct stack_copy
     assert ctypes.sizeof(_RawProcessEvent) == 16 + 8 + 16 + 16
 
 
-def test_decodes_a_sample():
-    raw = _RawSample(event_type=1, pid=10, tid=11, cpu=1, time_ns=5, kernel_stack_id=-1, frame_count=3, walk_end=2, user_mode=1, comm=b"node")
-    raw.addresses[0], raw.addresses[1], raw.addresses[2] = 0x10, 0x20, 0x30
-    event = decode_event(ctypes.addressof(raw), ctypes.sizeof(raw))
+def test_a_sample_is_its_header_and_its_frames():
+    header = _RawSampleHeader(event_type=1, pid=10, tid=11, cpu=1, time_ns=5, kernel_stack_id=-1, frame_count=3, walk_end=2, user_mode=1, comm=b"node")
+    event = decode(record(header, (0x10, 0x20, 0x30)))
     assert isinstance(event, RawSample)
     assert event.addresses == (0x10, 0x20, 0x30)
     assert event.walk_end is WalkEnd.NO_MAPPING and event.comm == "node" and event.user_mode
+    assert event.stack_copy is None
+
+
+def test_a_deferred_sample_carries_its_stack_copy():
+    header = _RawSampleHeader(event_type=1, pid=10, tid=10, frame_count=1, walk_end=WalkEnd.DEFERRED)
+    copy = _RawStackCopy(pc=0x4000, sp=0x7000, fp=0x7040, copy_length=16, flags=3)
+    event = decode(record(header, (0x1234,), copy, bytes(range(16))))
+    assert event.addresses == (0x1234,)
+    assert event.stack_copy is not None
+    assert (event.stack_copy.pc, event.stack_copy.sp, event.stack_copy.fp) == (0x4000, 0x7000, 0x7040)
+    assert event.stack_copy.exact_pc and event.stack_copy.reached_end
+    assert event.stack_copy.data == bytes(range(16))
 
 
 def test_decodes_process_events():
@@ -35,14 +60,27 @@ def test_decodes_process_events():
     assert isinstance(event, ProcessEvent) and event.event_type is EventType.FORK and event.parent_pid == 10
 
 
-def test_frame_count_is_clamped():
-    raw = _RawSample(event_type=1, frame_count=60000, walk_end=0)
-    event = decode_event(ctypes.addressof(raw), ctypes.sizeof(raw))
-    assert len(event.addresses) == 127
-
-
-@pytest.mark.parametrize("event_type,walk_end,size", [(99, 0, 100), (1, 77, None), (1, 0, 64), (2, 0, 8)])
-def test_malformed_records_raise(event_type, walk_end, size):
-    raw = _RawSample(event_type=event_type, walk_end=walk_end)
+@pytest.mark.parametrize(
+    "frame_count,walk_end,addresses,copy_length,stack,size",
+    [
+        (60000, 0, (), None, b"", None),  # more frames than the kernel sends
+        (3, 0, (1, 2), None, b"", None),  # fewer addresses than it says
+        (0, 77, (), None, b"", None),  # an unknown walk end
+        (0, WalkEnd.DEFERRED, (), None, b"", None),  # deferred without its copy
+        (0, WalkEnd.DEFERRED, (), 64, b"x" * 16, None),  # a copy shorter than it says
+        (0, WalkEnd.COPY_TOO_SHORT, (), None, b"", None),  # an end only user space gives
+        (0, 0, (), None, b"", 40),  # a truncated header
+    ],
+)
+def test_malformed_samples_raise(frame_count, walk_end, addresses, copy_length, stack, size):
+    header = _RawSampleHeader(event_type=1, frame_count=frame_count, walk_end=walk_end)
+    copy = _RawStackCopy(copy_length=copy_length) if copy_length is not None else None
     with pytest.raises(MalformedEvent):
-        decode_event(ctypes.addressof(raw), size if size is not None else ctypes.sizeof(raw))
+        decode(record(header, addresses, copy, stack), size)
+
+
+@pytest.mark.parametrize("event_type,size", [(99, 100), (2, 8)])
+def test_malformed_records_raise(event_type, size):
+    raw = _RawProcessEvent(event_type=event_type)
+    with pytest.raises(MalformedEvent):
+        decode_event(ctypes.addressof(raw), size)

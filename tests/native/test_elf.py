@@ -1,7 +1,7 @@
 import shutil
 import subprocess
 
-from profiler.native import cache, elf
+from profiler.native import cache, elf, library
 from profiler.native.demangle import demangle
 
 
@@ -91,3 +91,16 @@ def test_cxx_filt_agrees_when_available():
     name = "_ZNSt6vectorIiSaIiEE9push_backERKi"
     expected = subprocess.run(["c++filt", name], capture_output=True, text=True).stdout.strip()
     assert demangle(name) == expected
+
+
+def test_the_vdso_is_read_from_memory_with_its_symbols_and_unwind_rows():
+    image = elf.vdso_image()
+    assert image is not None
+    try:
+        assert image.path == "[vdso]" and image.build_id
+        assert image.cache_key == f"b-{image.build_id}"  # the kernel's: one cache entry per kernel build
+        names = {name.removeprefix("__vdso_") for name in image.symbols().names}
+        assert {"clock_gettime", "gettimeofday"} <= names
+        assert len(library.compile_unwind_rows(image.handle.fileno()).packed) > 0
+    finally:
+        image.close()

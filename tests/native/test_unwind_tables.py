@@ -5,7 +5,7 @@ import mmap
 import time
 
 from profiler.native import cache, elf, library, unwind_rows
-from profiler.native.unwind_tables import UnwindTableStore
+from profiler.native.unwind_tables import TABLE_PENDING, RowsState, UnwindTableStore
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
@@ -85,3 +85,45 @@ def test_smaller_files_go_live_first(chain_binary):
         store.stop()
         libc.close()
         chain.close()
+
+
+def test_tables_are_pending_until_built_and_their_rows_outlive_their_users(chain_binary):
+    store, _memory, published = make_store(100000)
+    image = elf.open_elf([str(chain_binary)], str(chain_binary))
+    try:
+        assert store.rows_for_walk(image.cache_key).state is RowsState.NONE
+        table_id = store.acquire(image)
+        # Published at once as pending: the kernel defers walks through the file.
+        assert published[table_id] == (TABLE_PENDING, 0)
+        assert store.rows_for_walk(image.cache_key).state is RowsState.PENDING
+        store.start()
+        assert wait_for(lambda: published[table_id][1] > 0)
+        rows = store.rows_for_walk(image.cache_key)
+        assert rows.state is RowsState.LIVE and len(rows.packed) == published[table_id][1] * unwind_rows.ROW_SIZE
+        store.release(table_id)  # the last process mapping it exited...
+        assert published[table_id] == (0, 0)
+        assert store.rows_for_walk(image.cache_key).packed == rows.packed  # ...its late walks still have the rows
+    finally:
+        store.stop()
+        image.close()
+
+
+def test_a_file_without_rows_stops_being_pending(tmp_path):
+    store, _memory, published = make_store(1000)
+    plain = tmp_path / "no-cfi"
+    plain.write_bytes(open("/bin/true", "rb").read())
+    # An x86-64 ELF file with its unwind sections' names scrambled: no rows.
+    data = bytearray(plain.read_bytes())
+    for name in (b".eh_frame_hdr", b".eh_frame", b".debug_frame"):
+        data = data.replace(name, b".x" + name[2:])
+    plain.write_bytes(bytes(data))
+    image = elf.open_elf([str(plain)], str(plain))
+    try:
+        table_id = store.acquire(image)
+        assert published[table_id] == (TABLE_PENDING, 0)
+        store.start()
+        assert wait_for(lambda: published[table_id] == (0, 0))  # frame-pointer steps, not deferred
+        assert store.rows_for_walk(image.cache_key).state is RowsState.NONE
+    finally:
+        store.stop()
+        image.close()

@@ -17,6 +17,7 @@ class RecordingTrie:
     def __init__(self, capacity=100000):
         self.entries = {}
         self.capacity = capacity
+        self.maps_read = {}  # pid -> exec count the maps were read at
 
     def add_prefixes(self, prefixes, kind, load_bias, table_id=0):
         rejected = 0
@@ -30,6 +31,12 @@ class RecordingTrie:
     def remove_prefixes(self, prefixes):
         for prefix in prefixes:
             self.entries.pop(prefix, None)
+
+    def exec_count(self, pid):
+        return 0
+
+    def mark_maps_read(self, pid, exec_count):
+        self.maps_read[pid] = exec_count
 
 
 def libc_function_address(name):

@@ -1,0 +1,87 @@
+"""Walks the kernel could not finish, finished in user space.
+
+When a sample reaches code jitprof does not know yet (a process whose maps
+are not read since its exec, a file whose unwind table is still being built,
+executable memory just mapped), the BPF walker sends the frames it walked,
+the registers to resume from and a copy of the stack above them. Once the
+process's mappings and tables are known, the native walker (native/walk.c)
+goes on over the copy with the kernel's rules and the same rows. A sample is
+never dropped for being early: when the run cannot wait any longer, it is
+finished with what is known (frame-pointer steps where a table is missing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from profiler.kernel.events import MAX_FRAMES, RawSample, WalkEnd
+from profiler.kernel.mappings import KnownMapping, MappingTracker
+from profiler.native import library
+from profiler.native.unwind_tables import RowsState, TableRows
+
+
+class RowSource(Protocol):
+    def rows_for_walk(self, cache_key: str) -> TableRows: ...
+
+
+@dataclass
+class LateWalkStats:
+    finished: int = 0
+    waited: int = 0  # tries that found the process or a table not known yet
+    copy_bytes: int = 0
+    ends: Counter[WalkEnd] = field(default_factory=Counter)
+
+
+class LateWalks:
+    """Called from the symbolizer thread; the tracker and the row source lock."""
+
+    def __init__(self, tracker: MappingTracker, tables: RowSource | None) -> None:
+        self._tracker = tracker
+        self._tables = tables  # None: frame pointers only (--no-dwarf)
+        self.stats = LateWalkStats()
+
+    def finish(self, sample: RawSample, final: bool) -> RawSample | None:
+        """The sample with its walk finished, or None when what it needs is not
+        known yet and the caller may ask again (never when final)."""
+        copy = sample.stack_copy
+        if copy is None:
+            return sample
+        view = self._tracker.space_view(sample.pid, sample.time_ns)
+        may_wait = not final and (view is None or not view.settled)
+        if may_wait and (view is None or not view.maps_read_ns):
+            self.stats.waited += 1
+            return None
+        mappings = [self._walk_mapping(mapping, final) for mapping in view.mappings] if view is not None else []
+        result = library.walk_copy(
+            mappings,
+            library.WalkStack(copy.data, copy.sp, copy.reached_end),
+            library.WalkRegisters(copy.pc, copy.sp, copy.fp, copy.exact_pc),
+            MAX_FRAMES - len(sample.addresses),
+        )
+        # Code mapped just before the sample is in the maps read after it.
+        newer_maps_due = result.end == WalkEnd.NO_MAPPING and view is not None and view.maps_read_ns < sample.time_ns
+        if result.end == library.WALK_PENDING or (may_wait and newer_maps_due):
+            self.stats.waited += 1
+            return None
+        end = WalkEnd(result.end)
+        self.stats.finished += 1
+        self.stats.copy_bytes += len(copy.data)
+        self.stats.ends[end] += 1
+        return dataclasses.replace(sample, addresses=sample.addresses + result.frames, walk_end=end, stack_copy=None)
+
+    def _walk_mapping(self, mapping: KnownMapping, final: bool) -> library.WalkMapping:
+        entry = mapping.entry
+        if entry.is_anonymous_exec:
+            return library.WalkMapping(entry.start, entry.end, 0, library.MAPPING_JIT)
+        if not mapping.attached and not final:
+            return library.WalkMapping(entry.start, entry.end, 0, library.MAPPING_PENDING)
+        rows = b""
+        if self._tables is not None and mapping.image is not None:
+            table = self._tables.rows_for_walk(mapping.image.cache_key)
+            if table.state is RowsState.PENDING and not final:
+                return library.WalkMapping(entry.start, entry.end, 0, library.MAPPING_PENDING)
+            rows = table.packed
+        return library.WalkMapping(entry.start, entry.end, mapping.load_bias, library.MAPPING_ELF, rows)

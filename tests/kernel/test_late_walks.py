@@ -1,0 +1,111 @@
+"""Walks finished in user space: when a deferred sample is ready, what it
+waits for, and what it becomes when the run cannot wait. The address space
+is this test process's own (its real maps), with JIT memory noted as the
+kernel reports it and a table store whose state the test sets."""
+
+import os
+import struct
+import time
+
+import pytest
+
+from profiler.kernel.events import RawSample, StackCopy, WalkEnd
+from profiler.kernel.late_walks import LateWalks
+from profiler.kernel.mappings import MAPPING_ELF_PENDING, MappingTracker
+from profiler.native.unwind_tables import RowsState, TableRows
+from tests.symbolize.test_symbolize import RecordingTrie
+
+JIT = 0x10000000  # far from anything this process maps
+STACK = 0x7FFE0000
+
+
+class TableStates:
+    """The store's answers, as the test sets them."""
+
+    def __init__(self):
+        self.state = RowsState.PENDING
+        self.acquired = []
+
+    def acquire(self, image):
+        self.acquired.append(image.path)
+        return len(self.acquired)
+
+    def release(self, table_id):
+        pass
+
+    def rows_for_walk(self, cache_key):
+        return TableRows(self.state)
+
+
+def libc_text(pid):
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and "x" in fields[1] and fields[5].endswith("/libc.so.6"):
+                return int(fields[0].split("-")[0], 16)
+    pytest.skip("libc is not mapped")
+
+
+@pytest.fixture
+def space():
+    tables = TableStates()
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie, tables)
+    pid = os.getpid()
+    tracker.add_process(pid, read_maps_now=False)
+    yield tracker, tables, trie, pid
+    tracker.close()
+
+
+def deferred(pid, words, start_pc=JIT + 0x100, time_ns=None):
+    """A sample the kernel deferred at its leaf: JIT code with a frame-pointer chain."""
+    data = bytearray(0x100)
+    for offset, value in words.items():
+        struct.pack_into("<Q", data, offset, value)
+    return RawSample(
+        pid=pid, tid=pid, cpu=0, time_ns=time_ns if time_ns is not None else time.monotonic_ns(), comm="test",
+        addresses=(), walk_end=WalkEnd.DEFERRED, kernel_stack_id=-1, user_mode=True,
+        stack_copy=StackCopy(start_pc, STACK, STACK + 0x20, True, False, bytes(data)),
+    )
+
+
+def test_a_walk_waits_for_the_maps_then_finishes(space):
+    tracker, _tables, trie, pid = space
+    late = LateWalks(tracker, None)
+    sample = deferred(pid, {0x20: STACK + 0x40, 0x28: JIT + 0x200, 0x40: 0, 0x48: 0})
+    assert late.finish(sample, final=False) is None  # nothing read of the process yet
+    tracker.note_exec_range(pid, JIT, 0x10000)  # the kernel saw it made executable
+    tracker.refresh(pid)
+    assert trie.maps_read == {pid: 0}  # the kernel's walks trust the trie from now on
+    finished = late.finish(sample, final=False)
+    assert finished is not None and finished.stack_copy is None
+    assert finished.addresses == (JIT + 0x100, JIT + 0x200) and finished.walk_end is WalkEnd.COMPLETE
+    assert late.stats.finished == 1 and late.stats.ends[WalkEnd.COMPLETE] == 1
+
+
+def test_a_table_being_built_is_waited_for_unless_the_run_ends(space):
+    tracker, tables, trie, pid = space
+    late = LateWalks(tracker, tables)
+    tracker.note_exec_range(pid, JIT, 0x10000)
+    tracker.refresh(pid)
+    # Files wait for their tables in the kernel (pending), JIT memory does not.
+    assert MAPPING_ELF_PENDING not in {kind for kind, _bias in trie.entries.values()}  # attached at once here
+    assert any(path.endswith("libc.so.6") for path in tables.acquired)
+    libc = libc_text(pid)
+    sample = deferred(pid, {0x20: STACK + 0x40, 0x28: libc + 0x101, 0x40: 0, 0x48: 0})
+    assert late.finish(sample, final=False) is None  # libc's table is pending
+    final = late.finish(sample, final=True)
+    assert final is not None and final.addresses == (JIT + 0x100, libc + 0x101)  # frame pointers after all
+    tables.state = RowsState.NONE  # built without rows: frame-pointer steps, no wait
+    assert late.finish(sample, final=False).walk_end is WalkEnd.COMPLETE
+
+
+def test_an_address_unknown_to_maps_read_before_the_sample_waits_for_newer_ones(space):
+    tracker, _tables, _trie, pid = space
+    late = LateWalks(tracker, None)
+    tracker.refresh(pid)
+    sample = deferred(pid, {}, start_pc=JIT + 0x100, time_ns=time.monotonic_ns() + 10**9)
+    assert late.finish(sample, final=False) is None  # mapped after the maps were read, perhaps
+    assert late.finish(sample, final=True).walk_end is WalkEnd.NO_MAPPING
+    tracker.process_exit(pid)  # nothing more will be learnt
+    assert late.finish(sample, final=False).walk_end is WalkEnd.NO_MAPPING
