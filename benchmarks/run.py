@@ -15,6 +15,7 @@ from pathlib import Path
 
 from benchmarks.code_log_parsing import code_log_parsing
 from benchmarks.completeness import completeness
+from benchmarks.first_samples import first_samples
 from benchmarks.format_conversion import format_conversion
 from benchmarks.java_cost import java_cost
 from benchmarks.kernel_cost import kernel_costs
@@ -51,6 +52,7 @@ def main() -> int:
         report += live_view_cost(3, workdir)
         report += kernel_costs(workdir)
         report += completeness(perf, workdir)
+        report += first_samples(3, perf, workdir)
         report += table_build(workdir / "table-cache")
     text = "\n".join(report)
     print(text)
