@@ -112,6 +112,10 @@ def slowdown_table(results: dict[str, list[WorkloadRun]], baseline: str) -> list
 class DaemonCpu:
     share_of_core: float  # jitprof's own CPU time over the target's lifetime, as a share of one core
     target_s: float
+    steady_share: float  # the same from STEADY_AFTER_S on: start-up (imports, symbol tables) left out
+
+
+STEADY_AFTER_S = 3.0
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -139,6 +143,7 @@ def daemon_cpu_on_a_terminal(args: list[str], workdir: Path) -> DaemonCpu:
         os.chdir(workdir)
         os.execve(sys.executable, [sys.executable, "-m", "profiler", *args], environment)
     started = first_cpu = last_cpu = None
+    steady: tuple[float, float] | None = None  # (time, cpu) once start-up is over
     last_seen = 0.0
     output_open = True
     while True:
@@ -153,10 +158,13 @@ def daemon_cpu_on_a_terminal(args: list[str], workdir: Path) -> DaemonCpu:
             now = time.monotonic()
             if started is None:
                 started, first_cpu = now, cpu
+            if steady is None and cpu is not None and now - started >= STEADY_AFTER_S:
+                steady = (now, cpu)
             last_seen, last_cpu = now, cpu
         if os.waitpid(pid, os.WNOHANG)[0]:
             break
     os.close(master)
     if started is None or first_cpu is None or last_cpu is None:
         raise RuntimeError("the command never ran under jitprof")
-    return DaemonCpu((last_cpu - first_cpu) / (last_seen - started), last_seen - started)
+    steady_share = (last_cpu - steady[1]) / (last_seen - steady[0]) if steady is not None and last_seen > steady[0] else float("nan")
+    return DaemonCpu((last_cpu - first_cpu) / (last_seen - started), last_seen - started, steady_share)

@@ -85,6 +85,19 @@ class JitdumpSymbols:
                 return (self._frame(pid, number, load, address),)
         return None
 
+    def epoch(self, pid: int) -> tuple[int, int]:
+        """(revision, time of the latest record) of pid's dumps (see V8LogSymbols.epoch)."""
+        with self._lock:
+            state = self._processes.get(pid)
+        if state is None or not state.dumps:
+            return (0, 0)
+        now = time.monotonic()
+        if now - state.last_tail >= TAIL_INTERVAL_S:
+            state.last_tail = now
+            for dump in state.dumps:
+                dump.tail()
+        return (sum(dump.offset for dump in state.dumps) + len(state.dumps), max(dump.reader.last_time_ns for dump in state.dumps))
+
     def waiting_for(self, pid: int, time_ns: int) -> bool:
         """May the process's dump still describe code run at `time_ns`? (V8
         buffers 2 MiB of records: they can arrive long after the code ran.)"""

@@ -34,6 +34,7 @@ class _ProcessMap:
     last_open_attempt: float = 0.0
     last_tail: float = 0.0
     frames: dict[int, Frame] = field(default_factory=dict)  # by entry sequence
+    reloads: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,7 @@ class PerfMapSymbols:
             file = state.file
             if file is None:
                 return None
-            now = time.monotonic()
-            # A snapshot is read once when opened, then only by `reload`.
-            if now - state.last_tail >= TAIL_INTERVAL_S and not (_is_snapshot(state) and state.last_tail):
-                file.tail()
-                state.last_tail = now
+            self._tail_if_due(state, file)
             entry = file.index.lookup(address)
             if entry is None:
                 return None
@@ -87,6 +84,22 @@ class PerfMapSymbols:
                 frame = frame_for_name(entry.name, state.runtime)
                 state.frames[entry.sequence] = frame
             return frame
+
+    def epoch(self, pid: int) -> tuple[int, int]:
+        """(revision, 0) of pid's map: lines carry no times (see V8LogSymbols.epoch)."""
+        with self._lock:
+            state = self._maps.get(pid)
+            if state is None or state.file is None:
+                return (0, 0)
+            self._tail_if_due(state, state.file)
+            return ((state.reloads << 40) + len(state.file.index), 0)
+
+    def _tail_if_due(self, state: _ProcessMap, file: PerfMapFile) -> None:
+        now = time.monotonic()
+        # A snapshot is read once when opened, then only by `reload`.
+        if now - state.last_tail >= TAIL_INTERVAL_S and not (_is_snapshot(state) and state.last_tail):
+            file.tail()
+            state.last_tail = now
 
     def reload(self, pid: int) -> int:
         """Read a rewritten map again from its start; returns its entries."""
@@ -99,6 +112,7 @@ class PerfMapSymbols:
             old, state.file = state.file, fresh
             state.last_tail = time.monotonic()
             state.frames.clear()  # frames are keyed by the old file's entry order
+            state.reloads += 1
             state.refused = ""
         if old is not None:
             old.close()

@@ -75,6 +75,7 @@ class AddressSpace:
     # Ranges the kernel saw made executable, as JIT memory: the last resort
     # for code mapped and gone (or the process gone) before the maps were read.
     provisional: list[KnownMapping] = field(default_factory=list)
+    revision: int = 0  # changes with any of the above: an address may resolve differently
 
     def find(self, address: int) -> KnownMapping | None:
         for mapping in self.current.values():
@@ -196,6 +197,8 @@ class MappingTracker:
                     added.append(space.current[key])
             for mapping in added:
                 self._attach_file(pid, mapping)
+            if added or removed:
+                space.revision += 1
             if removed or provisional:
                 in_use = {prefix for mapping in space.current.values() for prefix in mapping.prefixes}
                 for mapping in removed:
@@ -219,6 +222,7 @@ class MappingTracker:
                 del space.provisional[0]
             entry = MapEntry(start, start + length, True, False, True, 0, "00:00", 0, "")
             space.provisional.append(KnownMapping(entry, [], None, attached=True))
+            space.revision += 1
 
     def refresh_all(self) -> None:
         with self._lock:
@@ -265,6 +269,7 @@ class MappingTracker:
             self._remove(mapping)
             space.retired.append(mapping)
         space.current.clear()
+        space.revision += 1
 
     def _image_for(self, pid: int, entry: MapEntry) -> ElfImage | None:
         if entry.path == VDSO:  # the same kernel's vDSO in every process
@@ -311,11 +316,12 @@ class MappingTracker:
             settled = space is not self._spaces[pid][-1] or pid in self._exited
             return SpaceView(pid, space.generation, space.maps_read_ns, settled, space.walkable())
 
-    def generation_at(self, pid: int, time_ns: int) -> int:
-        """Which exec of pid was running at a sample time (cheap: no mapping search)."""
+    def space_state(self, pid: int, time_ns: int) -> tuple[int, int]:
+        """(generation, revision) of pid's exec running at a sample time: while
+        both stay the same, its addresses resolve to the same mappings."""
         with self._lock:
             space = self._space_at(pid, time_ns)
-            return space.generation if space is not None else 0
+            return (space.generation, space.revision) if space is not None else (0, 0)
 
     def _space_at(self, pid: int, time_ns: int) -> AddressSpace | None:
         spaces = self._spaces.get(pid)

@@ -48,6 +48,11 @@ class JitExpander(Protocol):
     def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None: ...
 
 
+# A JIT source's (revision, time of its latest news) for a pid: see V8LogSymbols.epoch.
+JitEpoch = Callable[[int], tuple[int, int]]
+MAX_STACKS = 100_000  # whole stacks remembered (see resolve_sample)
+
+
 class _NotNamedYet(Exception):
     """A JIT frame no source names yet: the sample waits (see the module doc)."""
 
@@ -105,6 +110,10 @@ class Symbolizer:
         self.sources: list[SymbolSource] = [ElfSymbols()]
         self.jit_expanders: list[JitExpander] = []
         self._memo: dict[_MemoKey, int] = {}
+        # (pid, generation, addresses) -> (what was known then, user frame ids)
+        self._stacks: dict[tuple[int, int, tuple[int, ...]], tuple[tuple[object, ...], tuple[int, ...]]] = {}
+        self.jit_epochs: list[JitEpoch] = []
+        self.stack_hits = 0
         self._kernel_memo: dict[int, int] = {}
         self._queue: queue.Queue[RawSample | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
@@ -122,6 +131,7 @@ class Symbolizer:
         perf maps name them; the dump and JVM readers may ask samples to wait."""
         self.jit_expanders.extend([jit.v8_logs, jit.jitdumps])
         self.sources.append(jit.perf_maps)
+        self.jit_epochs.extend([jit.v8_logs.epoch, jit.jitdumps.epoch, jit.perf_maps.epoch])
         self.before_final_pass.extend([jit.jvms.final_refresh, jit.jitdumps.read_all])
         self.waiting_for.extend([jit.jitdumps.waiting_for, jit.jvms.waiting_for])
 
@@ -231,11 +241,28 @@ class Symbolizer:
     def resolve_sample(self, raw: RawSample, may_park: bool = False) -> Sample:
         """The sample with named frames; with `may_park`, _NotNamedYet when
         JIT code in it has no name yet."""
-        user_ids: list[int] = []
-        generation = self._tracker.generation_at(raw.pid, raw.time_ns)  # once a sample, not once a frame
-        for depth, address in enumerate(raw.addresses):  # leaf first
-            user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park)))
-        user_ids.reverse()  # root first
+        # A program in a steady state repeats its stacks: one seen before, while
+        # nothing new is known of the process's mappings or JIT code (and taken
+        # after the latest news, which may have been about earlier times), has
+        # the same frames.
+        generation, revision = self._tracker.space_state(raw.pid, raw.time_ns)  # once a sample, not once a frame
+        epochs = [epoch(raw.pid) for epoch in self.jit_epochs]
+        known = (revision, *epochs)
+        settled = raw.time_ns >= max((latest for _revision, latest in epochs), default=0)
+        stack_key = (raw.pid, generation, raw.addresses)
+        remembered = self._stacks.get(stack_key) if settled else None
+        if remembered is not None and remembered[0] == known:
+            self.stack_hits += 1
+            user_ids = list(remembered[1])
+        else:
+            user_ids = []
+            for depth, address in enumerate(raw.addresses):  # leaf first
+                user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park)))
+            user_ids.reverse()  # root first
+            if settled:
+                if len(self._stacks) >= MAX_STACKS:
+                    self._stacks.clear()
+                self._stacks[stack_key] = (known, tuple(user_ids))
         kernel_ids: list[int] = []
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
             kernel_ids = [self._resolve_kernel(address) for address in self._kernel_stack(raw.kernel_stack_id)]

@@ -107,6 +107,39 @@ def test_symbolizer_names_libc_functions_once():
     assert len(profile.frames) == 3  # memoised: three unique addresses, three frames
 
 
+
+def test_a_repeated_stack_is_named_once_while_nothing_new_is_known():
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    news = {"revision": 0, "latest": 0}
+    symbolizer.jit_epochs.append(lambda pid: (news["revision"], news["latest"]))
+    stack = (libc_function_address("getpid") + 1, libc_function_address("qsort") + 5)
+
+    def resolve():
+        sample = RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", stack, WalkEnd.COMPLETE, -1, True)
+        return [profile.frames[frame].name for frame in symbolizer.resolve_sample(sample).frame_ids]
+
+    try:
+        first = resolve()
+        assert resolve() == first == ["qsort", "getpid"] and symbolizer.stack_hits == 1
+        news["revision"] += 1  # a JIT source learnt something: named afresh
+        assert resolve() == first and symbolizer.stack_hits == 1
+        news["latest"] = time.monotonic_ns() + 10**9  # news about times after the next sample: not remembered
+        resolve()
+        resolve()
+        assert symbolizer.stack_hits == 1
+        news["latest"] = 0
+        tracker.note_exec_range(os.getpid(), 0x10000000, 4096)  # the process's mappings changed
+        resolve()
+        assert symbolizer.stack_hits == 1
+        resolve()
+        assert symbolizer.stack_hits == 2
+    finally:
+        tracker.close()
+
+
 def jit_sample(address, time_ns):
     """A one-frame sample of this process at an address in its JIT memory."""
     return RawSample(os.getpid(), os.getpid(), 0, time_ns, "t", (address,), WalkEnd.NO_MAPPING, -1, True)

@@ -57,6 +57,8 @@ class _ProcessLogs:
     code: CodeMap = field(default_factory=CodeMap)
     last_tail: float = 0.0
     last_scan: float = 0.0
+    revision: int = 0  # changes with every batch of code events applied
+    latest_event_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,6 @@ class V8LogSymbols:
         self._lock = threading.Lock()
         self._processes: dict[int, _ProcessLogs] = {}
         self._memo: dict[tuple[int, int, int], tuple[Frame, ...]] = {}
-        self.inlined_frames = 0
 
     def watch(self, pid: int) -> None:
         """Note the process's owner while it is alive (its logs are looked
@@ -105,10 +106,7 @@ class V8LogSymbols:
             state = self._processes.get(pid)
         if state is None:
             state = self._state(pid)
-        now = time.monotonic()
-        if now - state.last_tail >= TAIL_INTERVAL_S:
-            self._tail(state)
-            state.last_tail = now
+        now = self._tail_if_due(state)
         code = state.code.lookup(address, time_ns)
         if code is None and now - state.last_scan >= RESCAN_INTERVAL_S:
             if self._scan(state):
@@ -124,9 +122,25 @@ class V8LogSymbols:
             if len(self._memo) >= MAX_MEMO_ENTRIES:
                 self._memo.clear()
             self._memo[key] = frames
-        if len(frames) > 1:
-            self.inlined_frames += len(frames) - 1
         return frames
+
+    def epoch(self, pid: int) -> tuple[int, int]:
+        """(revision, time of the latest code event) of what is known of pid's
+        code, after reading what is due: while it stays the same, and for
+        samples taken after that event, an address names the same frames."""
+        with self._lock:
+            state = self._processes.get(pid)
+        if state is None:
+            return (0, 0)
+        self._tail_if_due(state)
+        return (state.revision, state.latest_event_ns)
+
+    def _tail_if_due(self, state: _ProcessLogs) -> float:
+        now = time.monotonic()
+        if now - state.last_tail >= TAIL_INTERVAL_S:
+            self._tail(state)
+            state.last_tail = now
+        return now
 
     # Finding and reading logs ------------------------------------------
 
@@ -210,6 +224,9 @@ class V8LogSymbols:
             if isinstance(event, CodeCreation) and log.anchor_ns is not None:
                 log.last_event_ns = log.anchor_ns + event.time_us * 1000
             state.code.apply(log.isolate, event, log.last_event_ns)
+        if events:  # all of them happened before they were read
+            state.revision += 1
+            state.latest_event_ns = max(state.latest_event_ns, read_ns)
 
     # Frames ------------------------------------------------------------
 
