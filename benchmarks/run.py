@@ -20,6 +20,7 @@ from benchmarks.format_conversion import format_conversion
 from benchmarks.java_cost import java_cost
 from benchmarks.kernel_cost import kernel_costs
 from benchmarks.live_view_cost import live_view_cost
+from benchmarks.load import load
 from benchmarks.node_cost import node_cost
 from benchmarks.perf_map_tailing import perf_map_tailing
 from benchmarks.run_cost import run_cost
@@ -53,6 +54,7 @@ def main() -> int:
         report += kernel_costs(workdir)
         report += completeness(perf, workdir)
         report += first_samples(3, perf, workdir)
+        report += load(workdir)
         report += table_build(workdir / "table-cache")
     text = "\n".join(report)
     print(text)

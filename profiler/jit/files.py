@@ -15,6 +15,7 @@ import re
 import stat
 
 from profiler.jit import runtimes
+from profiler.safety import files
 
 MAX_TRACKED_DIRECTORIES = 512
 
@@ -61,14 +62,19 @@ class JitFileJanitor:
         removed = []
         for pid, directory in self._directories.items():
             for name in self._log_names(pid, directory):
-                try:
-                    info = os.stat(name, dir_fd=directory, follow_symlinks=False)
-                    if stat.S_ISREG(info.st_mode) and info.st_uid == owner_uid:
-                        os.unlink(name, dir_fd=directory)
-                        removed.append(name)
-                except OSError:
-                    continue
+                if files.remove_owned(directory, name, owner_uid):
+                    removed.append(name)
         return removed
+
+    def forget(self, pid: int, owner_uid: int | None) -> None:
+        """A process long gone: remove its logs (owner_uid given) and let its directory go."""
+        directory = self._directories.pop(pid, None)
+        if directory is None:
+            return
+        if owner_uid is not None:
+            for name in self._log_names(pid, directory):
+                files.remove_owned(directory, name, owner_uid)
+        os.close(directory)
 
     def close(self) -> None:
         for directory in self._directories.values():

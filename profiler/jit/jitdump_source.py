@@ -156,6 +156,19 @@ class JitdumpSymbols:
                 continue
             state.dumps.append(JitdumpFile(os.readlink(map_file), descriptor))
 
+    def forget(self, pid: int) -> list[JitdumpReport]:
+        """A process long gone: close its dumps and let its code go."""
+        with self._lock:
+            state = self._processes.pop(pid, None)
+            if state is not None:
+                self._frames = {key: frame for key, frame in self._frames.items() if key[0] != pid}
+        if state is None:
+            return []
+        reports = _reports_of(state)
+        for dump in state.dumps:
+            dump.close()
+        return reports
+
     def has_dump(self, pid: int) -> bool:
         with self._lock:
             state = self._processes.get(pid)
@@ -164,11 +177,7 @@ class JitdumpSymbols:
     def reports(self) -> list[JitdumpReport]:
         with self._lock:
             states = list(self._processes.values())
-        return [
-            JitdumpReport(state.pid, dump.path, len(dump.reader.code), dump.reader.error, dump.reader.insane_debug_records)
-            for state in states
-            for dump in state.dumps
-        ] + [JitdumpReport(state.pid, "", 0, state.refused, 0) for state in states if state.refused and not state.dumps]
+        return [report for state in states for report in _reports_of(state)]
 
     def close(self) -> None:
         with self._lock:
@@ -176,6 +185,16 @@ class JitdumpSymbols:
                 for dump in state.dumps:
                     dump.close()
                 state.dumps.clear()
+
+
+def _reports_of(state: _ProcessDumps) -> list[JitdumpReport]:
+    reports = [
+        JitdumpReport(state.pid, dump.path, len(dump.reader.code), dump.reader.error, dump.reader.insane_debug_records)
+        for dump in state.dumps
+    ]
+    if state.refused and not state.dumps:
+        reports.append(JitdumpReport(state.pid, "", 0, state.refused, 0))
+    return reports
 
 
 def _mapped_dumps(pid: int) -> list[str]:

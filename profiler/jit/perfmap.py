@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedKeyList
 
+from profiler.safety import files
+
 MAX_FILE_BYTES = 1 << 30  # a perf map beyond 1 GiB is refused (or no longer read)
 MAX_LINE_BYTES = 16 << 10
 MAX_ENTRY_SIZE = 256 << 20  # no JIT function is 256 MiB
@@ -145,15 +147,7 @@ class PerfMapFile:
 
     def remove(self, owner_uid: int) -> bool:
         """Delete the file if it is still the one we read (not a swapped-in link)."""
-        name = os.path.basename(self.path)
-        try:
-            info = os.stat(name, dir_fd=self.directory, follow_symlinks=False)
-            if not stat.S_ISREG(info.st_mode) or info.st_uid != owner_uid or info.st_ino != self.inode:
-                return False
-            os.unlink(name, dir_fd=self.directory)
-        except OSError:
-            return False
-        return True
+        return files.remove_owned(self.directory, os.path.basename(self.path), owner_uid, self.inode)
 
     def close(self) -> None:
         for descriptor in (self.descriptor, self.directory):
@@ -226,15 +220,15 @@ def open_perf_map(path: str, owner_uid: int | None) -> PerfMapFile | None:
 
 
 def remove_perf_map(path: str, owner_uid: int) -> bool:
-    """Delete a perf map jitprof caused to be written, if it is still that."""
+    """Delete a perf map jitprof caused to be written, if it is still that:
+    its directory opened once and checked, the file checked and removed
+    relative to it."""
+    directory_path, name = os.path.split(path)
     try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    if not stat.S_ISREG(info.st_mode) or info.st_uid != owner_uid:
+        directory = files.open_directory_for(directory_path or ".", owner_uid)
+    except files.UnsafeDirectory:
         return False
     try:
-        os.unlink(path)
-    except OSError:
-        return False
-    return True
+        return files.remove_owned(directory, name, owner_uid)
+    finally:
+        os.close(directory)

@@ -136,17 +136,7 @@ class PerfMapSymbols:
     def reports(self) -> list[PerfMapReport]:
         with self._lock:
             states = list(self._maps.values())
-        return [
-            PerfMapReport(
-                state.pid,
-                state.file.path if state.file else "",
-                len(state.file.index) if state.file else 0,
-                state.file.skipped_lines if state.file else 0,
-                state.file.truncated if state.file else False,
-                state.refused,
-            )
-            for state in states
-        ]
+        return [_report_of(state) for state in states]
 
     def remove_files(self, owner_uid: int) -> None:
         """Delete the perf maps read in this run (they exist because we asked)."""
@@ -154,6 +144,20 @@ class PerfMapSymbols:
             for state in self._maps.values():
                 if state.file is not None:
                     state.file.remove(owner_uid)
+
+    def forget(self, pid: int, remove_as: int | None) -> PerfMapReport | None:
+        """A process long gone: remove its map (remove_as: the owner, when
+        jitprof asked for it) and close it; its report, if it has one."""
+        with self._lock:
+            state = self._maps.pop(pid, None)
+        if state is None:
+            return None
+        report = _report_of(state)
+        if state.file is not None:
+            if remove_as is not None:
+                state.file.remove(remove_as)
+            state.file.close()
+        return report
 
     def remove_file(self, pid: int) -> bool:
         """Delete one process's perf map, if it is still the file read."""
@@ -168,6 +172,17 @@ class PerfMapSymbols:
             for state in self._maps.values():
                 if state.file is not None:
                     state.file.close()
+
+
+def _report_of(state: _ProcessMap) -> PerfMapReport:
+    return PerfMapReport(
+        state.pid,
+        state.file.path if state.file else "",
+        len(state.file.index) if state.file else 0,
+        state.file.skipped_lines if state.file else 0,
+        state.file.truncated if state.file else False,
+        state.refused,
+    )
 
 
 def _open_map(state: _ProcessMap) -> PerfMapFile | None:

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 
 from profiler.jit import runtimes
 from profiler.jit.files import JitFileJanitor
-from profiler.jit.jitdump_source import JitdumpSymbols
+from profiler.jit.jitdump_source import JitdumpReport, JitdumpSymbols
 from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
 from profiler.jit.perfmap import candidate_paths, remove_perf_map
-from profiler.jit.perfmap_source import PerfMapSymbols
-from profiler.jit.v8.log_source import V8LogSymbols
+from profiler.jit.perfmap_source import PerfMapReport, PerfMapSymbols
+from profiler.jit.v8.log_source import V8LogReport, V8LogSymbols
 from profiler.kernel.mappings import JIT_MODULE
 from profiler.model.profile import FrameKind, Profile
 
@@ -31,6 +31,11 @@ class JitSources:
         self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid)
         self.jvms = JvmPerfMaps(self.perf_maps)
         self._janitor = janitor
+        # What is kept of processes forgotten during the run (see forget).
+        self._had_source: set[int] = set()
+        self._perf_map_reports: list[PerfMapReport] = []
+        self._v8_reports: list[V8LogReport] = []
+        self._jitdump_reports: list[JitdumpReport] = []
 
     def watch(self, pid: int) -> None:
         """A process is followed (or has just exec'd): note what it runs."""
@@ -40,7 +45,25 @@ class JitSources:
         self.jvms.watch(pid)
 
     def has_source(self, pid: int) -> bool:
-        return self.perf_maps.has_map(pid) or self.v8_logs.has_log(pid) or self.jitdumps.has_dump(pid)
+        return pid in self._had_source or self.perf_maps.has_map(pid) or self.v8_logs.has_log(pid) or self.jitdumps.has_dump(pid)
+
+    def forget(self, pid: int, remove_as: int | None) -> None:
+        """A process gone long enough that none of its samples wait: close its
+        files and let its code go, so a long run with processes coming and
+        going stays flat; remove_as: remove the files jitprof asked it to
+        write (as their owner). What the end-of-run warnings need is kept."""
+        if self.has_source(pid):
+            self._had_source.add(pid)
+        perf_map = self.perf_maps.forget(pid, remove_as)
+        if perf_map is not None and (perf_map.refused or perf_map.skipped_lines or perf_map.truncated):
+            self._perf_map_reports.append(perf_map)
+        v8_log = self.v8_logs.forget(pid)
+        if v8_log is not None and v8_log.bad_lines:
+            self._v8_reports.append(v8_log)
+        self._jitdump_reports += [report for report in self.jitdumps.forget(pid) if report.error]
+        self._janitor.forget(pid, remove_as)
+        if remove_as is not None:
+            remove_perf_map(f"/tmp/perf-{pid}.map", remove_as)  # written, never read
 
     def warn_if_unnamed(self, pid: int, inline: bool) -> None:
         """Attaching to a runtime that cannot name its JIT code: say so, with the fix."""
@@ -65,20 +88,20 @@ class JitSources:
     def report(self, profile: Profile) -> None:
         """Warnings at the end: files refused or damaged, JVMs that would not
         answer, and JIT code no source named, with the fix per runtime."""
-        for report in self.perf_maps.reports():
+        for report in self._perf_map_reports + self.perf_maps.reports():
             if report.refused:
                 _say(f"jitprof: warning: not reading the perf map of pid {report.pid}: {report.refused}")
             if report.skipped_lines:
                 _say(f"jitprof: warning: skipped {report.skipped_lines:,} malformed lines in {report.path}")
             if report.truncated:
                 _say(f"jitprof: warning: stopped reading {report.path} at its size limit")
-        for v8_report in self.v8_logs.reports():
+        for v8_report in self._v8_reports + self.v8_logs.reports():
             if v8_report.bad_lines:
                 _say(
                     f"jitprof: warning: skipped {v8_report.bad_lines:,} malformed lines in the V8 code log of pid "
                     f"{v8_report.pid}"
                 )
-        for dump in self.jitdumps.reports():
+        for dump in self._jitdump_reports + self.jitdumps.reports():
             if dump.error:
                 _say(f"jitprof: warning: jitdump of pid {dump.pid} ({dump.path or 'not read'}): {dump.error}")
         for jvm in self.jvms.reports():

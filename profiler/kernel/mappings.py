@@ -171,6 +171,13 @@ class MappingTracker:
             for space in self._spaces.get(pid, []):
                 self._uninstall(space)
 
+    def forget(self, pid: int) -> None:
+        """An exited process none of whose samples wait any more: its state goes."""
+        with self._lock:
+            if pid in self._exited:
+                self._exited.discard(pid)
+                self._spaces.pop(pid, None)
+
     def refresh(self, pid: int, provisional: list[TriePrefix] | None = None) -> None:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional
         prefixes the BPF program added for new executable memory go. Then the

@@ -55,6 +55,7 @@ class ElfImage:
     cache_key: str
     size: int = 0
     debug_file: str = ""  # separate debug file found by build-id (local symbols)
+    debug_root: str = ""  # the target's filesystem root the debug file is inside, if any
     _symbols: SymbolTable | None = field(default=None, repr=False)
 
     def vaddr_for_file_offset(self, file_offset: int) -> int | None:
@@ -77,7 +78,12 @@ class ElfImage:
         if not self.debug_file:
             return read_symbols(self.handle)
         try:
-            with files.open_regular(self.debug_file, MAX_ELF_BYTES) as debug_handle:
+            opened = (
+                files.open_in_root(self.debug_root, self.debug_file, MAX_ELF_BYTES)
+                if self.debug_root
+                else files.open_regular(self.debug_file, MAX_ELF_BYTES)
+            )
+            with opened as debug_handle:
                 return read_symbols(self.handle, debug_handle)
         except OSError:
             return read_symbols(self.handle)
@@ -92,13 +98,17 @@ def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfIma
     last_error: Exception | None = None
     for candidate in candidates:
         try:
-            handle = files.open_regular(candidate, MAX_ELF_BYTES)  # kept open deliberately
+            # kept open deliberately
+            if root and candidate.startswith(root + "/"):
+                handle = files.open_in_root(root, candidate[len(root) :], MAX_ELF_BYTES)
+            else:
+                handle = files.open_regular(candidate, MAX_ELF_BYTES)
         except OSError as error:
             last_error = error
             continue
         try:
             image = _image_from_handle(handle, display_path)
-            image.debug_file = find_debug_file(image.build_id, root)
+            image.debug_file, image.debug_root = find_debug_file(image.build_id, root)
             return image
         except UnreadableElf as error:
             handle.close()
@@ -189,20 +199,19 @@ def _build_id(elf: ELFFile) -> str:
     return ""
 
 
-def find_debug_file(build_id: str, root: str = "") -> str:
-    """The distribution's detached debug file for a build-id (e.g. libc6-dbg)."""
+def find_debug_file(build_id: str, root: str = "") -> tuple[str, str]:
+    """The distribution's detached debug file for a build-id (e.g. libc6-dbg):
+    (its path, the target's root it is inside, or "" for the host's)."""
     if len(build_id) < 3:
-        return ""
-    relative = f"usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
-    for base in ([root] if root else []) + ["/"]:
-        candidate = os.path.join(base, relative)
+        return "", ""
+    relative = f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
+    for base in ([root] if root else []) + [""]:
         try:
-            info = os.stat(candidate)
+            with files.open_in_root(base, relative, MAX_ELF_BYTES) if base else files.open_regular(relative, MAX_ELF_BYTES):
+                return relative, base
         except OSError:
             continue
-        if stat.S_ISREG(info.st_mode) and info.st_size <= MAX_ELF_BYTES:
-            return candidate
-    return ""
+    return "", ""
 
 
 def read_symbols(*handles: BinaryIO) -> SymbolTable:

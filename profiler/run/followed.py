@@ -3,6 +3,8 @@ forks join, exec'd images are mapped anew, exits free their state."""
 
 from __future__ import annotations
 
+import time
+
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
 from profiler.kernel.bpf_program import BpfProgram
@@ -30,9 +32,11 @@ class FollowedProcesses:
         self._start_times: dict[int, int | None] = {}
         # pid -> provisional trie prefixes to drop once its maps are read
         self._pending_refresh: dict[int, list[TriePrefix]] = {}
+        self._exited_at: dict[int, float] = {}  # pid -> time.monotonic() of its exit
 
     def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
         self._start_times[pid] = start_time(pid)
+        self._exited_at.pop(pid, None)  # a reused pid: the new process is not retired
         self._program.follow(pid)
         self.live.add(pid)
         self.seen.add(pid)
@@ -83,6 +87,14 @@ class FollowedProcesses:
             self.live.discard(event.pid)
             self._program.unfollow(event.pid)
             self._tracker.process_exit(event.pid)
+            self._exited_at[event.pid] = time.monotonic()
+
+    def exited_before(self, moment: float) -> list[int]:
+        """Processes that exited before moment (time.monotonic()), each once."""
+        due = [pid for pid, exited in self._exited_at.items() if exited < moment]
+        for pid in due:
+            del self._exited_at[pid]
+        return due
 
     def refresh_changed_maps(self) -> None:
         """Read the maps of processes whose mappings changed since the last call."""

@@ -7,6 +7,7 @@ and the exit status is the target's.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0
 SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
+# After this, none of an exited process's samples wait for its JIT files any
+# more: they are removed and its state goes, so long runs stay flat.
+RETIRE_AFTER_S = 10.0
 
 
 class Recording:
@@ -120,6 +124,10 @@ class Recording:
                 program.detach()
                 self._close_view()
                 self.profile.info.ended_ns = time.monotonic_ns()
+            # The command (and what it started) is stopped now, not after the
+            # outputs: it must not go on starting processes that write JIT
+            # files after they were removed.
+            code = self._exit_code()
             # A second Ctrl-C or SIGTERM gives up what is still being named,
             # and the outputs are written; after that a Ctrl-C aborts.
             self._drain(program)
@@ -144,7 +152,6 @@ class Recording:
             self._tracker.close()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
-        code = self._exit_code()
         self._show_captured_output(1.0)  # after the view's summary, once the program has ended
         return code
 
@@ -175,7 +182,7 @@ class Recording:
         return self._followed.live if self._followed is not None else set()
 
     def _sample_loop(self, program: BpfProgram) -> None:
-        assert self._tracker is not None and self._followed is not None
+        assert self._tracker is not None and self._followed is not None and self._symbolizer is not None
         deadline = time.monotonic() + self.options.duration_s if self.options.duration_s else None
         next_rescan = time.monotonic() + MAPS_RESCAN_S
         while self._stop_signal is None:
@@ -186,6 +193,8 @@ class Recording:
                     return
             now = time.monotonic()
             self._followed.refresh_changed_maps()
+            for pid in self._followed.exited_before(now - RETIRE_AFTER_S):
+                self._symbolizer.retire(pid, functools.partial(self._forget, pid))
             if now >= next_rescan:
                 self._tracker.refresh_all()
                 next_rescan = now + MAPS_RESCAN_S
@@ -258,14 +267,24 @@ class Recording:
         ]
         return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ)))
 
+    def _forget(self, pid: int) -> None:
+        """(On the symbolizer thread.) An exited process's files and state go."""
+        assert self._jit_sources is not None and self._tracker is not None
+        self._jit_sources.forget(pid, self._run_as_uid if self._removes_jit_files() else None)
+        self._tracker.forget(pid)
+
+    def _removes_jit_files(self) -> bool:
+        """Did jitprof make the programs write perf maps and V8 logs (so it removes them)?"""
+        return bool(self.options.command) and self.options.inject and not self.options.keep_jit_files and self._run_as_uid is not None
+
     def _remove_jit_files(self) -> None:
         """Perf maps exist because jitprof asked for them: remove them."""
         if self.options.keep_jit_files or self._jit_sources is None:
             return
         self._jit_sources.jvms.remove_files()  # asked for when attached too
-        if not self.options.command or not self.options.inject or self._run_as_uid is None:
+        if not self._removes_jit_files():
             return
-        assert self._followed is not None
+        assert self._followed is not None and self._run_as_uid is not None
         self._jit_sources.remove_files(self._run_as_uid, self._followed.seen)
 
     def _stop_unwind_tables(self, tables: UnwindTableStore) -> None:

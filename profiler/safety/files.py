@@ -9,6 +9,7 @@ to a path: a target cannot steer root into a directory it does not own.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import stat
@@ -24,7 +25,10 @@ def open_regular(path: str, max_bytes: int) -> BinaryIO:
     blocking (a FIFO in its place would hold the thread in open() forever),
     then checked on the descriptor: a regular file, at most max_bytes.
     Raises OSError."""
-    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    return _checked_regular(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), path, max_bytes)
+
+
+def _checked_regular(descriptor: int, path: str, max_bytes: int) -> BinaryIO:
     try:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
@@ -36,6 +40,33 @@ def open_regular(path: str, max_bytes: int) -> BinaryIO:
     except BaseException:
         os.close(descriptor)
         raise
+
+
+_OPENAT2 = 437  # x86-64 syscall number
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_IN_ROOT = 0x10
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def open_in_root(root: str, path: str, max_bytes: int) -> BinaryIO:
+    """A file of a target's filesystem (root: /proc/PID/root), opened as
+    open_regular does, with every component resolved inside that root: a
+    symlink the target planted (to "/etc/shadow", or "../../..") stays in its
+    own filesystem instead of reaching the host's. Raises OSError."""
+    root_descriptor = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        how = _OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        libc = ctypes.CDLL(None, use_errno=True)
+        descriptor = libc.syscall(_OPENAT2, root_descriptor, path.lstrip("/").encode(), ctypes.byref(how), ctypes.sizeof(how))
+        if descriptor < 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"{root}/{path.lstrip('/')}: {os.strerror(error)}")
+    finally:
+        os.close(root_descriptor)
+    return _checked_regular(descriptor, path, max_bytes)
 
 
 def open_directory_for(path: str, owner_uid: int) -> int:
@@ -61,6 +92,22 @@ def create_exclusive(directory: int, name: str, mode: int = 0o600) -> int:
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a file name: {name!r}")
     return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+
+
+def remove_owned(directory: int, name: str, owner_uid: int, inode: int | None = None) -> bool:
+    """Remove name from the directory if it is a regular file of owner_uid
+    (and the given inode): what the target's runtime wrote because jitprof
+    asked, never a link or another user's file put in its place."""
+    if "/" in name or name in ("", ".", ".."):
+        return False
+    try:
+        there = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        if not stat.S_ISREG(there.st_mode) or there.st_uid != owner_uid or (inode is not None and there.st_ino != inode):
+            return False
+        os.unlink(name, dir_fd=directory)
+    except OSError:
+        return False
+    return True
 
 
 def remove_if_same(directory: int, name: str, descriptor: int) -> bool:

@@ -51,10 +51,19 @@ class JitExpander(Protocol):
 # A JIT source's (revision, time of its latest news) for a pid: see V8LogSymbols.epoch.
 JitEpoch = Callable[[int], tuple[int, int]]
 MAX_STACKS = 100_000  # whole stacks remembered (see resolve_sample)
+MAX_MEMO = 1_000_000  # named addresses remembered
 
 
 class _NotNamedYet(Exception):
     """A JIT frame no source names yet: the sample waits (see the module doc)."""
+
+
+@dataclass(frozen=True)
+class _Retire:
+    """After the samples before it: finish the process's waiting samples, then forget it."""
+
+    pid: int
+    forget: Callable[[], None]
 
 
 @dataclass
@@ -84,12 +93,6 @@ class ElfSymbols:
         return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)
 
 
-@dataclass(frozen=True)
-class _MemoKey:
-    pid: int
-    generation: int
-    address: int
-
 
 class Symbolizer:
     """Runs on its own thread; the main thread only submits."""
@@ -109,13 +112,16 @@ class Symbolizer:
         self._kernel_symbol = kernel_symbol
         self.sources: list[SymbolSource] = [ElfSymbols()]
         self.jit_expanders: list[JitExpander] = []
-        self._memo: dict[_MemoKey, int] = {}
-        # (pid, generation, addresses) -> (what was known then, user frame ids)
-        self._stacks: dict[tuple[int, int, tuple[int, ...]], tuple[tuple[object, ...], tuple[int, ...]]] = {}
+        # By process, so that a process's entries go with it: (generation, address) -> frame id
+        self._memo: dict[int, dict[tuple[int, int], int]] = {}
+        self._memo_entries = 0
+        # pid -> (generation, addresses) -> (what was known then, user frame ids)
+        self._stacks: dict[int, dict[tuple[int, tuple[int, ...]], tuple[tuple[object, ...], tuple[int, ...]]]] = {}
+        self._stack_entries = 0
         self.jit_epochs: list[JitEpoch] = []
         self.stack_hits = 0
         self._kernel_memo: dict[int, int] = {}
-        self._queue: queue.Queue[RawSample | None] = queue.Queue()
+        self._queue: queue.Queue[RawSample | _Retire | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
         self._parked: list[_Parked] = []
         self.before_final_pass: list[Callable[[], None]] = []  # sources that must read once more at the end
@@ -140,6 +146,13 @@ class Symbolizer:
 
     def submit(self, sample: RawSample) -> None:
         self._queue.put(sample)
+
+    def retire(self, pid: int, forget: Callable[[], None]) -> None:
+        """pid exited a while ago: once the samples submitted so far are in,
+        name what of it still waits as well as can be, then call forget (on
+        this thread, so no source is closed under a lookup) and drop what is
+        remembered of it."""
+        self._queue.put(_Retire(pid, forget))
 
     def backlog(self) -> int:
         return self._queue.qsize() + len(self._parked)
@@ -176,20 +189,35 @@ class Symbolizer:
                 if raw is None:
                     self._final_pass()
                     return
-                self._add(raw, time.monotonic(), may_park=True)
+                if isinstance(raw, _Retire):
+                    self._retire(raw)
+                else:
+                    self._add(raw, time.monotonic(), may_park=True)
             now = time.monotonic()
             if self._parked and now >= next_retry:
                 next_retry = now + PARK_RETRY_S
                 self._retry_parked(now, final=False)
 
-    def _give_up(self, current: RawSample | None) -> None:
-        left: list[RawSample | None] = [current]
+    def _retire(self, request: _Retire) -> None:
+        waiting = [entry for entry in self._parked if entry.raw.pid == request.pid]
+        self._parked = [entry for entry in self._parked if entry.raw.pid != request.pid]
+        for entry in waiting:
+            self._add(entry.raw, entry.since, may_park=False)
+        try:
+            request.forget()
+        except Exception as error:  # a bug here must not lose the run
+            self.errors.append(f"{type(error).__name__}: {error}")
+        self._memo_entries -= len(self._memo.pop(request.pid, {}))
+        self._stack_entries -= len(self._stacks.pop(request.pid, {}))
+
+    def _give_up(self, current: RawSample | _Retire | None) -> None:
+        left: list[RawSample | _Retire | None] = [current]
         while True:
             try:
                 left.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-        self._given_up += sum(1 for raw in left if raw is not None) + len(self._parked)
+        self._given_up += sum(1 for raw in left if isinstance(raw, RawSample)) + len(self._parked)
         self._parked = []
 
     def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
@@ -249,8 +277,9 @@ class Symbolizer:
         epochs = [epoch(raw.pid) for epoch in self.jit_epochs]
         known = (revision, *epochs)
         settled = raw.time_ns >= max((latest for _revision, latest in epochs), default=0)
-        stack_key = (raw.pid, generation, raw.addresses)
-        remembered = self._stacks.get(stack_key) if settled else None
+        stacks = self._stacks.setdefault(raw.pid, {})
+        stack_key = (generation, raw.addresses)
+        remembered = stacks.get(stack_key) if settled else None
         if remembered is not None and remembered[0] == known:
             self.stack_hits += 1
             user_ids = list(remembered[1])
@@ -260,9 +289,13 @@ class Symbolizer:
                 user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park)))
             user_ids.reverse()  # root first
             if settled:
-                if len(self._stacks) >= MAX_STACKS:
+                if self._stack_entries >= MAX_STACKS:
                     self._stacks.clear()
-                self._stacks[stack_key] = (known, tuple(user_ids))
+                    self._stack_entries = 0
+                    stacks = self._stacks.setdefault(raw.pid, {})
+                if stack_key not in stacks:
+                    self._stack_entries += 1
+                stacks[stack_key] = (known, tuple(user_ids))
         kernel_ids: list[int] = []
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
             kernel_ids = [self._resolve_kernel(address) for address in self._kernel_stack(raw.kernel_stack_id)]
@@ -275,8 +308,9 @@ class Symbolizer:
         # A caller's address is a return address: the call is the byte before.
         lookup_address = address - 1 if caller else address
         # The memo comes first: a native frame seen before costs no mapping search.
-        key = _MemoKey(pid, generation, lookup_address)
-        frame_id = self._memo.get(key)
+        memo = self._memo.setdefault(pid, {})
+        key = (generation, lookup_address)
+        frame_id = memo.get(key)
         if frame_id is not None:
             return [frame_id]
         mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
@@ -298,7 +332,12 @@ class Symbolizer:
             frame = self._name(pid, mapping, address)
         frame_id = self._profile.intern(frame)
         if mapping is not None:  # no mapping yet may only mean its maps are not read yet
-            self._memo[key] = frame_id
+            if self._memo_entries >= MAX_MEMO:
+                self._memo.clear()
+                self._memo_entries = 0
+                memo = self._memo.setdefault(pid, {})
+            memo[key] = frame_id
+            self._memo_entries += 1
         return [frame_id]
 
     def _name(self, pid: int, mapping: KnownMapping | None, address: int) -> Frame:

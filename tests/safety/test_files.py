@@ -4,6 +4,7 @@ descriptor, checked once; a target cannot steer root elsewhere."""
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,24 @@ def test_a_fifo_in_place_of_an_elf_or_debug_file_never_blocks(tmp_path, chain_bi
     worker.join(5)
     assert not worker.is_alive(), "blocked opening a FIFO"
     assert "not a regular file" in outcome["elf"] and outcome["symbols"] > 5
+
+
+def test_paths_in_a_targets_root_cannot_reach_the_hosts_files(tmp_path):
+    """Through /proc/PID/root an absolute symlink would resolve against
+    root's (the host's) filesystem: inside the target's root it must not."""
+    root = tmp_path / "container"
+    (root / "usr" / "lib").mkdir(parents=True)
+    (root / "usr" / "lib" / "real.so").write_bytes(b"inside")
+    (root / "usr" / "lib" / "absolute.so").symlink_to("/etc/hostname")
+    (root / "usr" / "lib" / "climbing.so").symlink_to("../../../../../../etc/hostname")
+    (root / "usr" / "lib" / "inside.so").symlink_to("/usr/lib/real.so")  # absolute, meant for its own root
+    assert Path("/etc/hostname").exists()
+    with files.open_in_root(str(root), "/usr/lib/real.so", 100) as handle:
+        assert handle.read() == b"inside"
+    with files.open_in_root(str(root), "/usr/lib/inside.so", 100) as handle:
+        assert handle.read() == b"inside"  # resolved in the target's root, as the target sees it
+    for escaping in ("/usr/lib/absolute.so", "/usr/lib/climbing.so", "/../../etc/hostname"):
+        with pytest.raises(OSError):
+            files.open_in_root(str(root), escaping, 100)
+    with pytest.raises(OSError):
+        files.open_in_root(str(root), "/usr/lib/real.so", 3)  # over the size limit

@@ -237,3 +237,20 @@ def test_finish_stops_at_once_when_the_user_insists():
     assert time.monotonic() - started < 2.0
     stalling.release.set()
     tracker.close()
+
+
+def test_retiring_a_process_names_what_waits_then_forgets_it_on_the_symbolizer_thread():
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    symbolizer.start()
+    forgotten = []
+    getpid = libc_function_address("getpid")
+    symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (getpid,), WalkEnd.COMPLETE, -1, True))
+    symbolizer.retire(os.getpid(), lambda: forgotten.append(threading.current_thread().name))
+    symbolizer.finish()
+    tracker.close()
+    assert len(profile.samples) == 1 and symbolizer.errors == []
+    assert forgotten == ["jitprof-symbolizer"]  # after the sample before it, on its thread
+    assert os.getpid() not in symbolizer._memo and os.getpid() not in symbolizer._stacks

@@ -245,16 +245,23 @@ class V8LogSymbols:
     def reports(self) -> list[V8LogReport]:
         with self._lock:
             states = list(self._processes.values())
-        return [
-            V8LogReport(
-                state.pid,
-                len(state.logs),
-                len(state.code),
-                sum(log.reader.bad_lines + log.reader.skipped_long_lines for log in state.logs),
-                sum(log.offset for log in state.logs),
-            )
-            for state in states
-        ]
+        return [_report_of(state) for state in states]
+
+    def forget(self, pid: int) -> V8LogReport | None:
+        """A process long gone: close its logs and let its code go."""
+        with self._lock:
+            state = self._processes.pop(pid, None)
+            if state is not None:
+                self._memo = {key: frames for key, frames in self._memo.items() if key[0] != pid}
+        if state is None:
+            return None
+        report = _report_of(state)
+        for log in state.logs:
+            try:
+                os.close(log.descriptor)
+            except OSError:
+                pass
+        return report
 
     def has_log(self, pid: int) -> bool:
         with self._lock:
@@ -270,6 +277,16 @@ class V8LogSymbols:
                     except OSError:
                         pass
                 state.logs.clear()
+
+
+def _report_of(state: _ProcessLogs) -> V8LogReport:
+    return V8LogReport(
+        state.pid,
+        len(state.logs),
+        len(state.code),
+        sum(log.reader.bad_lines + log.reader.skipped_long_lines for log in state.logs),
+        sum(log.offset for log in state.logs),
+    )
 
 
 def _code_tier(code: CodeObject) -> str:
