@@ -1,10 +1,12 @@
 """Errors a user can hit: one line, a hint, nothing collected lost."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from e2e.conftest import has_chain, read_folded, total
 
@@ -137,3 +139,25 @@ def test_a_mapping_storm_cannot_hold_the_run_past_its_duration(fixtures_built, t
     assert elapsed < 15, f"{elapsed:.1f} s for a 2 s run"
     assert "wrote" in completed.stderr and (tmp_path / "storm.folded").exists(), completed.stderr
     assert total(read_folded(tmp_path / "storm.folded")) > 0
+
+
+def test_a_full_disk_loses_no_output(jitprof, fixtures_built, tmp_path):
+    """A real full file system (a nearly full 16 KiB tmpfs): the flame graph
+    does not fit there; it is written beside the other output instead, with
+    one line saying so, and no partial file is left on the full one."""
+    full = tmp_path / "full"
+    full.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], check=True)
+    try:
+        (full / "ballast").write_bytes(b"x" * 12288)
+        run = jitprof("-o", str(full / "out.svg"), "-o", "out.folded", "--", str(fixtures_built / "workload"), "300")
+        assert run.returncode == 0, run.stderr
+        assert "Traceback" not in run.stderr
+        warnings = [line for line in run.stderr.splitlines() if line.startswith("jitprof: warning:")]
+        assert len(warnings) == 1 and "No space left on device" in warnings[0], run.stderr
+        instead = Path(re.search(r"wrote (\S+) instead", warnings[0]).group(1))
+        assert instead.read_text().startswith("<?xml") and "</svg>" in instead.read_text()
+        assert sum(int(line.rsplit(" ", 1)[1]) for line in (tmp_path / "out.folded").read_text().splitlines()) >= 50
+        assert [path.name for path in full.iterdir()] == ["ballast"]  # no partial file left
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
