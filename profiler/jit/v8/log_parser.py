@@ -19,7 +19,9 @@ MAX_SCRIPT_LINES = 1 << 21  # lines of one script whose starts are kept (later l
 MAX_INLINED_FUNCTIONS = 1 << 16
 
 _ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|n|\\)")
-_ESCAPE_OR_NEWLINE = re.compile(r"\\(?:x0[aA]|n)|\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|\\)")
+_ESCAPED_BACKSLASH = re.compile(r"\\\\")
+_NEWLINE_ESCAPE = re.compile(r"\\(?:x0[aA]|n)")
+_OTHER_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})")
 _POSITION = re.compile(r"C(\d+)O(\d+)(?:I(\d+))?")
 _POSITIONS_SHAPE = re.compile(r"^(?:C\d+O\d+(?:I\d+)?)+$")
 _INLINING = re.compile(r"F(\d*)O(\d+)(?:I(\d+))?")
@@ -123,7 +125,12 @@ def _decode_escape(match: re.Match[str]) -> str:
 def line_starts(escaped_source: str) -> array.array:
     """Where each line of a logged source begins, in UTF-16 code units
     (the unit of V8's script offsets); each escape is one unit."""
-    units = _ESCAPE_OR_NEWLINE.sub(lambda match: "\n" if match.group(0) in ("\\n", "\\x0a", "\\x0A") else "_", escaped_source)
+    # Three passes at C speed (a callback per escape takes seconds on a
+    # bundle): escaped backslashes first, so every backslash left starts an
+    # escape; then newlines; then every other escape.
+    units = _ESCAPED_BACKSLASH.sub("_", escaped_source)
+    units = _NEWLINE_ESCAPE.sub("\n", units)
+    units = _OTHER_ESCAPE.sub("_", units)
     starts = array.array("I", [0])  # 4 bytes a line: sources are far below 4 GiB
     position = units.find("\n")
     while position >= 0 and len(starts) < MAX_SCRIPT_LINES:

@@ -315,3 +315,15 @@ def test_a_huge_script_keeps_four_bytes_a_line():
     starts = line_starts("x\\n" * 100000)
     assert starts.itemsize == 4 and len(starts) == 100001 and starts[1] == 2
     assert len(line_starts("\\n" * (MAX_SCRIPT_LINES + 10))) == MAX_SCRIPT_LINES
+
+
+def test_line_starts_count_an_escaped_backslash_as_one_unit_not_a_newline():
+    # \\n is a backslash then "n", not a newline; \\\n is a backslash then a newline.
+    assert list(line_starts(r"a\\nb")) == [0]
+    assert list(line_starts(r"a\\\nb")) == [0, 3]
+    assert list(line_starts(r"\x22q\x22\n\u00e9\\\\\x0Ax")) == [0, 4, 8]
+    # Against the decoded text, on a mix of every escape:
+    escaped = r"f(\x22\\\u00e9\\n\n)\x0a\\\\\nz" * 50
+    decoded = unescape(escaped)
+    expected = [0] + [index + 1 for index, char in enumerate(decoded) if char == "\n"]
+    assert list(line_starts(escaped)) == expected
