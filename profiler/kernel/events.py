@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import enum
+import sys
 from dataclasses import dataclass
 
 MAX_FRAMES = 127
@@ -220,7 +221,7 @@ def _decode_sample(data: int, size: int) -> RawSample:
         tid=raw.tid,
         cpu=raw.cpu,
         time_ns=raw.time_ns,
-        comm=raw.comm.decode("utf-8", "replace"),
+        comm=sys.intern(raw.comm.decode("utf-8", "replace")),  # one string per command name, not per sample
         addresses=tuple((ctypes.c_uint64 * count).from_address(data + _HEADER_SIZE)) if count else (),
         walk_end=walk_end,
         kernel_stack_id=raw.kernel_stack_id,

@@ -300,7 +300,7 @@ class Symbolizer:
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
             kernel_ids = [self._resolve_kernel(address) for address in self._kernel_stack(raw.kernel_stack_id)]
             kernel_ids.reverse()
-        return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, tuple(user_ids + kernel_ids), raw.walk_end)
+        return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(tuple(user_ids + kernel_ids)), raw.walk_end)
 
     def _resolve_user(self, pid: int, time_ns: int, generation: int, address: int, caller: bool, may_park: bool) -> list[int]:
         """The frame ids at one return address, outermost first (more than
