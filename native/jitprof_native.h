@@ -38,6 +38,10 @@ int jp_unwind_rows(int fd, struct jp_row **rows_out, uint64_t *count_out, struct
 int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct jp_row **rows_out, uint64_t *count_out,
                                struct jp_table_stats *stats);
 void jp_free(void *pointer);
+/* The start (file address) of every FDE of the file open at fd, in file
+ * order: where functions begin, for naming addresses no symbol covers.
+ * *starts_out is freed with jp_free. */
+int jp_function_starts(int fd, uint32_t **starts_out, uint64_t *count_out);
 /* 1 if rows are as the compiler writes them (pc strictly increasing, known
  * CFA and rbp kinds, reserved bytes zero, PLT thresholds in range), else 0:
  * rows from a cache file are checked before they reach the kernel. */

@@ -71,7 +71,24 @@ struct builder {
     size_t count, capacity;
     uint32_t sequence;
     int out_of_memory;
+    int want_starts; /* collect every FDE's start (jp_function_starts) */
+    uint32_t *starts;
+    size_t start_count, start_capacity;
 };
+
+static void add_start(struct builder *builder, uint64_t start) {
+    if (builder->start_count == builder->start_capacity) {
+        size_t capacity = builder->start_capacity ? builder->start_capacity * 2 : 1024;
+        uint32_t *grown = realloc(builder->starts, capacity * sizeof *grown);
+        if (grown == NULL) {
+            builder->out_of_memory = 1;
+            return;
+        }
+        builder->starts = grown;
+        builder->start_capacity = capacity;
+    }
+    builder->starts[builder->start_count++] = (uint32_t)start;
+}
 
 /* Reading --------------------------------------------------------------- */
 
@@ -587,6 +604,11 @@ static void walk_section(const struct section *section, struct builder *builder,
             offset = next;
             continue;
         }
+        if (builder->want_starts) {
+            add_start(builder, start);
+            offset = next;
+            continue; /* the rules are not needed */
+        }
         struct state state = cie->has_line ? cie->line : empty_state(start);
         state.pc = start;
         struct emit emit = {builder, start, end, {0}, 0};
@@ -712,7 +734,8 @@ static int find_section(const struct source *source, const struct elf64_header *
     return 0;
 }
 
-static int compile_file(const struct source *source, struct jp_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats) {
+static int compile_file(const struct source *source, struct jp_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats,
+                        uint32_t **starts_out, uint64_t *starts_count_out) {
     uint8_t *owned_header, *owned_sections = NULL, *owned_names = NULL, *owned_cfi = NULL;
     const uint8_t *bytes = fetch(source, 0, sizeof(struct elf64_header), &owned_header);
     if (bytes == NULL) return source->size < sizeof(struct elf64_header) ? JP_NOT_ELF : JP_IO_ERROR;
@@ -744,10 +767,18 @@ static int compile_file(const struct source *source, struct jp_row **rows_out, u
         }
         struct section section = {data, cfi.size, cfi.addr, is_eh_frame};
         struct builder builder = {0};
+        builder.want_starts = starts_out != NULL;
         walk_section(&section, &builder, stats);
         if (builder.out_of_memory) {
             free(builder.items);
+            free(builder.starts);
             result = JP_NO_MEMORY;
+            goto out;
+        }
+        if (starts_out != NULL) {
+            *starts_out = builder.starts;
+            *starts_count_out = builder.start_count;
+            free(builder.items);
             goto out;
         }
         size_t count = finish_rows(&builder);
@@ -772,7 +803,7 @@ int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct j
     *count_out = 0;
     memset(stats, 0, sizeof *stats);
     struct source source = {file, -1, file_size};
-    return compile_file(&source, rows_out, count_out, stats);
+    return compile_file(&source, rows_out, count_out, stats, NULL, NULL);
 }
 
 int jp_unwind_rows(int fd, struct jp_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats) {
@@ -784,7 +815,22 @@ int jp_unwind_rows(int fd, struct jp_row **rows_out, uint64_t *count_out, struct
     if (!S_ISREG(info.st_mode)) return JP_NOT_ELF;
     if ((uint64_t)info.st_size > MAX_FILE_BYTES) return JP_TOO_LARGE;
     struct source source = {NULL, fd, (uint64_t)info.st_size};
-    return compile_file(&source, rows_out, count_out, stats);
+    return compile_file(&source, rows_out, count_out, stats, NULL, NULL);
+}
+
+int jp_function_starts(int fd, uint32_t **starts_out, uint64_t *count_out) {
+    *starts_out = NULL;
+    *count_out = 0;
+    struct jp_table_stats stats;
+    memset(&stats, 0, sizeof stats);
+    struct stat info;
+    if (fstat(fd, &info) != 0) return JP_IO_ERROR;
+    if (!S_ISREG(info.st_mode)) return JP_NOT_ELF;
+    if ((uint64_t)info.st_size > MAX_FILE_BYTES) return JP_TOO_LARGE;
+    struct source source = {NULL, fd, (uint64_t)info.st_size};
+    struct jp_row *rows = NULL;
+    uint64_t count = 0;
+    return compile_file(&source, &rows, &count, &stats, starts_out, count_out);
 }
 
 void jp_free(void *pointer) { free(pointer); }

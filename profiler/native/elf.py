@@ -7,6 +7,8 @@ hundreds of thousands of symbols). Tables are cached on disk by build-id.
 
 from __future__ import annotations
 
+import array
+import bisect
 import hashlib
 import os
 import stat
@@ -57,6 +59,7 @@ class ElfImage:
     debug_file: str = ""  # separate debug file found by build-id (local symbols)
     debug_root: str = ""  # the target's filesystem root the debug file is inside, if any
     _symbols: SymbolTable | None = field(default=None, repr=False)
+    _function_starts: array.array | None = field(default=None, repr=False)
 
     def vaddr_for_file_offset(self, file_offset: int) -> int | None:
         for segment in self.segments:
@@ -73,6 +76,19 @@ class ElfImage:
                 cache.store(key, cached)
             self._symbols = cached
         return self._symbols
+
+    def function_start(self, vaddr: int) -> int | None:
+        """Where the function holding vaddr begins, from the unwind tables
+        (for code no symbol names: its frames stay apart as file+0x…)."""
+        if self._function_starts is None:
+            from profiler.native import library  # noqa: PLC0415  (cffi, only when a name is missing)
+
+            try:
+                self._function_starts = library.function_starts(self.handle.fileno())
+            except (OSError, library.NativeUnavailable):
+                self._function_starts = array.array("I")
+        index = bisect.bisect_right(self._function_starts, vaddr) - 1
+        return self._function_starts[index] if index >= 0 else None
 
     def _read_all_symbols(self) -> SymbolTable:
         if not self.debug_file:

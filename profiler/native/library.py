@@ -9,6 +9,7 @@ on a builder thread while sampling goes on.
 
 from __future__ import annotations
 
+import array
 import os
 import threading
 from dataclasses import dataclass
@@ -84,6 +85,23 @@ def compile_unwind_rows(descriptor: int) -> CompiledRows:
     finally:
         lib.jp_free(rows[0])
     return CompiledRows(packed, stats.fdes, stats.failed, stats.malformed)
+
+
+def function_starts(descriptor: int) -> array.array:
+    """Where the functions of the ELF file open at descriptor begin (file
+    addresses of its FDEs), sorted, each once."""
+    ffi, lib = load()
+    starts = ffi.new("uint32_t **")
+    count = ffi.new("uint64_t *")
+    result = lib.jp_function_starts(descriptor, starts, count)
+    try:
+        if result != lib.JP_OK:
+            return array.array("I")
+        found = array.array("I")
+        found.frombytes(bytes(ffi.buffer(starts[0], count[0] * 4)))
+    finally:
+        lib.jp_free(starts[0])
+    return array.array("I", sorted(set(found)))
 
 
 def rows_valid(packed: bytes) -> bool:

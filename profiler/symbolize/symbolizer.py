@@ -87,7 +87,11 @@ class ElfSymbols:
         except (UnreadableElf, OSError):
             return None
         if hit is None:
-            return None
+            # No name: the function's start keeps it apart from its neighbours.
+            start = image.function_start(vaddr)
+            if start is None:
+                return None
+            return Frame(f"{mapping.module_name}+{start:#x}", mapping.module_name, FrameKind.UNKNOWN)
         if hit.name.startswith(V8_EMBEDDED_BUILTIN):  # V8 builtins in node's own text
             return Frame(f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN):]}", mapping.module_name, FrameKind.NATIVE, tier="builtin")
         return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)

@@ -104,3 +104,28 @@ def test_the_vdso_is_read_from_memory_with_its_symbols_and_unwind_rows():
         assert len(library.compile_unwind_rows(image.handle.fileno()).packed) > 0
     finally:
         image.close()
+
+
+def test_functions_of_a_stripped_file_are_kept_apart_by_their_start(tmp_path, chain_binary):
+    from profiler.kernel.mappings import KnownMapping
+    from profiler.kernel.procmaps import MapEntry
+    from profiler.symbolize.symbolizer import ElfSymbols
+
+    functions = nm_functions(chain_binary)
+    stripped = tmp_path / "chain-stripped"
+    shutil.copy(chain_binary, stripped)
+    subprocess.run(["strip", "--strip-all", str(stripped)], check=True)
+    image = elf.open_elf([str(stripped)], str(stripped))
+    try:
+        assert not {"main", "c"} & set(image.symbols().names)
+        for name in ("main", "a", "b", "c"):
+            assert image.function_start(functions[name] + 3) == functions[name]
+        # As the symbolizer names them: distinct frames, by file and start.
+        text = next(segment for segment in image.segments if segment.vaddr <= functions["c"] < segment.vaddr + segment.file_size)
+        entry = MapEntry(0x555500000000 + text.vaddr, 0x555500000000 + text.vaddr + text.file_size, True, False, True,
+                         text.file_offset, "08:01", 1, str(stripped))
+        mapping = KnownMapping(entry, [], image, attached=True)
+        names = {name: ElfSymbols().resolve(1, mapping, entry.start + functions[name] - text.vaddr + 2).name for name in ("b", "c")}
+        assert names == {"b": f"chain-stripped+{functions['b']:#x}", "c": f"chain-stripped+{functions['c']:#x}"}
+    finally:
+        image.close()
