@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -183,3 +184,21 @@ def test_container_pid_namespace(jitprof, tmp_path):
     lines = read_folded(tmp_path / "out.folded")
     assert sum(line.count for line in lines if js_chain(line.frames)) / total(lines) >= 0.9
     assert not Path("/tmp/perf-1.map").exists()
+
+
+def test_js_only_shows_the_programs_javascript(jitprof, tmp_path):
+    run = jitprof("--js-only", "-o", "out.folded", "-o", "out.jitprof", "--", "node", str(JS / "chain.js"), "3")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 200
+    for line in lines:
+        below_root = line.frames[1:]
+        assert below_root[0] in ("(program)", "(garbage collector)") or below_root[0].endswith("_[j]"), line.frames
+        assert not any("node::" in frame or "v8::internal::" in frame or frame.startswith("[builtin]") for frame in below_root), line.frames
+    in_chain = sum(line.count for line in lines if js_chain(line.frames))
+    assert in_chain >= 0.85 * total(lines)
+    # The raw profile keeps everything; `report --js-only` shows the same view from it.
+    full = subprocess.run([sys.executable, "-m", "profiler", "report", "out.jitprof"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert "node::Start" in full.stdout
+    view = subprocess.run([sys.executable, "-m", "profiler", "report", "--js-only", "out.jitprof"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert sorted(view.stdout.splitlines()) == sorted((tmp_path / "out.folded").read_text().splitlines())

@@ -41,6 +41,11 @@ exit status: the program's own (128+signal if it was killed); 0 with --pid;
 """
 
 
+JS_ONLY_HELP = (
+    "show the program's JavaScript only, as DevTools does: node's and V8's own frames are hidden and their "
+    "time given to the JS function that called them; stacks without JS are (program) or (garbage collector)"
+)
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jitprof",
@@ -94,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the perf maps and V8 code logs that the injected flags made the program write "
         "(default: removed at the end)",
     )
+    parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP + " (a .jitprof output keeps everything)")
     parser.add_argument(
         "--no-inline", action="store_true",
         help="count code that the JIT inlined in its caller, as perf and --cpu-prof do (for comparison)",
@@ -141,6 +147,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         inject=not args.no_inject,
         keep_jit_files=args.keep_jit_files,
         inline=not args.no_inline,
+        js_only=args.js_only,
         live_view=not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty(),
         user=args.user,
         as_root=args.as_root,
@@ -161,6 +168,7 @@ def build_report_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tid", type=int, action="append", default=[], help="only samples of this thread (repeatable)")
     parser.add_argument("--since", type=float, default=None, metavar="SECONDS", help="only samples from this long after the first")
     parser.add_argument("--until", type=float, default=None, metavar="SECONDS", help="only samples before this long after the first")
+    parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP)
     return parser
 
 
@@ -188,7 +196,7 @@ def run_report(argv: list[str]) -> int:
     except UnknownFormat as error:
         parser.error(str(error))
     selection = report.SampleFilter(frozenset(args.pid), frozenset(args.tid), args.since, args.until)
-    written = report.report(args.profile, outputs, selection, args.format or "folded")
+    written = report.report(args.profile, outputs, selection, args.format or "folded", js_view=args.js_only)
     return _report_written(written)
 
 

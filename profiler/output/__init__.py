@@ -238,11 +238,18 @@ def _fallback_directories() -> list[str]:
 RAW_RESCUE = Path("profile.jitprof")
 
 
-def write_outputs(profile: Profile, requests: list[OutputRequest], owner: RunAs | None) -> list[WrittenOutput]:
+def write_outputs(
+    profile: Profile, requests: list[OutputRequest], owner: RunAs | None, shown: Profile | None = None
+) -> list[WrittenOutput]:
     """Write each output, each on its own (one failing never stops the
     others); if any could not be written at all, the raw profile is saved
-    where it can be, so `jitprof report` can write it later."""
-    written = [write_path(request.path, _producer(profile, request.format_name), owner) for request in requests]
+    where it can be, so `jitprof report` can write it later. shown: a view
+    of the profile (--js-only) for every format but the raw one, which keeps
+    everything."""
+    written = [
+        write_path(request.path, _producer(profile if shown is None or request.format_name == "jitprof" else shown, request.format_name), owner)
+        for request in requests
+    ]
     if any(output.written is None for output in written) and not any(
         output.written is not None and request.format_name == "jitprof" for output, request in zip(written, requests)
     ):

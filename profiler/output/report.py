@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from profiler.errors import JitprofError
+from profiler.jit.v8.js_view import js_only
 from profiler.model.profile import Profile
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.output import OutputRequest, WrittenOutput, write_outputs, write_text, write_to
@@ -60,13 +61,16 @@ def filtered(profile: Profile, selection: SampleFilter) -> Profile:
     return result
 
 
-def report(path: Path, requests: list[OutputRequest], selection: SampleFilter, stdout_format: str = "folded") -> list[WrittenOutput]:
+def report(
+    path: Path, requests: list[OutputRequest], selection: SampleFilter, stdout_format: str = "folded", js_view: bool = False
+) -> list[WrittenOutput]:
     profile = filtered(load(path), selection)
+    shown = js_only(profile) if js_view else None
     if not requests:
-        write_to(sys.stdout.buffer, profile, stdout_format)
+        write_to(sys.stdout.buffer, shown or profile, stdout_format)
         sys.stdout.buffer.flush()
         return []
-    return write_outputs(profile, requests, output_owner(dict(os.environ)))
+    return write_outputs(profile, requests, output_owner(dict(os.environ)), shown)
 
 
 def base_scale(base: Profile, new: Profile, normalize: bool) -> float:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from profiler.errors import JitprofError
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
+from profiler.jit.v8.js_view import js_only
 from profiler.kernel import preflight
 from profiler.kernel.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
 from profiler.kernel.events import ProcessEvent, RawSample
@@ -117,7 +118,9 @@ class Recording:
                     from profiler.tui.live_view import LiveView  # noqa: PLC0415  (rich: only for the view)
 
                     output = self._child.output if self._child is not None else None
-                    self._view = LiveView(self.profile, output, self._run_counters, lambda: sorted(self._followed_live()))
+                    self._view = LiveView(
+                        self.profile, output, self._run_counters, lambda: sorted(self._followed_live()), js_only=self.options.js_only
+                    )
                     self._view.start()
                 self._sample_loop(program)
             finally:
@@ -265,7 +268,8 @@ class Recording:
         requests = self.options.outputs or [
             OutputRequest(Path(f"jitprof-{self.profile.info.pids[0] if self.profile.info.pids else os.getpid()}.svg"), "svg")
         ]
-        return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ)))
+        shown = js_only(self.profile) if self.options.js_only else None
+        return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ), shown))
 
     def _forget(self, pid: int) -> None:
         """(On the symbolizer thread.) An exited process's files and state go."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from profiler.kernel.mappings import JIT_MODULE
@@ -102,7 +102,10 @@ _OWN_SORTS = (SortColumn.OWN_PERCENT, SortColumn.OWN_TIME)
 
 
 class LiveTable:
-    def __init__(self, frequency_hz: int, window_s: float = DEFAULT_WINDOW_S) -> None:
+    def __init__(
+        self, frequency_hz: int, window_s: float = DEFAULT_WINDOW_S, stack_view: Callable[[list[Frame]], list[Frame]] | None = None
+    ) -> None:
+        self.stack_view = stack_view  # what each stack is shown as (the JS view), or as it is
         self.seconds_per_sample = 1.0 / frequency_hz
         self.window_ns = int(window_s * 1e9)
         self.samples = 0
@@ -152,7 +155,8 @@ class LiveTable:
         if parts is None:
             if len(self._stacks) >= MAX_CACHED_STACKS:
                 self._stacks.clear()
-            parts = self._stacks[frame_ids] = self._parts([frames[frame_id] for frame_id in frame_ids])
+            stack = [frames[frame_id] for frame_id in frame_ids]
+            parts = self._stacks[frame_ids] = self._parts(self.stack_view(stack) if self.stack_view else stack)
         self._count(time_ns, parts)
 
     def _count(self, time_ns: int, parts: _StackParts) -> None:
@@ -180,6 +184,10 @@ class LiveTable:
         if dropped:
             for counts in self._window_counts:
                 counts.prune()
+
+    @property
+    def window_start_ns(self) -> int:
+        return self._window_start_ns
 
     def reset_window(self, now_ns: int) -> None:
         self._window_start_ns = now_ns

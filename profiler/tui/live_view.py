@@ -24,6 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from profiler.jit.v8.js_view import shown_in_js_view
 from profiler.model.profile import Profile
 from profiler.tui.child_output import CapturedOutput
 from profiler.tui.live_table import LiveTable, Row, SortColumn
@@ -47,6 +48,7 @@ COLUMN_TITLES = {
 HELP = """\
  1 2 3 4   sort by % own, % total, own time, total time
  l         rows per source line / per function
+ j         JavaScript only (node's and V8's own frames given to the JS that called them) / everything
  /         filter by a substring of the function or file (Enter keeps, Esc clears)
  p         pause the display (sampling goes on)
  r         reset the window the percentages are taken over
@@ -79,13 +81,15 @@ class LiveView:
         counters: Callable[[], RunCounters],
         live_pids: Callable[[], list[int]],
         console: Console | None = None,
+        js_only: bool = False,
     ) -> None:
         self._profile = profile
         self._output = output
         self._counters = counters
         self._live_pids = live_pids
         self._console = console or Console()
-        self.table = LiveTable(profile.info.frequency_hz)
+        self._js_only = js_only
+        self.table = LiveTable(profile.info.frequency_hz, stack_view=shown_in_js_view if js_only else None)
         self.stop_requested = False
         self._sort = SortColumn.OWN_PERCENT
         self._by_line = False
@@ -176,6 +180,8 @@ class LiveView:
             self._sort = SortColumn(int(key))
         elif key in ("l", "L"):
             self._by_line = not self._by_line
+        elif key in ("j", "J"):
+            self._toggle_js_view()
         elif key == "/":
             self._typing_filter = self._filter
         elif key in ("p", "P", " "):
@@ -188,6 +194,18 @@ class LiveView:
             self._help = not self._help
         elif key in ("q", "Q"):
             self.stop_requested = True
+
+    def _toggle_js_view(self) -> None:
+        """Count every sample so far again, in the other view."""
+        self._js_only = not self._js_only
+        table = LiveTable(self._profile.info.frequency_hz, self.table.window_ns / 1e9, shown_in_js_view if self._js_only else None)
+        table.reset_window(self.table.window_start_ns)
+        samples = self._profile.snapshot()
+        for sample in samples:
+            table.add_ids(sample.time_ns, sample.frame_ids, self._profile.frames)
+        table.expire(time.monotonic_ns())
+        self.table, self._seen = table, len(samples)
+        self._frozen = None
 
     # Drawing -------------------------------------------------------------
 
@@ -240,7 +258,7 @@ class LiveView:
         text.append(
             f"target CPU {usage.cpu_percent:.1f}%  RSS {usage.rss_bytes / 2**20:,.1f} MiB  threads {usage.threads}  "
             f"processes {usage.processes}  |  sort: {SORT_NAMES[self._sort]}  rows: "
-            f"{'lines' if self._by_line else 'functions'}  window {table.window_ns / 1e9:.0f} s"
+            f"{'lines' if self._by_line else 'functions'}{'  JS only' if self._js_only else ''}  window {table.window_ns / 1e9:.0f} s"
         )
         shown_filter = self._typing_filter if self._typing_filter is not None else self._filter
         if shown_filter or self._typing_filter is not None:
@@ -274,7 +292,7 @@ class LiveView:
         return Panel(Text("\n".join(shown), no_wrap=True, overflow="crop"), title=title, title_align="left", height=lines + 2)
 
     def _footer(self) -> Text:
-        return Text(" 1-4 sort  l lines/functions  / filter  p pause  r reset window  ? help  q quit", style="reverse")
+        return Text(" 1-4 sort  l lines/functions  j JS only  / filter  p pause  r reset window  ? help  q quit", style="reverse")
 
     def _refresh_usage(self) -> None:
         usage = _TargetUsage()

@@ -167,3 +167,25 @@ def test_bracketed_names_and_line_locations_render_as_written():
     screen = render_text(view, console)
     assert "[builtin] JSEntry" in screen and "[unknown] ([jit])" in screen
     assert "srv/app.js:11" in screen and "rows: lines" in screen
+
+
+def test_j_shows_the_javascript_only_and_back():
+    profile = Profile(RunInfo(["node", "app.js"], [42], 99))
+    node_start = Frame("node::Start(int, char**)", "node", FrameKind.NATIVE)
+    stacks = [[node_start, WORK, HOT, LEAF]] * 8 + [[node_start, LEAF]] * 2
+    for index, stack in enumerate(stacks):
+        profile.add(Sample(index, 42, 42, "node", tuple(profile.intern(frame) for frame in stack), WalkEnd.COMPLETE))
+    console = Console(file=io.StringIO(), width=140, height=30, force_terminal=False, color_system=None)
+    view = LiveView(profile, None, lambda: RunCounters(0, 0), lambda: [], console=console)
+    view.tick()
+    assert "node::Start" in render_text(view, console) and "memcpy" in render_text(view, console)
+    view.handle_key("j")
+    screen = render_text(view, console)
+    rows = " ".join(table_rows(screen))
+    assert "functions  JS only" in screen and "samples 10" in screen
+    # node's and libc's frames are gone (memcpy's time is hot's own); no JavaScript: (program).
+    assert "hot app.js" in rows and "work app.js" in rows and "(program)" in rows
+    assert "memcpy" not in rows and "node::Start" not in rows
+    assert "hot app.js" in table_rows(screen)[0]  # sorted by own time, hot leads with memcpy's samples
+    view.handle_key("j")
+    assert "functions  JS only" not in render_text(view, console) and "memcpy" in render_text(view, console)
