@@ -87,7 +87,7 @@ def test_cpuprofile_line_ticks_on_the_hot_line(node_run):
     document = json.loads((node_run / "run.cpuprofile").read_text())
     ticks: Counter[int] = Counter()
     for node in document["nodes"]:
-        if node["callFrame"]["functionName"].startswith("leaf inline_chain.js:7"):
+        if node["callFrame"]["functionName"] == "leaf" and node["callFrame"]["url"].endswith("/inline_chain.js"):
             for entry in node.get("positionTicks", []):
                 ticks[entry["line"]] += entry["ticks"]
     assert ticks.most_common(1)[0][0] == 10  # the HOT line
@@ -137,6 +137,11 @@ def test_svg_and_speedscope_render_in_chromium(node_run, tmp_path):
         assert "leaf inline_chain.js:7 [inlined]" in dom  # the sandwich table's top row: DOM, not canvas
         chromium("--virtual-time-budget=10000", "--window-size=1400,900", f"--screenshot={tmp_path / 'speedscope.png'}", base)
         assert (tmp_path / "speedscope.png").stat().st_size > 10_000
+        # The .cpuprofile in the same viewer (it reads Chrome's format): V8's names, not jitprof's.
+        shutil.copy(node_run / "run.cpuprofile", site / "run.cpuprofile")
+        base = f"http://127.0.0.1:{server.server_address[1]}/index.html#profileURL=run.cpuprofile"
+        dom = chromium("--virtual-time-budget=20000", "--dump-dom", base + "&view=sandwich")
+        assert ">leaf<" in dom and "inline_chain.js:7" not in dom.split(">leaf<")[1][:40]
     finally:
         server.shutdown()
         server.server_close()
@@ -176,3 +181,28 @@ def test_diff_shows_the_doubled_function(jitprof, tmp_path):
     assert grown and grown[0][1] > 60 and grown[0][2].startswith("rgb(255,"), grown  # g's main box: red, grew
     level = boxes("f")
     assert level and abs(level[0][1]) < 20, level  # f's main box: level
+
+
+def test_cpuprofile_reads_like_one_node_wrote(jitprof, tmp_path):
+    """Against `node --cpu-prof` of the same program and node: the same keys,
+    the same kinds of values, the same names, scripts and lines."""
+    run = jitprof("-o", "run.cpuprofile", "--", "node", str(JS / "chain.js"), "2")
+    assert run.returncode == 0, run.stderr
+    subprocess.run(["node", "--cpu-prof", "--cpu-prof-dir", str(tmp_path / "v8"), str(JS / "chain.js"), "1"], check=True, capture_output=True)
+    ours = json.loads((tmp_path / "run.cpuprofile").read_text())
+    theirs = json.loads(next((tmp_path / "v8").glob("*.cpuprofile")).read_text())
+    assert set(ours) == set(theirs)
+    for document in (ours, theirs):
+        for node in document["nodes"]:
+            assert set(node) <= {"id", "callFrame", "hitCount", "children", "positionTicks"}
+            assert set(node["callFrame"]) == {"functionName", "scriptId", "url", "lineNumber", "columnNumber"}
+            assert isinstance(node["callFrame"]["scriptId"], str) and isinstance(node["callFrame"]["lineNumber"], int)
+
+    def functions(document):
+        return {(node["callFrame"]["functionName"], node["callFrame"]["url"], node["callFrame"]["lineNumber"])
+                for node in document["nodes"] if node["callFrame"]["url"].endswith("/chain.js")}
+
+    chain = {name for name, _url, _line in functions(theirs)} & {"main", "outer", "middle", "inner", ""}
+    assert chain == {"main", "outer", "middle", "inner", ""}
+    wanted = {entry for entry in functions(theirs) if entry[0] in chain}
+    assert wanted <= functions(ours), sorted(wanted - functions(ours))

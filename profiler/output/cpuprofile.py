@@ -9,6 +9,7 @@ different lines share a node; their exact lines become positionTicks.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import IO
@@ -43,10 +44,27 @@ class _Node:
 
 
 def call_frame(frame: Frame) -> CallFrame:
-    name = frame.name + (" [inlined]" if frame.inlined else "") + (" [kernel]" if frame.kind is FrameKind.KERNEL else "")
-    url = frame.file or frame.module
+    """As V8 writes it: a JS function by its bare name ("" when anonymous), its
+    script as a URL, where it begins (0-based); an inlined function is a
+    node of its own under its caller, named as itself. Native and kernel
+    frames keep their names, with their file (or "[kernel]") as the URL."""
     line = frame.function_line or (frame.line if not frame.line_exact else 0)
-    return CallFrame(name, url, line - 1 if line else -1, -1 if not line else 0)
+    if frame.kind is FrameKind.JIT and frame.file:
+        return CallFrame(_bare_name(frame), _script_url(frame.file), line - 1 if line else -1, 0 if line else -1)
+    url = "[kernel]" if frame.kind is FrameKind.KERNEL else frame.file or frame.module
+    return CallFrame(frame.name, url, line - 1 if line else -1, 0 if line else -1)
+
+
+def _bare_name(frame: Frame) -> str:
+    """"inner app.js:8" is `inner`; "(anonymous) app.js:1" is ""."""
+    base = frame.file.rsplit("/", 1)[-1]
+    match = re.fullmatch(rf"(.*) (?:{re.escape(frame.file)}|{re.escape(base)}):\d+", frame.name)
+    name = match.group(1) if match else frame.name
+    return "" if name == "(anonymous)" else name
+
+
+def _script_url(file: str) -> str:
+    return f"file://{file}" if file.startswith("/") else file
 
 
 def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:

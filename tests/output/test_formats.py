@@ -81,8 +81,9 @@ def test_cpuprofile_invariants():
     deltas = document["timeDeltas"]
     assert len(deltas) == 60 and all(delta >= 0 for delta in deltas)
     assert sum(deltas) == document["endTime"] - document["startTime"]
-    leaf = next(node for node in nodes.values() if node["callFrame"]["functionName"] == "leaf app.js:7 [inlined]")
-    assert leaf["callFrame"]["url"] == "/srv/app.js" and leaf["callFrame"]["lineNumber"] == 6  # 0-based
+    # As V8 names them: the bare function, its script as a URL, where it begins (0-based).
+    leaf = next(node for node in nodes.values() if node["callFrame"]["functionName"] == "leaf")
+    assert leaf["callFrame"]["url"] == "file:///srv/app.js" and leaf["callFrame"]["lineNumber"] == 6
     assert leaf["positionTicks"] == [{"line": 9, "ticks": 10}, {"line": 10, "ticks": 40}]
     assert leaf["hitCount"] == 50
     assert leaf["callFrame"]["scriptId"] != "0"
