@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP + " (a .jitprof output keeps everything)")
     parser.add_argument(
+        "--no-debuginfod", action="store_true",
+        help="do not ask the servers in DEBUGINFOD_URLS for the debug files of stripped binaries",
+    )
+    parser.add_argument(
         "--no-inline", action="store_true",
         help="count code that the JIT inlined in its caller, as perf and --cpu-prof do (for comparison)",
     )
@@ -148,6 +152,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         keep_jit_files=args.keep_jit_files,
         inline=not args.no_inline,
         js_only=args.js_only,
+        debuginfod=not args.no_debuginfod,
         live_view=not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty(),
         user=args.user,
         as_root=args.as_root,

@@ -16,7 +16,8 @@ fi
 # tmux: the live view's end-to-end tests drive it as a person would.
 # valgrind (callgrind_annotate) and chromium: independent readers of the outputs in the tests.
 # rakudo (MoarVM) and a JDK: the other JIT runtimes the tests profile.
-packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg tmux valgrind chromium rakudo)
+# debuginfod: a real server on 127.0.0.1 for the tests of fetching debug files.
+packages=(python3-bpfcc libbpfcc gcc make binutils libc6-dbg tmux valgrind chromium rakudo debuginfod)
 missing=()
 for package in "${packages[@]}"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")

@@ -144,6 +144,19 @@ def evict(directory: Path, max_entries: int = MAX_ENTRIES_PER_KIND, max_bytes: i
     return removed
 
 
+def usable_entry(path: Path) -> bool:
+    """Is there an entry of ours at path (a regular file, not a link, owned
+    by this user)? Marks it used, for eviction."""
+    try:
+        info = os.stat(path, follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+            return False
+        os.utime(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
 def read_entry(path: Path) -> bytes | None:
     """An entry's bytes: a regular file of ours, not a link, within the cap.
     Reading it marks it used (its mtime), for eviction."""

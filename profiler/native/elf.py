@@ -19,7 +19,7 @@ from typing import BinaryIO
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from profiler.native import cache
+from profiler.native import cache, debuginfod
 from profiler.native.demangle import demangle
 from profiler.native.symbol_table import SymbolTable
 from profiler.safety import files
@@ -69,6 +69,10 @@ class ElfImage:
 
     def symbols(self) -> SymbolTable:
         if self._symbols is None:
+            if not self.debug_file and self.build_id and debuginfod.configured() and not self._has_symtab():
+                fetched = debuginfod.debug_file(self.build_id, _build_id_of)
+                if fetched is not None:
+                    self.debug_file, self.debug_root = str(fetched), ""
             key = self.cache_key + ("-d" if self.debug_file else "")
             cached = cache.load(key)
             if cached is None:
@@ -76,6 +80,14 @@ class ElfImage:
                 cache.store(key, cached)
             self._symbols = cached
         return self._symbols
+
+    def _has_symtab(self) -> bool:
+        """Does the file keep its full symbol table (not stripped)?"""
+        try:
+            self.handle.seek(0)
+            return ELFFile(self.handle).get_section_by_name(".symtab") is not None
+        except PARSE_ERRORS:
+            return True  # nothing to fetch for a file that cannot be read
 
     def function_start(self, vaddr: int) -> int | None:
         """Where the function holding vaddr begins, from the unwind tables
@@ -201,6 +213,14 @@ def cache_key_for(build_id: str, info: os.stat_result) -> str:
         return f"b-{build_id}"
     identity = f"{info.st_dev}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}\0{build_id}".encode()
     return "f-" + hashlib.sha256(identity).hexdigest()[:40]
+
+
+def _build_id_of(handle: BinaryIO) -> str:
+    """The build-id of a file a server sent; ValueError if it is not ELF."""
+    try:
+        return _build_id(ELFFile(handle))
+    except PARSE_ERRORS as error:
+        raise ValueError(str(error)) from error
 
 
 def _build_id(elf: ELFFile) -> str:

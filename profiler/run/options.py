@@ -20,6 +20,7 @@ class RecordingOptions:
     inject: bool = True  # add the runtimes' JIT-symbol flags to a spawned command
     keep_jit_files: bool = False
     inline: bool = True  # expand inlined JS functions from V8's code log
+    debuginfod: bool = True  # ask DEBUGINFOD_URLS for the debug files of stripped binaries
     js_only: bool = False  # outputs show the JS view (profiler/jit/v8/js_view.py)
     live_view: bool = False  # the terminal view (the caller checks for a TTY)
     user: str | None = None

@@ -26,7 +26,7 @@ from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Profile, RunInfo
-from profiler.native import library
+from profiler.native import debuginfod, library
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
 from profiler.run.child import Child
@@ -72,6 +72,7 @@ class Recording:
 
     def run(self) -> int:
         preflight.check_all()
+        debuginfod.enabled = self.options.debuginfod
         run_as = resolve_run_as(self.options.user, self.options.as_root, self.environ) if self.options.command else None
         if self.options.pids:
             validate_attach_pids(self.options.pids)
