@@ -10,9 +10,17 @@ import urllib.request
 
 import pytest
 
-from e2e.conftest import read_folded, total
+from e2e.conftest import FoldedLine, read_folded, total
 
 pytestmark = pytest.mark.skipif(shutil.which("debuginfod") is None, reason="debuginfod is installed by make setup")
+
+
+def read_folded_text(text: str) -> list[FoldedLine]:
+    lines = []
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        lines.append(FoldedLine(stack.split(";"), int(count)))
+    return lines
 
 
 def free_port() -> int:
@@ -60,14 +68,18 @@ def test_stripped_functions_are_named_from_debuginfod(jitprof, stripped_and_serv
     named = sum(line.count for line in lines if line.frames[-4:] == ["main", "a", "b", "c"])
     assert named >= 0.95 * total(lines), lines
     assert list((cache / "debuginfod").glob("*.debug"))  # kept: the next run asks no server
-    # Turned off: the same functions, apart but unnamed.
-    run = jitprof("--no-debuginfod", "-o", "off.folded", "--", str(binary), "1",
-                  env={"DEBUGINFOD_URLS": url, "JITPROF_CACHE_DIR": str(tmp_path / "other-cache")})
+    # Turned off: the same functions, apart but unnamed...
+    other = {"DEBUGINFOD_URLS": url, "JITPROF_CACHE_DIR": str(tmp_path / "other-cache")}
+    run = jitprof("--no-debuginfod", "-o", "off.folded", "-o", "off.jitprof", "--", str(binary), "1", env=other)
     assert run.returncode == 0, run.stderr
     lines = read_folded(tmp_path / "off.folded")
     assert not any("main" in line.frames for line in lines)
     leaves = {line.frames[-1] for line in lines if line.count >= 10}
     assert all(leaf.startswith("chain-stripped+0x") for leaf in leaves), leaves
+    # ...until `report` finds the debug file, after the run.
+    assert "chain-stripped+0x" in jitprof("report", "--no-debuginfod", "off.jitprof", env=other).stdout
+    named = read_folded_text(jitprof("report", "off.jitprof", env=other).stdout)
+    assert sum(line.count for line in named if line.frames[-4:] == ["main", "a", "b", "c"]) >= 0.95 * total(named)
 
 
 def test_a_server_that_does_not_answer_costs_a_bounded_wait(jitprof, fixtures_built, tmp_path):

@@ -10,6 +10,7 @@ from typing import IO
 
 from profiler import __version__
 from profiler.errors import JitprofError
+from profiler.native import debuginfod
 from profiler.output import (
     EXTENSIONS,
     WRITERS,
@@ -174,6 +175,8 @@ def build_report_parser() -> argparse.ArgumentParser:
     parser.add_argument("--since", type=float, default=None, metavar="SECONDS", help="only samples from this long after the first")
     parser.add_argument("--until", type=float, default=None, metavar="SECONDS", help="only samples before this long after the first")
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP)
+    parser.add_argument("--no-debuginfod", action="store_true",
+                        help="do not ask DEBUGINFOD_URLS for the debug files of functions the run left unnamed")
     return parser
 
 
@@ -201,6 +204,7 @@ def run_report(argv: list[str]) -> int:
     except UnknownFormat as error:
         parser.error(str(error))
     selection = report.SampleFilter(frozenset(args.pid), frozenset(args.tid), args.since, args.until)
+    debuginfod.enabled = not args.no_debuginfod
     written = report.report(args.profile, outputs, selection, args.format or "folded", js_view=args.js_only)
     return _report_written(written)
 

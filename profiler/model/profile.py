@@ -68,6 +68,14 @@ class LossCounts:
         return self.ringbuf_full + self.malformed + self.not_symbolised_in_time
 
 
+@dataclass(frozen=True)
+class ModuleFile:
+    """The file behind a module name, for naming its frames later (jitprof report)."""
+
+    path: str
+    build_id: str
+
+
 @dataclass
 class Profile:
     info: RunInfo
@@ -75,6 +83,8 @@ class Profile:
     samples: list[Sample] = field(default_factory=list)
     losses: LossCounts = field(default_factory=LossCounts)
     traffic: KernelTraffic = field(default_factory=KernelTraffic)
+    # Files whose frames were left unnamed (file+0x...), by module name.
+    modules: dict[str, ModuleFile] = field(default_factory=dict)
     walk_ends: Counter[WalkEnd] = field(default_factory=Counter)
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)

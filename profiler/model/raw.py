@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from profiler.kernel.events import WalkEnd
-from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample
+from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 
 FORMAT = "jitprof"
 VERSION = 1
@@ -48,6 +48,7 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
             },
             "losses": vars(profile.losses),
             "traffic": vars(profile.traffic),
+            "modules": {name: {"path": module.path, "build_id": module.build_id} for name, module in profile.modules.items()},
             "walk_ends": {end.name: count for end, count in profile.walk_ends.items()},
         }
         compressed.write(_line(header))
@@ -177,6 +178,8 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                 if hasattr(counts, field_name):
                     setattr(counts, field_name, int(value))
         walk_ends = Counter({WalkEnd[name]: int(count) for name, count in header.get("walk_ends", {}).items()})
+        for name, module in header.get("modules", {}).items():
+            profile.modules[str(name)] = ModuleFile(str(module["path"]), str(module["build_id"]))
     except (KeyError, TypeError, ValueError) as error:
         raise RawProfileError(f"{path}:1: bad header ({error})") from error
     stacks: dict[tuple[int, ...], tuple[int, ...]] = {}

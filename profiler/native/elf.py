@@ -250,6 +250,23 @@ def find_debug_file(build_id: str, root: str = "") -> tuple[str, str]:
     return "", ""
 
 
+def symbols_by_build_id(build_id: str) -> SymbolTable | None:
+    """The symbols of a build's debug file, installed or from debuginfod
+    (for naming frames after the run: jitprof report)."""
+    path, root = find_debug_file(build_id)
+    if not path:
+        fetched = debuginfod.debug_file(build_id, _build_id_of)
+        path, root = (str(fetched), "") if fetched is not None else ("", "")
+    if not path:
+        return None
+    try:
+        opened = files.open_in_root(root, path, MAX_ELF_BYTES) if root else files.open_regular(path, MAX_ELF_BYTES)
+        with opened as handle:
+            return read_symbols(handle)
+    except PARSE_ERRORS:
+        return None
+
+
 def read_symbols(*handles: BinaryIO) -> SymbolTable:
     """Function symbols from .symtab and .dynsym of the file (and its debug
     file, which has the local symbols a stripped library lacks)."""

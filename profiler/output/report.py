@@ -4,6 +4,7 @@ any output format, filtered, or compared with each other."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -12,8 +13,10 @@ from typing import IO, TextIO
 
 from profiler.errors import JitprofError
 from profiler.jit.v8.js_view import js_only
-from profiler.model.profile import Profile
+from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.model.raw import RawProfileError, read_raw
+from profiler.native import elf
+from profiler.native.symbol_table import SymbolTable
 from profiler.output import OutputRequest, WrittenOutput, write_outputs, write_text, write_to
 from profiler.output.folded import fold
 from profiler.output.svg import baseline_from, write_svg
@@ -46,7 +49,7 @@ def filtered(profile: Profile, selection: SampleFilter) -> Profile:
     first = min((sample.time_ns for sample in profile.samples), default=0)
     since = first + int(selection.since_s * 1e9) if selection.since_s is not None else None
     until = first + int(selection.until_s * 1e9) if selection.until_s is not None else None
-    result = Profile(profile.info, profile.frames, losses=profile.losses)
+    result = Profile(profile.info, profile.frames, losses=profile.losses, traffic=profile.traffic, modules=profile.modules)
     result.reindex_frames()
     for sample in profile.samples:
         if selection.pids and sample.pid not in selection.pids:
@@ -61,10 +64,35 @@ def filtered(profile: Profile, selection: SampleFilter) -> Profile:
     return result
 
 
+def name_unnamed(profile: Profile) -> int:
+    """Name the frames a run left as file+0x<start>, where the file's debug
+    file has turned up since (installed, or on a debuginfod server); how many."""
+    tables: dict[str, SymbolTable | None] = {}
+    named = 0
+    for index, frame in enumerate(profile.frames):
+        module = profile.modules.get(frame.module)
+        if frame.kind is not FrameKind.UNKNOWN or module is None or not module.build_id:
+            continue
+        match = re.fullmatch(rf"{re.escape(frame.module)}\+0x([0-9a-f]+)", frame.name)
+        if match is None:
+            continue
+        if module.build_id not in tables:
+            tables[module.build_id] = elf.symbols_by_build_id(module.build_id)
+        table = tables[module.build_id]
+        hit = table.lookup(int(match.group(1), 16)) if table is not None else None
+        if hit is not None:
+            profile.frames[index] = Frame(hit.name, frame.module, FrameKind.NATIVE)
+            named += 1
+    if named:
+        profile.reindex_frames()
+    return named
+
+
 def report(
     path: Path, requests: list[OutputRequest], selection: SampleFilter, stdout_format: str = "folded", js_view: bool = False
 ) -> list[WrittenOutput]:
     profile = filtered(load(path), selection)
+    name_unnamed(profile)
     shown = js_only(profile) if js_view else None
     if not requests:
         write_to(sys.stdout.buffer, shown or profile, stdout_format)

@@ -26,7 +26,7 @@ from profiler.jit.sources import JitSources
 from profiler.kernel.events import RawSample, WalkEnd
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import KnownMapping, MappingTracker
-from profiler.model.profile import Frame, FrameKind, Profile, Sample
+from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, Sample
 from profiler.native.elf import UnreadableElf
 
 KERNEL_SUFFIX_MODULE = "[kernel]"
@@ -75,6 +75,9 @@ class _Parked:
 class ElfSymbols:
     """Function names from the mapped file's .symtab/.dynsym."""
 
+    def __init__(self, profile: Profile | None = None) -> None:
+        self._profile = profile  # told which files had unnamed functions
+
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         image = mapping.image
         if image is None:
@@ -91,6 +94,8 @@ class ElfSymbols:
             start = image.function_start(vaddr)
             if start is None:
                 return None
+            if self._profile is not None and image.build_id and mapping.module_name not in self._profile.modules:
+                self._profile.modules[mapping.module_name] = ModuleFile(image.path, image.build_id)
             return Frame(f"{mapping.module_name}+{start:#x}", mapping.module_name, FrameKind.UNKNOWN)
         if hit.name.startswith(V8_EMBEDDED_BUILTIN):  # V8 builtins in node's own text
             return Frame(f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN):]}", mapping.module_name, FrameKind.NATIVE, tier="builtin")
@@ -114,7 +119,7 @@ class Symbolizer:
         self._late_walks = late_walks  # finishes the walks the kernel deferred
         self._kernel_stack = kernel_stack
         self._kernel_symbol = kernel_symbol
-        self.sources: list[SymbolSource] = [ElfSymbols()]
+        self.sources: list[SymbolSource] = [ElfSymbols(profile)]
         self.jit_expanders: list[JitExpander] = []
         # By process, so that a process's entries go with it: (generation, address) -> frame id
         self._memo: dict[int, dict[tuple[int, int], int]] = {}

@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from profiler.kernel.events import WalkEnd
-from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample
+from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.output import render
 from profiler.output.report import SampleFilter, filtered, write_diff_folded
@@ -130,12 +130,15 @@ def test_callgrind_read_by_callgrind_annotate(tmp_path):
 
 def test_raw_profile_round_trip(tmp_path):
     profile = sample_profile()
+    profile.modules["libx.so"] = ModuleFile("/opt/lib/libx.so", "ab" * 20)  # its unnamed frames can be named later
+    profile.traffic.samples, profile.traffic.stack_copies = 60, 3
     path = tmp_path / "run.jitprof"
     path.write_bytes(render(profile, "jitprof"))
     loaded = read_raw(path)
     assert render(loaded, "folded") == render(profile, "folded")
     assert loaded.frames == profile.frames and loaded.samples == profile.samples
     assert loaded.info == profile.info and loaded.walk_ends == profile.walk_ends
+    assert loaded.modules == profile.modules and loaded.traffic == profile.traffic
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,7 @@ def shown_in_js_view(frames: list[Frame]) -> list[Frame]:
 
 def js_only(profile: Profile) -> Profile:
     """A copy of the profile in the JS view (the frames list grows by two)."""
-    view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic)
+    view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic, modules=profile.modules)
     view.frames = list(profile.frames)
     view.reindex_frames()
     stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
