@@ -20,7 +20,6 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from profiler.native import cache, debuginfod
-from profiler.native.demangle import demangle
 from profiler.native.symbol_table import SymbolTable
 from profiler.safety import files
 
@@ -278,7 +277,7 @@ def read_symbols(*handles: BinaryIO) -> SymbolTable:
     # A symbol of unknown size (assembly, _init/_fini) ends at the next one.
     for index in range(len(starts) - 1):
         sizes[index] = min(sizes[index], starts[index + 1] - starts[index]) or sizes[index]
-    names = [demangle(by_start[start][1]) for start in starts]
+    names = [by_start[start][1] for start in starts]
     return SymbolTable(starts, sizes, names)
 
 

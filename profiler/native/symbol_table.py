@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from profiler.native.demangle import demangle
 
 
 @dataclass(frozen=True)
@@ -13,11 +15,14 @@ class SymbolHit:
 
 @dataclass
 class SymbolTable:
-    """Function symbols sorted by address, names already demangled."""
+    """Function symbols sorted by address, names as the file has them:
+    demangled when looked up (node has 78 k symbols; a profile hits a few
+    hundred)."""
 
     starts: list[int]
     sizes: list[int]
     names: list[str]
+    _readable: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
 
     def lookup(self, vaddr: int) -> SymbolHit | None:
         """The function holding vaddr, if any."""
@@ -29,7 +34,10 @@ class SymbolTable:
             return None
         if not size and index + 1 < len(self.starts) and vaddr >= self.starts[index + 1]:
             return None
-        return SymbolHit(self.names[index], vaddr - start)
+        name = self._readable.get(index)
+        if name is None:
+            name = self._readable[index] = demangle(self.names[index])
+        return SymbolHit(name, vaddr - start)
 
     def __len__(self) -> int:
         return len(self.starts)
