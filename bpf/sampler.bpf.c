@@ -147,6 +147,8 @@ BPF_HASH(maps_read, u32, u32, FOLLOWED_ENTRIES);
 // A forked child whose maps user space has not read yet walks with its
 // parent's trie entries: until it execs, its code is its parent's.
 BPF_HASH(fork_parents, u32, u32, FOLLOWED_ENTRIES);
+// Processes with a maps-changed event user space has not read their maps for.
+BPF_HASH(maps_stale, u32, u8, FOLLOWED_ENTRIES);
 // Threads past sched_process_exit: their user memory goes next (exit_mm).
 BPF_TABLE("lru_hash", u32, u8, exiting_threads, FOLLOWED_ENTRIES);
 BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
@@ -685,8 +687,17 @@ static __always_inline void finish_exec_mapping_call(long result) {
     if (result < 0 && result > -4096)
         return;  // the call failed: nothing changed
     u32 tgid = pid_tgid >> 32;
+    // User space has an event for this process it has not acted on yet:
+    // the maps it reads then show this change too (walks reaching the new
+    // code meanwhile find no entry and are deferred). A process mapping in a
+    // loop sends one event per read of its maps, not a flood that crowds
+    // samples out of the ring buffer.
+    if (maps_stale.lookup(&tgid))
+        return;
     cover_new_exec_range(tgid, address, length);
     emit_process_event_range(EVENT_MAPS_CHANGED, tgid, tid, 0, address, length);
+    u8 one = 1;
+    maps_stale.update(&tgid, &one);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {

@@ -256,11 +256,14 @@ class BpfProgram:
         self._update(self._maps["followed"], ctypes.c_uint32(pid), ctypes.c_uint32(0), BPF_NOEXIST)
 
     def unfollow(self, pid: int) -> None:
-        for name in ("followed", "maps_read", "fork_parents"):
+        for name in ("followed", "maps_read", "fork_parents", "maps_stale"):
             self._delete(self._maps[name], ctypes.c_uint32(pid))
 
-    def exec_count(self, pid: int) -> int | None:
-        """How many times pid has exec'd since it was followed (None: not followed)."""
+    def begin_maps_read(self, pid: int) -> int | None:
+        """pid's maps are about to be read: changes from now on are news (the
+        kernel sends the next maps-changed event). Returns how many times it
+        has exec'd since it was followed (None: not followed)."""
+        self._delete(self._maps["maps_stale"], ctypes.c_uint32(pid))
         value = ctypes.c_uint32()
         if self._lib.bpf_lookup_elem(self._maps["followed"], ctypes.byref(ctypes.c_uint32(pid)), ctypes.byref(value)) != 0:
             return None

@@ -34,7 +34,7 @@ class TrieSink(Protocol):
 
     def remove_prefixes(self, prefixes: list[TriePrefix]) -> None: ...
 
-    def exec_count(self, pid: int) -> int | None: ...
+    def begin_maps_read(self, pid: int) -> int | None: ...
 
     def mark_maps_read(self, pid: int, exec_count: int) -> None: ...
 
@@ -183,7 +183,7 @@ class MappingTracker:
         prefixes the BPF program added for new executable memory go. Then the
         kernel's walks trust the entries, unless pid exec'd meanwhile (its
         exec count, read before the maps, tells)."""
-        exec_count = self._trie.exec_count(pid)
+        exec_count = self._trie.begin_maps_read(pid)
         read_ns = time.monotonic_ns()
         entries = [entry for entry in read_maps(pid) if entry.executable]
         with self._lock:

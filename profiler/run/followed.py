@@ -13,6 +13,8 @@ from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import descendants, start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
 
+MIN_REFRESH_INTERVAL_S = 0.05
+
 
 class FollowedProcesses:
     def __init__(
@@ -33,6 +35,7 @@ class FollowedProcesses:
         # pid -> provisional trie prefixes to drop once its maps are read
         self._pending_refresh: dict[int, list[TriePrefix]] = {}
         self._exited_at: dict[int, float] = {}  # pid -> time.monotonic() of its exit
+        self._last_refresh: dict[int, float] = {}
 
     def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
         self._start_times[pid] = start_time(pid)
@@ -88,6 +91,9 @@ class FollowedProcesses:
             self._program.unfollow(event.pid)
             self._tracker.process_exit(event.pid)
             self._exited_at[event.pid] = time.monotonic()
+            self._last_refresh.pop(event.pid, None)
+            # Its maps will not be read again: the provisional blocks go now.
+            self._program.remove_prefixes(self._pending_refresh.pop(event.pid, []))
 
     def exited_before(self, moment: float) -> list[int]:
         """Processes that exited before moment (time.monotonic()), each once."""
@@ -97,7 +103,14 @@ class FollowedProcesses:
         return due
 
     def refresh_changed_maps(self) -> None:
-        """Read the maps of processes whose mappings changed since the last call."""
-        for pid, provisional in self._pending_refresh.items():
-            self._tracker.refresh(pid, provisional)
-        self._pending_refresh.clear()
+        """Read the maps of processes whose mappings changed since the last
+        call, each at most every MIN_REFRESH_INTERVAL_S: meanwhile its new
+        executable memory stays covered, and the kernel sends no more events
+        for it (a process mapping in a loop would otherwise keep the daemon
+        reading its maps, and its events crowd samples out)."""
+        now = time.monotonic()
+        for pid in list(self._pending_refresh):
+            if now - self._last_refresh.get(pid, 0.0) < MIN_REFRESH_INTERVAL_S:
+                continue
+            self._tracker.refresh(pid, self._pending_refresh.pop(pid))
+            self._last_refresh[pid] = now
