@@ -4,7 +4,7 @@ VENV = .venv
 PYTHON = $(VENV)/bin/python
 JITPROF = $(VENV)/bin/jitprof
 
-.PHONY: setup demo test unit e2e bench lint fixtures clean
+.PHONY: setup demo test unit e2e bench soak lint fixtures clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,9 @@ e2e: setup
 bench: setup
 	@dpkg -s linux-perf >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 	$(PYTHON) -m benchmarks.run --write docs/benchmarks.md
+
+soak: setup
+	benchmarks/soak/run.sh
 
 lint: setup
 	@$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[lint]'

@@ -94,6 +94,11 @@ class ElfSymbols:
             start = image.function_start(vaddr)
             if start is None:
                 return None
+            # A symbol at the function's start (an assembly label without a
+            # size, say) names it, as `jitprof report` would later.
+            at_start = image.symbols().lookup(start)
+            if at_start is not None:
+                return Frame(at_start.name, mapping.module_name, FrameKind.NATIVE)
             if self._profile is not None and image.build_id and mapping.module_name not in self._profile.modules:
                 self._profile.modules[mapping.module_name] = ModuleFile(image.path, image.build_id)
             return Frame(f"{mapping.module_name}+{start:#x}", mapping.module_name, FrameKind.UNKNOWN)
