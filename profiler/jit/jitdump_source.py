@@ -75,10 +75,7 @@ class JitdumpSymbols:
             self._scan(state)
         if not state.dumps:
             return None
-        if now - state.last_tail >= TAIL_INTERVAL_S:
-            state.last_tail = now
-            for dump in state.dumps:
-                dump.tail()
+        _tail_if_due(state, now)
         for number, dump in enumerate(state.dumps):
             load = dump.reader.code.lookup(address, time_ns)
             if load is not None:
@@ -91,11 +88,7 @@ class JitdumpSymbols:
             state = self._processes.get(pid)
         if state is None or not state.dumps:
             return (0, 0)
-        now = time.monotonic()
-        if now - state.last_tail >= TAIL_INTERVAL_S:
-            state.last_tail = now
-            for dump in state.dumps:
-                dump.tail()
+        _tail_if_due(state, time.monotonic())
         return (sum(dump.offset for dump in state.dumps) + len(state.dumps), max(dump.reader.last_time_ns for dump in state.dumps))
 
     def waiting_for(self, pid: int, time_ns: int) -> bool:
@@ -185,6 +178,13 @@ class JitdumpSymbols:
                 for dump in state.dumps:
                     dump.close()
                 state.dumps.clear()
+
+
+def _tail_if_due(state: _ProcessDumps, now: float) -> None:
+    if now - state.last_tail >= TAIL_INTERVAL_S:
+        state.last_tail = now
+        for dump in state.dumps:
+            dump.tail()
 
 
 def _reports_of(state: _ProcessDumps) -> list[JitdumpReport]:

@@ -105,12 +105,7 @@ class ElfImage:
         if not self.debug_file:
             return read_symbols(self.handle)
         try:
-            opened = (
-                files.open_in_root(self.debug_root, self.debug_file, MAX_ELF_BYTES)
-                if self.debug_root
-                else files.open_regular(self.debug_file, MAX_ELF_BYTES)
-            )
-            with opened as debug_handle:
+            with _open_elf_file(self.debug_file, self.debug_root) as debug_handle:
                 return read_symbols(self.handle, debug_handle)
         except OSError:
             return read_symbols(self.handle)
@@ -126,10 +121,8 @@ def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfIma
     for candidate in candidates:
         try:
             # kept open deliberately
-            if root and candidate.startswith(root + "/"):
-                handle = files.open_in_root(root, candidate[len(root) :], MAX_ELF_BYTES)
-            else:
-                handle = files.open_regular(candidate, MAX_ELF_BYTES)
+            inside = bool(root) and candidate.startswith(root + "/")
+            handle = _open_elf_file(candidate[len(root) :], root) if inside else _open_elf_file(candidate, "")
         except OSError as error:
             last_error = error
             continue
@@ -234,6 +227,12 @@ def _build_id(elf: ELFFile) -> str:
     return ""
 
 
+def _open_elf_file(path: str, root: str) -> BinaryIO:
+    """A file a target may control, opened safely: inside its filesystem
+    root (/proc/PID/root) when root is given, else on the host."""
+    return files.open_in_root(root, path, MAX_ELF_BYTES) if root else files.open_regular(path, MAX_ELF_BYTES)
+
+
 def find_debug_file(build_id: str, root: str = "") -> tuple[str, str]:
     """The distribution's detached debug file for a build-id (e.g. libc6-dbg):
     (its path, the target's root it is inside, or "" for the host's)."""
@@ -242,7 +241,7 @@ def find_debug_file(build_id: str, root: str = "") -> tuple[str, str]:
     relative = f"/usr/lib/debug/.build-id/{build_id[:2]}/{build_id[2:]}.debug"
     for base in ([root] if root else []) + [""]:
         try:
-            with files.open_in_root(base, relative, MAX_ELF_BYTES) if base else files.open_regular(relative, MAX_ELF_BYTES):
+            with _open_elf_file(relative, base):
                 return relative, base
         except OSError:
             continue
@@ -259,8 +258,7 @@ def symbols_by_build_id(build_id: str) -> SymbolTable | None:
     if not path:
         return None
     try:
-        opened = files.open_in_root(root, path, MAX_ELF_BYTES) if root else files.open_regular(path, MAX_ELF_BYTES)
-        with opened as handle:
+        with _open_elf_file(path, root) as handle:
             return read_symbols(handle)
     except PARSE_ERRORS:
         return None
