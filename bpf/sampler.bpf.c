@@ -13,6 +13,7 @@
 #define EVENT_EXEC 3
 #define EVENT_EXIT 4
 #define EVENT_MAPS_CHANGED 5
+#define EVENT_DISCOVERED 6  // --all: a process sampled for the first time
 
 // How a stack walk ended (profiler/sampler.py: WalkEnd).
 #define WALK_COMPLETE 0
@@ -151,6 +152,10 @@ BPF_HASH(fork_parents, u32, u32, FOLLOWED_ENTRIES);
 BPF_HASH(maps_stale, u32, u8, FOLLOWED_ENTRIES);
 // Threads past sched_process_exit: their user memory goes next (exit_mm).
 BPF_TABLE("lru_hash", u32, u8, exiting_threads, FOLLOWED_ENTRIES);
+// --all: settings[0] is 1, and every process with user code is followed
+// from its first sample, but for those user space ignores (its own).
+BPF_ARRAY(settings, u32, 1);
+BPF_HASH(ignored, u32, u8, 256);
 BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
 #ifdef WITH_KERNEL_STACKS
 BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);
@@ -497,11 +502,40 @@ int walk_user_stack(struct bpf_perf_event_data *ctx) {
     return 0;
 }
 
+static __always_inline void emit_process_event_range(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length) {
+    struct process_event *ev = events.ringbuf_reserve(sizeof(struct process_event));
+    if (!ev) {
+        count(COUNTER_EVENTS_LOST);
+        return;
+    }
+    ev->event_type = type;
+    ev->pid = pid;
+    ev->tid = tid;
+    ev->parent_pid = parent_pid;
+    ev->time_ns = bpf_ktime_get_ns();
+    ev->address = address;
+    ev->length = length;
+    bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
+    // Woken at once: samples go up without a wakeup, and a record that is
+    // not the oldest unread one would not wake the reader either.
+    events.ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+}
+
+static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 parent_pid) {
+    emit_process_event_range(type, pid, tid, parent_pid, 0, 0);
+}
+
 int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
-    if (!is_followed(tgid))
-        return 0;
+    int newly_seen = 0;
+    if (!is_followed(tgid)) {
+        u32 zero_index = 0;
+        u32 *follow_all = settings.lookup(&zero_index);
+        if (!follow_all || !*follow_all || tgid == 0 || ignored.lookup(&tgid))
+            return 0;
+        newly_seen = 1;
+    }
     count(COUNTER_SAMPLES);
     u32 zero = 0;
     struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
@@ -543,9 +577,19 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     }
     scratch->depth = 0;
     if (pc == 0) {
-        ev->walk_end = WALK_NO_USER_REGS;
+        // Not followed: a kernel thread (with --all), which has no user stack.
+        ev->walk_end = newly_seen ? WALK_COMPLETE : WALK_NO_USER_REGS;
         submit_sample(scratch);
         return 0;
+    }
+    if (newly_seen) {
+        // Followed from now on; user space reads its maps on the event, and
+        // this sample (like any before its maps are read) carries its stack.
+        u32 no_execs = 0;
+        if (followed.insert(&tgid, &no_execs) == 0)
+            emit_process_event(EVENT_DISCOVERED, tgid, (u32)pid_tgid, 0);
+        else if (!followed.lookup(&tgid))
+            return 0;  // the table is full
     }
     scratch->pc = pc;
     scratch->sp = sp;
@@ -565,29 +609,6 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     scratch->depth = 1;
     submit_sample(scratch);
     return 0;
-}
-
-static __always_inline void emit_process_event_range(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length) {
-    struct process_event *ev = events.ringbuf_reserve(sizeof(struct process_event));
-    if (!ev) {
-        count(COUNTER_EVENTS_LOST);
-        return;
-    }
-    ev->event_type = type;
-    ev->pid = pid;
-    ev->tid = tid;
-    ev->parent_pid = parent_pid;
-    ev->time_ns = bpf_ktime_get_ns();
-    ev->address = address;
-    ev->length = length;
-    bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
-    // Woken at once: samples go up without a wakeup, and a record that is
-    // not the oldest unread one would not wake the reader either.
-    events.ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
-}
-
-static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 parent_pid) {
-    emit_process_event_range(type, pid, tid, parent_pid, 0, 0);
 }
 
 TRACEPOINT_PROBE(sched, sched_process_fork) {
@@ -610,8 +631,16 @@ TRACEPOINT_PROBE(sched, sched_process_fork) {
 TRACEPOINT_PROBE(sched, sched_process_exec) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
     u32 *execs = tgid != 0 ? followed.lookup(&tgid) : NULL;
-    if (!execs)
+    if (!execs) {
+        // --all: a new program is followed as it starts, so its maps are
+        // read while it runs, however short its life.
+        u32 zero_index = 0;
+        u32 *follow_all = settings.lookup(&zero_index);
+        u32 no_execs = 0;
+        if (tgid != 0 && follow_all && *follow_all && !ignored.lookup(&tgid) && followed.insert(&tgid, &no_execs) == 0)
+            emit_process_event(EVENT_DISCOVERED, tgid, (u32)bpf_get_current_pid_tgid(), 0);
         return 0;
+    }
     // Every trie entry of the process (and its parent's) is another
     // image's now: its samples are deferred until user space reads its maps.
     __sync_fetch_and_add(execs, 1);

@@ -93,7 +93,8 @@ enum {
     JP_WALK_READ_FAULT = 3,
     JP_WALK_BAD_FRAME = 4,
     JP_WALK_COPY_ENDED = 7, /* the walk needed stack beyond the copy */
-    JP_WALK_PENDING = 64,   /* stopped before a JP_MAPPING_PENDING mapping: frame_count frames so far */
+    JP_WALK_PENDING = 64,   /* stopped before a JP_MAPPING_PENDING mapping: frame_count frames so far,
+                               and frames[frame_count] is the address in it (when frame_count < max_frames) */
 };
 
 /* Walk from start over the copy, writing up to max_frames addresses (leaf

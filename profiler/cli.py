@@ -22,7 +22,10 @@ from profiler.output import (
     write_path,
     write_text,
 )
-from profiler.run.options import RecordingOptions
+from profiler.push.apps import LABEL_KEY, RESERVED_LABELS
+from profiler.push.ingest import BadEndpoint, Endpoint
+from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
+from profiler.run.options import PushOptions, RecordingOptions
 from profiler.run.recording import Recording
 from profiler.run.summary import report_output_errors
 from profiler.safety.users import output_owner
@@ -33,6 +36,9 @@ and write a flame graph. Needs root.
 
   sudo jitprof -- ./prog args...        spawn, profile until it exits
   sudo jitprof --pid 4242 -d 10         attach to a running process
+  sudo jitprof --all -d 10              every process on the machine
+  sudo jitprof --all --push http://pyroscope:4040
+                                        profile continuously into Pyroscope
 """
 
 EPILOG = f"""\
@@ -51,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jitprof",
         usage="jitprof [options] -- COMMAND [ARGS...]\n       jitprof [options] --pid PID [--pid PID...]\n"
+        "       jitprof [options] --all [--push URL]\n"
         "       jitprof report PROFILE.jitprof [-o OUT...]\n       jitprof diff BASE.jitprof NEW.jitprof [-o diff.svg]",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -111,6 +118,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--user", metavar="NAME", help="run the command as this user (default: the sudo caller)")
     parser.add_argument("--as-root", action="store_true", help="run the command as root even under sudo")
+    parser.add_argument(
+        "-a", "--all", action="store_true",
+        help="every process on the machine, as perf record -a: each is followed from its first sample; "
+        "JIT code is named for runtimes started with their perf-map, jitdump or code-log flags",
+    )
+    push = parser.add_argument_group(
+        "continuous profiling",
+        "Send one profile per application process every interval to a Pyroscope-compatible store "
+        "(POST /ingest, pprof). Credentials from the environment: JITPROF_PUSH_TOKEN (bearer), or "
+        "JITPROF_PUSH_USER and JITPROF_PUSH_PASSWORD (basic). Without -o, no files are written.",
+    )
+    push.add_argument("--push", metavar="URL", help="the store's base URL, e.g. http://pyroscope:4040")
+    push.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="seconds per profile (default: 15)")
+    push.add_argument(
+        "--app-name", metavar="NAME",
+        help="the application name of every profile (default: per process, node's package or script, "
+        "Java's main class or jar, else the command name)",
+    )
+    push.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
+                      help="a label on every profile (repeatable); hostname, pid and runtime are always there")
+    push.add_argument("--tenant", metavar="ID", help="the X-Scope-OrgID header, for a multi-tenant store")
+    push.add_argument("--spool-dir", type=Path, default=None, metavar="DIR",
+                      help=f"where profiles wait while the store is unreachable (default: {DEFAULT_DIRECTORY})")
+    push.add_argument("--spool-max", type=float, default=None, metavar="MIB",
+                      help=f"the spool's size limit; the oldest go first (default: {DEFAULT_MAX_BYTES >> 20})")
     return parser
 
 
@@ -128,8 +160,10 @@ def parse_options(argv: list[str]) -> RecordingOptions:
     args = parser.parse_args(option_args)
     if command and args.pid:
         parser.error("give a command after -- or --pid, not both")
-    if not command and not args.pid:
-        parser.error("nothing to profile: give a command after -- or --pid PID")
+    if args.all and (command or args.pid):
+        parser.error("--all profiles every process: give no command and no --pid with it")
+    if not command and not args.pid and not args.all:
+        parser.error("nothing to profile: give a command after --, --pid PID, or --all")
     if not 1 <= args.frequency <= 10000:
         parser.error("--frequency must be between 1 and 10000")
     if args.duration is not None and not (0 < args.duration < float("inf")):
@@ -140,6 +174,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         outputs = [OutputRequest(path, format_for(path, args.format)) for path in args.output]
     except UnknownFormat as error:
         parser.error(str(error))
+    push = _push_options(parser, args)
     return RecordingOptions(
         command=command,
         pids=args.pid,
@@ -154,9 +189,48 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         inline=not args.no_inline,
         js_only=args.js_only,
         debuginfod=not args.no_debuginfod,
-        live_view=not args.no_tui and sys.stdin.isatty() and sys.stdout.isatty(),
+        live_view=not args.no_tui and args.push is None and sys.stdin.isatty() and sys.stdout.isatty(),
         user=args.user,
         as_root=args.as_root,
+        all_processes=args.all,
+        push=push,
+    )
+
+
+def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PushOptions | None:
+    if args.push is None:
+        given = [name for name, value in (("--interval", args.interval), ("--app-name", args.app_name),
+                 ("--tag", args.tag), ("--tenant", args.tenant), ("--spool-dir", args.spool_dir),
+                 ("--spool-max", args.spool_max)) if value]
+        if given:
+            parser.error(f"{', '.join(given)} only go with --push URL")
+        return None
+    try:
+        Endpoint.from_options(args.push, args.tenant, {})
+    except BadEndpoint as error:
+        parser.error(f"--push {error}")
+    interval = 15.0 if args.interval is None else args.interval
+    if not 1 <= interval <= 3600:
+        parser.error("--interval must be between 1 and 3600 seconds")
+    tags = []
+    for text in args.tag:
+        key, equals, value = text.partition("=")
+        if not equals or not LABEL_KEY.match(key) or not value:
+            parser.error(f"--tag {text!r}: give KEY=VALUE, the key letters, digits and _ (not first)")
+        if key in RESERVED_LABELS:
+            parser.error(f"--tag {key}=...: jitprof sets {key} itself")
+        tags.append((key, value))
+    spool_max = 64.0 if args.spool_max is None else args.spool_max
+    if not 0 < spool_max <= 1 << 20:
+        parser.error("--spool-max must be a positive number of MiB")
+    return PushOptions(
+        url=args.push,
+        interval_s=interval,
+        app_name=args.app_name,
+        tags=tags,
+        tenant=args.tenant,
+        spool_dir=args.spool_dir or DEFAULT_DIRECTORY,
+        spool_max_bytes=int(spool_max * (1 << 20)),
     )
 
 

@@ -33,6 +33,17 @@ def test_attach_options_and_format_override():
         ["-d", "inf", "--", "prog"],
         ["-o", "x.unknown", "--", "prog"],
         ["--user", "bob", "--as-root", "--", "prog"],
+        ["--all", "--", "prog"],
+        ["--all", "--pid", "1"],
+        ["--all", "--interval", "5"],
+        ["--all", "--tag", "env=prod"],
+        ["--all", "--push", "ftp://store"],
+        ["--all", "--push", "http://user:pw@store"],
+        ["--all", "--push", "http://store", "--interval", "0.5"],
+        ["--all", "--push", "http://store", "--tag", "env"],
+        ["--all", "--push", "http://store", "--tag", "9x=1"],
+        ["--all", "--push", "http://store", "--tag", "pid=7"],
+        ["--all", "--push", "http://store", "--spool-max", "0"],
     ],
 )
 def test_usage_errors_exit_2(argv, capsys):
@@ -46,8 +57,22 @@ def test_help_documents_every_flag(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
     text = capsys.readouterr().out
-    for flag in ("--pid", "--frequency", "--duration", "--output", "--format", "--kernel", "--no-tui", "--user", "--as-root", "--by-pid", "--version"):
+    for flag in ("--pid", "--frequency", "--duration", "--output", "--format", "--kernel", "--no-tui", "--user", "--as-root", "--by-pid", "--version",
+                 "--all", "--push", "--interval", "--app-name", "--tag", "--tenant", "--spool-dir", "--spool-max"):
         assert flag in text
+
+
+def test_all_and_push_options():
+    options = parse_options(["--all", "--push", "https://store:4040", "--interval", "10", "--tag", "env=prod",
+                             "--tag", "team=pay", "--app-name", "shop", "--tenant", "t1", "--spool-dir", "/var/tmp/s",
+                             "--spool-max", "8"])
+    assert options.all_processes and not options.command and not options.pids
+    push = options.push
+    assert push is not None and push.url == "https://store:4040" and push.interval_s == 10
+    assert push.tags == [("env", "prod"), ("team", "pay")] and push.app_name == "shop" and push.tenant == "t1"
+    assert str(push.spool_dir) == "/var/tmp/s" and push.spool_max_bytes == 8 << 20
+    assert not options.live_view  # a pushing run logs instead
+    assert parse_options(["--push", "http://store", "--", "node", "app.js"]).push.interval_s == 15
 
 
 def test_version(capsys):

@@ -14,6 +14,7 @@ LAYERS = [
     {"jit"},
     {"symbolize"},
     {"output"},
+    {"push"},
     {"tui"},
     {"run"},
     {"cli", "__main__"},

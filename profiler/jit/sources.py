@@ -19,9 +19,11 @@ from profiler.jit.v8.log_source import V8LogReport, V8LogSymbols
 from profiler.kernel.mappings import JIT_MODULE
 from profiler.model.profile import FrameKind, Profile
 
+MAX_UNNAMED_HINTS = 5  # the processes with the most such samples
+
 
 class JitSources:
-    def __init__(self, owner_uid: int | None, expand_inlining: bool, janitor: JitFileJanitor) -> None:
+    def __init__(self, owner_uid: int | None, expand_inlining: bool, janitor: JitFileJanitor, ask_jvms: bool = True) -> None:
         # owner_uid: the user a spawned command runs as, for files of
         # processes gone before they could be asked who they were.
         self.perf_maps = PerfMapSymbols(default_owner_uid=owner_uid)
@@ -30,6 +32,7 @@ class JitSources:
         )
         self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid)
         self.jvms = JvmPerfMaps(self.perf_maps)
+        self._ask_jvms = ask_jvms  # --all does not make every JVM on the machine write files
         self._janitor = janitor
         # What is kept of processes forgotten during the run (see forget).
         self._had_source: set[int] = set()
@@ -42,7 +45,8 @@ class JitSources:
         self.perf_maps.watch(pid)
         self.v8_logs.watch(pid)
         self.jitdumps.watch(pid)
-        self.jvms.watch(pid)
+        if self._ask_jvms:
+            self.jvms.watch(pid)
 
     def has_source(self, pid: int) -> bool:
         return pid in self._had_source or self.perf_maps.has_map(pid) or self.v8_logs.has_log(pid) or self.jitdumps.has_dump(pid)
@@ -112,10 +116,11 @@ class JitSources:
                     f"jitprof: warning: the JVM (pid {jvm.pid}) runs without -XX:+PreserveFramePointer, so stacks "
                     "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
                 )
-        unnamed = _unnamed_jit_samples(profile)
-        for pid, count in sorted(unnamed.items()):
-            if self.has_source(pid):
-                continue
+        unnamed = {pid: count for pid, count in _unnamed_jit_samples(profile).items() if not self.has_source(pid)}
+        for shown, (pid, count) in enumerate(sorted(unnamed.items(), key=lambda item: -item[1])):
+            if shown == MAX_UNNAMED_HINTS:
+                _say(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")
+                break
             runtime = runtimes.identify(pid) or runtimes.UNKNOWN
             _say(
                 f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "

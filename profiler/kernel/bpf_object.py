@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.native import cache
+from profiler.safety.files import root_only
 
 FORMAT_VERSION = 1
 INSTRUCTION = struct.Struct("<BBhi")  # opcode, registers, offset, immediate
@@ -245,7 +246,7 @@ def installed_path(key: str) -> Path | None:
     nobody but root can change that directory."""
     if not cache.valid_key(key):
         return None
-    if os.geteuid() == 0 and not cache.root_only(INSTALLED_DIR):
+    if os.geteuid() == 0 and not root_only(INSTALLED_DIR):
         return None
     return INSTALLED_DIR / f"{key}.json"
 

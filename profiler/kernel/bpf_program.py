@@ -207,10 +207,11 @@ class BpfProgram:
         self.follow_nothing()
 
     def follow_nothing(self) -> None:
-        """No more samples or process events from now on (the programs check this map)."""
+        """No more samples or process events from now on (the programs check these maps)."""
         followed = self._maps.get("followed")
         if followed is None:
             return
+        self._update(self._maps["settings"], ctypes.c_uint32(0), ctypes.c_uint32(0))
         key = ctypes.c_uint32()
         next_key = ctypes.c_uint32()
         pids = []
@@ -254,6 +255,17 @@ class BpfProgram:
     def follow(self, pid: int) -> None:
         """Follow pid; a forked child the program follows already keeps its exec count."""
         self._update(self._maps["followed"], ctypes.c_uint32(pid), ctypes.c_uint32(0), BPF_NOEXIST)
+
+    def follow_all(self, ignored: list[int]) -> None:
+        """Every process with user code is followed from its first sample
+        (a DISCOVERED event), but the ignored ones (jitprof's own)."""
+        for pid in ignored:
+            self.ignore(pid)
+        self._update(self._maps["settings"], ctypes.c_uint32(0), ctypes.c_uint32(1))
+
+    def ignore(self, pid: int) -> None:
+        self._update(self._maps["ignored"], ctypes.c_uint32(pid), ctypes.c_uint8(1))
+        self.unfollow(pid)
 
     def unfollow(self, pid: int) -> None:
         for name in ("followed", "maps_read", "fork_parents", "maps_stale"):

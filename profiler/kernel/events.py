@@ -20,6 +20,7 @@ class EventType(enum.IntEnum):
     EXEC = 3
     EXIT = 4
     MAPS_CHANGED = 5
+    DISCOVERED = 6  # --all: a process sampled for the first time
 
 
 class WalkEnd(enum.IntEnum):
@@ -166,7 +167,7 @@ def decode_event(data: int, size: int) -> RawSample | ProcessEvent:
     event_type = ctypes.cast(data, ctypes.POINTER(ctypes.c_uint32)).contents.value
     if event_type == EventType.SAMPLE:
         return _decode_sample(data, size)
-    if event_type in (EventType.FORK, EventType.EXEC, EventType.EXIT, EventType.MAPS_CHANGED):
+    if EventType.FORK <= event_type <= EventType.DISCOVERED:
         if size < ctypes.sizeof(_RawProcessEvent):
             raise MalformedEvent(f"process event of {size} bytes")
         raw_process = ctypes.cast(data, ctypes.POINTER(_RawProcessEvent)).contents

@@ -64,6 +64,8 @@ class LateWalks:
         # Code mapped just before the sample is in the maps read after it.
         newer_maps_due = result.end == WalkEnd.NO_MAPPING and view is not None and view.maps_read_ns < sample.time_ns
         if result.end == library.WALK_PENDING or (may_wait and newer_maps_due):
+            if result.pending_address is not None and view is not None:
+                self._want_table_at(view.pid, view.mappings, result.pending_address)
             self.stats.waited += 1
             return None
         end = WalkEnd(result.end)
@@ -71,6 +73,15 @@ class LateWalks:
         self.stats.copy_bytes += len(copy.data)
         self.stats.ends[end] += 1
         return dataclasses.replace(sample, addresses=sample.addresses + result.frames, walk_end=end, stack_copy=None)
+
+    def _want_table_at(self, pid: int, mappings: list[KnownMapping], address: int) -> None:
+        """The walk waits for the file at address (a return address: the call is
+        the byte before): have its table attached, if it is not yet (--all
+        attaches tables only when a walk needs them)."""
+        for mapping in mappings:
+            if not mapping.attached and any(mapping.entry.start <= at < mapping.entry.end for at in (address, address - 1)):
+                self._tracker.want_table(pid, mapping)
+                return
 
     def _walk_mapping(self, mapping: KnownMapping, final: bool) -> library.WalkMapping:
         entry = mapping.entry

@@ -28,6 +28,8 @@ class UnwindSource(Protocol):
 
     def release(self, table_id: int) -> None: ...
 
+    def holds(self, cache_key: str) -> bool: ...
+
 
 class TrieSink(Protocol):
     def add_prefixes(self, prefixes: list[TriePrefix], kind: int, load_bias: int, table_id: int = 0) -> int: ...
@@ -129,9 +131,14 @@ class TrackerStats:
 class MappingTracker:
     """Main thread updates; the symbolizer thread looks up (under the lock)."""
 
-    def __init__(self, trie: TrieSink, unwind_tables: UnwindSource | None = None) -> None:
+    def __init__(self, trie: TrieSink, unwind_tables: UnwindSource | None = None, lazy_tables: bool = False) -> None:
         self._trie = trie
         self._unwind_tables = unwind_tables
+        # --all: a file gets its unwind table when a sample first needs it
+        # (its walks are deferred meanwhile), not because some process on the
+        # machine maps it: the row array holds what is running.
+        self._lazy_tables = lazy_tables
+        self._wanted: dict[int, tuple[int, KnownMapping]] = {}
         self._lock = threading.Lock()
         self._spaces: dict[int, list[AddressSpace]] = {}
         self._images: dict[FileKey, ElfImage] = {}
@@ -203,7 +210,10 @@ class MappingTracker:
                     space.current[key] = self._install(pid, entry)
                     added.append(space.current[key])
             for mapping in added:
-                self._attach_file(pid, mapping)
+                if not self._lazy_tables or self._table_held(mapping):
+                    self._attach_file(pid, mapping)
+                else:
+                    self._open_image(pid, mapping)
             if added or removed:
                 space.revision += 1
             if removed or provisional:
@@ -246,17 +256,64 @@ class MappingTracker:
         self.stats.trie_rejected += self._trie.add_prefixes(prefixes, kind, 0, 0)
         return KnownMapping(entry, prefixes, None, attached=not waits_for_table)
 
+    def want_table(self, pid: int, mapping: KnownMapping) -> None:
+        """(Any thread.) A walk needs this file's table: attach_wanted gives it."""
+        with self._lock:
+            self._wanted[id(mapping)] = (pid, mapping)
+
+    def attach_wanted(self) -> None:
+        """(Main thread.) Attach the files walks asked for, if still mapped."""
+        if not self._wanted:
+            return
+        with self._lock:
+            wanted, self._wanted = list(self._wanted.values()), {}
+            for pid, mapping in wanted:
+                if mapping.attached:
+                    continue
+                spaces = self._spaces.get(pid)
+                if pid not in self._exited and spaces and spaces[-1].current.get((mapping.entry.start, mapping.entry.end)) is mapping:
+                    self._attach_file(pid, mapping)
+                    spaces[-1].revision += 1
+                else:
+                    self._prepare_for_late_walks(pid, mapping)
+
+    def _prepare_for_late_walks(self, pid: int, mapping: KnownMapping) -> None:
+        """A file of a process gone (or of an exec replaced): rows for the walks
+        still waiting, without trie entries or a table slot (the rows are built
+        and kept in memory, then released at once)."""
+        image = mapping.image or self._open_image(pid, mapping)
+        if image is not None and self._unwind_tables is not None:
+            self._unwind_tables.release(self._unwind_tables.acquire(image))
+        mapping.attached = True
+
+    def _open_image(self, pid: int, mapping: KnownMapping) -> ElfImage | None:
+        """The mapped file (symbols, load bias), opened while the process is
+        alive: its /proc/PID/map_files entry goes with it."""
+        entry = mapping.entry
+        if not entry.is_file_backed and entry.path != VDSO:
+            return None
+        image = self._image_for(pid, entry)
+        if image is not None:
+            mapping.image = image
+            vaddr = image.vaddr_for_file_offset(entry.offset)
+            mapping.load_bias = entry.start - vaddr if vaddr is not None else 0
+        return image
+
+    def _table_held(self, mapping: KnownMapping) -> bool:
+        """Is the file's table in the row array already (another process maps it)?"""
+        entry = mapping.entry
+        if entry.path == VDSO:
+            return True  # small, and in every process
+        image = mapping.image or self._images.get(FileKey(entry.device, entry.inode))
+        return image is not None and self._unwind_tables is not None and self._unwind_tables.holds(image.cache_key)
+
     def _attach_file(self, pid: int, mapping: KnownMapping) -> None:
         """Open the mapped ELF file (slow for a large binary) and give the
         mapping its load bias and unwind table."""
         entry = mapping.entry
         if not entry.is_file_backed and entry.path != VDSO:
             return
-        image = self._image_for(pid, entry)
-        if image is not None:
-            mapping.image = image
-            vaddr = image.vaddr_for_file_offset(entry.offset)
-            mapping.load_bias = entry.start - vaddr if vaddr is not None else 0
+        image = self._open_image(pid, mapping)
         if self._unwind_tables is None:
             return  # frame pointers only: the trie entry needs nothing more
         if image is not None:

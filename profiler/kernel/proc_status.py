@@ -49,6 +49,14 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return int(handle.read().rsplit(")", 1)[-1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """When the process started (clock ticks since boot): with the pid, it
     names one process, never a later one that reused the pid."""

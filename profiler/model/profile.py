@@ -86,8 +86,10 @@ class Profile:
     # Files whose frames were left unnamed (file+0x...), by module name.
     modules: dict[str, ModuleFile] = field(default_factory=dict)
     walk_ends: Counter[WalkEnd] = field(default_factory=Counter)
+    taken_samples: int = 0  # handed on and forgotten (--push): see take_samples
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
+    _taken_frames: tuple[int, int] = field(default=(0, 0), repr=False)  # _frame_counts of the taken samples
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def intern(self, frame: Frame) -> int:
@@ -117,6 +119,25 @@ class Profile:
         with self._lock:
             return self.samples[index:]
 
+    def take_samples(self) -> list[Sample]:
+        """The samples so far, which the profile then forgets (--push keeps
+        none after sending them); their frame ids stay valid until
+        reset_frames."""
+        with self._lock:
+            taken, self.samples = self.samples, []
+            self.taken_samples += len(taken)
+            self._stacks = {}
+            total, unknown = _frame_counts(self.frames, taken)
+            self._taken_frames = (self._taken_frames[0] + total, self._taken_frames[1] + unknown)
+        return taken
+
+    def reset_frames(self) -> None:
+        """A new frame table (the old list stays with whoever holds it): only
+        on the thread that interns, with every remembered id forgotten."""
+        with self._lock:
+            self.frames = []
+            self._frame_ids = {}
+
     def snapshot(self) -> list[Sample]:
         with self._lock:
             return list(self.samples)
@@ -138,11 +159,19 @@ class Profile:
         return [self.frames[frame_id] for frame_id in sample.frame_ids]
 
     def unsymbolized_share(self) -> float:
-        """Share of frame occurrences (over all samples) left unnamed."""
-        total = unknown = 0
-        for sample in self.samples:
-            for frame_id in sample.frame_ids:
-                total += 1
-                if not self.frames[frame_id].symbolized:
-                    unknown += 1
+        """Share of frame occurrences (over all samples, taken ones too) left unnamed."""
+        total, unknown = _frame_counts(self.frames, self.samples)
+        total += self._taken_frames[0]
+        unknown += self._taken_frames[1]
         return unknown / total if total else 0.0
+
+
+def _frame_counts(frames: list[Frame], samples: list[Sample]) -> tuple[int, int]:
+    """(frame occurrences, of which unnamed)."""
+    total = unknown = 0
+    for sample in samples:
+        for frame_id in sample.frame_ids:
+            total += 1
+            if not frames[frame_id].symbolized:
+                unknown += 1
+    return total, unknown

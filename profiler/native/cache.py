@@ -27,6 +27,7 @@ from pathlib import Path
 from profiler.native import library
 from profiler.native.symbol_table import SymbolTable
 from profiler.native.unwind_rows import ROW_SIZE
+from profiler.safety.files import root_only
 
 MAGIC = b"JPSYMS01"
 HEADER = struct.Struct("<8sQQ")
@@ -71,26 +72,6 @@ def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
         print(f"jitprof: warning: {message}", file=sys.stderr)
-
-
-def root_only(path: Path) -> bool:
-    """Can only root change what path names? It and every directory above it
-    belong to root and are writable by no one else, or are sticky (/tmp:
-    others cannot rename or replace root's entries there)."""
-    try:
-        resolved = path.resolve(strict=True)
-    except OSError:
-        return False
-    for component in [resolved, *resolved.parents]:
-        try:
-            info = os.lstat(component)
-        except OSError:
-            return False
-        if info.st_uid != 0:
-            return False
-        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (component != resolved and info.st_mode & stat.S_ISVTX):
-            return False
-    return True
 
 
 def valid_key(key: str) -> bool:

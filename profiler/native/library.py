@@ -149,6 +149,7 @@ class WalkRegisters:
 class WalkResult:
     frames: tuple[int, ...]
     end: int  # a WalkEnd value, or WALK_PENDING
+    pending_address: int | None = None  # WALK_PENDING: the address in the mapping it waits for
 
 
 def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegisters, max_frames: int) -> WalkResult:
@@ -175,7 +176,8 @@ def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegister
     frames = ffi.new("uint64_t[]", max(limit, 1))
     count = ffi.new("uint32_t *")
     end = lib.jp_walk_copy(table, len(mappings), copy, registers, frames, limit, count)
-    return WalkResult(tuple(frames[0 : count[0]]), end)
+    pending = int(frames[count[0]]) if end == WALK_PENDING and count[0] < limit else None
+    return WalkResult(tuple(frames[0 : count[0]]), end, pending)
 
 
 def compile_unwind_rows_of(path: str | os.PathLike[str]) -> CompiledRows:

@@ -124,6 +124,11 @@ class UnwindTableStore:
         self._queue.put((-1 if cached else image.size, sequence, table))
         return table.table_id
 
+    def holds(self, cache_key: str) -> bool:
+        """Is the file's table in the row array (live or being built)?"""
+        with self._lock:
+            return cache_key in self._by_key
+
     def rows_for_walk(self, cache_key: str) -> TableRows:
         """The rows of a file for a walk finished in user space (any thread)."""
         with self._lock:

@@ -15,7 +15,7 @@ from profiler.model.profile import Frame, FrameKind, Profile
 
 # Field numbers from profile.proto.
 PROFILE_SAMPLE_TYPE, PROFILE_SAMPLE, PROFILE_MAPPING, PROFILE_LOCATION = 1, 2, 3, 4
-PROFILE_FUNCTION, PROFILE_STRING_TABLE, PROFILE_DURATION = 5, 6, 10
+PROFILE_FUNCTION, PROFILE_STRING_TABLE, PROFILE_TIME_NANOS, PROFILE_DURATION = 5, 6, 9, 10
 PROFILE_PERIOD_TYPE, PROFILE_PERIOD, PROFILE_COMMENT, PROFILE_DEFAULT_TYPE = 11, 12, 13, 14
 
 
@@ -65,7 +65,10 @@ def function_name(frame: Frame) -> str:
     return frame.name + (" [kernel]" if frame.kind is FrameKind.KERNEL else "")
 
 
-def write_pprof(profile: Profile, stream: IO[bytes]) -> None:
+def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True, time_nanos: int = 0) -> None:
+    """sample_labels: pid, tid and comm on every sample (a store that makes a
+    series of each label set wants none); time_nanos: when the profile began
+    (wall clock), when known."""
     strings = _Strings()
     period_ns = round(1e9 / profile.info.frequency_hz)
     functions: dict[tuple[str, str, int], int] = {}
@@ -111,7 +114,10 @@ def write_pprof(profile: Profile, stream: IO[bytes]) -> None:
 
     stacks: Counter[tuple[int, int, str, tuple[int, ...]]] = Counter()
     for sample in profile.samples:
-        stacks[(sample.pid, sample.tid, sample.comm, sample.frame_ids)] += 1
+        if sample_labels:
+            stacks[(sample.pid, sample.tid, sample.comm, sample.frame_ids)] += 1
+        else:
+            stacks[(0, 0, "", sample.frame_ids)] += 1
     out = bytearray()
     sample_type = _int(1, strings("samples")) + _int(2, strings("count"))
     cpu_type = _int(1, strings("cpu")) + _int(2, strings("nanoseconds"))
@@ -122,7 +128,7 @@ def write_pprof(profile: Profile, stream: IO[bytes]) -> None:
             _bytes(3, _int(1, strings("pid")) + _int(3, pid))
             + _bytes(3, _int(1, strings("tid")) + _int(3, tid))
             + _bytes(3, _int(1, strings("comm")) + _int(2, strings(comm)))
-        )
+        ) if sample_labels else b""
         out += _bytes(PROFILE_SAMPLE, _packed(1, location_ids) + _packed(2, [count, count * period_ns]) + labels)
     for record in mapping_records:
         out += _bytes(PROFILE_MAPPING, record)
@@ -130,11 +136,13 @@ def write_pprof(profile: Profile, stream: IO[bytes]) -> None:
         out += _bytes(PROFILE_LOCATION, record)
     for record in function_records:
         out += _bytes(PROFILE_FUNCTION, record)
-    command = " ".join(profile.info.command) or "pid " + ", ".join(map(str, profile.info.pids))
+    command = " ".join(profile.info.command) or ("pid " + ", ".join(map(str, profile.info.pids)) if profile.info.pids else "all processes")
     comment = strings(f"jitprof: {command}")
     default_type = strings("cpu")
     out += b"".join(_bytes(PROFILE_STRING_TABLE, text.encode("utf-8", "surrogatepass")) for text in strings.table)
-    # time_nanos is wall-clock time, which the samples' clock is not: only the duration is given.
+    # time_nanos is wall-clock time, which the samples' clock is not: only
+    # the duration is given, unless the caller knows when it began.
+    out += _int(PROFILE_TIME_NANOS, time_nanos)
     out += _int(PROFILE_DURATION, max(profile.info.ended_ns - profile.info.started_ns, 0))
     out += _bytes(PROFILE_PERIOD_TYPE, cpu_type) + _int(PROFILE_PERIOD, period_ns)
     out += _packed(PROFILE_COMMENT, [comment]) + _int(PROFILE_DEFAULT_TYPE, default_type)

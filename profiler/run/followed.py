@@ -3,14 +3,16 @@ forks join, exec'd images are mapped anew, exits free their state."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
 from profiler.kernel.bpf_program import BpfProgram
 from profiler.kernel.events import EventType, ProcessEvent
 from profiler.kernel.mappings import MappingTracker
-from profiler.kernel.proc_status import descendants, start_time, thread_group_id
+from profiler.kernel.proc_status import descendants, parent_of, start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
 
 MIN_REFRESH_INTERVAL_S = 0.05
@@ -23,13 +25,17 @@ class FollowedProcesses:
         tracker: MappingTracker,
         jit_sources: JitSources,
         jit_files: JitFileJanitor | None,
+        on_new_process: Callable[[int, str], None] | None = None,
     ) -> None:
         self._program = program
         self._tracker = tracker
         self._jit_sources = jit_sources
         self._jit_files = jit_files  # set when jitprof injected flags: their files are noted at exec
+        self._on_new_process = on_new_process  # a process is followed, or has exec'd
         self.live: set[int] = set()
-        self.seen: set[int] = set()
+        self.seen: set[int] = set()  # when jitprof made them write JIT files: to remove them at the end
+        self.ignored: set[int] = set()  # --all: jitprof's own processes
+        self.followed_total = 0  # processes followed in the whole run
         self.awaiting_exec: set[int] = set()  # spawned, still jitprof's own code
         self._start_times: dict[int, int | None] = {}
         # pid -> provisional trie prefixes to drop once its maps are read
@@ -37,15 +43,20 @@ class FollowedProcesses:
         self._exited_at: dict[int, float] = {}  # pid -> time.monotonic() of its exit
         self._last_refresh: dict[int, float] = {}
 
-    def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
+    def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True, comm: str = "") -> None:
         self._start_times[pid] = start_time(pid)
         self._exited_at.pop(pid, None)  # a reused pid: the new process is not retired
         self._program.follow(pid)
+        if pid not in self.live:
+            self.followed_total += 1
         self.live.add(pid)
-        self.seen.add(pid)
+        if self._jit_files is not None:
+            self.seen.add(pid)
         self._tracker.add_process(pid, parent, read_maps_now)
         if read_maps_now:
             self._jit_sources.watch(pid)
+            if self._on_new_process is not None:
+                self._on_new_process(pid, comm)
 
     def add_spawned(self, pid: int) -> None:
         """Until exec the child is a copy of jitprof: nothing of it to map."""
@@ -64,7 +75,12 @@ class FollowedProcesses:
         return sorted(followed | set(descendants(root)))
 
     def wants_samples_of(self, pid: int) -> bool:
-        return pid not in self.awaiting_exec
+        return pid not in self.awaiting_exec and pid not in self.ignored
+
+    def forget(self, pid: int) -> None:
+        """An exited process is retired: nothing of it is kept."""
+        self._start_times.pop(pid, None)
+        self.ignored.discard(pid)
 
     def handle(self, event: ProcessEvent) -> None:
         if event.event_type is EventType.MAPS_CHANGED:
@@ -79,21 +95,34 @@ class FollowedProcesses:
                 if event.pid not in self.seen:
                     self._program.unfollow(event.pid)  # a thread: its tgid is followed already
                 return
-            self.add(event.pid, parent=event.parent_pid)
+            self.add(event.pid, parent=event.parent_pid, comm=event.comm)
+        elif event.event_type is EventType.DISCOVERED:
+            if event.pid in self.live:
+                return
+            if event.pid == os.getpid() or parent_of(event.pid) == os.getpid():
+                self.ignored.add(event.pid)  # jitprof's own workers
+                self._program.ignore(event.pid)
+                return
+            self.add(event.pid, comm=event.comm)
         elif event.event_type is EventType.EXEC:
             self.awaiting_exec.discard(event.pid)
             if self._jit_files is not None:  # first: whatever happens next, its files are removed at the end
                 self._jit_files.note_process(event.pid)
             self._tracker.process_exec(event.pid, event.time_ns)
             self._jit_sources.watch(event.pid)
-        elif event.event_type is EventType.EXIT and event.tid == event.pid:
-            self.live.discard(event.pid)
-            self._program.unfollow(event.pid)
-            self._tracker.process_exit(event.pid)
-            self._exited_at[event.pid] = time.monotonic()
-            self._last_refresh.pop(event.pid, None)
+            if self._on_new_process is not None:
+                self._on_new_process(event.pid, event.comm)
+        elif event.event_type is EventType.EXIT and (event.tid == event.pid or event.tid in self.live):
+            # (A thread is in live when it had exited before its fork event was
+            # read, so /proc could not tell it from a process: it goes now.)
+            gone = event.tid
+            self.live.discard(gone)
+            self._program.unfollow(gone)
+            self._tracker.process_exit(gone)
+            self._exited_at[gone] = time.monotonic()
+            self._last_refresh.pop(gone, None)
             # Its maps will not be read again: the provisional blocks go now.
-            self._program.remove_prefixes(self._pending_refresh.pop(event.pid, []))
+            self._program.remove_prefixes(self._pending_refresh.pop(gone, []))
 
     def exited_before(self, moment: float) -> list[int]:
         """Processes that exited before moment (time.monotonic()), each once."""

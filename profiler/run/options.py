@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from profiler.output import OutputRequest
+from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
+
+
+@dataclass
+class PushOptions:
+    """--push: send a profile per application process every interval."""
+
+    url: str
+    interval_s: float = 15.0
+    app_name: str | None = None
+    tags: list[tuple[str, str]] = field(default_factory=list)
+    tenant: str | None = None  # X-Scope-OrgID
+    spool_dir: Path = DEFAULT_DIRECTORY
+    spool_max_bytes: int = DEFAULT_MAX_BYTES
 
 
 @dataclass
@@ -25,3 +40,5 @@ class RecordingOptions:
     live_view: bool = False  # the terminal view (the caller checks for a TTY)
     user: str | None = None
     as_root: bool = False
+    all_processes: bool = False  # --all: every process on the machine
+    push: PushOptions | None = None

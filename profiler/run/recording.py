@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,11 @@ from profiler.model.profile import Profile, RunInfo
 from profiler.native import debuginfod, library
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
+from profiler.push.apps import AppRegistry
+from profiler.push.ingest import Endpoint
+from profiler.push.intervals import Interval, Labels, group_samples
+from profiler.push.pusher import FLUSH_BUDGET_S, Pusher
+from profiler.push.spool import Spool, SpoolError
 from profiler.run.child import Child
 from profiler.run.followed import FollowedProcesses
 from profiler.run.options import RecordingOptions
@@ -46,6 +52,9 @@ SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it 
 # After this, none of an exited process's samples wait for its JIT files any
 # more: they are removed and its state goes, so long runs stay flat.
 RETIRE_AFTER_S = 10.0
+# --push without -o keeps no samples past their interval; the frame table is
+# started anew past this many frames, so days of new JIT code stay bounded.
+FRAME_TABLE_LIMIT = 200_000
 
 
 class Recording:
@@ -67,6 +76,10 @@ class Recording:
         self._stop_signal: int | None = None
         self._stop_requests = 0
         self._view: LiveView | None = None
+        self._pusher: Pusher | None = None
+        self._apps: AppRegistry | None = None
+        self._interval_start = 0.0  # wall clock: where the interval being collected began
+        self._cut_index = 0  # --push with -o: samples before this were sent
 
     # The run -------------------------------------------------------------
 
@@ -76,6 +89,8 @@ class Recording:
         run_as = resolve_run_as(self.options.user, self.options.as_root, self.environ) if self.options.command else None
         if self.options.pids:
             validate_attach_pids(self.options.pids)
+        if self.options.push is not None:
+            self._start_push()
         self._status("compiling and loading the BPF program")
         program = BpfProgram(LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf))
         self._program = program
@@ -88,7 +103,7 @@ class Recording:
                 program.publish_unwind_table,
             )
             self._unwind_tables.start()
-        self._tracker = MappingTracker(program, self._unwind_tables)
+        self._tracker = MappingTracker(program, self._unwind_tables, lazy_tables=self.options.all_processes)
         self._run_as_uid = run_as.uid if run_as is not None else None
         self._symbolizer = Symbolizer(
             self.profile,
@@ -97,10 +112,15 @@ class Recording:
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
             late_walks=LateWalks(self._tracker, self._unwind_tables),
         )
-        self._jit_sources = JitSources(self._run_as_uid, self.options.inline, self._jit_files)
+        self._jit_sources = JitSources(
+            self._run_as_uid, self.options.inline, self._jit_files, ask_jvms=not self.options.all_processes
+        )
         self._symbolizer.add_jit_sources(self._jit_sources)
         injected = bool(self.options.command) and self.options.inject
-        self._followed = FollowedProcesses(program, self._tracker, self._jit_sources, self._jit_files if injected else None)
+        self._followed = FollowedProcesses(
+            program, self._tracker, self._jit_sources, self._jit_files if injected else None,
+            on_new_process=self._apps.note if self._apps is not None else None,
+        )
         program.on_event(self._handle_event)
         # Signals only set a flag: an exception raised inside BCC's ring-buffer
         # callback would be swallowed by ctypes.
@@ -115,6 +135,7 @@ class Recording:
                 self._start_targets(program, run_as)
                 self._symbolizer.start()
                 self.profile.info.started_ns = time.monotonic_ns()
+                self._interval_start = time.time()
                 if self.options.live_view:
                     from profiler.tui.live_view import LiveView  # noqa: PLC0415  (rich: only for the view)
 
@@ -138,8 +159,12 @@ class Recording:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             if self._child is not None and self._child.status is not None:
                 self._show_captured_output(1.0)
+            if self._pusher is not None:
+                self._finish_push(self._pusher)
             summary = self._finish_outputs(program)
             print(summary.render(), file=sys.stderr)
+            if self._pusher is not None:
+                print(self._push_summary(self._pusher), file=sys.stderr)
             self._report_problems(summary)
         finally:
             self._close_view()
@@ -161,6 +186,10 @@ class Recording:
 
     def _start_targets(self, program: BpfProgram, run_as: RunAs | None) -> None:
         assert self._followed is not None and self._jit_sources is not None
+        if self.options.all_processes:
+            program.attach()
+            program.follow_all([os.getpid()])
+            return
         if self.options.command:
             assert run_as is not None
             self._child = Child(self.options.command, run_as, self.environ, self.options.inject, self.options.live_view)
@@ -189,6 +218,7 @@ class Recording:
         assert self._tracker is not None and self._followed is not None and self._symbolizer is not None
         deadline = time.monotonic() + self.options.duration_s if self.options.duration_s else None
         next_rescan = time.monotonic() + MAPS_RESCAN_S
+        next_cut = time.monotonic() + self.options.push.interval_s if self.options.push is not None else None
         while self._stop_signal is None:
             program.poll(POLL_MS)
             if self._view is not None:
@@ -197,11 +227,16 @@ class Recording:
                     return
             now = time.monotonic()
             self._followed.refresh_changed_maps()
+            self._tracker.attach_wanted()
             for pid in self._followed.exited_before(now - RETIRE_AFTER_S):
                 self._symbolizer.retire(pid, functools.partial(self._forget, pid))
             if now >= next_rescan:
                 self._tracker.refresh_all()
                 next_rescan = now + MAPS_RESCAN_S
+            if next_cut is not None and now >= next_cut:
+                assert self.options.push is not None
+                self._symbolizer.call_in_order(functools.partial(self._cut_interval, time.time()))
+                next_cut += self.options.push.interval_s
             if self._child is not None and self._child.poll():
                 return
             if self.options.pids and not self._followed.live:
@@ -266,17 +301,83 @@ class Recording:
         losses.kernel_stack_failed = counters.kernel_stack_failed
         losses.process_events_lost = counters.events_lost
         self.profile.traffic = program.traffic
-        requests = self.options.outputs or [
-            OutputRequest(Path(f"jitprof-{self.profile.info.pids[0] if self.profile.info.pids else os.getpid()}.svg"), "svg")
-        ]
+        processes = self._followed.followed_total if self.options.push is not None and self._followed is not None else None
+        if self.options.push is not None and not self.options.outputs:
+            assert self._followed is not None
+            return Summary.of(self.profile, [], processes=self._followed.followed_total)
+        default_name = "all" if self.options.all_processes else self.profile.info.pids[0] if self.profile.info.pids else os.getpid()
+        requests = self.options.outputs or [OutputRequest(Path(f"jitprof-{default_name}.svg"), "svg")]
         shown = js_only(self.profile) if self.options.js_only else None
-        return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ), shown))
+        return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ), shown), processes)
 
     def _forget(self, pid: int) -> None:
         """(On the symbolizer thread.) An exited process's files and state go."""
-        assert self._jit_sources is not None and self._tracker is not None
+        assert self._jit_sources is not None and self._tracker is not None and self._followed is not None
         self._jit_sources.forget(pid, self._run_as_uid if self._removes_jit_files() else None)
         self._tracker.forget(pid)
+        self._followed.forget(pid)
+        if self._apps is not None:
+            self._apps.forget(pid)
+
+    # Continuous profiling (--push) -------------------------------------------
+
+    def _start_push(self) -> None:
+        push = self.options.push
+        assert push is not None
+        endpoint = Endpoint.from_options(push.url, push.tenant, self.environ)
+        try:
+            spool = Spool(push.spool_dir, push.spool_max_bytes)
+        except SpoolError as error:
+            raise JitprofError(str(error), "give --spool-dir a directory only root can write (it is created 0700)") from error
+        self._apps = AppRegistry(push.app_name)
+        labels = Labels(socket.gethostname(), tuple(push.tags))
+        self._pusher = Pusher(endpoint, spool, labels, self.options.frequency_hz)
+        self._pusher.start()
+        print(
+            f"jitprof: pushing a profile per application every {push.interval_s:g} s to {endpoint.shown}"
+            + (f" ({len(spool)} left by an earlier run are sent first)" if len(spool) else ""),
+            file=sys.stderr,
+        )
+
+    def _cut_interval(self, until: float) -> None:
+        """(On the symbolizer thread, or after it stopped.) The samples since
+        the last cut go to the pusher as one interval."""
+        assert self._pusher is not None and self._apps is not None and self._symbolizer is not None
+        keep = bool(self.options.outputs)  # -o too: the whole run is written at the end
+        if keep:
+            samples = self.profile.samples_since(self._cut_index)
+            self._cut_index += len(samples)
+        else:
+            samples = self.profile.take_samples()
+        interval = Interval(self._interval_start, until, self.profile.frames, group_samples(samples, self._apps))
+        self._interval_start = until
+        self._apps.drop_leaving()
+        if not keep and len(self.profile.frames) > FRAME_TABLE_LIMIT:
+            self.profile.reset_frames()
+            self._symbolizer.forget_frame_ids()
+        if interval.series:
+            self._pusher.submit(interval)
+
+    def _finish_push(self, pusher: Pusher) -> None:
+        """The interval under way is cut short and sent with what waits (SIGTERM flushes)."""
+        self._cut_interval(time.time())
+        backlog = pusher.backlog()
+        if backlog:
+            self._status(f"sending {backlog} profiles to {pusher.endpoint.shown}")
+        pusher.finish(FLUSH_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
+
+    def _push_summary(self, pusher: Pusher) -> str:
+        stats, spool = pusher.stats, pusher.spool
+        parts = [f"{stats.sent:,} of {stats.profiles:,} profiles sent ({stats.sent_bytes / 1024:,.0f} KiB)"]
+        if stats.failed_attempts:
+            parts.append(f"{stats.failed_attempts:,} failed attempts")
+        if stats.refused:
+            parts.append(f"{stats.refused:,} refused by the store")
+        if spool.stats.dropped or stats.expired:
+            parts.append(f"{spool.stats.dropped + stats.expired:,} dropped (spool full or over an hour old)")
+        if len(spool):
+            parts.append(f"{len(spool):,} left in {spool.directory} for the next run")
+        return f"jitprof: push to {pusher.endpoint.shown}: " + "; ".join(parts)
 
     def _removes_jit_files(self) -> bool:
         """Did jitprof make the programs write perf maps and V8 logs (so it removes them)?"""

@@ -21,11 +21,11 @@ class Summary:
     outputs: list[WrittenOutput] = field(default_factory=list)
 
     @classmethod
-    def of(cls, profile: Profile, written: list[WrittenOutput]) -> Summary:
+    def of(cls, profile: Profile, written: list[WrittenOutput], processes: int | None = None) -> Summary:
         cut_short = {end.label: count for end, count in profile.walk_ends.items() if end.cut_short and count}
         return cls(
-            samples=len(profile.samples),
-            processes=len({sample.pid for sample in profile.samples}),
+            samples=len(profile.samples) + profile.taken_samples,
+            processes=len({sample.pid for sample in profile.samples}) if processes is None else processes,
             lost=profile.losses.lost_samples,
             cut_short=cut_short,
             unsymbolized_share=profile.unsymbolized_share(),

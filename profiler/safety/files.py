@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import stat
+from pathlib import Path
 from typing import BinaryIO
 
 
@@ -121,4 +122,24 @@ def remove_if_same(directory: int, name: str, descriptor: int) -> bool:
         os.unlink(name, dir_fd=directory)
     except OSError:
         return False
+    return True
+
+
+def root_only(path: Path) -> bool:
+    """Can only root change what path names? It and every directory above it
+    belong to root and are writable by no one else, or are sticky (/tmp:
+    others cannot rename or replace root's entries there)."""
+    try:
+        resolved = path.resolve(strict=True)
+    except OSError:
+        return False
+    for component in [resolved, *resolved.parents]:
+        try:
+            info = os.lstat(component)
+        except OSError:
+            return False
+        if info.st_uid != 0:
+            return False
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (component != resolved and info.st_mode & stat.S_ISVTX):
+            return False
     return True

@@ -66,6 +66,13 @@ class _Retire:
     forget: Callable[[], None]
 
 
+@dataclass(frozen=True)
+class _Call:
+    """After the samples before it: call this on the symbolizer thread."""
+
+    action: Callable[[], None]
+
+
 @dataclass
 class _Parked:
     raw: RawSample
@@ -135,7 +142,7 @@ class Symbolizer:
         self.jit_epochs: list[JitEpoch] = []
         self.stack_hits = 0
         self._kernel_memo: dict[int, int] = {}
-        self._queue: queue.Queue[RawSample | _Retire | None] = queue.Queue()
+        self._queue: queue.Queue[RawSample | _Retire | _Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
         self._parked: list[_Parked] = []
         self.before_final_pass: list[Callable[[], None]] = []  # sources that must read once more at the end
@@ -167,6 +174,20 @@ class Symbolizer:
         this thread, so no source is closed under a lookup) and drop what is
         remembered of it."""
         self._queue.put(_Retire(pid, forget))
+
+    def call_in_order(self, action: Callable[[], None]) -> None:
+        """Call action on this thread once the samples submitted so far are in
+        (parked ones may come later)."""
+        self._queue.put(_Call(action))
+
+    def forget_frame_ids(self) -> None:
+        """(On this thread.) The profile's frame table was started anew: no
+        id remembered may be used again."""
+        self._memo.clear()
+        self._memo_entries = 0
+        self._stacks.clear()
+        self._stack_entries = 0
+        self._kernel_memo.clear()
 
     def backlog(self) -> int:
         return self._queue.qsize() + len(self._parked)
@@ -205,6 +226,8 @@ class Symbolizer:
                     return
                 if isinstance(raw, _Retire):
                     self._retire(raw)
+                elif isinstance(raw, _Call):
+                    self._call(raw)
                 else:
                     self._add(raw, time.monotonic(), may_park=True)
             now = time.monotonic()
@@ -224,8 +247,14 @@ class Symbolizer:
         self._memo_entries -= len(self._memo.pop(request.pid, {}))
         self._stack_entries -= len(self._stacks.pop(request.pid, {}))
 
-    def _give_up(self, current: RawSample | _Retire | None) -> None:
-        left: list[RawSample | _Retire | None] = [current]
+    def _call(self, request: _Call) -> None:
+        try:
+            request.action()
+        except Exception as error:  # a bug here must not lose the run
+            self.errors.append(f"{type(error).__name__}: {error}")
+
+    def _give_up(self, current: RawSample | _Retire | _Call | None) -> None:
+        left: list[RawSample | _Retire | _Call | None] = [current]
         while True:
             try:
                 left.append(self._queue.get_nowait())

@@ -9,6 +9,7 @@ import pytest
 
 from profiler.native import cache, elf, library
 from profiler.native.unwind_rows import CfaType, RbpRule, UnwindRow, UnwindTable
+from profiler.safety import files
 
 
 def fake_stat(uid: int, mode: int, inode: int = 7) -> os.stat_result:
@@ -106,9 +107,9 @@ def test_as_root_a_cache_dir_another_user_can_change_is_ignored(tmp_path, monkey
     users = tmp_path / "users"
     users.mkdir()
     os.chown(users, 65534, 65534)
-    assert not cache.root_only(users)
+    assert not files.root_only(users)
     inside = tmp_path / "private"
     inside.mkdir(mode=0o700)
-    assert cache.root_only(inside)
+    assert files.root_only(inside)
     monkeypatch.setenv("JITPROF_CACHE_DIR", str(inside))
     assert cache.cache_dir() == inside

@@ -9,6 +9,7 @@ const loc = new Map(profile.location.map(l => [String(l.id), {mapping: String(l.
 console.log(JSON.stringify({
   sampleTypes: profile.sampleType.map(t => [str(t.type), str(t.unit)]),
   period: Number(profile.period),
+  timeNanos: Number(profile.timeNanos || 0), durationNanos: Number(profile.durationNanos || 0),
   mappings: profile.mapping.map(m => str(m.filename)),
   samples: profile.sample.map(s => ({values: s.value.map(Number), labels: Object.fromEntries(s.label.map(l => [str(l.key), l.str ? str(l.str) : Number(l.num)])), stack: s.locationId.map(id => loc.get(String(id)).lines)})),
 }));

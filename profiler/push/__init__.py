@@ -1,0 +1,1 @@
+"""Continuous profiling: intervals pushed to a Pyroscope-compatible store (--push)."""

@@ -1,0 +1,193 @@
+"""Pushing to a real HTTP receiver on 127.0.0.1: what arrives, read by an
+independent pprof reader; the store down, slow, failing and refusing."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import pytest
+
+from profiler.push import ingest
+from profiler.push.apps import App, AppRegistry
+from profiler.push.ingest import Endpoint, Result
+from profiler.push.intervals import Interval, Labels, SeriesKey, group_samples
+from profiler.push.pusher import Pusher
+from profiler.push.spool import Spool
+from tests.output.test_formats import sample_profile
+from tests.push.receiver import Behaviour, Receiver, free_port, reader_available
+
+LABELS = Labels("web-1", (("env", "prod"), ("region", "eu-west")))
+
+
+@pytest.fixture
+def receiver():
+    started = Receiver(free_port())
+    started.start()
+    yield started
+    started.stop()
+
+
+NOW = float(int(time.time()) - 600)  # stores refuse profiles over an hour old
+
+
+def interval(start_s: float = NOW, length_s: float = 15.0) -> Interval:
+    profile = sample_profile()
+    registry = AppRegistry()
+    registry._apps = {100: App("checkout", "node"), 200: App("billing", "node")}  # as noted when followed
+    return Interval(start_s, start_s + length_s, profile.frames, group_samples(profile.samples, registry))
+
+
+def pusher(receiver_url: str, spool_dir, max_bytes: int = 1 << 20, environ: dict[str, str] | None = None) -> Pusher:
+    endpoint = Endpoint.from_options(receiver_url, "tenant-7", environ or {})
+    return Pusher(endpoint, Spool(spool_dir, max_bytes), LABELS, 99, say=lambda _message: None)
+
+
+def test_endpoint_from_options():
+    endpoint = Endpoint.from_options("https://profiles.example.com:4040/", None, {"JITPROF_PUSH_TOKEN": "t0ken"})
+    assert endpoint.url == "https://profiles.example.com:4040/ingest"
+    assert endpoint.headers["Authorization"] == "Bearer t0ken" and "X-Scope-OrgID" not in endpoint.headers
+    basic = Endpoint.from_options("http://store/pyroscope", "acme", {"JITPROF_PUSH_USER": "u", "JITPROF_PUSH_PASSWORD": "p"})
+    assert basic.url == "http://store/pyroscope/ingest" and basic.headers["X-Scope-OrgID"] == "acme"
+    assert base64.b64decode(basic.headers["Authorization"].removeprefix("Basic ")) == b"u:p"
+    for bad in ("ftp://store", "store:4040", "http://user:secret@store"):
+        with pytest.raises(ingest.BadEndpoint):
+            Endpoint.from_options(bad, None, {})
+
+
+@pytest.mark.skipif(not reader_available(), reason="node and pprof-format are installed by make setup")
+def test_one_profile_per_application_read_by_pprof_format(receiver, tmp_path):
+    sender = pusher(receiver.url, tmp_path / "spool", environ={"JITPROF_PUSH_TOKEN": "s3cret"})
+    sender.start()
+    sender.submit(interval())
+    sender.finish(10)
+    profiles = {item.app: item for item in receiver.profiles()}
+    assert set(profiles) == {"checkout", "billing"}
+    checkout = profiles["checkout"]
+    assert checkout.labels == {"hostname": "web-1", "pid": "100", "runtime": "node", "env": "prod", "region": "eu-west"}
+    assert checkout.query["from"] == str(int(NOW)) and checkout.query["until"] == str(int(NOW) + 15)
+    assert checkout.query["format"] == "pprof" and checkout.query["sampleRate"] == "99" and checkout.query["spyName"] == "jitprof"
+    assert checkout.headers["authorization"] == "Bearer s3cret" and checkout.headers["x-scope-orgid"] == "tenant-7"
+    decoded = checkout.decoded()
+    assert decoded["sampleTypes"] == [["samples", "count"], ["cpu", "nanoseconds"]]
+    assert decoded["timeNanos"] == int(NOW) * 10**9 and decoded["durationNanos"] == 15 * 10**9
+    assert sum(sample["values"][0] for sample in decoded["samples"]) == 55  # pid 100's samples
+    assert all(sample["labels"] == {} for sample in decoded["samples"])  # one series per profile
+    hot = max(decoded["samples"], key=lambda sample: sample["values"][0])
+    assert [line["name"] for line in hot["stack"][0]] == ["leaf app.js:7", "mid app.js:15", "top app.js:19"]  # inlined
+    assert hot["stack"][-1][0]["name"] == "main"
+    assert sender.stats.sent == 2 and sender.stats.samples == 60 and len(sender.spool) == 0
+
+
+def test_store_down_then_up_gets_everything_in_order(receiver, tmp_path):
+    receiver.stop()
+    sender = pusher(receiver.url, tmp_path / "spool")
+    sender.start()
+    for index in range(3):
+        sender.submit(interval(NOW + 15 * index))
+    deadline = time.monotonic() + 5
+    while sender.stats.failed_attempts == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sender.stats.failed_attempts >= 1 and sender.stats.sent == 0
+    assert len(sender.spool) == 6  # two applications, three intervals, on disk
+    receiver.start()
+    sender.finish(15)
+    starts = [item.query["from"] for item in receiver.profiles()]
+    assert starts == sorted(starts) and len(starts) == 6
+    assert sender.stats.sent == 6 and sender.spool.stats.dropped == 0
+
+
+def test_500_then_success_is_retried_with_backoff(receiver, tmp_path):
+    receiver.behaviour = Behaviour(fail_with=500, failures_left=2)
+    sender = pusher(receiver.url, tmp_path / "spool")
+    sender.start()
+    sender.submit(interval())
+    deadline = time.monotonic() + 10
+    while len(receiver.profiles()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sender.finish(5)
+    assert len(receiver.profiles()) == 2 and sender.stats.failed_attempts == 2
+    gaps = [later - earlier for earlier, later in zip(receiver.attempt_times, receiver.attempt_times[1:])]
+    assert gaps[0] >= 0.9 and gaps[1] >= 1.9  # 1 s, then 2 s
+
+
+def test_429_retry_after_is_honoured(receiver, tmp_path):
+    receiver.behaviour = Behaviour(fail_with=429, retry_after="3", failures_left=1)
+    sender = pusher(receiver.url, tmp_path / "spool")
+    sender.start()
+    sender.submit(interval())
+    deadline = time.monotonic() + 10
+    while len(receiver.profiles()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sender.finish(5)
+    assert len(receiver.profiles()) == 2
+    assert receiver.attempt_times[1] - receiver.attempt_times[0] >= 2.9
+
+
+def test_refused_profiles_are_dropped_not_retried(receiver, tmp_path):
+    receiver.behaviour = Behaviour(fail_with=400)
+    sender = pusher(receiver.url, tmp_path / "spool")
+    sender.start()
+    sender.submit(interval())
+    sender.finish(5)
+    assert sender.stats.refused == 2 and receiver.attempts == 2 and len(sender.spool) == 0
+
+
+def test_profiles_over_an_hour_old_are_given_up(receiver, tmp_path):
+    sender = pusher(receiver.url, tmp_path / "spool")
+    sender.start()
+    sender.submit(interval(time.time() - 7200))
+    sender.finish(5)
+    assert sender.stats.expired == 2 and receiver.attempts == 0
+
+
+def test_outcomes_of_one_request(receiver):
+    endpoint = Endpoint.from_options(receiver.url, None, {})
+    assert ingest.send(endpoint, {"name": "a.cpu{}"}, b"x").result is Result.SENT
+    receiver.behaviour = Behaviour(fail_with=503, retry_after="7")
+    outcome = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
+    assert outcome.result is Result.RETRY and outcome.retry_after_s == 7 and "HTTP 503: store busy" in outcome.detail
+    receiver.behaviour = Behaviour(delay_s=2)
+    started = time.monotonic()
+    slow = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x", timeout_s=0.5)
+    assert slow.result is Result.RETRY and time.monotonic() - started < 1.5
+    receiver.stop()
+    down = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
+    assert down.result is Result.RETRY and "refused" in down.detail.lower()
+
+
+def test_a_slow_store_does_not_hold_the_end_past_its_budget(receiver, tmp_path):
+    receiver.behaviour = Behaviour(delay_s=30)
+    sender = pusher(receiver.url, tmp_path / "spool")
+    sender.start()
+    sender.submit(interval())
+    started = time.monotonic()
+    sender.finish(2)
+    assert time.monotonic() - started < 3.5
+    assert sender.stats.sent == 0
+
+
+def test_spool_bound_holds_while_the_store_is_down(receiver, tmp_path):
+    receiver.stop()
+    sender = pusher(receiver.url, tmp_path / "spool", max_bytes=4000)
+    sender.start()
+    for index in range(10):
+        sender.submit(interval(NOW + 15 * index))
+    sender.finish(3)
+    assert sender.spool.stats.dropped > 0 and sender.stats.profiles == 20
+    on_disk = sum(path.stat().st_size for path in (tmp_path / "spool").iterdir())
+    assert on_disk <= 4000
+    # The next run sends what this one left, oldest first.
+    receiver.start()
+    later = pusher(receiver.url, tmp_path / "spool", max_bytes=4000)
+    later.start()
+    later.finish(5)
+    starts = [int(item.query["from"]) for item in receiver.profiles()]
+    assert starts and starts == sorted(starts) and starts[-1] == int(NOW) + 15 * 9
+
+
+def test_series_name():
+    key = SeriesKey(App("checkout", "node"), 4242)
+    assert LABELS.series_name(key) == "checkout.cpu{hostname=web-1,pid=4242,runtime=node,env=prod,region=eu-west}"
+    kernel = SeriesKey(App("kernel", "kernel"), None)
+    assert Labels("h", (("note", "a,b}c"),)).series_name(kernel) == "kernel.cpu{hostname=h,runtime=kernel,note=a_b_c}"

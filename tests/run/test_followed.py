@@ -1,0 +1,59 @@
+"""The followed set kept in step with process events (kernel and /proc faked
+only where the event names a task that no longer exists)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from profiler.kernel.events import EventType, ProcessEvent
+from profiler.run.followed import FollowedProcesses
+
+GONE_TID = 4_194_000  # above any pid this machine hands out in a test run
+
+
+class Recorder:
+    """Stands for the BPF program, tracker and JIT sources: notes the calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int]] = []
+
+    def __getattr__(self, name: str):
+        def record(*args, **_kwargs):
+            if args and isinstance(args[0], int):
+                self.calls.append((name, args[0]))
+            return None
+
+        return record
+
+
+def event(kind: EventType, pid: int, tid: int, parent: int = 0) -> ProcessEvent:
+    return ProcessEvent(kind, pid, tid, parent, 0, "test")
+
+
+def test_a_thread_gone_before_its_fork_was_read_is_unfollowed_at_its_exit():
+    program, tracker = Recorder(), Recorder()
+    followed = FollowedProcesses(program, tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    # The thread exited before /proc/TID/status could be read: taken for a process.
+    followed.handle(event(EventType.FORK, GONE_TID, GONE_TID, parent=os.getpid()))
+    assert GONE_TID in followed.live
+    followed.handle(event(EventType.EXIT, os.getpid(), GONE_TID))  # the thread's exit: tgid, tid
+    assert GONE_TID not in followed.live and os.getpid() in followed.live
+    assert ("unfollow", GONE_TID) in program.calls and ("unfollow", os.getpid()) not in program.calls
+    assert followed.exited_before(float("inf")) == [GONE_TID]
+
+
+def test_a_live_thread_is_never_followed_as_a_process():
+    program = Recorder()
+    followed = FollowedProcesses(program, Recorder(), Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    ready = threading.Event()
+    thread = threading.Thread(target=ready.wait)
+    thread.start()
+    try:
+        followed.handle(event(EventType.FORK, thread.native_id, thread.native_id, parent=os.getpid()))
+        assert thread.native_id not in followed.live and ("unfollow", thread.native_id) in program.calls
+    finally:
+        ready.set()
+        thread.join()
