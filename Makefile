@@ -4,7 +4,7 @@ VENV = .venv
 PYTHON = $(VENV)/bin/python
 JITPROF = $(VENV)/bin/jitprof
 
-.PHONY: setup demo test unit e2e bench soak lint fixtures clean
+.PHONY: setup demo test unit e2e bench soak soak-push lint fixtures clean
 
 setup:
 	@bash scripts/setup.sh
@@ -31,6 +31,9 @@ bench: setup
 
 soak: setup
 	benchmarks/soak/run.sh
+
+soak-push: setup
+	benchmarks/soak/push.sh
 
 lint: setup
 	@$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[lint]'
