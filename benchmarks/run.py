@@ -21,6 +21,7 @@ from benchmarks.java_cost import java_cost
 from benchmarks.kernel_cost import kernel_costs
 from benchmarks.live_view_cost import live_view_cost
 from benchmarks.load import load
+from benchmarks.long_runs import long_runs
 from benchmarks.node_cost import node_cost
 from benchmarks.perf_map_tailing import perf_map_tailing
 from benchmarks.run_cost import run_cost
@@ -56,6 +57,7 @@ def main() -> int:
         report += first_samples(3, perf, workdir)
         report += load(workdir)
         report += table_build(workdir / "table-cache")
+        report += long_runs()
     text = "\n".join(report)
     print(text)
     if args.write:

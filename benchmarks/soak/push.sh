@@ -18,15 +18,18 @@ url=$(cut -d' ' -f1 "$work/store")
     >/dev/null 2>"$work/run.err" &
 jitprof=$!
 sleep 3
-CHURN_DELAY=10 CHURN_STOP="$work/stop-churn" setsid sh benchmarks/soak/service.sh >/dev/null 2>&1 &
-service=$!
+# SOAK_SERVICE=0: no service of its own (one already runs beside it, make soak's).
+if [ "${SOAK_SERVICE:-1}" != 0 ]; then
+  CHURN_DELAY=10 CHURN_STOP="$work/stop-churn" setsid sh benchmarks/soak/service.sh >/dev/null 2>&1 &
+  service=$!
+fi
 hz=$(getconf CLK_TCK)
 start=$(date +%s)
 {
   echo "# Soak: --all --push, a long run with processes coming and going"
   echo
   echo "Produced by \`make soak-push\` (\`SOAK_SECONDS=$seconds benchmarks/soak/push.sh\`) on $(date +%F) at commit $(git rev-parse --short HEAD),"
-  echo "kernel $(uname -r), $(nproc) CPUs: \`jitprof --all -F 99 --push URL --interval 15\` to a receiver on 127.0.0.1, with"
+  echo "kernel $(uname -r), $(nproc) CPUs, SOAK_SERVICE=${SOAK_SERVICE:-1}: \`jitprof --all -F 99 --push URL --interval 15\` to a receiver on 127.0.0.1, with"
   echo "\`benchmarks/soak/service.sh\` beside it (a node worker and, from 10 s to $((seconds + 10)) s, short node and native processes,"
   echo "about three a second) and whatever else the machine runs. jitprof's own process every 60 s, what it holds in the kernel"
   echo "(\`benchmarks/bpf_state.py\`), and the profiles the receiver took; the last row is taken 20 s after the churn stopped:"

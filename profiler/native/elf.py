@@ -75,8 +75,9 @@ class ElfImage:
             key = self.cache_key + ("-d" if self.debug_file else "")
             cached = cache.load(key)
             if cached is None:
-                cached = self._read_all_symbols()
-                cache.store(key, cached)
+                cached, complete = self._read_all_symbols()
+                if complete:  # never keep, under the debug file's key, a table read without it
+                    cache.store(key, cached)
             self._symbols = cached
         return self._symbols
 
@@ -101,14 +102,22 @@ class ElfImage:
         index = bisect.bisect_right(self._function_starts, vaddr) - 1
         return self._function_starts[index] if index >= 0 else None
 
-    def _read_all_symbols(self) -> SymbolTable:
+    def _read_all_symbols(self) -> tuple[SymbolTable, bool]:
+        """The symbols, and whether the debug file (if any) was read with them.
+        The debug file was found inside a process's root, which goes with the
+        process: the host's file of the same build-id serves then."""
         if not self.debug_file:
-            return read_symbols(self.handle)
-        try:
-            with _open_elf_file(self.debug_file, self.debug_root) as debug_handle:
-                return read_symbols(self.handle, debug_handle)
-        except OSError:
-            return read_symbols(self.handle)
+            return read_symbols(self.handle), True
+        for root in dict.fromkeys([self.debug_root, ""]):
+            try:
+                with _open_elf_file(self.debug_file, root) as debug_handle:
+                    if root != self.debug_root and _build_id_of(debug_handle) != self.build_id:
+                        continue
+                    debug_handle.seek(0)
+                    return read_symbols(self.handle, debug_handle), True
+            except (OSError, ValueError):
+                continue
+        return read_symbols(self.handle), False
 
     def close(self) -> None:
         self.handle.close()

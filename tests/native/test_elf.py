@@ -1,6 +1,8 @@
 import shutil
 import subprocess
 
+import pytest
+
 from profiler.native import cache, elf, library
 from profiler.native.demangle import demangle
 
@@ -129,3 +131,29 @@ def test_functions_of_a_stripped_file_are_kept_apart_by_their_start(tmp_path, ch
         assert names == {"b": f"chain-stripped+{functions['b']:#x}", "c": f"chain-stripped+{functions['c']:#x}"}
     finally:
         image.close()
+
+
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+
+
+@pytest.mark.skipif(not elf.find_debug_file(elf.open_elf([LIBC], LIBC).build_id)[0], reason="libc6-dbg is installed by make setup")
+def test_debug_file_of_a_gone_root_is_the_hosts_and_nothing_poorer_is_cached(tmp_path, monkeypatch):
+    """A debug file found inside a process's root, read after the process
+    (and its /proc/PID/root) is gone: the host's file of the same build-id
+    names libc's local functions, and a table read without any debug file is
+    never kept under the debug file's cache key."""
+    monkeypatch.setenv("JITPROF_CACHE_DIR", str(tmp_path / "cache"))
+    lost = elf.open_elf([LIBC], LIBC)
+    lost.debug_file, lost.debug_root = "/usr/lib/debug/.build-id/00/nothing-here.debug", ""
+    assert "__libc_start_call_main" not in _names(lost)
+    assert cache.load(lost.cache_key + "-d") is None
+    lost.close()
+    image = elf.open_elf([LIBC], LIBC)
+    image.debug_root = str(tmp_path / "gone-root")  # /proc/PID/root of an exited process
+    assert "__libc_start_call_main" in _names(image)  # a local function: only the debug file has it
+    image.close()
+
+
+def _names(image: elf.ElfImage) -> set[str]:
+    table = image.symbols()
+    return {table.lookup(address).name for address in table.starts if table.lookup(address) is not None}
