@@ -75,6 +75,7 @@
 #define STEP_PENDING 5  // the table is being built: defer the walk
 
 #define PROT_EXEC_FLAG 0x4
+#define STALE_EVENT_GAP_NS 1000000ULL  // maps-changed events of one process while its maps are not read
 
 // LPM trie key: pid and address big-endian so that a prefix covers an
 // aligned address block of one process.
@@ -148,8 +149,9 @@ BPF_HASH(maps_read, u32, u32, FOLLOWED_ENTRIES);
 // A forked child whose maps user space has not read yet walks with its
 // parent's trie entries: until it execs, its code is its parent's.
 BPF_HASH(fork_parents, u32, u32, FOLLOWED_ENTRIES);
-// Processes with a maps-changed event user space has not read their maps for.
-BPF_HASH(maps_stale, u32, u8, FOLLOWED_ENTRIES);
+// Processes with a maps-changed event user space has not read their maps
+// for: the time of the latest event.
+BPF_HASH(maps_stale, u32, u64, FOLLOWED_ENTRIES);
 // Threads past sched_process_exit: their user memory goes next (exit_mm).
 BPF_TABLE("lru_hash", u32, u8, exiting_threads, FOLLOWED_ENTRIES);
 // --all: settings[0] is 1, and every process with user code is followed
@@ -502,7 +504,7 @@ int walk_user_stack(struct bpf_perf_event_data *ctx) {
     return 0;
 }
 
-static __always_inline void emit_process_event_range(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length) {
+static __always_inline void emit_process_event_flags(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length, u64 flags) {
     struct process_event *ev = events.ringbuf_reserve(sizeof(struct process_event));
     if (!ev) {
         count(COUNTER_EVENTS_LOST);
@@ -516,9 +518,13 @@ static __always_inline void emit_process_event_range(u32 type, u32 pid, u32 tid,
     ev->address = address;
     ev->length = length;
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
+    events.ringbuf_submit(ev, flags);
+}
+
+static __always_inline void emit_process_event_range(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length) {
     // Woken at once: samples go up without a wakeup, and a record that is
     // not the oldest unread one would not wake the reader either.
-    events.ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+    emit_process_event_flags(type, pid, tid, parent_pid, address, length, BPF_RB_FORCE_WAKEUP);
 }
 
 static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 parent_pid) {
@@ -716,17 +722,25 @@ static __always_inline void finish_exec_mapping_call(long result) {
     if (result < 0 && result > -4096)
         return;  // the call failed: nothing changed
     u32 tgid = pid_tgid >> 32;
-    // User space has an event for this process it has not acted on yet:
-    // the maps it reads then show this change too (walks reaching the new
-    // code meanwhile find no entry and are deferred). A process mapping in a
-    // loop sends one event per read of its maps, not a flood that crowds
-    // samples out of the ring buffer.
-    if (maps_stale.lookup(&tgid))
+    u64 now = bpf_ktime_get_ns();
+    u64 *last_event = maps_stale.lookup(&tgid);
+    if (last_event) {
+        // User space has an event for this process it has not acted on yet:
+        // the maps it reads then show this change too. Meanwhile the range is
+        // still told, at most every STALE_EVENT_GAP_NS and without a wakeup,
+        // so the code of a process that exits before that read stays known.
+        // A process mapping in a loop sends a bounded trickle, not a flood
+        // that crowds samples out of the ring buffer.
+        if (now - *last_event < STALE_EVENT_GAP_NS)
+            return;
+        *last_event = now;
+        cover_new_exec_range(tgid, address, length);
+        emit_process_event_flags(EVENT_MAPS_CHANGED, tgid, tid, 0, address, length, BPF_RB_NO_WAKEUP);
         return;
+    }
     cover_new_exec_range(tgid, address, length);
     emit_process_event_range(EVENT_MAPS_CHANGED, tgid, tid, 0, address, length);
-    u8 one = 1;
-    maps_stale.update(&tgid, &one);
+    maps_stale.update(&tgid, &now);
 }
 
 TRACEPOINT_PROBE(syscalls, sys_enter_mmap) {

@@ -90,3 +90,17 @@ def test_forked_children_start_with_their_parents_code(jitprof, tmp_path, fixtur
             assert names[:5] == ["_start", "__libc_start_main", "__libc_start_call_main", "main", "run_forks"], names
     # Walked in the kernel, not copied up: the copies are the parent's first samples.
     assert profile.traffic.stack_copies <= 20, profile.traffic
+
+
+def test_code_a_short_node_compiles_just_before_it_exits(jitprof, tmp_path):
+    """Node processes that OSR-compile a hot loop and exit within ~100 ms:
+    the code space V8 grows while jitprof's last read of the maps is still
+    being waited for is known from the kernel's mapping events, not lost
+    with the process."""
+    loop = 'for i in $(seq 20); do node -e "let x = 0; for (let i = 0; i < 2e6; i++) x += i"; done'
+    run = jitprof("-F", "499", "-o", "out.jitprof", "--", "sh", "-c", loop)
+    assert run.returncode == 0, run.stderr
+    profile = read_raw(tmp_path / "out.jitprof")
+    node = [sample for sample in profile.samples if sample.comm == "node"]
+    no_mapping = [sample for sample in node if sample.walk_end is WalkEnd.NO_MAPPING]
+    assert len(node) >= 300 and len(no_mapping) <= 0.01 * len(node), (len(node), profile.walk_ends)

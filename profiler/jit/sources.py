@@ -23,7 +23,10 @@ MAX_UNNAMED_HINTS = 5  # the processes with the most such samples
 
 
 class JitSources:
-    def __init__(self, owner_uid: int | None, expand_inlining: bool, janitor: JitFileJanitor, ask_jvms: bool = True) -> None:
+    def __init__(
+        self, owner_uid: int | None, expand_inlining: bool, janitor: JitFileJanitor, ask_jvms: bool = True,
+        injected: bool = False,
+    ) -> None:
         # owner_uid: the user a spawned command runs as, for files of
         # processes gone before they could be asked who they were.
         self.perf_maps = PerfMapSymbols(default_owner_uid=owner_uid)
@@ -33,6 +36,7 @@ class JitSources:
         self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid)
         self.jvms = JvmPerfMaps(self.perf_maps)
         self._ask_jvms = ask_jvms  # --all does not make every JVM on the machine write files
+        self._injected = injected  # jitprof gave the command's runtimes their JIT-symbol flags
         self._janitor = janitor
         # What is kept of processes forgotten during the run (see forget).
         self._had_source: set[int] = set()
@@ -117,6 +121,17 @@ class JitSources:
                     "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
                 )
         unnamed = {pid: count for pid, count in _unnamed_jit_samples(profile).items() if not self.has_source(pid)}
+        if self._injected:
+            # Processes given the flags that were gone before their perf map
+            # was read: nothing for the user to fix, so no per-process hint.
+            gone = {pid: count for pid, count in unnamed.items() if runtimes.identify(pid) is None}
+            if gone:
+                _say(
+                    f"jitprof: note: {sum(gone.values()):,} samples in {len(gone)} short-lived "
+                    f"process{'es' if len(gone) != 1 else ''} ran anonymous executable code that no perf map "
+                    "named before they exited"
+                )
+            unnamed = {pid: count for pid, count in unnamed.items() if pid not in gone}
         for shown, (pid, count) in enumerate(sorted(unnamed.items(), key=lambda item: -item[1])):
             if shown == MAX_UNNAMED_HINTS:
                 _say(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")

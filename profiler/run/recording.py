@@ -112,11 +112,11 @@ class Recording:
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
             late_walks=LateWalks(self._tracker, self._unwind_tables),
         )
+        injected = bool(self.options.command) and self.options.inject
         self._jit_sources = JitSources(
-            self._run_as_uid, self.options.inline, self._jit_files, ask_jvms=not self.options.all_processes
+            self._run_as_uid, self.options.inline, self._jit_files, ask_jvms=not self.options.all_processes, injected=injected
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
-        injected = bool(self.options.command) and self.options.inject
         self._followed = FollowedProcesses(
             program, self._tracker, self._jit_sources, self._jit_files if injected else None,
             on_new_process=self._apps.note if self._apps is not None else None,

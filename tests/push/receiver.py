@@ -10,6 +10,7 @@ import http.server
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -68,7 +69,9 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://127.0.0.1:{self.port}"
+
+    tls: ssl.SSLContext | None = None  # serve HTTPS with this context
 
     def start(self) -> None:
         """Listen (again) on the receiver's port."""
@@ -117,6 +120,8 @@ class Receiver:
 
         server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         self.server = server
         threading.Thread(target=server.serve_forever, daemon=True).start()
 

@@ -4,6 +4,9 @@ independent pprof reader; the store down, slow, failing and refusing."""
 from __future__ import annotations
 
 import base64
+import shutil
+import ssl
+import subprocess
 import time
 
 import pytest
@@ -191,3 +194,37 @@ def test_series_name():
     assert LABELS.series_name(key) == "checkout.cpu{hostname=web-1,pid=4242,runtime=node,env=prod,region=eu-west}"
     kernel = SeriesKey(App("kernel", "kernel"), None)
     assert Labels("h", (("note", "a,b}c"),)).series_name(kernel) == "kernel.cpu{hostname=h,runtime=kernel,note=a_b_c}"
+
+
+def _certificates(directory) -> tuple[str, str, str]:
+    """A CA of the test's own and a server certificate it signed for 127.0.0.1 (openssl)."""
+    ca_key, ca, key, request, cert = (str(directory / name) for name in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    quiet = {"check": True, "capture_output": True}
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "1",
+                    "-subj", "/CN=jitprof test CA"], **quiet)
+    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request, "-subj", "/CN=127.0.0.1"], **quiet)
+    (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+                    "-days", "1", "-extfile", str(directory / "san.ext")], **quiet)
+    return ca, cert, key
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test's certificates")
+def test_https_with_the_systems_certificates(tmp_path, monkeypatch):
+    ca, cert, key = _certificates(tmp_path)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    secure = Receiver(free_port(), tls=context)
+    secure.start()
+    try:
+        endpoint = Endpoint.from_options(secure.url, None, {})
+        ingest._tls_context.cache_clear()
+        untrusted = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
+        assert untrusted.result is Result.RETRY and "certificate verify failed" in untrusted.detail
+        monkeypatch.setenv("SSL_CERT_FILE", ca)  # how a system's trust store is pointed elsewhere
+        ingest._tls_context.cache_clear()
+        assert ingest.send(endpoint, {"name": "a.cpu{}"}, b"x").result is Result.SENT
+        assert len(secure.profiles()) == 1
+    finally:
+        secure.stop()
+        ingest._tls_context.cache_clear()
