@@ -12,7 +12,7 @@ from profiler.jit.sources import JitSources
 from profiler.kernel.bpf_program import BpfProgram
 from profiler.kernel.events import EventType, ProcessEvent
 from profiler.kernel.mappings import MappingTracker
-from profiler.kernel.proc_status import descendants, parent_of, start_time, thread_group_id
+from profiler.kernel.proc_status import descendants, parent_of, process_alive, start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
 
 MIN_REFRESH_INTERVAL_S = 0.05
@@ -99,6 +99,9 @@ class FollowedProcesses:
         elif event.event_type is EventType.DISCOVERED:
             if event.pid in self.live:
                 return
+            if not process_alive(event.pid):
+                self._program.unfollow(event.pid)  # a sample of a thread still ending after its process's exit
+                return
             if event.pid == os.getpid() or parent_of(event.pid) == os.getpid():
                 self.ignored.add(event.pid)  # jitprof's own workers
                 self._program.ignore(event.pid)
@@ -112,17 +115,26 @@ class FollowedProcesses:
             self._jit_sources.watch(event.pid)
             if self._on_new_process is not None:
                 self._on_new_process(event.pid, event.comm)
-        elif event.event_type is EventType.EXIT and (event.tid == event.pid or event.tid in self.live):
-            # (A thread is in live when it had exited before its fork event was
-            # read, so /proc could not tell it from a process: it goes now.)
-            gone = event.tid
-            self.live.discard(gone)
-            self._program.unfollow(gone)
-            self._tracker.process_exit(gone)
-            self._exited_at[gone] = time.monotonic()
-            self._last_refresh.pop(gone, None)
-            # Its maps will not be read again: the provisional blocks go now.
-            self._program.remove_prefixes(self._pending_refresh.pop(gone, []))
+        elif event.event_type is EventType.EXIT and event.tid in self.live:
+            # A process's main thread, or a thread that had exited before its
+            # fork event was read (so /proc could not tell it from a process).
+            self._gone(event.tid)
+
+    def _gone(self, pid: int) -> None:
+        self.live.discard(pid)
+        self._program.unfollow(pid)
+        self._tracker.process_exit(pid)
+        self._exited_at[pid] = time.monotonic()
+        self._last_refresh.pop(pid, None)
+        # Its maps will not be read again: the provisional blocks go now.
+        self._program.remove_prefixes(self._pending_refresh.pop(pid, []))
+
+    def sweep(self) -> None:
+        """Followed processes that are gone though no exit was read (an event
+        lost in a storm, or, with --all, a process found again by a sample of
+        one of its threads after its exit was read) are let go like an exit."""
+        for pid in [pid for pid in self.live if not process_alive(pid) and pid not in self.awaiting_exec]:
+            self._gone(pid)
 
     def exited_before(self, moment: float) -> list[int]:
         """Processes that exited before moment (time.monotonic()), each once."""

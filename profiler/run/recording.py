@@ -232,6 +232,7 @@ class Recording:
                 self._symbolizer.retire(pid, functools.partial(self._forget, pid))
             if now >= next_rescan:
                 self._tracker.refresh_all()
+                self._followed.sweep()
                 next_rescan = now + MAPS_RESCAN_S
             if next_cut is not None and now >= next_cut:
                 assert self.options.push is not None

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,19 @@ def _wait_for_exec(pid: int, name: str) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"{pid} did not exec {name}")
+
+
+JAVA_CLASSES = Path(__file__).resolve().parents[2] / "fixtures" / "build" / "java"
+
+
+@pytest.mark.skipif(shutil.which("java") is None or not (JAVA_CLASSES / "Hot.class").exists(),
+                    reason="java and the fixtures are installed by make setup")
+def test_jvm_named_by_its_main_class():
+    process = subprocess.Popen(["java", "-Xmx64m", "-cp", str(JAVA_CLASSES), "Hot", "30"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_exec(process.pid, "java")
+        assert apps.identify(process.pid) == App("Hot", "java")
+    finally:
+        process.terminate()  # its shutdown removes its hsperfdata file
+        process.wait()

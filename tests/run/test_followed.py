@@ -57,3 +57,22 @@ def test_a_live_thread_is_never_followed_as_a_process():
     finally:
         ready.set()
         thread.join()
+
+
+def test_a_process_found_again_after_its_exit_is_let_go():
+    """--all: a sample of a thread still ending after its process's exit was
+    read finds the process again; it is not followed (forever) again."""
+    program = Recorder()
+    followed = FollowedProcesses(program, Recorder(), Recorder(), None)  # type: ignore[arg-type]
+    followed.handle(event(EventType.DISCOVERED, GONE_TID, GONE_TID))
+    assert GONE_TID not in followed.live and ("unfollow", GONE_TID) in program.calls
+
+
+def test_a_followed_process_gone_without_an_exit_event_is_swept():
+    program, tracker = Recorder(), Recorder()
+    followed = FollowedProcesses(program, tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    followed.live.add(GONE_TID)  # its exit event was lost
+    followed.sweep()
+    assert followed.live == {os.getpid()} and ("process_exit", GONE_TID) in tracker.calls
+    assert followed.exited_before(float("inf")) == [GONE_TID]
