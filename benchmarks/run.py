@@ -28,42 +28,74 @@ from benchmarks.run_cost import run_cost
 from benchmarks.sampling_cost import sampling_cost
 from benchmarks.table_build import table_build
 
+SECTIONS = {
+    "run_cost": lambda repeats, perf, workdir: run_cost(repeats, perf, workdir),
+    "sampling_cost": lambda repeats, perf, workdir: sampling_cost(repeats, perf, workdir),
+    "node_cost": lambda repeats, perf, workdir: node_cost(max(repeats - 2, 3), perf, workdir),
+    "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
+    "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),
+    "code_log_parsing": lambda repeats, perf, workdir: code_log_parsing(workdir, 5),
+    "format_conversion": lambda repeats, perf, workdir: format_conversion(workdir),
+    "live_view_cost": lambda repeats, perf, workdir: live_view_cost(3, workdir),
+    "kernel_costs": lambda repeats, perf, workdir: kernel_costs(workdir),
+    "completeness": lambda repeats, perf, workdir: completeness(perf, workdir),
+    "first_samples": lambda repeats, perf, workdir: first_samples(3, perf, workdir),
+    "load": lambda repeats, perf, workdir: load(workdir),
+    "table_build": lambda repeats, perf, workdir: table_build(workdir / "table-cache"),
+    "long_runs": lambda repeats, perf, workdir: long_runs(),
+}
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--write", type=Path, help="write the results as Markdown here")
+    parser.add_argument("--only", default="", metavar="NAME,...",
+                        help=f"run these sections only and replace them in the --write file ({', '.join(SECTIONS)})")
     args = parser.parse_args()
+    only = [name for name in args.only.split(",") if name]
+    unknown = [name for name in only if name not in SECTIONS]
+    if unknown:
+        parser.error(f"no such section: {', '.join(unknown)}")
     perf = shutil.which("perf")
     with tempfile.TemporaryDirectory(prefix="jitprof-bench-") as directory:
         workdir = Path(directory)
-        report = [
-            "# Benchmarks",
-            "",
-            f"Produced by `make bench` (`python -m benchmarks.run --write docs/benchmarks.md`) on "
-            f"{time.strftime('%Y-%m-%d')}, kernel {platform.release()}, {os.cpu_count()} CPUs.",
-            "",
-        ]
-        report += run_cost(args.repeats, perf, workdir)
-        report += sampling_cost(args.repeats, perf, workdir)
-        report += node_cost(max(args.repeats - 2, 3), perf, workdir)
-        report += java_cost(max(args.repeats - 2, 3), perf, workdir)
-        report += perf_map_tailing(workdir)
-        report += code_log_parsing(workdir, 5)
-        report += format_conversion(workdir)
-        report += live_view_cost(3, workdir)
-        report += kernel_costs(workdir)
-        report += completeness(perf, workdir)
-        report += first_samples(3, perf, workdir)
-        report += load(workdir)
-        report += table_build(workdir / "table-cache")
-        report += long_runs()
-    text = "\n".join(report)
+        sections = [SECTIONS[name](args.repeats, perf, workdir) for name in (only or SECTIONS)]
+    header = [
+        "# Benchmarks",
+        "",
+        f"Produced by `make bench` (`python -m benchmarks.run --write docs/benchmarks.md`) on "
+        f"{time.strftime('%Y-%m-%d')}, kernel {platform.release()}, {os.cpu_count()} CPUs.",
+        "",
+    ]
+    if only and args.write and args.write.exists():
+        text = _replace_sections(args.write.read_text(), sections, only)
+    else:
+        text = "\n".join(header + [line for section in sections for line in section])
     print(text)
     if args.write:
         args.write.parent.mkdir(parents=True, exist_ok=True)
         args.write.write_text(text)
     return 0
+
+
+def _replace_sections(text: str, sections: list[list[str]], names: list[str]) -> str:
+    """The report with each new section in place of the one of the same
+    heading (appended if new), and a note of which were re-run when."""
+    lines = text.split("\n")
+    for section in sections:
+        heading = section[0]
+        if heading in lines:
+            start = lines.index(heading)
+            end = next((index for index in range(start + 1, len(lines)) if lines[index].startswith("## ")), len(lines))
+            lines[start:end] = section
+        else:
+            lines += section
+    note = f"Sections re-run alone on {time.strftime('%Y-%m-%d')} (`python -m benchmarks.run --only {','.join(names)}`): {', '.join(names)}."
+    lines = [line for line in lines if not line.startswith("Sections re-run alone on ")]
+    lines.insert(4, note)
+    lines.insert(5, "")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
