@@ -8,10 +8,12 @@ line is skipped and counted, never the file).
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sortedcontainers import SortedKeyList
 
@@ -28,8 +30,7 @@ class PerfMapRefused(Exception):
     """The file exists but is not one we may read; the message says why."""
 
 
-@dataclass(frozen=True)
-class PerfMapEntry:
+class PerfMapEntry(NamedTuple):  # a tuple: hundreds of thousands are made per map
     start: int
     size: int
     name: str
@@ -47,13 +48,23 @@ def _entry_start(entry: PerfMapEntry) -> int:
 @dataclass
 class PerfMapIndex:
     """Entries by address; code written later over the same addresses wins.
-    A sorted container: entries in any order (descending addresses from a
-    hostile writer) cost O(log n) each, not a list insert's O(n)."""
+    A plain list while entries come in ascending order (as runtimes write
+    them), a sorted container from the first that does not: entries in any
+    order (descending addresses from a hostile writer) cost O(log n) each,
+    not a list insert's O(n)."""
 
-    _entries: SortedKeyList = field(default_factory=lambda: SortedKeyList(key=_entry_start))
+    _entries: list[PerfMapEntry] | SortedKeyList = field(default_factory=list)
 
     def add(self, entry: PerfMapEntry) -> None:
         entries = self._entries
+        if not entries or entry.start >= entries[-1].end:
+            if isinstance(entries, list):
+                entries.append(entry)
+            else:
+                entries.add(entry)
+            return
+        if isinstance(entries, list):
+            entries = self._entries = SortedKeyList(entries, key=_entry_start)
         position = entries.bisect_key_left(entry.start)
         # Drop the entries the new one overlaps: the address was reused.
         low = position
@@ -67,9 +78,13 @@ class PerfMapIndex:
         entries.add(entry)
 
     def lookup(self, address: int) -> PerfMapEntry | None:
-        index = self._entries.bisect_key_right(address) - 1
-        if index >= 0 and address < self._entries[index].end:
-            return self._entries[index]
+        entries = self._entries
+        if isinstance(entries, list):
+            index = bisect.bisect_right(entries, address, key=_entry_start) - 1
+        else:
+            index = entries.bisect_key_right(address) - 1
+        if index >= 0 and address < entries[index].end:
+            return entries[index]
         return None
 
     def __len__(self) -> int:
