@@ -99,14 +99,15 @@ class FollowedProcesses:
         elif event.event_type is EventType.DISCOVERED:
             if event.pid in self.live:
                 return
-            if not process_alive(event.pid):
-                self._program.unfollow(event.pid)  # a sample of a thread still ending after its process's exit
-                return
             if event.pid == os.getpid() or parent_of(event.pid) == os.getpid():
                 self.ignored.add(event.pid)  # jitprof's own workers
                 self._program.ignore(event.pid)
                 return
             self.add(event.pid, comm=event.comm)
+            if not process_alive(event.pid):
+                # Gone already (its exit read before, or coming next): what was
+                # learnt of it serves its samples, but it is not followed on.
+                self._gone(event.pid)
         elif event.event_type is EventType.EXEC:
             self.awaiting_exec.discard(event.pid)
             if self._jit_files is not None:  # first: whatever happens next, its files are removed at the end

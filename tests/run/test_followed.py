@@ -66,6 +66,9 @@ def test_a_process_found_again_after_its_exit_is_let_go():
     followed = FollowedProcesses(program, Recorder(), Recorder(), None)  # type: ignore[arg-type]
     followed.handle(event(EventType.DISCOVERED, GONE_TID, GONE_TID))
     assert GONE_TID not in followed.live and ("unfollow", GONE_TID) in program.calls
+    assert followed.exited_before(float("inf")) == [GONE_TID]  # its state goes with the others'
+    followed.handle(event(EventType.EXIT, GONE_TID, GONE_TID))  # read after: nothing more to do
+    assert followed.exited_before(float("inf")) == []
 
 
 def test_a_followed_process_gone_without_an_exit_event_is_swept():
