@@ -206,21 +206,28 @@ class BpfProgram:
         themselves are closed by close()."""
         self.follow_nothing()
 
+    def followed_pids(self) -> list[int]:
+        """The followed map's keys: processes, and threads until their fork
+        event is read."""
+        followed = self._maps.get("followed")
+        if followed is None:
+            return []
+        key, next_key = ctypes.c_uint32(), ctypes.c_uint32()
+        pids: list[int] = []
+        pointer = None
+        while self._lib.bpf_get_next_key(followed, pointer, ctypes.byref(next_key)) == 0:
+            pids.append(next_key.value)
+            key.value = next_key.value
+            pointer = ctypes.byref(key)
+        return pids
+
     def follow_nothing(self) -> None:
         """No more samples or process events from now on (the programs check these maps)."""
         followed = self._maps.get("followed")
         if followed is None:
             return
         self._update(self._maps["settings"], ctypes.c_uint32(0), ctypes.c_uint32(0))
-        key = ctypes.c_uint32()
-        next_key = ctypes.c_uint32()
-        pids = []
-        pointer = None
-        while self._lib.bpf_get_next_key(followed, pointer, ctypes.byref(next_key)) == 0:
-            pids.append(next_key.value)
-            key.value = next_key.value
-            pointer = ctypes.byref(key)
-        for pid in pids:
+        for pid in self.followed_pids():
             self._delete(followed, ctypes.c_uint32(pid))
 
     def close(self, in_background: bool = False) -> None:

@@ -16,6 +16,7 @@ from profiler.kernel.proc_status import descendants, parent_of, process_alive, s
 from profiler.kernel.trie import TriePrefix, covering_prefix
 
 MIN_REFRESH_INTERVAL_S = 0.05
+SWEEP_KERNEL_S = 10.0
 
 
 class FollowedProcesses:
@@ -42,6 +43,7 @@ class FollowedProcesses:
         self._pending_refresh: dict[int, list[TriePrefix]] = {}
         self._exited_at: dict[int, float] = {}  # pid -> time.monotonic() of its exit
         self._last_refresh: dict[int, float] = {}
+        self._next_kernel_sweep = 0.0
 
     def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True, comm: str = "") -> None:
         self._start_times[pid] = start_time(pid)
@@ -92,7 +94,7 @@ class FollowedProcesses:
         elif event.event_type is EventType.FORK:
             tgid = thread_group_id(event.pid)
             if tgid is not None and tgid != event.pid:
-                if event.pid not in self.seen:
+                if event.pid not in self.live:
                     self._program.unfollow(event.pid)  # a thread: its tgid is followed already
                 return
             self.add(event.pid, parent=event.parent_pid, comm=event.comm)
@@ -133,9 +135,21 @@ class FollowedProcesses:
     def sweep(self) -> None:
         """Followed processes that are gone though no exit was read (an event
         lost in a storm, or, with --all, a process found again by a sample of
-        one of its threads after its exit was read) are let go like an exit."""
+        one of its threads after its exit was read) are let go like an exit;
+        and every SWEEP_KERNEL_S, entries the kernel added whose fork event
+        never came (lost) are dropped: threads, and tasks that are gone."""
         for pid in [pid for pid in self.live if not process_alive(pid) and pid not in self.awaiting_exec]:
             self._gone(pid)
+        now = time.monotonic()
+        if now < self._next_kernel_sweep:
+            return
+        self._next_kernel_sweep = now + SWEEP_KERNEL_S
+        for pid in self._program.followed_pids():
+            if pid in self.live or pid in self.ignored:
+                continue
+            tgid = thread_group_id(pid)
+            if tgid is None or tgid != pid:  # gone, or a thread (a process's fork event may be on its way)
+                self._program.unfollow(pid)
 
     def exited_before(self, moment: float) -> list[int]:
         """Processes that exited before moment (time.monotonic()), each once."""

@@ -4,6 +4,7 @@ only where the event names a task that no longer exists)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 
 from profiler.kernel.events import EventType, ProcessEvent
@@ -15,8 +16,12 @@ GONE_TID = 4_194_000  # above any pid this machine hands out in a test run
 class Recorder:
     """Stands for the BPF program, tracker and JIT sources: notes the calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, followed: list[int] | None = None) -> None:
         self.calls: list[tuple[str, int]] = []
+        self.followed = followed or []
+
+    def followed_pids(self) -> list[int]:
+        return list(self.followed)
 
     def __getattr__(self, name: str):
         def record(*args, **_kwargs):
@@ -79,3 +84,25 @@ def test_a_followed_process_gone_without_an_exit_event_is_swept():
     followed.sweep()
     assert followed.live == {os.getpid()} and ("process_exit", GONE_TID) in tracker.calls
     assert followed.exited_before(float("inf")) == [GONE_TID]
+
+
+def test_kernel_entries_whose_fork_event_was_lost_are_dropped():
+    """The kernel follows a child at fork; its event may be lost in a storm.
+    Threads and gone tasks among such entries go; a process whose event may
+    still come stays."""
+    ready = threading.Event()
+    thread = threading.Thread(target=ready.wait)
+    thread.start()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        program = Recorder(followed=[os.getpid(), thread.native_id, GONE_TID, child.pid])
+        followed = FollowedProcesses(program, Recorder(), Recorder(), None)  # type: ignore[arg-type]
+        followed.add(os.getpid())
+        followed.sweep()
+        unfollowed = {pid for name, pid in program.calls if name == "unfollow"}
+        assert unfollowed == {thread.native_id, GONE_TID}
+    finally:
+        ready.set()
+        thread.join()
+        child.kill()
+        child.wait()
