@@ -21,6 +21,7 @@ MAPPING_ELF_PENDING = 3  # its unwind table is not attached yet: walks reaching 
 JIT_MODULE = "[jit]"  # the module of anonymous executable memory: JIT code
 VDSO = "[vdso]"
 MAX_PROVISIONAL_RANGES = 4096  # per exec of a process
+PRUNE_IMAGES_S = 5.0
 
 
 class UnwindSource(Protocol):
@@ -144,6 +145,7 @@ class MappingTracker:
         self._images: dict[FileKey, ElfImage] = {}
         self._vdso: ElfImage | None | bool = False  # False: not read yet
         self._exited: set[int] = set()
+        self._next_prune = 0.0
         self.stats = TrackerStats()
 
     # Updates (main thread) -------------------------------------------------
@@ -179,11 +181,32 @@ class MappingTracker:
                 self._uninstall(space)
 
     def forget(self, pid: int) -> None:
-        """An exited process none of whose samples wait any more: its state goes."""
+        """An exited process none of whose samples wait any more: its state
+        goes, and (every PRUNE_IMAGES_S) the files no process maps any more
+        are closed, their symbols with them: a run of days with programs
+        coming and going keeps what is running, not all it ever saw."""
         with self._lock:
             if pid in self._exited:
                 self._exited.discard(pid)
                 self._spaces.pop(pid, None)
+            now = time.monotonic()
+            if now >= self._next_prune:
+                self._next_prune = now + PRUNE_IMAGES_S
+                self._prune_images()
+
+    def _prune_images(self) -> None:
+        """(Under the lock.) Close the images no mapping holds, unless a table build may still read it."""
+        held = {
+            id(mapping.image)
+            for spaces in self._spaces.values() for space in spaces
+            for mapping in (*space.current.values(), *space.retired, *space.provisional)
+            if mapping.image is not None
+        }
+        for key, image in list(self._images.items()):
+            if id(image) in held or (self._unwind_tables is not None and self._unwind_tables.holds(image.cache_key)):
+                continue
+            del self._images[key]
+            image.close()
 
     def refresh(self, pid: int, provisional: list[TriePrefix] | None = None) -> None:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional
@@ -268,9 +291,9 @@ class MappingTracker:
         with self._lock:
             wanted, self._wanted = list(self._wanted.values()), {}
             for pid, mapping in wanted:
-                if mapping.attached:
-                    continue
                 spaces = self._spaces.get(pid)
+                if mapping.attached or not spaces:
+                    continue  # (forgotten: none of its samples wait)
                 if pid not in self._exited and spaces and spaces[-1].current.get((mapping.entry.start, mapping.entry.end)) is mapping:
                     self._attach_file(pid, mapping)
                     spaces[-1].revision += 1

@@ -125,9 +125,10 @@ class UnwindTableStore:
         return table.table_id
 
     def holds(self, cache_key: str) -> bool:
-        """Is the file's table in the row array (live or being built)?"""
+        """Is the file's table in the row array (live or being built), or a
+        build of it (for late walks) still queued?"""
         with self._lock:
-            return cache_key in self._by_key
+            return cache_key in self._by_key or cache_key in self._pending_keys
 
     def rows_for_walk(self, cache_key: str) -> TableRows:
         """The rows of a file for a walk finished in user space (any thread)."""

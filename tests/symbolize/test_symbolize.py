@@ -2,6 +2,7 @@
 
 import ctypes
 import os
+import subprocess
 import threading
 import time
 
@@ -254,3 +255,37 @@ def test_retiring_a_process_names_what_waits_then_forgets_it_on_the_symbolizer_t
     assert len(profile.samples) == 1 and symbolizer.errors == []
     assert forgotten == ["jitprof-symbolizer"]  # after the sample before it, on its thread
     assert os.getpid() not in symbolizer._memo and os.getpid() not in symbolizer._stacks
+
+
+def test_files_no_process_maps_any_more_are_closed():
+    """A long run keeps open what is running: once the last process mapping a
+    file is forgotten, the file (and its symbols) goes."""
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie)
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        for _ in range(100):  # until it has exec'd sleep
+            if os.readlink(f"/proc/{child.pid}/exe").endswith("/sleep"):
+                break
+            time.sleep(0.01)
+        tracker.add_process(child.pid)
+        tracker.add_process(os.getpid())
+        sleep_image = tracker.find(child.pid, time.monotonic_ns(), _text_address(child.pid, "/sleep")).mapping.image
+        assert sleep_image is not None and not sleep_image.handle.closed
+    finally:
+        child.kill()
+        child.wait()
+    tracker.process_exit(child.pid)
+    tracker.forget(child.pid)
+    assert sleep_image.handle.closed  # no one maps /usr/bin/sleep any more
+    libc = tracker.find(os.getpid(), time.monotonic_ns(), libc_function_address("qsort")).mapping.image
+    assert not libc.handle.closed  # this process still maps libc
+    tracker.close()
+
+
+def _text_address(pid, suffix):
+    for line in open(f"/proc/{pid}/maps"):
+        fields = line.split()
+        if "x" in fields[1] and fields[-1].endswith(suffix):
+            return int(fields[0].split("-")[0], 16)
+    raise AssertionError(f"no {suffix} text in {pid}")
