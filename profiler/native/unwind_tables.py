@@ -25,7 +25,7 @@ from profiler.native import cache, library, unwind_rows
 from profiler.native.elf import ElfImage
 
 FINISH_GRACE_S = 3.0  # after the run, queued builds may go on this long (for the cache)
-KEPT_ROWS_BYTES = 256 << 20  # built rows kept in memory (node's are about 6 MiB)
+KEPT_ROWS_BYTES = 96 << 20  # built rows kept for late walks: node's are 6 MiB, LLVM's 15; three times the row array
 TABLE_PENDING = 0xFFFFFFFF  # the first row of a table being built (bpf/sampler.bpf.c)
 
 
