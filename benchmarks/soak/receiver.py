@@ -24,7 +24,9 @@ def main() -> int:
             receiver.received.clear()  # counts only: the soak's own memory stays flat
         previous = state.read_text().split()
         total_count, total_bytes = int(previous[1]) + count, int(previous[2]) + size
-        state.write_text(f"{receiver.url} {total_count} {total_bytes}\n")
+        temporary = state.with_suffix(".new")
+        temporary.write_text(f"{receiver.url} {total_count} {total_bytes}\n")
+        temporary.replace(state)  # the watcher never reads a half-written line
 
 
 if __name__ == "__main__":
