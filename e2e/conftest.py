@@ -104,12 +104,18 @@ def symbol_cache(tmp_path_factory, fixtures_built) -> Path:
     return directory
 
 
+def jitprof_environment(symbol_cache: Path) -> dict[str, str]:
+    """The environment a test's jitprof runs with: the tests' cache, and no
+    sudo caller (the outputs stay root's)."""
+    environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
+    environment.pop("SUDO_UID", None)
+    environment.pop("SUDO_GID", None)
+    return environment
+
+
 def _jitprof_runner(symbol_cache: Path, workdir: Path):
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 120, prefix: list[str] | None = None) -> Run:
-        environment = dict(os.environ)
-        environment.pop("SUDO_UID", None)
-        environment.pop("SUDO_GID", None)
-        environment["JITPROF_CACHE_DIR"] = str(symbol_cache)
+        environment = jitprof_environment(symbol_cache)
         environment.update(env or {})
         command = (prefix or []) + [sys.executable, "-m", "profiler", *args]
         completed = subprocess.run(command, cwd=workdir, env=environment, capture_output=True, text=True, timeout=timeout)

@@ -4,11 +4,10 @@ tables are attached when a walk first needs them."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
-from e2e.conftest import FIXTURES, has_chain, read_folded, total
+from e2e.conftest import FIXTURES, has_chain, jitprof_environment, read_folded, total
 
 
 def test_short_native_processes_started_later_are_whole(symbol_cache, tmp_path, background, fixtures_built):
@@ -18,7 +17,7 @@ def test_short_native_processes_started_later_are_whole(symbol_cache, tmp_path, 
     loop = background("sh", "-c", f"sleep 1.5; for i in 1 2 3 4 5 6 7 8 9 10; do {FIXTURES / 'dwarf_cases'} recursion 0.2 now; done")
     jitprof = subprocess.Popen(
         [sys.executable, "-m", "profiler", "--all", "-F", "499", "-d", "6", "--by-pid", "-o", "all.folded"],
-        cwd=tmp_path, env=dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache)), stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path, env=jitprof_environment(symbol_cache), stderr=subprocess.PIPE, text=True,
     )
     _, stderr = jitprof.communicate(timeout=120)
     loop.wait()

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from e2e.conftest import has_chain, read_folded, total
+from e2e.conftest import has_chain, jitprof_environment, read_folded, total
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -78,8 +78,7 @@ def test_unwritable_output_keeps_the_samples(jitprof, fixtures_built, tmp_path):
 
 
 def test_ctrl_c_writes_the_outputs(fixtures_built, tmp_path, symbol_cache):
-    environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
-    environment.pop("SUDO_UID", None)
+    environment = jitprof_environment(symbol_cache)
     # A terminal's Ctrl-C: SIGINT to the whole foreground process group.
     process = subprocess.Popen(
         [sys.executable, "-m", "profiler", "-o", "out.folded", "--", str(fixtures_built / "chain"), "60"],
@@ -122,8 +121,7 @@ def test_a_mapping_storm_cannot_hold_the_run_past_its_duration(fixtures_built, t
     """Two processes mapping executable memory as fast as they can: an event
     each time. -d 2 still ends the run on time, the outputs are written, what
     could not be taken is counted, and neither process is left running."""
-    environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
-    environment.pop("SUDO_UID", None)
+    environment = jitprof_environment(symbol_cache)
     started = time.monotonic()
     completed = subprocess.run(
         [sys.executable, "-m", "profiler", "--no-tui", "-d", "2", "-o", "storm.folded", "--", str(fixtures_built / "mapstorm"), "2"],

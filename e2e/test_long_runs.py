@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from e2e.conftest import jitprof_environment
 from profiler.run.recording import RETIRE_AFTER_S
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,9 +22,7 @@ def test_exited_processes_are_forgotten_during_the_run(symbol_cache, tmp_path):
     pids_file = tmp_path / "pids"
     work = "let s=0; for (let i=0;i<3e7;i++) s=(s*31+i)%1000003; require('fs').appendFileSync(process.argv[1], process.pid+'\\n')"
     loop = f"for i in $(seq 50); do node -e \"{work}\" {pids_file}; sleep 0.2; done"
-    environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
-    environment.pop("SUDO_UID", None)
-    environment.pop("SUDO_GID", None)
+    environment = jitprof_environment(symbol_cache)
     run = subprocess.Popen(
         [sys.executable, "-m", "profiler", "--no-tui", "-o", "out.folded", "--", "sh", "-c", loop],
         cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

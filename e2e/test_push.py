@@ -6,7 +6,6 @@ spool's bound; memory over a long run with processes coming and going."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import signal
@@ -19,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import FIXTURES, ROOT
+from e2e.conftest import FIXTURES, ROOT, jitprof_environment
 from e2e.test_node import JS
-from tests.push.receiver import Behaviour, Receiver, free_port, reader_available
+from tests.push.receiver import Behaviour, reader_available, running_receiver
 
 pytestmark = pytest.mark.skipif(not reader_available(), reason="node and pprof-format are installed by make setup")
 SENT = re.compile(r"push to \S+: ([\d,]+) of ([\d,]+) profiles sent")
@@ -29,32 +28,19 @@ SENT = re.compile(r"push to \S+: ([\d,]+) of ([\d,]+) profiles sent")
 
 @pytest.fixture
 def receiver():
-    started = Receiver(free_port())
-    started.start()
-    yield started
-    started.stop()
+    with running_receiver() as started:
+        yield started
 
 
 @pytest.fixture
-def start_jitprof(symbol_cache, tmp_path):
+def start_jitprof(symbol_cache, tmp_path, background):
     """jitprof in the background, as a service runs (stopped at the end)."""
-    started: list[subprocess.Popen] = []
 
     def start(*args: str) -> subprocess.Popen:
-        environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
-        environment.pop("SUDO_UID", None)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "profiler", *args], cwd=tmp_path, env=environment,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        started.append(process)
-        return process
+        return background(sys.executable, "-m", "profiler", *args, cwd=tmp_path, env=jitprof_environment(symbol_cache),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
-    yield start
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.communicate()
+    return start
 
 
 def finished(process: subprocess.Popen, timeout: float = 90) -> str:
@@ -228,7 +214,7 @@ def test_the_systemd_unit_runs_and_stops_as_systemd_would(receiver, symbol_cache
     kill_signal = getattr(signal, re.search(r"(?m)^KillSignal=(\w+)", local).group(1))
     stop_timeout = float(re.search(r"(?m)^TimeoutStopSec=(\d+)", local).group(1))
     native = background(str(FIXTURES / "dwarf_cases"), "recursion", "30", "now")
-    service = subprocess.Popen(argv, env=dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache)), cwd="/",
+    service = subprocess.Popen(argv, env=jitprof_environment(symbol_cache), cwd="/",
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(6)

@@ -5,7 +5,7 @@ runs at once share no state."""
 import subprocess
 import sys
 
-from e2e.conftest import read_folded, total
+from e2e.conftest import jitprof_environment, read_folded, total
 from profiler.kernel import bpf_object
 from profiler.kernel.bpf_program import BPF_SOURCE, LoadOptions, compile_flags
 
@@ -23,10 +23,8 @@ def test_a_first_run_loads_the_sampler_set_up_compiled(jitprof, fixtures_built, 
 
 def test_two_runs_at_once_keep_their_own_samples(fixtures_built, tmp_path, symbol_cache):
     """Each run creates its own maps: neither sees the other's process."""
-    import os
 
-    environment = dict(os.environ, JITPROF_CACHE_DIR=str(symbol_cache))
-    environment.pop("SUDO_UID", None)
+    environment = jitprof_environment(symbol_cache)
     runs = [
         subprocess.Popen(
             [sys.executable, "-m", "profiler", "--no-tui", "-o", f"{name}.folded", "--", str(fixtures_built / program), rounds],

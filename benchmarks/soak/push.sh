@@ -6,6 +6,7 @@
 # starts after the first row and the last row is taken 20 s after it stops.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source benchmarks/soak/watch.sh
 seconds="${SOAK_SECONDS:-3600}"
 work="$(mktemp -d)"
 cleanup() { [ -n "${service:-}" ] && kill -- -"$service" 2>/dev/null; kill "${store:-}" 2>/dev/null; rm -rf "$work"; return 0; }
@@ -23,7 +24,6 @@ if [ "${SOAK_SERVICE:-1}" != 0 ]; then
   CHURN_DELAY=10 CHURN_STOP="$work/stop-churn" setsid sh benchmarks/soak/service.sh >/dev/null 2>&1 &
   service=$!
 fi
-hz=$(getconf CLK_TCK)
 start=$(date +%s)
 {
   echo "# Soak: --all --push, a long run with processes coming and going"
@@ -37,28 +37,9 @@ start=$(date +%s)
   echo "| seconds | RSS (MiB) | CPU (s) | open descriptors | followed processes | trie entries | unwind tables | unwind rows | profiles received | KiB received |"
   echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 } > "$work/soak.md"
-row() {
-  local rss cpu fds state received
-  rss=$(awk '/VmRSS/{printf "%.0f", $2/1024}' /proc/$jitprof/status 2>/dev/null || true)
-  cpu=$(awk -v hz="$hz" '{printf "%.1f", ($14+$15)/hz}' /proc/$jitprof/stat 2>/dev/null || true)
-  fds=$(ls /proc/$jitprof/fd 2>/dev/null | wc -l)
-  state=$(.venv/bin/python -m benchmarks.bpf_state "$jitprof" 2>/dev/null | tr ' ' '|' || true)
-  received=$(awk '{printf "%d | %d", $2, $3/1024}' "$work/store")
-  [ -n "$rss" ] && [ -n "$state" ] && echo "| $(( $(date +%s) - start )) | $rss | $cpu | $fds | ${state//|/ | } | $received |" >> "$work/soak.md"
-  return 0
-}
+received() { awk '{printf "%d | %d", $2, $3/1024}' "$work/store"; }
 sleep 5
-row
-end=$((start + seconds + 10))
-while kill -0 "$jitprof" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do
-  sleep 60
-  row
-done
-touch "$work/stop-churn"
-sleep 20
-row
-kill -TERM "$jitprof" 2>/dev/null || true
-wait "$jitprof" || true
+soak_watch 60 received
 sleep 2
 { echo; echo "The run's summary lines:"; echo; echo '```'; grep -E '^jitprof: ([0-9]|push to)' "$work/run.err" || true; echo '```'; } >> "$work/soak.md"
 { echo; echo "Its log (the push thread's lines):"; echo; echo '```'; grep '^jitprof: push:' "$work/run.err" | head -20 || true; echo '```'; } >> "$work/soak.md"

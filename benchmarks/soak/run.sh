@@ -7,6 +7,7 @@
 # processes are retired, and should match the first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source benchmarks/soak/watch.sh
 seconds="${SOAK_SECONDS:-1800}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -14,7 +15,6 @@ CHURN_DELAY=10 CHURN_STOP="$work/stop-churn" \
   .venv/bin/python -m profiler -F 99 --no-tui -d $((seconds + 60)) -o "$work/soak.jitprof" -- sh benchmarks/soak/service.sh \
     >/dev/null 2>"$work/run.err" &
 jitprof=$!
-hz=$(getconf CLK_TCK)
 start=$(date +%s)
 {
   echo "# Soak: a long run with processes coming and going"
@@ -28,27 +28,8 @@ start=$(date +%s)
   echo "| seconds | RSS (MiB) | CPU (s) | open descriptors | followed processes | trie entries | unwind tables | unwind rows |"
   echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 } > "$work/soak.md"
-row() {
-  local rss cpu fds state
-  rss=$(awk '/VmRSS/{printf "%.0f", $2/1024}' /proc/$jitprof/status 2>/dev/null || true)
-  cpu=$(awk -v hz="$hz" '{printf "%.1f", ($14+$15)/hz}' /proc/$jitprof/stat 2>/dev/null || true)
-  fds=$(ls /proc/$jitprof/fd 2>/dev/null | wc -l)
-  state=$(.venv/bin/python -m benchmarks.bpf_state "$jitprof" 2>/dev/null | tr ' ' '|' || true)
-  [ -n "$rss" ] && [ -n "$state" ] && echo "| $(( $(date +%s) - start )) | $rss | $cpu | $fds | ${state//|/ | } |" >> "$work/soak.md"
-  return 0
-}
 sleep 8
-row
-end=$((start + seconds + 10))
-while kill -0 "$jitprof" 2>/dev/null && [ "$(date +%s)" -lt "$end" ]; do
-  sleep 30
-  row
-done
-touch "$work/stop-churn"
-sleep 20
-row
-kill -TERM "$jitprof" 2>/dev/null || true
-wait "$jitprof" || true
+soak_watch 30
 { echo; echo "The run's summary line:"; echo; echo '```'; grep '^jitprof: [0-9]' "$work/run.err" || true; echo '```'; } >> "$work/soak.md"
 cp "$work/soak.md" docs/soak.md
 cat docs/soak.md

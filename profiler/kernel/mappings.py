@@ -22,6 +22,8 @@ JIT_MODULE = "[jit]"  # the module of anonymous executable memory: JIT code
 VDSO = "[vdso]"
 MAX_PROVISIONAL_RANGES = 4096  # per exec of a process
 PRUNE_IMAGES_S = 5.0
+MAX_UNREADABLE_KEPT = 100  # unusable files named in the stats
+MAX_UNUSABLE_FILES = 1 << 16  # files remembered as unusable (then forgotten, and tried again)
 
 
 class UnwindSource(Protocol):
@@ -143,6 +145,7 @@ class MappingTracker:
         self._lock = threading.Lock()
         self._spaces: dict[int, list[AddressSpace]] = {}
         self._images: dict[FileKey, ElfImage] = {}
+        self._unusable: set[FileKey] = set()  # opened, and no ELF jitprof can read
         self._vdso: ElfImage | None | bool = False  # False: not read yet
         self._exited: set[int] = set()
         self._next_prune = 0.0
@@ -218,7 +221,9 @@ class MappingTracker:
         entries = [entry for entry in read_maps(pid) if entry.executable]
         with self._lock:
             spaces = self._spaces.get(pid)
-            if not spaces or not entries:
+            # An exit read meanwhile (the maps of a task still exiting are
+            # readable): nothing may be installed that forget would not free.
+            if not spaces or not entries or pid in self._exited:
                 return
             space = spaces[-1]
             space.maps_read_ns = max(space.maps_read_ns, read_ns)
@@ -294,7 +299,7 @@ class MappingTracker:
                 spaces = self._spaces.get(pid)
                 if mapping.attached or not spaces:
                     continue  # (forgotten: none of its samples wait)
-                if pid not in self._exited and spaces and spaces[-1].current.get((mapping.entry.start, mapping.entry.end)) is mapping:
+                if pid not in self._exited and spaces[-1].current.get((mapping.entry.start, mapping.entry.end)) is mapping:
                     self._attach_file(pid, mapping)
                     spaces[-1].revision += 1
                 else:
@@ -367,7 +372,7 @@ class MappingTracker:
         image = self._images.get(key)
         if image is not None:
             return image
-        if entry.path in self.stats.unreadable_files:
+        if key in self._unusable:
             return None
         # map_files reaches the exact mapped file, even deleted or in another
         # mount namespace; /proc/PID/root is the container-aware fallback.
@@ -378,7 +383,15 @@ class MappingTracker:
         try:
             image = open_elf(candidates, entry.path, root=f"/proc/{pid}/root")
         except UnreadableElf as error:
-            self.stats.unreadable_files[entry.path] = str(error)
+            # Only a file that opened and is unusable is given up on: a failed
+            # open is often its process exiting, and another process mapping
+            # the same file (libc) must still get its symbols and table.
+            if error.opened:
+                if len(self._unusable) >= MAX_UNUSABLE_FILES:
+                    self._unusable.clear()
+                self._unusable.add(key)
+                if len(self.stats.unreadable_files) < MAX_UNREADABLE_KEPT:
+                    self.stats.unreadable_files[entry.path] = str(error)
             return None
         self._images[key] = image
         return image

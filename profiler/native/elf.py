@@ -35,7 +35,13 @@ PARSE_ERRORS = (ELFError, ValueError, OSError, struct.error, KeyError, IndexErro
 
 
 class UnreadableElf(Exception):
-    pass
+    """opened: the file was opened and is no ELF jitprof can use (it will not
+    become one); otherwise no candidate path could be opened, which may be
+    passing (its process exited, taking its /proc entries with it)."""
+
+    def __init__(self, message: str, opened: bool = True) -> None:
+        super().__init__(message)
+        self.opened = opened
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfIma
     """Open the first readable candidate path as an ELF image; root is the
     target's filesystem root (/proc/PID/root) for finding debug files."""
     last_error: Exception | None = None
+    opened = False
     for candidate in candidates:
         try:
             # kept open deliberately
@@ -142,7 +149,8 @@ def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfIma
         except UnreadableElf as error:
             handle.close()
             last_error = error
-    raise UnreadableElf(f"{display_path}: {last_error}")
+            opened = True
+    raise UnreadableElf(f"{display_path}: {last_error}", opened)
 
 
 def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:

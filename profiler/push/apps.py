@@ -181,6 +181,3 @@ class AppRegistry:
             for pid in self._leaving:
                 self._apps.pop(pid, None)
             self._leaving.clear()
-
-    def __len__(self) -> int:
-        return len(self._apps)

@@ -26,10 +26,6 @@ class Interval:
     frames: list[Frame]  # the run's frame table when it was cut (ids in the samples index it)
     series: dict[SeriesKey, list[Sample]]
 
-    @property
-    def sample_count(self) -> int:
-        return sum(len(samples) for samples in self.series.values())
-
 
 def group_samples(samples: list[Sample], registry: AppRegistry) -> dict[SeriesKey, list[Sample]]:
     series: dict[SeriesKey, list[Sample]] = {}

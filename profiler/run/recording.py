@@ -302,10 +302,10 @@ class Recording:
         losses.kernel_stack_failed = counters.kernel_stack_failed
         losses.process_events_lost = counters.events_lost
         self.profile.traffic = program.traffic
+        # With --push the samples went with their intervals: the processes are those followed.
         processes = self._followed.followed_total if self.options.push is not None and self._followed is not None else None
         if self.options.push is not None and not self.options.outputs:
-            assert self._followed is not None
-            return Summary.of(self.profile, [], processes=self._followed.followed_total)
+            return Summary.of(self.profile, [], processes)
         default_name = "all" if self.options.all_processes else self.profile.info.pids[0] if self.profile.info.pids else os.getpid()
         requests = self.options.outputs or [OutputRequest(Path(f"jitprof-{default_name}.svg"), "svg")]
         shown = js_only(self.profile) if self.options.js_only else None

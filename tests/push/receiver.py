@@ -4,6 +4,7 @@ arrives, decoded from the multipart form, and can be told to fail (answer
 
 from __future__ import annotations
 
+import contextlib
 import email.parser
 import email.policy
 import http.server
@@ -15,6 +16,7 @@ import subprocess
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,6 +137,27 @@ class Receiver:
     def profiles(self) -> list[Received]:
         with self.lock:
             return list(self.received)
+
+
+@contextlib.contextmanager
+def running_receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """A receiver listening on a free port, stopped at the end."""
+    receiver = Receiver(free_port(), tls=tls)
+    receiver.start()
+    try:
+        yield receiver
+    finally:
+        receiver.stop()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll condition every 50 ms until it holds or timeout_s passes."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def free_port() -> int:

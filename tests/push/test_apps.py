@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,15 +56,10 @@ def test_node_process_named_by_its_package(tmp_path):
     (app_dir / "lib").mkdir(parents=True)
     (app_dir / "package.json").write_text(json.dumps({"name": "checkout-api", "version": "1.0.0"}))
     (app_dir / "lib" / "main.js").write_text("setTimeout(() => {}, 30000)\n")
-    process = subprocess.Popen(["node", "lib/main.js"], cwd=app_dir)
-    try:
-        _wait_for_exec(process.pid, "node")
+    with _running(["node", "lib/main.js"], "node", cwd=app_dir) as process:
         assert apps.identify(process.pid) == App("checkout-api", "node")
         (app_dir / "package.json").unlink()
         assert apps.identify(process.pid) == App("main", "node")  # no package: the script's name
-    finally:
-        process.kill()
-        process.wait()
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is installed by make setup")
@@ -73,23 +70,13 @@ def test_package_json_link_out_of_the_root_is_not_followed(tmp_path):
     app_dir.mkdir()
     (app_dir / "main.js").write_text("setTimeout(() => {}, 30000)\n")
     os.symlink("/proc/self/environ", app_dir / "package.json")
-    process = subprocess.Popen(["node", "main.js"], cwd=app_dir)
-    try:
-        _wait_for_exec(process.pid, "node")
+    with _running(["node", "main.js"], "node", cwd=app_dir) as process:
         assert apps.identify(process.pid) == App("main", "node")
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_native_process_named_by_its_command(tmp_path):
-    process = subprocess.Popen(["sleep", "30"])
-    try:
-        _wait_for_exec(process.pid, "sleep")
+    with _running(["sleep", "30"], "sleep") as process:
         assert apps.identify(process.pid) == App("sleep", "native")
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_registry_keeps_a_retired_process_until_the_next_cut():
@@ -102,13 +89,21 @@ def test_registry_keeps_a_retired_process_until_the_next_cut():
     assert registry.app_of(os.getpid()) is None
 
 
-def _wait_for_exec(pid: int, name: str) -> None:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if apps.comm_of(pid) == name:
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"{pid} did not exec {name}")
+@contextlib.contextmanager
+def _running(argv: list[str], name: str, **popen: object) -> Iterator[subprocess.Popen]:
+    """The program, once it runs as name (exec'd); stopped at the end with
+    SIGTERM (a JVM's shutdown removes its hsperfdata file)."""
+    process = subprocess.Popen(argv, **popen)  # type: ignore[call-overload]
+    try:
+        deadline = time.monotonic() + 5
+        while apps.comm_of(process.pid) != name:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"{process.pid} did not exec {name}")
+            time.sleep(0.01)
+        yield process
+    finally:
+        process.terminate()
+        process.wait()
 
 
 JAVA_CLASSES = Path(__file__).resolve().parents[2] / "fixtures" / "build" / "java"
@@ -117,11 +112,6 @@ JAVA_CLASSES = Path(__file__).resolve().parents[2] / "fixtures" / "build" / "jav
 @pytest.mark.skipif(shutil.which("java") is None or not (JAVA_CLASSES / "Hot.class").exists(),
                     reason="java and the fixtures are installed by make setup")
 def test_jvm_named_by_its_main_class():
-    process = subprocess.Popen(["java", "-Xmx64m", "-cp", str(JAVA_CLASSES), "Hot", "30"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_for_exec(process.pid, "java")
+    java = ["java", "-Xmx64m", "-cp", str(JAVA_CLASSES), "Hot", "30"]
+    with _running(java, "java", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
         assert apps.identify(process.pid) == App("Hot", "java")
-    finally:
-        process.terminate()  # its shutdown removes its hsperfdata file
-        process.wait()

@@ -18,17 +18,15 @@ from profiler.push.intervals import Interval, Labels, SeriesKey, group_samples
 from profiler.push.pusher import Pusher
 from profiler.push.spool import Spool
 from tests.output.test_formats import sample_profile
-from tests.push.receiver import Behaviour, Receiver, free_port, reader_available
+from tests.push.receiver import Behaviour, reader_available, running_receiver, wait_until
 
 LABELS = Labels("web-1", (("env", "prod"), ("region", "eu-west")))
 
 
 @pytest.fixture
 def receiver():
-    started = Receiver(free_port())
-    started.start()
-    yield started
-    started.stop()
+    with running_receiver() as started:
+        yield started
 
 
 NOW = float(int(time.time()) - 600)  # stores refuse profiles over an hour old
@@ -88,9 +86,7 @@ def test_store_down_then_up_gets_everything_in_order(receiver, tmp_path):
     sender.start()
     for index in range(3):
         sender.submit(interval(NOW + 15 * index))
-    deadline = time.monotonic() + 5
-    while sender.stats.failed_attempts == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: sender.stats.failed_attempts > 0, 5)
     assert sender.stats.failed_attempts >= 1 and sender.stats.sent == 0
     assert len(sender.spool) == 6  # two applications, three intervals, on disk
     receiver.start()
@@ -105,9 +101,7 @@ def test_500_then_success_is_retried_with_backoff(receiver, tmp_path):
     sender = pusher(receiver.url, tmp_path / "spool")
     sender.start()
     sender.submit(interval())
-    deadline = time.monotonic() + 10
-    while len(receiver.profiles()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(receiver.profiles()) >= 2, 10)
     sender.finish(5)
     assert len(receiver.profiles()) == 2 and sender.stats.failed_attempts == 2
     gaps = [later - earlier for earlier, later in zip(receiver.attempt_times, receiver.attempt_times[1:])]
@@ -119,9 +113,7 @@ def test_429_retry_after_is_honoured(receiver, tmp_path):
     sender = pusher(receiver.url, tmp_path / "spool")
     sender.start()
     sender.submit(interval())
-    deadline = time.monotonic() + 10
-    while len(receiver.profiles()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: len(receiver.profiles()) >= 2, 10)
     sender.finish(5)
     assert len(receiver.profiles()) == 2
     assert receiver.attempt_times[1] - receiver.attempt_times[0] >= 2.9
@@ -214,17 +206,15 @@ def test_https_with_the_systems_certificates(tmp_path, monkeypatch):
     ca, cert, key = _certificates(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    secure = Receiver(free_port(), tls=context)
-    secure.start()
     try:
-        endpoint = Endpoint.from_options(secure.url, None, {})
-        ingest._tls_context.cache_clear()
-        untrusted = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
-        assert untrusted.result is Result.RETRY and "certificate verify failed" in untrusted.detail
-        monkeypatch.setenv("SSL_CERT_FILE", ca)  # how a system's trust store is pointed elsewhere
-        ingest._tls_context.cache_clear()
-        assert ingest.send(endpoint, {"name": "a.cpu{}"}, b"x").result is Result.SENT
-        assert len(secure.profiles()) == 1
+        with running_receiver(tls=context) as secure:
+            endpoint = Endpoint.from_options(secure.url, None, {})
+            ingest._tls_context.cache_clear()
+            untrusted = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
+            assert untrusted.result is Result.RETRY and "certificate verify failed" in untrusted.detail
+            monkeypatch.setenv("SSL_CERT_FILE", ca)  # how a system's trust store is pointed elsewhere
+            ingest._tls_context.cache_clear()
+            assert ingest.send(endpoint, {"name": "a.cpu{}"}, b"x").result is Result.SENT
+            assert len(secure.profiles()) == 1
     finally:
-        secure.stop()
-        ingest._tls_context.cache_clear()
+        ingest._tls_context.cache_clear()  # no later test trusts the test's CA
