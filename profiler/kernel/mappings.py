@@ -12,6 +12,7 @@ from typing import Protocol
 from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.kernel.trie import TriePrefix, split_range
 from profiler.native.elf import ElfImage, UnreadableElf, open_elf, vdso_image
+from profiler.native.heap import give_back_freed_memory
 
 # Trie entry kinds (bpf/sampler.bpf.c).
 MAPPING_ELF = 1
@@ -205,11 +206,15 @@ class MappingTracker:
             for mapping in (*space.current.values(), *space.retired, *space.provisional)
             if mapping.image is not None
         }
+        closed = 0
         for key, image in list(self._images.items()):
             if id(image) in held or (self._unwind_tables is not None and self._unwind_tables.holds(image.cache_key)):
                 continue
             del self._images[key]
             image.close()
+            closed += 1
+        if closed:
+            give_back_freed_memory()
 
     def refresh(self, pid: int, provisional: list[TriePrefix] | None = None) -> None:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional

@@ -16,6 +16,8 @@ u64 sizes, and the names joined by NUL. Loading is a few bulk copies.
 from __future__ import annotations
 
 import array
+import itertools
+import operator
 import os
 import re
 import stat
@@ -172,29 +174,32 @@ def load(key: str) -> SymbolTable | None:
     magic, count, names_length = HEADER.unpack_from(data)
     if magic != MAGIC or HEADER.size + 16 * count + names_length != len(data):
         return None
+    view = memoryview(data)
     starts = array.array("Q")
     sizes = array.array("Q")
-    starts.frombytes(data[HEADER.size : HEADER.size + 8 * count])
-    sizes.frombytes(data[HEADER.size + 8 * count : HEADER.size + 16 * count])
-    names = data[HEADER.size + 16 * count :].decode("utf-8", "replace").split("\0") if count else []
-    start_list = starts.tolist()
-    if len(names) != count or any(left >= right for left, right in zip(start_list, start_list[1:])):
+    starts.frombytes(view[HEADER.size : HEADER.size + 8 * count])
+    sizes.frombytes(view[HEADER.size + 8 * count : HEADER.size + 16 * count])
+    names_blob = b"".join([view[HEADER.size + 16 * count :], b"\0"]) if count else b""
+    del view, data
+    if not all(map(operator.lt, starts, itertools.islice(starts, 1, None))):
         return None  # lookups bisect: starts must be strictly increasing
-    return SymbolTable(start_list, sizes.tolist(), names)
+    try:
+        return SymbolTable(starts, sizes, names_blob)
+    except ValueError:
+        return None  # as many names as symbols, or it is not our entry
 
 
 def store(key: str, table: SymbolTable) -> None:
     path = entry_path("symbols", key, ".syms")
     if path is None:
         return
-    names_blob = "\0".join(name.replace("\0", "") for name in table.names).encode("utf-8", "replace")
     write_entry(
         path,
         [
-            HEADER.pack(MAGIC, len(table.starts), len(names_blob)),
-            array.array("Q", table.starts).tobytes(),
-            array.array("Q", table.sizes).tobytes(),
-            names_blob,
+            HEADER.pack(MAGIC, len(table), max(len(table.names_blob) - 1, 0)),
+            table.starts.tobytes(),
+            table.sizes.tobytes(),
+            table.names_blob[:-1],  # NUL between names, none after the last
         ],
     )
 

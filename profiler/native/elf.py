@@ -293,7 +293,7 @@ def read_symbols(*handles: BinaryIO) -> SymbolTable:
     for index in range(len(starts) - 1):
         sizes[index] = min(sizes[index], starts[index + 1] - starts[index]) or sizes[index]
     names = [by_start[start][1] for start in starts]
-    return SymbolTable(starts, sizes, names)
+    return SymbolTable.of(starts, sizes, names)
 
 
 def _collect_symbols(handle: BinaryIO, by_start: dict[int, tuple[tuple[int, int, int], str]]) -> None:

@@ -26,6 +26,10 @@ from profiler.native.elf import ElfImage
 
 FINISH_GRACE_S = 3.0  # after the run, queued builds may go on this long (for the cache)
 KEPT_ROWS_BYTES = 96 << 20  # built rows kept for late walks: node's are 6 MiB, LLVM's 15; three times the row array
+# Rows of a file no table holds any more go once unused this long: the late
+# walks of its exited processes are over (they retire after 10 s), and the
+# next process to map it copies them from the cache in milliseconds.
+KEPT_IDLE_S = 60.0
 TABLE_PENDING = 0xFFFFFFFF  # the first row of a table being built (bpf/sampler.bpf.c)
 
 
@@ -46,7 +50,7 @@ class TableStats:
     tables_live: int = 0
     rows_used: int = 0
     rows_capacity: int = 0
-    rejected_full: list[str] = field(default_factory=list)  # files whose rows did not fit
+    rejected_full: dict[str, int] = field(default_factory=dict)  # files whose rows did not fit -> times
     failed: dict[str, str] = field(default_factory=dict)
     skipped_at_exit: int = 0
 
@@ -82,6 +86,7 @@ class UnwindTableStore:
         self._queue: queue.PriorityQueue[tuple[int, int, _Table | None]] = queue.PriorityQueue()
         self._pending_keys: dict[str, int] = {}  # cache key -> builds queued
         self._kept: OrderedDict[str, bytes] = OrderedDict()  # cache key -> rows, least recent first
+        self._kept_used: dict[str, float] = {}  # cache key -> time.monotonic() of its last use
         self._kept_bytes = 0
         self._sequence = 0
         self._finish_by: float | None = None
@@ -136,10 +141,25 @@ class UnwindTableStore:
             packed = self._kept.get(cache_key)
             if packed is not None:
                 self._kept.move_to_end(cache_key)
+                self._kept_used[cache_key] = time.monotonic()
                 return TableRows(RowsState.LIVE, packed)
             if cache_key in self._pending_keys:
                 return TableRows(RowsState.PENDING)
             return TableRows(RowsState.NONE)
+
+    def sweep(self, now: float | None = None) -> None:
+        """(Main thread, now and then.) Let go of the rows of files no table
+        holds that no walk used for KEPT_IDLE_S: a run of days keeps the
+        rows of what is running, not of all it ever saw."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [
+                key for key in self._kept
+                if key not in self._by_key and key not in self._pending_keys
+                and now - self._kept_used.get(key, now) >= KEPT_IDLE_S
+            ]
+            for key in idle:
+                self._drop_kept(key)
 
     def release(self, table_id: int) -> None:
         if table_id == 0:
@@ -153,6 +173,8 @@ class UnwindTableStore:
                 return
             del self._by_id[table_id]
             del self._by_key[table.image.cache_key]
+            if table.image.cache_key in self._kept:  # idle from now: its process's late walks may follow
+                self._kept_used[table.image.cache_key] = time.monotonic()
             self._publish(table_id, 0, 0)
             if table.live:
                 self._free(table.first_row, table.row_count)
@@ -209,8 +231,9 @@ class UnwindTableStore:
                 self._kept[key] = packed
                 self._kept_bytes += len(packed)
                 while self._kept_bytes > KEPT_ROWS_BYTES and len(self._kept) > 1:
-                    _old_key, old = self._kept.popitem(last=False)
-                    self._kept_bytes -= len(old)
+                    self._drop_kept(next(iter(self._kept)))
+            if packed:
+                self._kept_used[key] = time.monotonic()
             if not table.live and self._by_id.get(table.table_id) is table:
                 self._publish(table.table_id, 0, 0)
 
@@ -223,7 +246,7 @@ class UnwindTableStore:
                 return
             first = self._allocate(count)
             if first is None:
-                self.stats.rejected_full.append(table.image.path)
+                self.stats.rejected_full[table.image.path] = self.stats.rejected_full.get(table.image.path, 0) + 1
                 return
             start = first * unwind_rows.ROW_SIZE
             self._memory[start : start + len(packed)] = packed
@@ -231,6 +254,11 @@ class UnwindTableStore:
             self._publish(table.table_id, first, count)
             self.stats.tables_live += 1
             self.stats.rows_used += count
+
+    def _drop_kept(self, key: str) -> None:
+        """(Under the lock.)"""
+        self._kept_bytes -= len(self._kept.pop(key))
+        self._kept_used.pop(key, None)
 
     # Extents (under the lock) -------------------------------------------
 

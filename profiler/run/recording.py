@@ -28,6 +28,7 @@ from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Profile, RunInfo
 from profiler.native import debuginfod, library
+from profiler.native.heap import give_back_freed_memory
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
 from profiler.push.apps import AppRegistry
@@ -52,6 +53,7 @@ SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it 
 # After this, none of an exited process's samples wait for its JIT files any
 # more: they are removed and its state goes, so long runs stay flat.
 RETIRE_AFTER_S = 10.0
+TRIM_HEAP_S = 60.0  # --push: freed memory is handed back to the system this often
 # --push without -o keeps no samples past their interval; the frame table is
 # started anew past this many frames, so days of new JIT code stay bounded.
 FRAME_TABLE_LIMIT = 200_000
@@ -219,6 +221,7 @@ class Recording:
         deadline = time.monotonic() + self.options.duration_s if self.options.duration_s else None
         next_rescan = time.monotonic() + MAPS_RESCAN_S
         next_cut = time.monotonic() + self.options.push.interval_s if self.options.push is not None else None
+        next_trim = time.monotonic() + TRIM_HEAP_S
         while self._stop_signal is None:
             program.poll(POLL_MS)
             if self._view is not None:
@@ -233,7 +236,12 @@ class Recording:
             if now >= next_rescan:
                 self._tracker.refresh_all()
                 self._followed.sweep()
+                if self._unwind_tables is not None:
+                    self._unwind_tables.sweep()
                 next_rescan = now + MAPS_RESCAN_S
+            if next_cut is not None and now >= next_trim:
+                give_back_freed_memory()  # a service's RSS is what it holds, not its highest point
+                next_trim = now + TRIM_HEAP_S
             if next_cut is not None and now >= next_cut:
                 assert self.options.push is not None
                 self._symbolizer.call_in_order(functools.partial(self._cut_interval, time.time()))

@@ -75,7 +75,7 @@ def report_tracking_problems(tracker: MappingTracker, tables: TableStats | None,
         if tables.rejected_full:
             warn(
                 f"the unwind row table is full ({tables.rows_capacity:,} rows); "
-                f"{len(tables.rejected_full)} files use frame pointers only: {', '.join(tables.rejected_full[:3])}"
+                f"{len(tables.rejected_full)} files use frame pointers only: {', '.join(list(tables.rejected_full)[:3])}"
             )
         for path, reason in list(tables.failed.items())[:3]:
             warn(f"no unwind table for {path}: {reason}")

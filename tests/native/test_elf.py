@@ -59,10 +59,10 @@ def test_image_identity_segments_and_cache(chain_binary, monkeypatch):
 
 
 def test_corrupt_cache_entry_is_ignored(tmp_path):
-    table = elf.SymbolTable([0x10, 0x20], [0x10, 0x8], ["f", "g"])
+    table = elf.SymbolTable.of([0x10, 0x20], [0x10, 0x8], ["f", "g"])
     cache.store("b-abcd", table)
     loaded = cache.load("b-abcd")
-    assert loaded.starts == [0x10, 0x20] and loaded.names == ["f", "g"]
+    assert list(loaded.starts) == [0x10, 0x20] and list(loaded.sizes) == [0x10, 0x8] and loaded.names == ["f", "g"]
     path = cache.cache_dir() / "symbols" / "b-abcd.syms"
     path.write_bytes(path.read_bytes()[:30])
     assert cache.load("b-abcd") is None

@@ -44,7 +44,7 @@ def test_damaged_elf_files_fail_cleanly(source, tmp_path, chain_binary):
         try:
             table = elf.read_symbols(image.handle)
             assert len(table.starts) == len(table.names) == len(table.sizes)
-            assert table.starts == sorted(table.starts)
+            assert list(table.starts) == sorted(table.starts)
         except elf.UnreadableElf:
             pass
         finally:

@@ -5,7 +5,7 @@ import mmap
 import time
 
 from profiler.native import cache, elf, library, unwind_rows
-from profiler.native.unwind_tables import TABLE_PENDING, RowsState, UnwindTableStore
+from profiler.native.unwind_tables import KEPT_IDLE_S, TABLE_PENDING, RowsState, UnwindTableStore
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
@@ -63,7 +63,7 @@ def test_full_store_is_counted_not_fatal(chain_binary):
         table_id = store.acquire(image)
         assert wait_for(lambda: store.stats.rejected_full)
         assert published.get(table_id, (0, 0))[1] == 0
-        assert store.stats.rejected_full == [str(chain_binary)]
+        assert store.stats.rejected_full == {str(chain_binary): 1}
     finally:
         store.stop()
         image.close()
@@ -106,6 +106,34 @@ def test_tables_are_pending_until_built_and_their_rows_outlive_their_users(chain
     finally:
         store.stop()
         image.close()
+
+
+def test_rows_of_a_file_no_one_maps_go_once_idle(chain_binary):
+    """Kept for the late walks of its exited processes, then let go: a long
+    run keeps the rows of what is running. A live table's rows stay."""
+    store, _memory, published = make_store(100000)
+    chain = elf.open_elf([str(chain_binary)], str(chain_binary))
+    libc = elf.open_elf([LIBC], LIBC)
+    try:
+        chain_id, libc_id = store.acquire(chain), store.acquire(libc)
+        store.start()
+        assert wait_for(lambda: published[chain_id][1] > 0 and published[libc_id][1] > 0)
+        store.release(chain_id)
+        released = time.monotonic()
+        store.sweep(released + KEPT_IDLE_S / 2)
+        assert store.rows_for_walk(chain.cache_key).state is RowsState.LIVE  # a late walk still finds them
+        used = time.monotonic()
+        store.sweep(used + KEPT_IDLE_S - 1)
+        assert store.rows_for_walk(chain.cache_key).state is RowsState.LIVE  # (that use counts as one)
+        store.sweep(time.monotonic() + KEPT_IDLE_S + 1)
+        assert store.rows_for_walk(chain.cache_key).state is RowsState.NONE
+        assert store.rows_for_walk(libc.cache_key).state is RowsState.LIVE  # still mapped
+        again = store.acquire(chain)  # the next process to map it: from the cache
+        assert wait_for(lambda: published[again][1] > 0)
+    finally:
+        store.stop()
+        chain.close()
+        libc.close()
 
 
 def test_a_file_without_rows_stops_being_pending(tmp_path):
