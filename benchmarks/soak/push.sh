@@ -2,12 +2,13 @@
 # make soak-push: `jitprof --all --push` at 99 Hz, every 15 s to a receiver on
 # 127.0.0.1, for SOAK_SECONDS (default 3600) while benchmarks/soak/service.sh
 # runs beside it; jitprof's RSS, CPU, descriptors, kernel state and the
-# profiles received every 60 s into docs/soak-push.md. As in run.sh, the churn
+# profiles received every SOAK_EVERY seconds (default 60) into docs/soak-push.md. As in run.sh, the churn
 # starts after the first row and the last row is taken 20 s after it stops.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source benchmarks/soak/watch.sh
 seconds="${SOAK_SECONDS:-3600}"
+every="${SOAK_EVERY:-60}"
 work="$(mktemp -d)"
 cleanup() { [ -n "${service:-}" ] && kill -- -"$service" 2>/dev/null; kill "${store:-}" 2>/dev/null; rm -rf "$work"; return 0; }
 trap cleanup EXIT
@@ -31,7 +32,7 @@ start=$(date +%s)
   echo "Produced by \`make soak-push\` (\`SOAK_SECONDS=$seconds benchmarks/soak/push.sh\`) on $(date +%F) at commit $(git rev-parse --short HEAD),"
   echo "kernel $(uname -r), $(nproc) CPUs, SOAK_SERVICE=${SOAK_SERVICE:-1}: \`jitprof --all -F 99 --push URL --interval 15\` to a receiver on 127.0.0.1, with"
   echo "\`benchmarks/soak/service.sh\` beside it (a node worker and, from 10 s to $((seconds + 10)) s, short node and native processes,"
-  echo "about three a second) and whatever else the machine runs. jitprof's own process every 60 s, what it holds in the kernel"
+  echo "about three a second) and whatever else the machine runs. jitprof's own process every ${every} s, what it holds in the kernel"
   echo "(\`benchmarks/bpf_state.py\`), and the profiles the receiver took; the last row is taken 20 s after the churn stopped:"
   echo
   echo "| seconds | RSS (MiB) | CPU (s) | open descriptors | followed processes | trie entries | unwind tables | unwind rows | profiles received | KiB received |"
@@ -39,7 +40,7 @@ start=$(date +%s)
 } > "$work/soak.md"
 received() { awk '{printf "%d | %d", $2, $3/1024}' "$work/store"; }
 sleep 5
-soak_watch 60 received
+soak_watch "$every" received
 sleep 2
 { echo; echo "The run's summary lines:"; echo; echo '```'; grep -E '^jitprof: ([0-9]|push to)' "$work/run.err" || true; echo '```'; } >> "$work/soak.md"
 { echo; echo "Its log (the push thread's lines):"; echo; echo '```'; grep '^jitprof: push:' "$work/run.err" | head -20 || true; echo '```'; } >> "$work/soak.md"
