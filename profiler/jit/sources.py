@@ -20,6 +20,7 @@ from profiler.kernel.mappings import JIT_MODULE
 from profiler.model.profile import FrameKind, Profile
 
 MAX_UNNAMED_HINTS = 5  # the processes with the most such samples
+MAX_HAD_SOURCE = 1 << 16  # processes gone whose JIT source is remembered for the hints
 
 
 class JitSources:
@@ -39,7 +40,9 @@ class JitSources:
         self._injected = injected  # jitprof gave the command's runtimes their JIT-symbol flags
         self._janitor = janitor
         # What is kept of processes forgotten during the run (see forget).
-        self._had_source: set[int] = set()
+        # Oldest first, bounded: a service sees processes without end, and only
+        # the hints at the end of a run (about samples still held) ask.
+        self._had_source: dict[int, None] = {}
         self._perf_map_reports: list[PerfMapReport] = []
         self._v8_reports: list[V8LogReport] = []
         self._jitdump_reports: list[JitdumpReport] = []
@@ -61,7 +64,9 @@ class JitSources:
         going stays flat; remove_as: remove the files jitprof asked it to
         write (as their owner). What the end-of-run warnings need is kept."""
         if self.has_source(pid):
-            self._had_source.add(pid)
+            self._had_source[pid] = None
+            if len(self._had_source) > MAX_HAD_SOURCE:
+                del self._had_source[next(iter(self._had_source))]
         perf_map = self.perf_maps.forget(pid, remove_as)
         if perf_map is not None and (perf_map.refused or perf_map.skipped_lines or perf_map.truncated):
             self._perf_map_reports.append(perf_map)
