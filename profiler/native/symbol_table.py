@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import array
 import bisect
+import re
 from dataclasses import dataclass
 
 from profiler.native.demangle import demangle
+
+NAME_END = re.compile(b"\0")
 
 
 @dataclass(frozen=True)
@@ -27,11 +30,9 @@ class SymbolTable:
         self.starts = starts
         self.sizes = sizes
         self.names_blob = names_blob
-        self._name_ends = array.array("I" if len(names_blob) < 1 << 32 else "Q")
-        position = names_blob.find(b"\0")
-        while position >= 0:
-            self._name_ends.append(position)
-            position = names_blob.find(b"\0", position + 1)
+        self._name_ends = array.array(
+            "I" if len(names_blob) < 1 << 32 else "Q", (match.start() for match in NAME_END.finditer(names_blob))
+        )
         if not len(starts) == len(sizes) == len(self._name_ends):
             raise ValueError("a symbol table needs as many names and sizes as starts")
         self._readable: dict[int, str] = {}
