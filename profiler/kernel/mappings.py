@@ -226,12 +226,13 @@ class MappingTracker:
         entries = [entry for entry in read_maps(pid) if entry.executable]
         with self._lock:
             spaces = self._spaces.get(pid)
-            # An exit read meanwhile (the maps of a task still exiting are
-            # readable): nothing may be installed that forget would not free.
-            if not spaces or not entries or pid in self._exited:
+            if not spaces or not entries:
                 return
             space = spaces[-1]
             space.maps_read_ns = max(space.maps_read_ns, read_ns)
+            if pid in self._exited:
+                self._note_exiting_maps(pid, space, entries)
+                return
             seen = {(entry.start, entry.end): entry for entry in entries}
             gone = [key for key, mapping in space.current.items() if seen.get(key) != mapping.entry]
             removed = [space.current.pop(key) for key in gone]
@@ -257,6 +258,21 @@ class MappingTracker:
                 self._trie.remove_prefixes([prefix for prefix in provisional or [] if prefix not in in_use])
             if exec_count is not None and pid not in self._exited:
                 self._trie.mark_maps_read(pid, exec_count)
+
+    def _note_exiting_maps(self, pid: int, space: AddressSpace, entries: list[MapEntry]) -> None:
+        """(Under the lock.) Maps read after the exit was (a task still
+        exiting): they serve the late walks of its last samples, e.g. code
+        compiled just before it ended, for lookups only: no trie entry or
+        table that forgetting it would not free."""
+        known = {(mapping.entry.start, mapping.entry.end) for mapping in [*space.current.values(), *space.retired]}
+        for entry in entries:
+            if (entry.start, entry.end) in known:
+                continue
+            mapping = KnownMapping(entry, [], None, attached=not (entry.is_file_backed or entry.path == VDSO))
+            if not mapping.attached:
+                self._open_image(pid, mapping)
+            space.retired.append(mapping)
+        space.revision += 1
 
     def note_exec_range(self, pid: int, start: int, length: int) -> None:
         """The kernel saw pid make [start, start + length) executable (before

@@ -9,7 +9,7 @@ import time
 from profiler.kernel import mappings
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.procmaps import read_maps
-from tests.kernel.test_late_walks import TableStates
+from tests.kernel.test_late_walks import TableStates, libc_text
 from tests.symbolize.test_symbolize import RecordingTrie
 
 
@@ -77,5 +77,8 @@ def test_maps_read_after_the_exit_install_nothing():
         tracker.process_exit(pid)
         tracker.refresh(pid)
         assert trie.entries == {} and tables.acquired == []
+        # What was read serves the late walks of its last samples.
+        lookup = tracker.find(pid, time.monotonic_ns(), libc_text(pid))
+        assert lookup.mapping is not None and lookup.mapping.entry.path.endswith("/libc.so.6")
     finally:
         tracker.close()
