@@ -268,9 +268,8 @@ class MappingTracker:
         for entry in entries:
             if (entry.start, entry.end) in known:
                 continue
-            mapping = KnownMapping(entry, [], None, attached=not (entry.is_file_backed or entry.path == VDSO))
-            if not mapping.attached:
-                self._open_image(pid, mapping)
+            mapping = KnownMapping(entry, [], None, attached=not self._waits_for_table(entry))
+            self._open_image(pid, mapping)  # (None for JIT memory)
             space.retired.append(mapping)
         space.revision += 1
 
@@ -299,11 +298,15 @@ class MappingTracker:
     def _install(self, pid: int, entry: MapEntry) -> KnownMapping:
         """In the trie at once: JIT memory walkable by frame pointers, a file
         deferring walks until _attach_file gives it its unwind table."""
-        waits_for_table = (entry.is_file_backed or entry.path == VDSO) and self._unwind_tables is not None
+        waits_for_table = self._waits_for_table(entry)
         kind = MAPPING_JIT if entry.is_anonymous_exec else MAPPING_ELF_PENDING if waits_for_table else MAPPING_ELF
         prefixes = split_range(pid, entry.start, entry.end)
         self.stats.trie_rejected += self._trie.add_prefixes(prefixes, kind, 0, 0)
         return KnownMapping(entry, prefixes, None, attached=not waits_for_table)
+
+    def _waits_for_table(self, entry: MapEntry) -> bool:
+        """Does a walk through this mapping need its file's unwind table?"""
+        return (entry.is_file_backed or entry.path == VDSO) and self._unwind_tables is not None
 
     def want_table(self, pid: int, mapping: KnownMapping) -> None:
         """(Any thread.) A walk needs this file's table: attach_wanted gives it."""
