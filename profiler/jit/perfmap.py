@@ -2,8 +2,9 @@
 
 The file is written by the target, so to a root process it is hostile: it
 is opened without following a final symlink, must be a regular file owned by
-the target's user, is capped in size, and every line is validated (a bad
-line is skipped and counted, never the file).
+the target's user, is capped in size and in entries (each map, and all maps
+of a run together), and every line is validated (a bad line is skipped and
+counted, never the file).
 """
 
 from __future__ import annotations
@@ -19,10 +20,24 @@ from sortedcontainers import SortedKeyList
 
 from profiler.safety import files
 
-MAX_FILE_BYTES = 1 << 30  # a perf map beyond 1 GiB is refused (or no longer read)
+MAX_FILE_BYTES = 512 << 20  # a perf map beyond this is refused (or no longer read)
+# node's own map after hours of a busy server holds about 300 k entries
+# (40 MB of text). An entry held costs about 165 bytes, and reading one costs
+# 3 µs in address order, 12 µs out of order (a writer's choice). A map stops
+# being read at MAX_ENTRIES_PER_MAP (80 MB, at most 6 s of the symbolizer's
+# time), all maps of a run together at MAX_ENTRIES_PER_RUN (330 MB): every
+# process can write a map, so the run needs a bound of its own. Lines are
+# capped too, so a map of bad lines cannot cost unbounded time either.
+MAX_ENTRIES_PER_MAP = 500_000
+MAX_ENTRIES_PER_RUN = 2_000_000
+MAX_LINES_PER_MAP = 2 * MAX_ENTRIES_PER_MAP
 MAX_LINE_BYTES = 16 << 10
 MAX_ENTRY_SIZE = 256 << 20  # no JIT function is 256 MiB
-READ_CHUNK = 4 << 20
+READ_CHUNK = 256 << 10
+# One tail reads at most this many lines (about 0.1 s): a lookup never waits
+# on a whole huge map, and the sampling thread keeps its share of the GIL.
+# What is not read yet is read at the next tail (samples wait, parked).
+MAX_LINES_PER_TAIL = 40_000
 _LINE = re.compile(rb"^(?:0x)?([0-9a-fA-F]{1,16}) (?:0x)?([0-9a-fA-F]{1,16}) (.+)$")
 
 
@@ -92,6 +107,13 @@ class PerfMapIndex:
 
 
 @dataclass
+class EntryBudget:
+    """The entries every perf map of a run may still take, together."""
+
+    remaining: int = MAX_ENTRIES_PER_RUN
+
+
+@dataclass
 class PerfMapFile:
     """One open perf map, tailed incrementally."""
 
@@ -100,20 +122,24 @@ class PerfMapFile:
     device: int
     inode: int
     directory: int  # O_PATH descriptor of its directory: reachable after the process is gone
+    budget: EntryBudget = field(default_factory=EntryBudget)
     index: PerfMapIndex = field(default_factory=PerfMapIndex)
     offset: int = 0
     skipped_lines: int = 0
-    truncated: bool = False  # stopped reading at the size cap
+    truncated: str = ""  # why reading stopped short of the end ("" while it goes on)
     _pending: bytes = b""
     _discarding: bool = False  # inside an over-long line
-    _sequence: int = 0
+    _sequence: int = 0  # entries read, each taken from the budget
+    _lines: int = 0
 
     def tail(self) -> int:
-        """Read what was appended since the last call; returns new entries."""
+        """Read what was appended since the last call (up to
+        MAX_LINES_PER_TAIL lines of it); returns new entries."""
         added = 0
-        while not self.truncated:
+        lines_before = self._lines
+        while not self.truncated and self._lines - lines_before < MAX_LINES_PER_TAIL:
             if self.offset >= MAX_FILE_BYTES:
-                self.truncated = True
+                self.truncated = f"its size limit of {MAX_FILE_BYTES >> 20} MiB"
                 break
             try:
                 chunk = os.pread(self.descriptor, min(READ_CHUNK, MAX_FILE_BYTES - self.offset), self.offset)
@@ -127,6 +153,15 @@ class PerfMapFile:
                 break
         return added
 
+    def read_all(self) -> int:
+        """Tail until the end (or a limit): for a snapshot read at once."""
+        added = 0
+        while True:
+            offset_before = self.offset
+            added += self.tail()
+            if self.offset == offset_before or self.truncated:
+                return added
+
     def _feed(self, chunk: bytes) -> int:
         data = self._pending + chunk
         lines = data.split(b"\n")
@@ -136,6 +171,10 @@ class PerfMapFile:
             if self._discarding:
                 self._discarding = False  # the rest of an over-long line
                 continue
+            if self._at_limit():
+                self._pending = b""
+                break
+            self._lines += 1
             if self._add_line(line):
                 added += 1
         if len(self._pending) > MAX_LINE_BYTES:
@@ -143,6 +182,15 @@ class PerfMapFile:
             self._discarding = True
             self.skipped_lines += 1
         return added
+
+    def _at_limit(self) -> bool:
+        if self._sequence >= MAX_ENTRIES_PER_MAP:
+            self.truncated = f"its limit of {MAX_ENTRIES_PER_MAP:,} entries"
+        elif self._lines >= MAX_LINES_PER_MAP:
+            self.truncated = f"its limit of {MAX_LINES_PER_MAP:,} lines"
+        elif self.budget.remaining <= 0:
+            self.truncated = f"the limit of {MAX_ENTRIES_PER_RUN:,} entries for all perf maps of the run"
+        return bool(self.truncated)
 
     def _add_line(self, line: bytes) -> bool:
         if not line:
@@ -157,6 +205,7 @@ class PerfMapFile:
             return False
         name = match.group(3).decode("utf-8", "replace")
         self._sequence += 1
+        self.budget.remaining -= 1
         self.index.add(PerfMapEntry(start, size, name, self._sequence))
         return True
 
@@ -165,6 +214,9 @@ class PerfMapFile:
         return files.remove_owned(self.directory, os.path.basename(self.path), owner_uid, self.inode)
 
     def close(self) -> None:
+        """Close the file; its entries go back to the run's budget."""
+        self.budget.remaining += self._sequence
+        self._sequence = 0
         for descriptor in (self.descriptor, self.directory):
             try:
                 os.close(descriptor)
@@ -201,7 +253,7 @@ def candidate_paths(pid: int) -> list[str]:
     return [f"/proc/{pid}/root/tmp/perf-{namespace_pid(pid)}.map", f"/tmp/perf-{pid}.map"]
 
 
-def open_perf_map(path: str, owner_uid: int | None) -> PerfMapFile | None:
+def open_perf_map(path: str, owner_uid: int | None, budget: EntryBudget | None = None) -> PerfMapFile | None:
     """None if there is no such file; PerfMapRefused if it is not safe to read."""
     try:
         directory = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -231,7 +283,7 @@ def open_perf_map(path: str, owner_uid: int | None) -> PerfMapFile | None:
         os.close(descriptor)
         os.close(directory)
         raise
-    return PerfMapFile(path, descriptor, info.st_dev, info.st_ino, directory)
+    return PerfMapFile(path, descriptor, info.st_dev, info.st_ino, directory, budget or EntryBudget())
 
 
 def remove_perf_map(path: str, owner_uid: int) -> bool:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from profiler.jit import runtimes
 from profiler.jit.names import frame_for_name
-from profiler.jit.perfmap import PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map, process_uid
+from profiler.jit.perfmap import EntryBudget, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map, process_uid
 from profiler.kernel.mappings import KnownMapping
 from profiler.model.profile import Frame
 
@@ -43,7 +43,7 @@ class PerfMapReport:
     path: str
     entries: int
     skipped_lines: int
-    truncated: bool
+    truncated: str  # why reading stopped early, if it did
     refused: str
 
 
@@ -56,6 +56,7 @@ class PerfMapSymbols:
         self._default_owner_uid = default_owner_uid
         self._lock = threading.Lock()
         self._maps: dict[int, _ProcessMap] = {}
+        self._budget = EntryBudget()  # every map of the run together
 
     def watch(self, pid: int) -> None:
         """Note the owner of a process now, while it is alive."""
@@ -97,17 +98,21 @@ class PerfMapSymbols:
     def _tail_if_due(self, state: _ProcessMap, file: PerfMapFile) -> None:
         now = time.monotonic()
         # A snapshot is read once when opened, then only by `reload`.
-        if now - state.last_tail >= TAIL_INTERVAL_S and not (_is_snapshot(state) and state.last_tail):
+        if _is_snapshot(state):
+            if not state.last_tail:
+                file.read_all()
+                state.last_tail = now
+        elif now - state.last_tail >= TAIL_INTERVAL_S:
             file.tail()
             state.last_tail = now
 
     def reload(self, pid: int) -> int:
         """Read a rewritten map again from its start; returns its entries."""
         state = self._state(pid)
-        fresh = _open_map(state)
+        fresh = _open_map(state, self._budget)
         if fresh is None:
             return 0
-        fresh.tail()
+        fresh.read_all()
         with self._lock:
             old, state.file = state.file, fresh
             state.last_tail = time.monotonic()
@@ -130,7 +135,7 @@ class PerfMapSymbols:
             now = time.monotonic()
             if now - state.last_open_attempt >= RETRY_OPEN_S:
                 state.last_open_attempt = now
-                state.file = _open_map(state)
+                state.file = _open_map(state, self._budget)
         return state
 
     def reports(self) -> list[PerfMapReport]:
@@ -180,19 +185,19 @@ def _report_of(state: _ProcessMap) -> PerfMapReport:
         state.file.path if state.file else "",
         len(state.file.index) if state.file else 0,
         state.file.skipped_lines if state.file else 0,
-        state.file.truncated if state.file else False,
+        state.file.truncated if state.file else "",
         state.refused,
     )
 
 
-def _open_map(state: _ProcessMap) -> PerfMapFile | None:
+def _open_map(state: _ProcessMap, budget: EntryBudget) -> PerfMapFile | None:
     """The process's map, where it is found first; None (with `refused`
     set when the file is not safe) otherwise."""
     if state.owner_uid is None:
         return None  # no owner to check the file against: never read it
     for path in candidate_paths(state.pid):
         try:
-            opened = open_perf_map(path, state.owner_uid)
+            opened = open_perf_map(path, state.owner_uid, budget)
         except PerfMapRefused as error:
             state.refused = str(error)
             return None

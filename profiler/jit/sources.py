@@ -107,7 +107,10 @@ class JitSources:
             if report.skipped_lines:
                 _say(f"jitprof: warning: skipped {report.skipped_lines:,} malformed lines in {report.path}")
             if report.truncated:
-                _say(f"jitprof: warning: stopped reading {report.path} at its size limit")
+                _say(
+                    f"jitprof: warning: stopped reading the perf map of pid {report.pid} ({report.path}) at "
+                    f"{report.truncated}; its later JIT code is unnamed"
+                )
         for v8_report in self._v8_reports + self.v8_logs.reports():
             if v8_report.bad_lines:
                 _say(

@@ -129,7 +129,7 @@ class MappingLookup:
 @dataclass
 class TrackerStats:
     trie_rejected: int = 0
-    unreadable_files: dict[str, str] = field(default_factory=dict)
+    unreadable_files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path: (a pid mapping it, why)
 
 
 class MappingTracker:
@@ -415,7 +415,7 @@ class MappingTracker:
                     self._unusable.clear()
                 self._unusable.add(key)
                 if len(self.stats.unreadable_files) < MAX_UNREADABLE_KEPT:
-                    self.stats.unreadable_files[entry.path] = str(error)
+                    self.stats.unreadable_files[entry.path] = (pid, str(error))
             return None
         self._images[key] = image
         return image

@@ -1,8 +1,8 @@
 """ELF files of a process: open them safely, read identity, segments, symbols.
 
-Symbols are read with pyelftools for the section layout and decoded in bulk
-with struct (pyelftools' per-symbol objects are too slow for binaries with
-hundreds of thousands of symbols). Tables are cached on disk by build-id.
+The headers are read by elf_format, which caps every count and length a
+file claims (the file is a target's); symbols are decoded in bulk with
+struct. Tables are cached on disk by build-id.
 """
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-
-from profiler.native import cache, debuginfod
+from profiler.native import cache, debuginfod, elf_format
+from profiler.native.elf_format import MAX_STRING_TABLE_BYTES, MAX_SYMBOL_ENTRIES, LoadSegment
 from profiler.native.symbol_table import SymbolTable
 from profiler.safety import files
 
@@ -28,10 +26,11 @@ STT_FUNC = 2
 STT_GNU_IFUNC = 10
 BINDING_RANK = {1: 2, 2: 1}  # STB_GLOBAL, STB_WEAK; STB_LOCAL ranks 0
 ELF64_SYMBOL = struct.Struct("<IBBHQQ")
+SHT_SYMTAB = 2
+SHT_DYNSYM = 11
 
-
-# What pyelftools raises on damaged input, besides its own ELFError.
-PARSE_ERRORS = (ELFError, ValueError, OSError, struct.error, KeyError, IndexError, TypeError, AttributeError, AssertionError)
+# What reading a damaged file raises (ElfFormatError is a ValueError).
+PARSE_ERRORS = (ValueError, OSError, struct.error)
 
 
 class UnreadableElf(Exception):
@@ -42,13 +41,6 @@ class UnreadableElf(Exception):
     def __init__(self, message: str, opened: bool = True) -> None:
         super().__init__(message)
         self.opened = opened
-
-
-@dataclass(frozen=True)
-class LoadSegment:
-    file_offset: int
-    vaddr: int
-    file_size: int
 
 
 @dataclass
@@ -90,8 +82,7 @@ class ElfImage:
     def _has_symtab(self) -> bool:
         """Does the file keep its full symbol table (not stripped)?"""
         try:
-            self.handle.seek(0)
-            return ELFFile(self.handle).get_section_by_name(".symtab") is not None
+            return any(section.kind == SHT_SYMTAB for section in elf_format.section_headers(self.handle))
         except PARSE_ERRORS:
             return True  # nothing to fetch for a file that cannot be read
 
@@ -160,13 +151,7 @@ def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
     if info.st_size > MAX_ELF_BYTES:
         raise UnreadableElf(f"{info.st_size} bytes is over the {MAX_ELF_BYTES} byte limit")
     try:
-        elf = ELFFile(handle)
-        segments = [
-            LoadSegment(segment["p_offset"], segment["p_vaddr"], segment["p_filesz"])
-            for segment in elf.iter_segments()
-            if segment["p_type"] == "PT_LOAD"
-        ]
-        build_id = _build_id(elf)
+        _header, segments, build_id = elf_format.read_load_segments_and_build_id(handle)
     except PARSE_ERRORS as error:
         raise UnreadableElf(str(error)) from error
     return ElfImage(display_path, handle, build_id, segments, cache_key_for(build_id, info), size=info.st_size)
@@ -227,21 +212,9 @@ def cache_key_for(build_id: str, info: os.stat_result) -> str:
 def _build_id_of(handle: BinaryIO) -> str:
     """The build-id of a file a server sent; ValueError if it is not ELF."""
     try:
-        return _build_id(ELFFile(handle))
+        return elf_format.build_id(handle)
     except PARSE_ERRORS as error:
         raise ValueError(str(error)) from error
-
-
-def _build_id(elf: ELFFile) -> str:
-    # PT_NOTE segments: a handful, where walking every section header of a
-    # large library (LLVM has thousands) is slow.
-    for segment in elf.iter_segments():
-        if segment["p_type"] != "PT_NOTE":
-            continue
-        for note in segment.iter_notes():  # type: ignore[attr-defined]
-            if note["n_type"] == "NT_GNU_BUILD_ID":
-                return str(note["n_desc"])
-    return ""
 
 
 def _open_elf_file(path: str, root: str) -> BinaryIO:
@@ -297,31 +270,32 @@ def read_symbols(*handles: BinaryIO) -> SymbolTable:
 
 
 def _collect_symbols(handle: BinaryIO, by_start: dict[int, tuple[tuple[int, int, int], str]]) -> None:
-    handle.seek(0)
     try:
-        elf = ELFFile(handle)
-        if elf.elfclass != 64 or not elf.little_endian:
+        header = elf_format.read_header(handle)
+        if header.elf_class != elf_format.ELFCLASS64:
             return
-        sections = [elf.get_section_by_name(name) for name in (".symtab", ".dynsym")]
+        sections = elf_format.section_headers(handle, header)
     except PARSE_ERRORS as error:  # a damaged header or section table: the file says nothing usable
         raise UnreadableElf(f"{type(error).__name__}: {error}") from error
-    section_ends: dict[int, int] = {}
-    for section in sections:
-        if section is None:
+    tables = [section for section in sections if section.kind in (SHT_SYMTAB, SHT_DYNSYM)]
+    tables.sort(key=lambda section: section.kind != SHT_SYMTAB)  # .symtab first, as it names more
+    entries_left = MAX_SYMBOL_ENTRIES
+    for section in tables:
+        if not 0 < section.link < len(sections) or entries_left <= 0:
             continue
         try:
-            strings_section = elf.get_section(section["sh_link"])
-            strings = strings_section.data()
-            data = section.data()
+            data = elf_format.section_data(handle, header, section, entries_left * ELF64_SYMBOL.size)
+            strings = elf_format.section_data(handle, header, sections[section.link], MAX_STRING_TABLE_BYTES)
         except PARSE_ERRORS:
             continue
         usable = len(data) - len(data) % ELF64_SYMBOL.size
+        entries_left -= usable // ELF64_SYMBOL.size
         for name_offset, info, _other, section_index, value, size in ELF64_SYMBOL.iter_unpack(data[:usable]):
             symbol_type = info & 0xF
             if symbol_type not in (STT_FUNC, STT_GNU_IFUNC) or value == 0 or section_index == 0:
                 continue
             if size == 0:
-                size = _size_to_section_end(elf, section_index, value, section_ends)
+                size = _size_to_section_end(sections, section_index, value)
             end = strings.find(b"\0", name_offset)
             name = strings[name_offset : end if end >= 0 else len(strings)].decode("utf-8", "replace")
             # Of aliases at one address keep the largest, then the public
@@ -333,14 +307,9 @@ def _collect_symbols(handle: BinaryIO, by_start: dict[int, tuple[tuple[int, int,
             by_start[value] = (rank, name)
 
 
-def _size_to_section_end(elf: ELFFile, section_index: int, value: int, section_ends: dict[int, int]) -> int:
+def _size_to_section_end(sections: list[elf_format.SectionHeader], section_index: int, value: int) -> int:
     """Size of an unsized symbol: at most up to the end of its section."""
-    end = section_ends.get(section_index)
-    if end is None:
-        try:
-            section = elf.get_section(section_index)
-            end = section["sh_addr"] + section["sh_size"]
-        except PARSE_ERRORS:
-            end = 0
-        section_ends[section_index] = end
-    return max(end - value, 0)
+    if section_index >= len(sections):
+        return 0
+    section = sections[section_index]
+    return max(section.address + section.size - value, 0)

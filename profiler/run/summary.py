@@ -71,6 +71,11 @@ def report_tracking_problems(tracker: MappingTracker, tables: TableStats | None,
             f"the mapping table was full; {tracker.stats.trie_rejected} ranges were not "
             "tracked and their stacks end early"
         )
+    unreadable = tracker.stats.unreadable_files
+    for path, (pid, reason) in list(unreadable.items())[:3]:
+        warn(f"not reading {path}, mapped by pid {pid} (its frames are unnamed, walked by frame pointers): {reason}")
+    if len(unreadable) > 3:
+        warn(f"and {len(unreadable) - 3} more mapped files were not read")
     if tables is not None:
         if tables.rejected_full:
             warn(

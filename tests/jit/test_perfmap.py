@@ -170,3 +170,62 @@ def test_damaged_real_maps_are_read_line_by_line(tmp_path):
                 assert 0 < entry.size <= 256 << 20 and entry.name
         finally:
             perf_map.close()
+
+
+def test_a_map_stops_at_its_entry_limit_and_says_so(tmp_path, monkeypatch):
+    from profiler.jit import perfmap
+
+    monkeypatch.setattr(perfmap, "MAX_ENTRIES_PER_MAP", 1000)
+    lines = b"".join(b"%x 10 f%d\n" % (0x1000 + 0x10 * number, number) for number in range(5000))
+    perf_map = open_perf_map(str(write(tmp_path / "perf-1.map", lines)), ME)
+    assert perf_map.tail() == 1000
+    assert "1,000 entries" in perf_map.truncated
+    assert perf_map.index.lookup(0x1000 + 0x10 * 999).name == "f999"
+    assert perf_map.index.lookup(0x1000 + 0x10 * 1000) is None
+    with open(tmp_path / "perf-1.map", "ab") as handle:
+        handle.write(b"ffff0 10 later\n")
+    assert perf_map.tail() == 0  # nothing more is read once it stopped
+    perf_map.close()
+
+
+def test_bad_lines_are_capped_too(tmp_path, monkeypatch):
+    from profiler.jit import perfmap
+
+    monkeypatch.setattr(perfmap, "MAX_LINES_PER_MAP", 100)
+    perf_map = open_perf_map(str(write(tmp_path / "perf-1.map", b"not a line\n" * 1000 + b"1000 10 f\n")), ME)
+    assert perf_map.tail() == 0
+    assert perf_map.skipped_lines == 100 and "100 lines" in perf_map.truncated
+    perf_map.close()
+
+
+def test_every_map_of_a_run_shares_one_budget(tmp_path, monkeypatch):
+    from profiler.jit import perfmap
+
+    budget = perfmap.EntryBudget(1500)
+    lines = b"".join(b"%x 10 f%d\n" % (0x1000 + 0x10 * number, number) for number in range(1000))
+    first = open_perf_map(str(write(tmp_path / "perf-1.map", lines)), ME, budget)
+    second = open_perf_map(str(write(tmp_path / "perf-2.map", lines)), ME, budget)
+    assert first.tail() == 1000 and not first.truncated
+    assert second.tail() == 500 and "all perf maps" in second.truncated
+    first.close()  # its entries are given back
+    assert budget.remaining == 1000
+    third = open_perf_map(str(write(tmp_path / "perf-3.map", lines)), ME, budget)
+    assert third.tail() == 1000
+    second.close()
+    third.close()
+    assert budget.remaining == 1500
+
+
+def test_one_tail_reads_a_bounded_slice_and_the_next_goes_on(tmp_path, monkeypatch):
+    from profiler.jit import perfmap
+
+    monkeypatch.setattr(perfmap, "MAX_LINES_PER_TAIL", 100)
+    monkeypatch.setattr(perfmap, "READ_CHUNK", 64)
+    lines = b"".join(b"%x 10 f%d\n" % (0x1000 + 0x10 * number, number) for number in range(1000))
+    perf_map = open_perf_map(str(write(tmp_path / "perf-1.map", lines)), ME)
+    first = perf_map.tail()
+    assert 100 <= first < 120  # a chunk's lines past the slice are still taken
+    assert perf_map.index.lookup(0x1000 + 0x10 * 999) is None
+    assert perf_map.read_all() == 1000 - first
+    assert perf_map.index.lookup(0x1000 + 0x10 * 999).name == "f999"
+    perf_map.close()

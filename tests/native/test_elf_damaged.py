@@ -49,3 +49,40 @@ def test_damaged_elf_files_fail_cleanly(source, tmp_path, chain_binary):
             pass
         finally:
             image.close()
+
+
+def forged_notes_file(path: Path, headers: int, note_bytes: int = 1 << 20) -> Path:
+    """The attack measured: an ELF whose every program header is a PT_NOTE
+    over the same zeroed MiB (pyelftools walked 2,000 MiB of empty notes)."""
+    import struct
+
+    header_size, entry_size = 64, 56
+    notes_at = header_size + headers * entry_size
+    elf_header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack(
+        "<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, header_size, entry_size, headers, 64, 0, 0
+    )
+    program = struct.pack("<IIQQQQQQ", 4, 4, notes_at, 0, 0, note_bytes, note_bytes, 4)
+    path.write_bytes(elf_header + program * headers + bytes(note_bytes))
+    return path
+
+
+@pytest.mark.parametrize("headers", [2000, 200])
+def test_a_file_of_forged_notes_is_read_in_bounded_time(tmp_path, headers):
+    import time
+
+    path = forged_notes_file(tmp_path / "notes.so", headers)
+    started = time.monotonic()
+    try:
+        image = elf.open_elf([str(path)], str(path))
+    except elf.UnreadableElf as error:
+        assert headers > 256 and "program headers" in str(error)
+    else:
+        assert image.build_id == "" and image.segments == []
+        image.close()
+    with open(path, "rb") as handle:  # as a debug file a debuginfod server sent
+        if headers > 256:
+            with pytest.raises(ValueError, match="program headers"):
+                elf._build_id_of(handle)
+        else:
+            assert elf._build_id_of(handle) == ""
+    assert time.monotonic() - started < 1.0

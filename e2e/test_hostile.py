@@ -1,0 +1,140 @@
+"""What any user on the machine can do to root's `jitprof --all`: each attack
+is a real unprivileged process (nobody), and the run must end on time with
+its outputs, say what it dropped and why, and name what it could."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import jitprof_environment, read_folded, total
+from tests.native.test_elf_damaged import forged_notes_file
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def nobody_dir():
+    """A directory nobody owns, out of reach of the test's own tmp_path."""
+    directory = Path(tempfile.mkdtemp(prefix="jitprof-hostile-"))
+    os.chmod(directory, 0o755)
+    os.chown(directory, NOBODY, NOBODY)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def as_nobody(background, code: str) -> subprocess.Popen:
+    """An attacker: python running `code` as nobody, from /, told nothing."""
+    return background(
+        "/usr/bin/python3", "-c", textwrap.dedent(code), user=NOBODY, group=NOBODY, extra_groups=[], cwd="/",
+        env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE, text=True,
+    )
+
+
+def run_all(symbol_cache: Path, workdir: Path, seconds: int) -> tuple[subprocess.CompletedProcess, float, int]:
+    """jitprof --all for `seconds`: its result, wall time, and peak RSS (KiB)."""
+    import threading
+
+    command = [sys.executable, "-m", "profiler", "--all", "-F", "199", "-d", str(seconds), "--by-pid", "-o", "all.folded"]
+    started = time.monotonic()
+    process = subprocess.Popen(command, cwd=workdir, env=jitprof_environment(symbol_cache), stderr=subprocess.PIPE, text=True)
+    stderr: list[str] = []
+    reader = threading.Thread(target=lambda: stderr.append(process.stderr.read()), daemon=True)
+    reader.start()
+    deadline = started + seconds + 60
+    while time.monotonic() < deadline:
+        # wait4, not communicate: the peak RSS of this child alone.
+        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.1)
+    else:
+        process.kill()
+        process.wait()
+        reader.join(5)
+        pytest.fail(f"jitprof --all -d {seconds} still ran after {seconds + 60} s: {''.join(stderr)[-2000:]}")
+    elapsed = time.monotonic() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    reader.join(10)
+    return subprocess.CompletedProcess(command, process.returncode, "", "".join(stderr)), elapsed, usage.ru_maxrss
+
+
+def samples_of(folded: Path, pid: int) -> int:
+    return total([line for line in read_folded(folded) if line.frames[0].endswith(f"-{pid}")])
+
+
+def test_a_forged_elf_any_user_maps_does_not_hold_the_run(symbol_cache, tmp_path, background, nobody_dir):
+    """2,000 PT_NOTE headers over one zeroed MiB, mapped PROT_READ|PROT_EXEC by
+    nobody: the run froze for over ten minutes and ignored SIGTERM. Now the
+    file is refused after reading its headers, the run ends on time, and the
+    summary names the file and the process."""
+    forged = forged_notes_file(nobody_dir / "notes.so", 2000)
+    os.chown(forged, NOBODY, NOBODY)
+    attacker = as_nobody(background, f"""
+        import mmap, os, sys, time
+        descriptor = os.open({str(forged)!r}, os.O_RDONLY)
+        mapped = mmap.mmap(descriptor, 0, prot=mmap.PROT_READ | mmap.PROT_EXEC)
+        print("mapped", flush=True)
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            sum(range(1000))
+    """)
+    assert attacker.stdout.readline().strip() == "mapped"
+    result, elapsed, _ = run_all(symbol_cache, tmp_path, 3)
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 30, elapsed
+    assert samples_of(tmp_path / "all.folded", attacker.pid) >= 200
+    warnings = [line for line in result.stderr.splitlines() if str(forged) in line]
+    assert len(warnings) == 1 and f"pid {attacker.pid}" in warnings[0] and "program headers" in warnings[0], result.stderr
+
+
+# Code that spins in anonymous executable memory, as JIT code would: `jmp .`
+# at the start of an RWX page, run on a thread through ctypes.
+SPIN_IN_JIT_CODE = """
+    import ctypes, mmap, sys, threading, time
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(b"\\xeb\\xfe")
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    threading.Thread(target=ctypes.CFUNCTYPE(None)(address), daemon=True).start()
+    print(hex(address), flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_perf_map_of_ten_million_entries_is_cut_at_its_limit(symbol_cache, tmp_path, background):
+    """nobody's own /tmp/perf-PID.map with 10 M entries (109 MB, under the
+    byte limit) took the run to 1.6 GB and 34-49 s, and lost samples. Now the map is read up to
+    its entry limit: the run ends on time, memory stays bounded, the code the
+    map names first is named, and the summary says where reading stopped."""
+    attacker = as_nobody(background, SPIN_IN_JIT_CODE)
+    code_address = int(attacker.stdout.readline(), 16)
+    perf_map = Path(f"/tmp/perf-{attacker.pid}.map")
+    try:
+        with open(perf_map, "wb") as handle:
+            handle.write(b"%x 1000 attacker_jit_code\n" % code_address)
+            base = 0x7F0000000000
+            block = 1_000_000
+            for first in range(0, 10_000_000, block):
+                handle.write(b"".join(b"%x 1 a\n" % (base + number) for number in range(first, first + block)))
+        os.chown(perf_map, NOBODY, NOBODY)
+        assert perf_map.stat().st_size > 100 << 20
+        result, elapsed, peak_kib = run_all(symbol_cache, tmp_path, 3)
+    finally:
+        perf_map.unlink(missing_ok=True)
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 30, elapsed
+    assert peak_kib < 400 << 10, f"peak RSS {peak_kib >> 10} MiB"
+    assert ", 0 lost;" in result.stderr, result.stderr
+    lines = [line for line in read_folded(tmp_path / "all.folded") if line.frames[0].endswith(f"-{attacker.pid}")]
+    named = [line for line in lines if line.frames[-1].startswith("attacker_jit_code")]
+    assert total(lines) >= 200 and total(named) >= 0.9 * total(lines), (total(named), total(lines))
+    warnings = [line for line in result.stderr.splitlines() if f"perf map of pid {attacker.pid}" in line]
+    assert len(warnings) == 1 and "500,000 entries" in warnings[0], result.stderr
