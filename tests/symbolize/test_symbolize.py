@@ -264,8 +264,8 @@ def test_files_no_process_maps_any_more_are_closed():
     tracker = MappingTracker(trie)
     child = subprocess.Popen(["sleep", "30"])
     try:
-        for _ in range(100):  # until it has exec'd sleep
-            if os.readlink(f"/proc/{child.pid}/exe").endswith("/sleep"):
+        for _ in range(100):  # until sleep's text is mapped (exe changes before it is)
+            if any(line.split()[-1].endswith("/sleep") and "x" in line.split()[1] for line in open(f"/proc/{child.pid}/maps")):
                 break
             time.sleep(0.01)
         tracker.add_process(child.pid)
