@@ -28,6 +28,7 @@ from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 from profiler.run.options import PushOptions, RecordingOptions
 from profiler.run.recording import Recording
 from profiler.run.summary import report_output_errors
+from profiler.safety.terminal import say
 from profiler.safety.users import output_owner
 
 DESCRIPTION = """\
@@ -310,7 +311,7 @@ def _report_written(written: list[WrittenOutput]) -> int:
     report_output_errors(written)
     names = [str(output.written) for output in written if output.written is not None]
     if names:
-        print(f"jitprof: wrote {', '.join(names)}", file=sys.stderr)
+        say(f"jitprof: wrote {', '.join(names)}")
     return 0 if all(output.written is not None for output in written) else 1
 
 
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return SUBCOMMANDS[arguments[0]](arguments[1:])
         except JitprofError as error:
-            print(error.render(), file=sys.stderr)
+            say(error.render())
             return error.exit_code
         except BrokenPipeError:
             return 0  # `jitprof report x.jitprof | head`
@@ -331,8 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return Recording(options).run()
     except JitprofError as error:
-        print(error.render(), file=sys.stderr)
+        say(error.render())
         return error.exit_code
     except KeyboardInterrupt:
-        print("jitprof: interrupted before sampling started; nothing written", file=sys.stderr)
+        say("jitprof: interrupted before sampling started; nothing written")
         return 130

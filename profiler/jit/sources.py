@@ -6,7 +6,6 @@ time), perf maps (any runtime; the JVM's asked for), in that order.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable
 
 from profiler.jit import runtimes
@@ -18,6 +17,7 @@ from profiler.jit.perfmap_source import PerfMapReport, PerfMapSymbols
 from profiler.jit.v8.log_source import V8LogReport, V8LogSymbols
 from profiler.kernel.mappings import JIT_MODULE
 from profiler.model.profile import FrameKind, Profile
+from profiler.safety.terminal import say
 
 MAX_UNNAMED_HINTS = 5  # the processes with the most such samples
 MAX_HAD_SOURCE = 1 << 16  # processes gone whose JIT source is remembered for the hints
@@ -84,47 +84,47 @@ class JitSources:
         has_map = any(os.path.exists(path) for path in candidate_paths(pid))
         if runtime is runtimes.NODE:
             if not has_map and not runtimes.node_flags_active(pid):
-                _say(
+                say(
                     f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as "
                     f"addresses; {runtime.fix}"
                 )
             elif inline and not runtimes.node_code_log_active(pid):
-                _say(
+                say(
                     f"jitprof: note: node (pid {pid}) does not write V8's code log, so functions inlined by the JIT are "
                     f"counted in their callers and lines are per function; {runtimes.NODE_CODE_LOG_FIX}"
                 )
         elif runtime is runtimes.JAVA:
-            _say(f"jitprof: note: asking the JVM (pid {pid}) for its perf map every {REFRESH_S:g} s")
+            say(f"jitprof: note: asking the JVM (pid {pid}) for its perf map every {REFRESH_S:g} s")
         elif runtime is not None and not has_map:
-            _say(f"jitprof: warning: {runtime.name} (pid {pid}) writes no perf map; {runtime.fix}")
+            say(f"jitprof: warning: {runtime.name} (pid {pid}) writes no perf map; {runtime.fix}")
 
     def report(self, profile: Profile) -> None:
         """Warnings at the end: files refused or damaged, JVMs that would not
         answer, and JIT code no source named, with the fix per runtime."""
         for report in self._perf_map_reports + self.perf_maps.reports():
             if report.refused:
-                _say(f"jitprof: warning: not reading the perf map of pid {report.pid}: {report.refused}")
+                say(f"jitprof: warning: not reading the perf map of pid {report.pid}: {report.refused}")
             if report.skipped_lines:
-                _say(f"jitprof: warning: skipped {report.skipped_lines:,} malformed lines in {report.path}")
+                say(f"jitprof: warning: skipped {report.skipped_lines:,} malformed lines in {report.path}")
             if report.truncated:
-                _say(
+                say(
                     f"jitprof: warning: stopped reading the perf map of pid {report.pid} ({report.path}) at "
                     f"{report.truncated}; its later JIT code is unnamed"
                 )
         for v8_report in self._v8_reports + self.v8_logs.reports():
             if v8_report.bad_lines:
-                _say(
+                say(
                     f"jitprof: warning: skipped {v8_report.bad_lines:,} malformed lines in the V8 code log of pid "
                     f"{v8_report.pid}"
                 )
         for dump in self._jitdump_reports + self.jitdumps.reports():
             if dump.error:
-                _say(f"jitprof: warning: jitdump of pid {dump.pid} ({dump.path or 'not read'}): {dump.error}")
+                say(f"jitprof: warning: jitdump of pid {dump.pid} ({dump.path or 'not read'}): {dump.error}")
         for jvm in self.jvms.reports():
             if jvm.last_error and not jvm.snapshots:
-                _say(f"jitprof: warning: the JVM (pid {jvm.pid}) gave no perf map: {jvm.last_error}")
+                say(f"jitprof: warning: the JVM (pid {jvm.pid}) gave no perf map: {jvm.last_error}")
             if jvm.preserves_frame_pointers is False:
-                _say(
+                say(
                     f"jitprof: warning: the JVM (pid {jvm.pid}) runs without -XX:+PreserveFramePointer, so stacks "
                     "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
                 )
@@ -134,7 +134,7 @@ class JitSources:
             # was read: nothing for the user to fix, so no per-process hint.
             gone = {pid: count for pid, count in unnamed.items() if runtimes.identify(pid) is None}
             if gone:
-                _say(
+                say(
                     f"jitprof: note: {sum(gone.values()):,} samples in {len(gone)} short-lived "
                     f"process{'es' if len(gone) != 1 else ''} ran anonymous executable code that no perf map "
                     "named before they exited"
@@ -142,10 +142,10 @@ class JitSources:
             unnamed = {pid: count for pid, count in unnamed.items() if pid not in gone}
         for shown, (pid, count) in enumerate(sorted(unnamed.items(), key=lambda item: -item[1])):
             if shown == MAX_UNNAMED_HINTS:
-                _say(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")
+                say(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")
                 break
             runtime = runtimes.identify(pid) or runtimes.UNKNOWN
-            _say(
+            say(
                 f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "
                 f"for {runtime.name}: {runtime.fix}"
             )
@@ -174,6 +174,3 @@ def _unnamed_jit_samples(profile: Profile) -> dict[int, int]:
                 break
     return unnamed
 
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr)

@@ -22,7 +22,6 @@ import os
 import re
 import stat
 import struct
-import sys
 import tempfile
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from profiler.native import library
 from profiler.native.symbol_table import SymbolTable
 from profiler.native.unwind_rows import ROW_SIZE
 from profiler.safety.files import root_only
+from profiler.safety.terminal import say
 
 MAGIC = b"JPSYMS01"
 HEADER = struct.Struct("<8sQQ")
@@ -73,7 +73,7 @@ _warned: set[str] = set()
 def _warn_once(message: str) -> None:
     if message not in _warned:
         _warned.add(message)
-        print(f"jitprof: warning: {message}", file=sys.stderr)
+        say(f"jitprof: warning: {message}")
 
 
 def valid_key(key: str) -> bool:

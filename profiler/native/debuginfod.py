@@ -2,8 +2,9 @@
 as elfutils, gdb and perf get them: for a stripped file with no local debug
 file, so its functions get their names.
 
-Asked from the symbolizer thread, never the sampling path, once per file:
-each server gets one deadline for the whole exchange and a size cap. The
+Asked from the symbolizer thread, never the sampling path, once per
+build-id per run: each server gets one deadline for the whole exchange
+(redirects included, http and https only at every hop) and a size cap. The
 answer is kept in the cache, a "not found" too (for an hour). What a server
 sends is hostile input like any file: it must be an ELF file with the
 build-id asked for, and is then read like any other.
@@ -14,14 +15,14 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 from profiler.native import cache
+from profiler.safety.http_exchange import ExchangeFailed, exchange
 
 KIND = "debuginfod"
 DEADLINE_S = 10.0  # per server, for the whole exchange
@@ -30,6 +31,8 @@ MISSING_FOR_S = 3600.0  # a "not found" is believed this long
 READ_CHUNK = 1 << 20
 
 enabled = True  # --no-debuginfod
+_asked: set[str] = set()  # build-ids asked for in this run, whatever came of it
+_asked_lock = threading.Lock()
 
 
 def configured() -> bool:
@@ -55,6 +58,10 @@ def debug_file(build_id: str, build_id_of: Callable[[BinaryIO], str]) -> Path | 
             return None
     except OSError:
         pass
+    with _asked_lock:
+        if build_id in _asked:
+            return None  # asked already in this run (and the cache could not say so)
+        _asked.add(build_id)
     for url in urls:
         if _download(f"{url.rstrip('/')}/buildid/{build_id}/debuginfo", found, build_id, build_id_of):
             return found
@@ -63,9 +70,6 @@ def debug_file(build_id: str, build_id_of: Callable[[BinaryIO], str]) -> Path | 
 
 
 def _download(url: str, destination: Path, build_id: str, build_id_of: Callable[[BinaryIO], str]) -> bool:
-    if not url.startswith(("http://", "https://")):
-        return False
-    deadline = time.monotonic() + DEADLINE_S
     try:
         destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         descriptor, temporary = tempfile.mkstemp(dir=destination.parent, prefix=".tmp-")
@@ -73,19 +77,20 @@ def _download(url: str, destination: Path, build_id: str, build_id_of: Callable[
         return False
     try:
         with os.fdopen(descriptor, "w+b") as handle:
-            request = urllib.request.Request(url, headers={"User-Agent": "jitprof"})
-            with urllib.request.urlopen(request, timeout=DEADLINE_S) as response:  # noqa: S310  (http(s) only, checked above)
-                size = 0
-                while True:
-                    if time.monotonic() > deadline:
-                        return False
-                    chunk = response.read1(READ_CHUNK)  # what has arrived: a slow sender cannot hold a read
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > MAX_BYTES:
-                        return False
-                    handle.write(chunk)
+            received = 0
+
+            def keep(chunk: bytes) -> None:
+                nonlocal received
+                received += len(chunk)
+                if received > MAX_BYTES:
+                    raise ExchangeFailed(f"more than {MAX_BYTES} bytes")
+                handle.write(chunk)
+
+            reply = exchange(
+                "GET", url, deadline_s=DEADLINE_S, headers={"User-Agent": "jitprof"}, sink=keep, follow_redirects=True
+            )
+            if reply.status != 200:
+                return False
             handle.flush()
             handle.seek(0)
             if build_id_of(handle) != build_id:
@@ -93,7 +98,7 @@ def _download(url: str, destination: Path, build_id: str, build_id_of: Callable[
         os.replace(temporary, destination)
         temporary = ""
         return True
-    except (OSError, ValueError, urllib.error.URLError):
+    except (OSError, ValueError, ExchangeFailed):
         return False
     finally:
         if temporary:

@@ -11,6 +11,7 @@ from typing import IO
 
 from profiler import __version__
 from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.safety.terminal import printable
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class _Costs:
 
 def function_key(frame: Frame) -> FunctionKey:
     name = frame.name + (" [inlined]" if frame.inlined else "") + (" [kernel]" if frame.kind is FrameKind.KERNEL else "")
-    return FunctionKey(frame.file or frame.module or "???", name.replace("\n", " "))
+    # A line break in a name would start a line of the reader's (fl=, fn=, costs).
+    return FunctionKey(printable(frame.file or frame.module or "???"), printable(name))
 
 
 def _line(frame: Frame) -> int:
@@ -74,7 +76,7 @@ def write_callgrind(profile: Profile, stream: IO[bytes]) -> None:
         "# callgrind format",
         "version: 1",
         f"creator: jitprof {__version__}",
-        f"cmd: {command}",
+        f"cmd: {printable(command)}",
         "positions: line",
         "events: Samples",
         f"summary: {len(profile.samples)}",

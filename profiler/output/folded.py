@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.safety.terminal import printable
 
 # flamegraph.pl/inferno colour hints, stripped from labels by renderers.
 KIND_SUFFIX = {FrameKind.KERNEL: "_[k]", FrameKind.JIT: "_[j]"}
@@ -20,8 +21,7 @@ class FoldedStack:
 
 
 def frame_label(frame: Frame) -> str:
-    # ';' separates frames and a newline ends the line: neither may be in a name.
-    name = frame.name.replace(";", ":").replace("\n", " ").replace("\r", " ")
+    name = field_text(frame.name)
     if frame.kind is FrameKind.KERNEL or frame.module == "[kernel]":
         return name + "_[k]"
     if frame.inlined:
@@ -29,12 +29,19 @@ def frame_label(frame: Frame) -> str:
     return name + KIND_SUFFIX.get(frame.kind, "")
 
 
+def field_text(text: str) -> str:
+    """A name or comm as one field: ';' separates frames, and a line break
+    (or a \\r a reader splits on) would start a forged line: controls are
+    shown escaped."""
+    return printable(text).replace(";", ":")
+
+
 def fold(profile: Profile) -> list[FoldedStack]:
     """Unique stacks with their counts, sorted for stable output."""
     counts: Counter[tuple[str, ...]] = Counter()
     labels = [frame_label(frame) for frame in profile.frames]
     for (root, frame_ids), count in profile.stack_counts().items():
-        comm = root.replace(";", ":").replace("\n", " ")
+        comm = field_text(root)
         counts[(comm, *(labels[frame_id] for frame_id in frame_ids))] += count
     return [FoldedStack(frames, count) for frames, count in sorted(counts.items())]
 

@@ -14,15 +14,13 @@ from __future__ import annotations
 import base64
 import enum
 import functools
-import http.client
 import secrets
 import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 
 from profiler import __version__
+from profiler.safety.http_exchange import ExchangeFailed, exchange
 
 REQUEST_TIMEOUT_S = 10.0
 MAX_RETRY_AFTER_S = 300.0
@@ -99,33 +97,27 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def send(endpoint: Endpoint, query: dict[str, str], profile: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> Outcome:
+    """POST one profile; only a 2xx answer to it counts as sent. A redirect is
+    not followed: the credentials and the body stay with the store named."""
     body, content_type = multipart(profile)
     url = endpoint.url + "?" + urllib.parse.urlencode(query)
-    request = urllib.request.Request(url, data=body, method="POST", headers={**endpoint.headers, "Content-Type": content_type})
-    context = _tls_context() if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as response:
-            response.read(4096)
-            return Outcome(Result.SENT)
-    except urllib.error.HTTPError as error:
-        text = _error_text(error)
-        detail = f"HTTP {error.code}{': ' + text if text else ''}"
-        if error.code in (408, 429) or error.code >= 500:
-            return Outcome(Result.RETRY, detail, _retry_after(error.headers.get("Retry-After")))
-        return Outcome(Result.REFUSED, detail)
-    except urllib.error.URLError as error:
-        reason = error.reason
-        return Outcome(Result.RETRY, reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason))
-    except (TimeoutError, http.client.HTTPException, OSError) as error:
-        return Outcome(Result.RETRY, f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
-
-
-def _error_text(error: urllib.error.HTTPError) -> str:
-    try:
-        text = error.read(300).decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException):
-        return ""
-    return " ".join(text.split())[:200]
+        reply = exchange(
+            "POST", url, deadline_s=timeout_s, headers={**endpoint.headers, "Content-Type": content_type}, body=body,
+            tls=_tls_context() if url.startswith("https:") else None,
+        )
+    except ExchangeFailed as error:
+        return Outcome(Result.RETRY, str(error))
+    if 200 <= reply.status < 300:
+        return Outcome(Result.SENT)
+    text = " ".join(reply.body[:300].decode("utf-8", "replace").split())[:200]
+    detail = f"HTTP {reply.status}{': ' + text if text else ''}"
+    if 300 <= reply.status < 400:
+        where = urllib.parse.urljoin(url, reply.location).split("?", 1)[0][:200] if reply.location else "nowhere"
+        return Outcome(Result.REFUSED, f"HTTP {reply.status}: redirected to {where}, not followed (give --push the store's own URL)")
+    if reply.status in (408, 429) or reply.status >= 500:
+        return Outcome(Result.RETRY, detail, _retry_after(reply.headers.get("retry-after")))
+    return Outcome(Result.REFUSED, detail)
 
 
 def _retry_after(value: str | None) -> float | None:

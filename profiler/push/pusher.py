@@ -12,7 +12,6 @@ refuse anyway. Every such loss is counted and logged.
 from __future__ import annotations
 
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from profiler.push import ingest
 from profiler.push.ingest import Endpoint, Result
 from profiler.push.intervals import Interval, Labels, encode, query
 from profiler.push.spool import Spool
+from profiler.safety.terminal import say
 
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
@@ -43,7 +43,7 @@ class PushStats:
 
 
 def log(message: str) -> None:
-    print(f"jitprof: push: {message}", file=sys.stderr, flush=True)
+    say(f"jitprof: push: {message}")
 
 
 class Pusher:
@@ -67,6 +67,7 @@ class Pusher:
         self._backoff_s = 0.0
         self._retry_at = 0.0
         self._failing_since: float | None = None
+        self._flush_deadline: float | None = None  # set by finish: no request may outlast it
         self._dropped_logged = 0
         self._drops_logged_at = -DROP_LOG_EVERY_S
 
@@ -81,8 +82,9 @@ class Pusher:
         """Send what was submitted and what waits in the spool, within
         budget_s (at once when abandon() turns true); the rest stays spooled
         for the next run."""
-        self._queue.put(None)
         deadline = time.monotonic() + budget_s
+        self._flush_deadline = deadline
+        self._queue.put(None)
         while self._thread.is_alive():
             self._thread.join(0.1)
             if abandon() or time.monotonic() > deadline:
@@ -135,7 +137,12 @@ class Pusher:
                 self.stats.expired += 1
                 self.spool.remove(entry.name)
                 continue
-            outcome = ingest.send(self.endpoint, entry.query, entry.profile)
+            timeout_s = ingest.REQUEST_TIMEOUT_S
+            if self._flush_deadline is not None:
+                timeout_s = min(timeout_s, self._flush_deadline - time.monotonic())
+                if timeout_s <= 0:
+                    return
+            outcome = ingest.send(self.endpoint, entry.query, entry.profile, timeout_s)
             if outcome.result is Result.RETRY:
                 self.stats.failed_attempts += 1
                 self._back_off(outcome)

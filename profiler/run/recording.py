@@ -41,6 +41,7 @@ from profiler.run.followed import FollowedProcesses
 from profiler.run.options import RecordingOptions
 from profiler.run.summary import Summary, report_output_errors, report_tracking_problems
 from profiler.run.targets import validate_attach_pids
+from profiler.safety.terminal import say
 from profiler.safety.users import RunAs, output_owner, resolve_run_as
 from profiler.symbolize.symbolizer import Symbolizer
 
@@ -164,9 +165,9 @@ class Recording:
             if self._pusher is not None:
                 self._finish_push(self._pusher)
             summary = self._finish_outputs(program)
-            print(summary.render(), file=sys.stderr)
+            say(summary.render())
             if self._pusher is not None:
-                print(self._push_summary(self._pusher), file=sys.stderr)
+                say(self._push_summary(self._pusher))
             self._report_problems(summary)
         finally:
             self._close_view()
@@ -342,10 +343,9 @@ class Recording:
         labels = Labels(socket.gethostname(), tuple(push.tags))
         self._pusher = Pusher(endpoint, spool, labels, self.options.frequency_hz)
         self._pusher.start()
-        print(
+        say(
             f"jitprof: pushing a profile per application every {push.interval_s:g} s to {endpoint.shown}"
-            + (f" ({len(spool)} left by an earlier run are sent first)" if len(spool) else ""),
-            file=sys.stderr,
+            + (f" ({len(spool)} left by an earlier run are sent first)" if len(spool) else "")
         )
 
     def _cut_interval(self, until: float) -> None:
@@ -405,10 +405,9 @@ class Recording:
     def _stop_unwind_tables(self, tables: UnwindTableStore) -> None:
         tables.stop()
         if tables.stats.skipped_at_exit:
-            print(
+            say(
                 f"jitprof: note: unwind tables of {tables.stats.skipped_at_exit} files were not finished in time; "
-                "a later run builds the rest",
-                file=sys.stderr,
+                "a later run builds the rest"
             )
 
     def _report_problems(self, summary: Summary) -> None:
@@ -429,4 +428,4 @@ class Recording:
 
     def _status(self, message: str) -> None:
         if sys.stderr.isatty():
-            print(f"jitprof: {message}…", file=sys.stderr)
+            say(f"jitprof: {message}…")

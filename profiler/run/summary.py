@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Profile
 from profiler.native.unwind_tables import TableStats
 from profiler.output import WrittenOutput
+from profiler.safety.terminal import say
 
 
 @dataclass
@@ -48,15 +48,15 @@ class Summary:
 
 
 def warn(message: str) -> None:
-    print(f"jitprof: warning: {message}", file=sys.stderr)
+    say(f"jitprof: warning: {message}")
 
 
 def report_output_errors(outputs: list[WrittenOutput]) -> None:
     for output in outputs:
         if output.rescue:
             if output.written is not None:
-                print(f"jitprof: nothing collected is lost: the raw profile is in {output.written} "
-                      f"(hint: jitprof report {output.written} -o FILE)", file=sys.stderr)
+                say(f"jitprof: nothing collected is lost: the raw profile is in {output.written} "
+                    f"(hint: jitprof report {output.written} -o FILE)")
             else:
                 warn("the raw profile could not be saved anywhere either (no writable directory)")
         elif output.error:
@@ -85,4 +85,4 @@ def report_tracking_problems(tracker: MappingTracker, tables: TableStats | None,
         for path, reason in list(tables.failed.items())[:3]:
             warn(f"no unwind table for {path}: {reason}")
     for error in symbolizer_errors[:3]:
-        print(f"jitprof: internal error while symbolising (please report): {error}", file=sys.stderr)
+        say(f"jitprof: internal error while symbolising (please report): {error}")

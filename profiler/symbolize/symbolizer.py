@@ -274,6 +274,7 @@ class Symbolizer:
             return False
         except Exception as error:  # a bug here must not lose the run
             self.errors.append(f"{type(error).__name__}: {error}")
+            self._given_up += 1  # counted as lost, never dropped unseen
         return True
 
     def _retry_parked(self, now: float, final: bool) -> None:

@@ -15,9 +15,15 @@ import termios
 import threading
 from collections import deque
 
+from profiler.safety.terminal import printable_lines
+
 MAX_KEPT_BYTES = 64 << 20  # beyond this the oldest output is dropped (and said so)
 PANE_LINES = 200
 _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# An escape sequence not finished at the end of a read: kept for the next
+# (a program's write can be split anywhere), up to this long.
+_UNFINISHED_ESCAPE = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*|\][^\x07\x1b]*)?\Z")
+MAX_UNFINISHED_ESCAPE = 4096
 
 
 class CapturedOutput:
@@ -31,6 +37,7 @@ class CapturedOutput:
         self.dropped_bytes = 0
         self._lines: deque[str] = deque(maxlen=PANE_LINES)
         self._partial = ""
+        self._unfinished_escape = ""
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read, name="jitprof-output", daemon=True)
         self.changed = False
@@ -52,7 +59,7 @@ class CapturedOutput:
             self._keep(data)
 
     def _keep(self, data: bytes) -> None:
-        text = _ESCAPES.sub("", data.decode("utf-8", "replace")).replace("\r\n", "\n").replace("\r", "\n")
+        text = self._pane_text(data.decode("utf-8", "replace"))
         with self._lock:
             self._chunks.append(data)
             self._kept_bytes += len(data)
@@ -64,6 +71,18 @@ class CapturedOutput:
             self._partial = pieces.pop()
             self._lines.extend(pieces)
             self.changed = True
+
+    def _pane_text(self, text: str) -> str:
+        """What of the program's output the pane shows: its escape sequences
+        removed (also one split across two reads), the other controls shown."""
+        text = self._unfinished_escape + text
+        unfinished = _UNFINISHED_ESCAPE.search(text)
+        self._unfinished_escape = ""
+        if unfinished is not None and len(text) - unfinished.start() <= MAX_UNFINISHED_ESCAPE:
+            self._unfinished_escape = text[unfinished.start() :]
+            text = text[: unfinished.start()]
+        text = _ESCAPES.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
+        return printable_lines(text)
 
     def last_lines(self, count: int) -> list[str]:
         with self._lock:

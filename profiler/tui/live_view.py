@@ -26,6 +26,7 @@ from rich.text import Text
 
 from profiler.jit.v8.js_view import shown_in_js_view
 from profiler.model.profile import Profile
+from profiler.safety.terminal import printable
 from profiler.tui.child_output import CapturedOutput
 from profiler.tui.live_table import LiveTable, Row, SortColumn
 
@@ -249,7 +250,7 @@ class LiveView:
         status = "  [PAUSED]" if self._paused else ""
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append("jitprof ", style="bold")
-        text.append(f"{target}", style="bold cyan")
+        text.append(printable(target), style="bold cyan")
         text.append(f"  pid {', '.join(map(str, info.pids))}  {info.frequency_hz} Hz  elapsed {_clock(elapsed)}{status}\n")
         text.append(
             f"samples {table.samples:,} ({table.window_samples / window_s:,.0f}/s)  lost {counters.lost_samples:,}  "
@@ -320,8 +321,8 @@ def _cells(row: Row) -> tuple[Text, ...]:
         Text(_duration(row.own_seconds)),
         Text(_duration(row.total_seconds)),
         Text(row.tier),
-        Text(row.key.function),
-        Text(_short_location(row)),
+        Text(printable(row.key.function)),
+        Text(printable(_short_location(row))),
     )
 
 

@@ -45,6 +45,7 @@ class Server:
 
 @pytest.fixture
 def serve(monkeypatch):
+    monkeypatch.setattr(debuginfod, "_asked", set())  # each test is a run of its own
     servers = []
 
     def start(body: bytes, drip_s: float = 0.0) -> Server:
@@ -109,3 +110,41 @@ def test_the_real_reader_refuses_what_is_not_elf(tmp_path):
     path.write_bytes(b"junk" * 100)
     with open(path, "rb") as handle, pytest.raises(ValueError):
         elf._build_id_of(handle)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"NOT HTTP\r\n\r\n", b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 150 + b"\r\n", b"HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\n\r\n"],
+    ids=["bad status line", "150 headers", "redirect to ftp"],
+)
+def test_a_misbehaving_server_is_asked_once_per_run_and_raises_nothing(monkeypatch, answer):
+    """A bad status line or 100+ headers ended `report` with a traceback, and
+    a live run asked once per sample (630 requests in two runs)."""
+    from tests.safety.test_http_exchange import RawServer
+
+    monkeypatch.setattr(debuginfod, "_asked", set())
+    server = RawServer(lambda connection: connection.sendall(answer))
+    monkeypatch.setenv("DEBUGINFOD_URLS", server.url)
+    monkeypatch.setattr(debuginfod.cache, "write_entry", lambda *args: None)  # the cache cannot remember it either
+    try:
+        for _ in range(5):
+            assert debuginfod.debug_file(BUILD_ID, fake_build_id) is None
+        assert len(server.requests) == 1
+    finally:
+        server.close()
+
+
+def test_the_whole_exchange_has_one_deadline(monkeypatch):
+    """One header every 3 s held `jitprof report` 150 s (10 s a server is promised)."""
+    from tests.safety.test_http_exchange import RawServer, drip
+
+    monkeypatch.setattr(debuginfod, "_asked", set())
+    monkeypatch.setattr(debuginfod, "DEADLINE_S", 1.0)
+    server = RawServer(drip([b"HTTP/1.1 200 OK\r\n"] + [b"X: y\r\n"] * 50, 0.3))
+    monkeypatch.setenv("DEBUGINFOD_URLS", server.url)
+    try:
+        started = time.monotonic()
+        assert debuginfod.debug_file(BUILD_ID, fake_build_id) is None
+        assert time.monotonic() - started < 1.6
+    finally:
+        server.close()

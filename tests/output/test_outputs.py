@@ -42,7 +42,7 @@ def test_folded_by_pid_and_escaping():
     profile = make_profile([("a;b", 7, [native("x;y"), native("new\nline")], 2)], root_by_pid=True)
     buffer = io.StringIO()
     write_folded(profile, buffer)
-    assert buffer.getvalue() == "a:b-7;x:y;new line 2\n"
+    assert buffer.getvalue() == "a:b-7;x:y;new\\x0aline 2\n"  # a line break is shown, never written
 
 
 def test_svg_is_valid_xml_with_nested_frames():

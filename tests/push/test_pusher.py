@@ -218,3 +218,48 @@ def test_https_with_the_systems_certificates(tmp_path, monkeypatch):
             assert len(secure.profiles()) == 1
     finally:
         ingest._tls_context.cache_clear()  # no later test trusts the test's CA
+
+
+def test_a_redirect_is_not_followed_and_takes_no_credentials_along(tmp_path):
+    """A store answering 302 to another port: that port got the bearer token
+    and the tenant, the POST became a bodiless GET, and "7 of 7 sent"."""
+    from tests.safety.test_http_exchange import RawServer
+
+    elsewhere = RawServer(lambda connection: connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"))
+    store = RawServer(
+        lambda connection: connection.sendall(
+            b"HTTP/1.1 302 Found\r\nLocation: %s/ingest\r\nContent-Length: 0\r\n\r\n" % elsewhere.url.encode()
+        )
+    )
+    try:
+        sender = pusher(store.url, tmp_path / "spool", environ={"JITPROF_PUSH_TOKEN": "s3cret"})
+        messages: list[str] = []
+        sender._say = messages.append
+        sender.start()
+        sender.submit(interval())
+        sender.finish(5)
+        assert elsewhere.requests == [] and b"s3cret" in store.requests[0]
+        assert sender.stats.sent == 0 and sender.stats.refused == sender.stats.profiles == 2
+        assert any("redirected to" in message and "not followed" in message for message in messages)
+    finally:
+        store.close()
+        elsewhere.close()
+
+
+def test_a_trickling_store_is_given_only_what_is_left_of_the_budget(tmp_path):
+    """One byte every 0.2 s held the sender for the whole run, and the end
+    took 20 s after SIGTERM."""
+    from tests.safety.test_http_exchange import RawServer, drip
+
+    store = RawServer(drip([b"HTTP/1.1 200 OK\r\n"] + [b"X: y\r\n"] * 500, 0.2))
+    try:
+        sender = pusher(store.url, tmp_path / "spool")
+        sender.start()
+        sender.submit(interval())
+        started = time.monotonic()
+        sender.finish(2)
+        assert time.monotonic() - started < 2.4
+        assert not sender._thread.is_alive()  # the request ended with the budget, not abandoned
+        assert sender.stats.sent == 0
+    finally:
+        store.close()

@@ -189,3 +189,18 @@ def test_j_shows_the_javascript_only_and_back():
     assert "hot app.js" in table_rows(screen)[0]  # sorted by own time, hot leads with memcpy's samples
     view.handle_key("j")
     assert "functions  JS only" not in render_text(view, console) and "memcpy" in render_text(view, console)
+
+
+def test_names_carrying_escapes_reach_the_terminal_escaped():
+    """A perf-map name or comm with OSC 52 (clipboard), OSC 0 (title), a
+    screen clear or a newline: under tmux they set buffers and the title."""
+    profile = Profile(RunInfo(["node", "app\x1b]0;cmd\x07.js"], [42], 99))
+    forged = Frame("f\x1b]52;c;cHduZWQ=\x07\x1b[2J\nrow", "[jit]", FrameKind.JIT, "/srv/\x1b]2;t\x07.js", 3, function_line=3)
+    profile.add(Sample(0, 42, 42, "node", (profile.intern(MAIN), profile.intern(forged)), WalkEnd.COMPLETE))
+    stream = io.StringIO()
+    console = Console(file=stream, width=200, height=30, color_system=None)
+    view = LiveView(profile, None, lambda: RunCounters(0, 0), lambda: [], console=console)
+    view.tick()
+    screen = render_text(view, console)
+    assert "\x1b]" not in screen and "\x07" not in screen and "\x1b[2J" not in screen
+    assert "f\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x0arow" in screen and "\\x1b]0;cmd\\x07" in screen
