@@ -17,7 +17,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.safety.files import create_exclusive, root_only
+from profiler.safety.files import UnsafePath, create_exclusive, open_root_directory
 
 DEFAULT_DIRECTORY = Path("/var/spool/jitprof")
 DEFAULT_MAX_BYTES = 64 << 20
@@ -155,25 +155,25 @@ class Spool:
 
 def _open_private_directory(directory: Path) -> int:
     try:
+        return open_root_directory(directory, 0o700) if os.geteuid() == 0 else _own_directory(directory)
+    except UnsafePath as error:
+        raise SpoolError(f"cannot use the spool directory {directory}: {error}") from error
+
+
+def _own_directory(directory: Path) -> int:
+    """Not root (tests): the directory must be this user's alone."""
+    try:
         os.mkdir(directory, 0o700)
     except FileExistsError:
         pass
     except OSError as error:
-        raise SpoolError(f"cannot create the spool directory {directory}: {error.strerror}") from error
+        raise UnsafePath(f"cannot create it: {error.strerror}") from error
     try:
         descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as error:
-        reason = "it is a symbolic link" if error.errno == errno.ELOOP or os.path.islink(directory) else error.strerror
-        raise SpoolError(f"cannot use the spool directory {directory}: {reason}") from error
+        raise UnsafePath("it is a symbolic link" if error.errno == errno.ELOOP else str(error.strerror)) from error
     info = os.fstat(descriptor)
-    problem = None
-    if info.st_uid != os.geteuid():
-        problem = f"it belongs to uid {info.st_uid}"
-    elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        problem = "others can write in it"
-    elif os.geteuid() == 0 and not root_only(directory):
-        problem = "a directory above it is writable by others"
-    if problem is not None:
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         os.close(descriptor)
-        raise SpoolError(f"cannot use the spool directory {directory}: {problem}")
+        raise UnsafePath(f"it belongs to uid {info.st_uid} or others can write in it")
     return descriptor

@@ -129,6 +129,14 @@ def root_only(path: Path) -> bool:
     """Can only root change what path names? It and every directory above it
     belong to root and are writable by no one else, or are sticky (/tmp:
     others cannot rename or replace root's entries there)."""
+    # A link on the way that someone else owns can be repointed after the check.
+    absolute = path if path.is_absolute() else Path.cwd() / path
+    for component in [absolute, *absolute.parents]:
+        try:
+            if os.lstat(component).st_uid != 0 and component.is_symlink():
+                return False
+        except OSError:
+            return False
     try:
         resolved = path.resolve(strict=True)
     except OSError:
@@ -143,3 +151,74 @@ def root_only(path: Path) -> bool:
         if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (component != resolved and info.st_mode & stat.S_ISVTX):
             return False
     return True
+
+
+class UnsafePath(Exception):
+    """A path root may not create or use; the message says which part and why."""
+
+
+MAX_LINK_HOPS = 40
+
+
+def open_root_directory(path: Path, create_mode: int | None = 0o700) -> int:
+    """A descriptor of the directory at path (created with create_mode if
+    missing), reached one component at a time from /, without following a
+    link anyone but root could change: every directory on the way must be
+    root's and writable by no one else (or sticky, as /tmp, except the last),
+    a symbolic link on the way must be root's (the last may not be one), and
+    the directory itself root's alone.
+    Raises UnsafePath. (For root's own state, e.g. the push spool.)"""
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    parts = [part for part in path.parts[1:] if part not in ("", ".")]
+    current = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    shown = ""
+    try:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            shown += "/" + part
+            if part == "..":
+                raise UnsafePath(f"{shown}: '..' in the path")
+            try:
+                info = os.stat(part, dir_fd=current, follow_symlinks=False)
+            except FileNotFoundError:
+                if not last or create_mode is None:
+                    raise UnsafePath(f"{shown} does not exist") from None
+                try:
+                    os.mkdir(part, create_mode, dir_fd=current)
+                except FileExistsError:
+                    pass
+                except OSError as error:
+                    raise UnsafePath(f"cannot create {shown}: {error.strerror}") from error
+                info = os.stat(part, dir_fd=current, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode) and (last or info.st_uid != 0):
+                raise UnsafePath(f"{shown} is a symbolic link" + (f" of uid {info.st_uid}" if info.st_uid else ""))
+            flags = os.O_DIRECTORY | os.O_CLOEXEC | (os.O_RDONLY if last else os.O_PATH)
+            if not stat.S_ISLNK(info.st_mode):
+                flags |= os.O_NOFOLLOW
+            try:
+                following = os.open(part, flags, dir_fd=current)
+            except OSError as error:
+                raise UnsafePath(f"{shown}: {error.strerror}") from error
+            os.close(current)
+            current = following
+            problem = _directory_problem(os.fstat(current), last)
+            if problem is None and stat.S_ISLNK(info.st_mode) and not root_only(Path(os.readlink(f"/proc/self/fd/{current}"))):
+                problem = "links to a directory others can change"
+            if problem is not None:
+                raise UnsafePath(f"{shown}: {problem}")
+        if not parts:
+            raise UnsafePath("/ itself")
+        result, current = current, -1
+        return result
+    finally:
+        if current >= 0:
+            os.close(current)
+
+
+def _directory_problem(info: os.stat_result, last: bool) -> str | None:
+    if info.st_uid != 0:
+        return f"it belongs to uid {info.st_uid}"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and (last or not info.st_mode & stat.S_ISVTX):
+        return "others can write in it"
+    return None

@@ -90,3 +90,31 @@ def test_an_entry_replaced_by_a_link_is_not_read(tmp_path):
     found = spool.oldest()
     assert found is not None and found.query == {"name": "b"}
     assert victim.read_text().endswith("secret")  # not removed through the link either
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the attack needs another user's directory")
+def test_a_users_link_on_the_way_is_refused_and_nothing_is_created(tmp_path):
+    """--spool-dir /tmp/mal/lnk/sub with lnk a user's link to a root-only
+    directory: sub was created there, and the user could repoint lnk later."""
+    target = tmp_path / "root-only"
+    target.mkdir(mode=0o700)
+    users = tmp_path / "mal"
+    users.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chown(users, 65534, 65534)
+    os.symlink(target, users / "lnk")
+    os.lchown(users / "lnk", 65534, 65534)
+    with pytest.raises(SpoolError, match="uid 65534"):
+        Spool(users / "lnk" / "sub", 1000)
+    assert not (target / "sub").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="root's own links")
+def test_a_roots_link_on_the_way_is_followed(tmp_path):
+    """/var/run is root's link to /run: a spool under it is fine."""
+    target = tmp_path / "real"
+    target.mkdir(mode=0o755)
+    os.chmod(tmp_path, 0o755)
+    os.symlink(target, tmp_path / "link")
+    Spool(tmp_path / "link" / "spool", 1000).close()
+    assert stat.S_IMODE(os.stat(target / "spool").st_mode) == 0o700
