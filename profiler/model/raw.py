@@ -8,13 +8,17 @@ gzip-compressed JSON lines, written and read as streams:
     [time_ns, pid, tid, comm, [frame ids, root first], walk_end]   one per sample
 
 A reader accepts only what it knows: a newer major version, a malformed
-line or a frame id out of range is an error naming the line.
+line or a frame id out of range is an error naming the line. A file may
+come from anywhere: nesting, numbers and the ratio of what it unpacks to
+what it is are bounded, so a small crafted file cannot take the reader's
+time or memory.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import os
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +31,13 @@ FORMAT = "jitprof"
 VERSION = 1
 MAX_LINE_BYTES = 64 << 20
 READ_CHUNK = 4 << 20
+# jitprof's own files unpack to about 11 times their size (up to 40 where
+# every sample has one stack); a file unpacking to more than this many times
+# its size (past a floor for small files) is not one it wrote.
+MAX_UNPACK_RATIO = 50
+UNPACK_FLOOR_BYTES = 16 << 20
+MAX_FREQUENCY_HZ = 1_000_000
+MAX_INT = 1 << 63
 
 
 class RawProfileError(ValueError):
@@ -91,23 +102,48 @@ def _line(value: Any) -> bytes:
 
 def read_raw(path: Path) -> Profile:
     try:
-        with gzip.open(path, "rb") as stream:
-            return _read(_lines(stream, path), path)  # type: ignore[arg-type]
+        with open(path, "rb") as packed:
+            limit = max(UNPACK_FLOOR_BYTES, MAX_UNPACK_RATIO * os.fstat(packed.fileno()).st_size)
+            # Unpacked once without parsing (fast, in C) to refuse a bomb before its records cost seconds.
+            with gzip.GzipFile(fileobj=packed, mode="rb") as stream:
+                _check_unpacked_size(stream, path, limit)
+            packed.seek(0)
+            with gzip.GzipFile(fileobj=packed, mode="rb") as stream:
+                return _read(_lines(stream, path, limit), path)  # type: ignore[arg-type]
     except (OSError, EOFError, gzip.BadGzipFile) as error:
         if isinstance(error, FileNotFoundError):
             raise
         raise RawProfileError(f"{path}: not a readable .jitprof file ({error})") from error
 
 
-def _lines(stream: IO[bytes], path: Path) -> Iterator[tuple[int, Any]]:
+def _check_unpacked_size(stream: gzip.GzipFile, path: Path, max_unpacked: int) -> None:
+    unpacked = 0
+    while chunk := stream.read(READ_CHUNK):
+        unpacked += len(chunk)
+        if unpacked > max_unpacked:
+            raise _too_big(path, max_unpacked)
+
+
+def _too_big(path: Path, max_unpacked: int) -> RawProfileError:
+    return RawProfileError(
+        f"{path}: unpacks to over {max_unpacked >> 20} MiB, more than {MAX_UNPACK_RATIO} times its size; "
+        "not a profile jitprof wrote"
+    )
+
+
+def _lines(stream: IO[bytes], path: Path, max_unpacked: int) -> Iterator[tuple[int, Any]]:
     """(line number, decoded record); runs of sample lines are decoded as one
     JSON array, which is many times faster than line by line."""
     number = 0
     pending = b""
     run: list[bytes] = []  # consecutive sample lines
     run_start = 0
+    unpacked = 0
     while True:
         chunk = stream.read(READ_CHUNK)
+        unpacked += len(chunk)
+        if unpacked > max_unpacked:
+            raise _too_big(path, max_unpacked)
         data = pending + chunk
         lines = data.split(b"\n")
         pending = lines.pop() if chunk else b""
@@ -140,6 +176,8 @@ def _decode(raw: bytes, number: int, path: Path) -> Any:
         return json.loads(raw)
     except ValueError as error:
         raise RawProfileError(f"{path}:{number}: not JSON ({error})") from error
+    except RecursionError:
+        raise RawProfileError(f"{path}:{number}: nested too deeply") from None
 
 
 def _decode_run(run: list[bytes], first: int, path: Path) -> Iterator[tuple[int, Any]]:
@@ -147,7 +185,7 @@ def _decode_run(run: list[bytes], first: int, path: Path) -> Iterator[tuple[int,
         return
     try:
         records = json.loads(b"[" + b",".join(run) + b"]")
-    except ValueError:
+    except (ValueError, RecursionError):
         records = [_decode(raw, first + offset, path) for offset, raw in enumerate(run)]  # finds the bad line
     yield from enumerate(records, first)
 
@@ -159,28 +197,34 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
         raise RawProfileError(f"{path}: empty file") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise RawProfileError(f"{path}: not a .jitprof file")
-    if not isinstance(header.get("version"), int) or header["version"] > VERSION:
-        raise RawProfileError(f"{path}: version {header.get('version')} is newer than this jitprof reads ({VERSION})")
+    version = header.get("version")
+    if type(version) is not int or version < 1:
+        raise RawProfileError(f"{path}:1: bad header (version {json.dumps(version)[:40]} is not a version number)")
+    if version > VERSION:
+        raise RawProfileError(f"{path}: version {version} is newer than this jitprof reads ({VERSION})")
     try:
-        info = header["info"]
+        info = _mapping(header, "info")
+        frequency_hz = _integer(info["frequency_hz"])
+        if not 0 < frequency_hz <= MAX_FREQUENCY_HZ:
+            raise ValueError(f"frequency_hz {frequency_hz} is not between 1 and {MAX_FREQUENCY_HZ}")
         profile = Profile(
             RunInfo(
-                [str(part) for part in info["command"]],
-                [int(pid) for pid in info["pids"]],
-                int(info["frequency_hz"]),
+                [str(part) for part in _sequence(info, "command")],
+                [_integer(pid) for pid in _sequence(info, "pids")],
+                frequency_hz,
                 bool(info.get("root_by_pid", False)),
-                int(info.get("started_ns", 0)),
-                int(info.get("ended_ns", 0)),
+                _integer(info.get("started_ns", 0)),
+                _integer(info.get("ended_ns", 0)),
             )
         )
         for counts, name in ((profile.losses, "losses"), (profile.traffic, "traffic")):
-            for field_name, value in header.get(name, {}).items():
+            for field_name, value in _mapping(header, name).items():
                 if hasattr(counts, field_name):
-                    setattr(counts, field_name, int(value))
-        walk_ends = Counter({WalkEnd[name]: int(count) for name, count in header.get("walk_ends", {}).items()})
-        for name, module in header.get("modules", {}).items():
+                    setattr(counts, field_name, _integer(value))
+        walk_ends = Counter({WalkEnd[name]: _integer(count) for name, count in _mapping(header, "walk_ends").items()})
+        for name, module in _mapping(header, "modules").items():
             profile.modules[str(name)] = ModuleFile(str(module["path"]), str(module["build_id"]))
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise RawProfileError(f"{path}:1: bad header ({error})") from error
     stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
     walk_ends_by_name = {end.name: end for end in WalkEnd}
@@ -192,8 +236,8 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                 profile.frames.append(
                     Frame(
                         str(record["name"]), str(record["module"]), FrameKind(record["kind"]), str(record["file"]),
-                        int(record["line"]), int(record["column"]), str(record["tier"]), bool(record["inlined"]),
-                        bool(record["line_exact"]), int(record.get("function_line", 0)),
+                        _integer(record["line"]), _integer(record["column"]), str(record["tier"]), bool(record["inlined"]),
+                        bool(record["line_exact"]), _integer(record.get("function_line", 0)),
                     )
                 )
                 continue
@@ -206,9 +250,32 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                 known = stacks[ids] = ids
             if type(time_ns) is not int or type(pid) is not int or type(tid) is not int or type(comm) is not str:
                 raise ValueError("bad sample fields")
+            if not 0 <= time_ns < MAX_INT:
+                raise ValueError("time out of range")
             profile.samples.append(Sample(time_ns, pid, tid, comm, known, walk_ends_by_name[walk_end]))
-        except (KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise RawProfileError(f"{path}:{number}: bad record ({error})") from error
     profile.walk_ends = walk_ends if walk_ends else Counter(sample.walk_end for sample in profile.samples)
     profile.reindex_frames()
     return profile
+
+
+def _mapping(record: dict[str, Any], name: str) -> dict[str, Any]:
+    value = record.get(name, {})
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _sequence(record: dict[str, Any], name: str) -> list[Any]:
+    value = record[name]
+    if not isinstance(value, list):
+        raise ValueError(f"{name} is a {type(value).__name__}, not a list")
+    return value
+
+
+def _integer(value: Any) -> int:
+    """A whole number a profile can hold (not Infinity, NaN, 1e400 or a string of digits)."""
+    if type(value) is bool or not isinstance(value, int | float) or value != value or abs(value) >= MAX_INT:
+        raise ValueError(f"{json.dumps(value)[:40]} is not a number in range")
+    return int(value)
