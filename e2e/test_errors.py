@@ -159,3 +159,53 @@ def test_a_full_disk_loses_no_output(jitprof, fixtures_built, tmp_path):
         assert [path.name for path in full.iterdir()] == ["ballast"]  # no partial file left
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def _limited(kind: int, value: int):
+    import resource
+
+    return lambda: resource.setrlimit(kind, (value, value))
+
+
+def test_low_resource_limits_are_one_line_naming_the_limit(tmp_path, symbol_cache):
+    """RLIMIT_NOFILE 16 was reported as a BCC compile failure, 64 as a
+    traceback; `ulimit -v 150000` a traceback."""
+    import resource
+
+    for kind, value, shown in ((resource.RLIMIT_NOFILE, 16, "ulimit -n"), (resource.RLIMIT_AS, 150_000 << 10, "ulimit -v")):
+        completed = subprocess.run(
+            [sys.executable, "-m", "profiler", "--no-tui", "-d", "1", "-o", "x.folded", "--", "sleep", "2"],
+            cwd=tmp_path, env=jitprof_environment(symbol_cache), capture_output=True, text=True, timeout=60,
+            preexec_fn=_limited(kind, value),
+        )
+        assert completed.returncode == 1, completed.stderr
+        errors = error_lines(completed.stderr)
+        assert len(errors) == 1 and shown in errors[0], completed.stderr
+        assert "Traceback" not in completed.stderr
+
+
+def test_a_read_only_tmp_does_not_make_node_abort(symbol_cache):
+    """In a private mount namespace with /tmp read-only, the injected
+    --perf-basic-prof made node abort (Check failed: perf_output_handle_)."""
+    import shutil
+    import tempfile
+
+    workdir = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="jitprof-rotmp-"))
+    try:
+        script = workdir / "busy.js"
+        script.write_text(
+            "function work(n){let s=0;for(let i=0;i<n;i++)s+=Math.sqrt(i);return s}\n"
+            "const end=Date.now()+1500; while(Date.now()<end) work(100000);\nconsole.log('done')\n"
+        )
+        inner = f"mount --bind -o ro /tmp /tmp && exec {sys.executable} -m profiler --no-tui -o {workdir}/out.folded -- node {script}"
+        completed = subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", inner], cwd=workdir,
+            env=jitprof_environment(symbol_cache), capture_output=True, text=True, timeout=120,
+        )
+        assert completed.returncode == 0, completed.stderr
+        assert "done" in completed.stdout and "Check failed" not in completed.stderr
+        warnings = [line for line in completed.stderr.splitlines() if "read-only" in line]
+        assert len(warnings) == 1 and "/tmp" in warnings[0], completed.stderr
+        assert total(read_folded(workdir / "out.folded")) >= 50
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 from profiler.run.options import PushOptions, RecordingOptions
 from profiler.run.recording import Recording
 from profiler.run.summary import report_output_errors
+from profiler.safety import limits
 from profiler.safety.terminal import say
 from profiler.safety.users import output_owner
 
@@ -319,7 +321,22 @@ SUBCOMMANDS = {"report": run_report, "diff": run_diff}
 
 
 def main(argv: list[str] | None = None) -> int:
-    arguments = sys.argv[1:] if argv is None else argv
+    limits.raise_own_limits()
+    try:
+        return _main(sys.argv[1:] if argv is None else argv)
+    except (MemoryError, OSError) as error:
+        # Out of descriptors or memory (often a limit the shell set) is one
+        # line with the limit to raise; any other OSError here is a bug.
+        limited = limits.describe_limits()
+        errno_value = error.errno if isinstance(error, OSError) else errno.ENOMEM
+        if errno_value not in (errno.EMFILE, errno.ENFILE, errno.ENOMEM) and not (limited and errno_value is None):
+            raise
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error) or type(error).__name__
+        say(f"jitprof: error: out of resources: {reason}" + (f" (hint: {limited}: raise it and run again)" if limited else ""))
+        return 1
+
+
+def _main(arguments: list[str]) -> int:
     if arguments and arguments[0] in SUBCOMMANDS:
         try:
             return SUBCOMMANDS[arguments[0]](arguments[1:])

@@ -26,6 +26,7 @@ from profiler.kernel.events import (
     decode_event,
 )
 from profiler.kernel.trie import MAX_PROVISIONAL_LENGTH, TriePrefix
+from profiler.safety import limits
 
 BPF_SOURCE = Path(__file__).resolve().parents[2] / "bpf" / "sampler.bpf.c"
 
@@ -472,6 +473,9 @@ def _explain_load_failure(error: Exception) -> JitprofError:
     text = str(error)
     lowered = text.lower()
     first_line = text.splitlines()[0] if text else type(error).__name__
+    limited = limits.describe_limits()
+    if limited:
+        return JitprofError(f"cannot load the BPF program: {first_line}", f"{limited}: raise it and run again")
     if "operation not permitted" in lowered or f"errno {errno.EPERM}" in lowered:
         return JitprofError(
             "the kernel refused to load the BPF program (operation not permitted)",

@@ -40,7 +40,7 @@ from profiler.run.child import Child
 from profiler.run.followed import FollowedProcesses
 from profiler.run.options import RecordingOptions
 from profiler.run.summary import Summary, report_output_errors, report_tracking_problems
-from profiler.run.targets import validate_attach_pids
+from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.safety.terminal import say
 from profiler.safety.users import RunAs, output_owner, resolve_run_as
 from profiler.symbolize.symbolizer import Symbolizer
@@ -83,6 +83,7 @@ class Recording:
         self._apps: AppRegistry | None = None
         self._interval_start = 0.0  # wall clock: where the interval being collected began
         self._cut_index = 0  # --push with -o: samples before this were sent
+        self._inject = False  # the command's runtimes are given their JIT-symbol flags
 
     # The run -------------------------------------------------------------
 
@@ -115,7 +116,16 @@ class Recording:
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
             late_walks=LateWalks(self._tracker, self._unwind_tables),
         )
-        injected = bool(self.options.command) and self.options.inject
+        self._inject = bool(self.options.command) and self.options.inject
+        if self._inject and run_as is not None:
+            unwritable = perf_maps_unwritable(run_as)
+            if unwritable:
+                self._inject = False
+                say(
+                    f"jitprof: warning: {unwritable}, where runtimes write their perf maps; not giving them the flags "
+                    "(node would abort), so JIT frames stay unnamed (hint: run where /tmp is writable)"
+                )
+        injected = self._inject
         self._jit_sources = JitSources(
             self._run_as_uid, self.options.inline, self._jit_files, ask_jvms=not self.options.all_processes, injected=injected
         )
@@ -195,7 +205,7 @@ class Recording:
             return
         if self.options.command:
             assert run_as is not None
-            self._child = Child(self.options.command, run_as, self.environ, self.options.inject, self.options.live_view)
+            self._child = Child(self.options.command, run_as, self.environ, self._inject, self.options.live_view)
             self.profile.info.pids = [self._child.pid]
             self._followed.add_spawned(self._child.pid)
             program.attach()
@@ -390,7 +400,7 @@ class Recording:
 
     def _removes_jit_files(self) -> bool:
         """Did jitprof make the programs write perf maps and V8 logs (so it removes them)?"""
-        return bool(self.options.command) and self.options.inject and not self.options.keep_jit_files and self._run_as_uid is not None
+        return self._inject and not self.options.keep_jit_files and self._run_as_uid is not None
 
     def _remove_jit_files(self) -> None:
         """Perf maps exist because jitprof asked for them: remove them."""

@@ -6,11 +6,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 from dataclasses import dataclass
 
 from profiler.errors import JitprofError
 from profiler.kernel.proc_status import is_kernel_thread, thread_group_id
-from profiler.safety import processes
+from profiler.safety import limits, processes
 from profiler.safety.users import RunAs
 
 
@@ -101,6 +102,7 @@ def spawn_stopped(argv: list[str], run_as: RunAs, environment: dict[str, str], s
             os.close(go_read)
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+            limits.restore_for_command()
             if stdio is not None:
                 for source, target in ((stdio.stdin, 0), (stdio.stdout, 1), (stdio.stderr, 2)):
                     os.dup2(source, target)
@@ -142,3 +144,26 @@ def validate_attach_pids(pids: list[int]) -> None:
             raise JitprofError(f"{pid} is a kernel thread: it has no user stack to sample", "use --kernel with a user process")
 
 
+PERF_MAP_DIRECTORY = "/tmp"  # where runtimes write /tmp/perf-PID.map: fixed, in node, the JVM and MoarVM
+
+
+def perf_maps_unwritable(run_as: RunAs) -> str:
+    """Why the command could not write its perf map, or "" if it can. node
+    given --perf-basic-prof aborts when it cannot (a read-only /tmp in a
+    private mount namespace): the flags are then not given."""
+    try:
+        info = os.stat(PERF_MAP_DIRECTORY)
+        read_only = os.statvfs(PERF_MAP_DIRECTORY).f_flag & os.ST_RDONLY
+    except OSError as error:
+        return f"{PERF_MAP_DIRECTORY}: {error.strerror}"
+    if read_only:
+        return f"{PERF_MAP_DIRECTORY} is on a read-only file system"
+    if run_as.is_root:
+        return ""
+    if info.st_uid == run_as.uid:
+        allowed = info.st_mode & stat.S_IWUSR and info.st_mode & stat.S_IXUSR
+    elif info.st_gid == run_as.gid or info.st_gid in run_as.groups:
+        allowed = info.st_mode & stat.S_IWGRP and info.st_mode & stat.S_IXGRP
+    else:
+        allowed = info.st_mode & stat.S_IWOTH and info.st_mode & stat.S_IXOTH
+    return "" if allowed else f"{PERF_MAP_DIRECTORY} is not writable by {run_as.name}"
