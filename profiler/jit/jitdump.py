@@ -34,7 +34,13 @@ FLAG_ARCH_TIMESTAMP = 1  # timestamps from the TSC, not a clock the samples shar
 MAX_FILE_BYTES = 2 << 30  # reading stops here
 MAX_RECORD_BYTES = 256 << 20  # no code blob or debug table is this big
 MAX_NAME_BYTES = 16 << 10
-MAX_DEBUG_ENTRIES = 1 << 20
+MAX_DEBUG_ENTRIES = 1 << 20  # in one record
+# A JVM's dump after a day of a busy service holds about 100 k code loads; a
+# load costs about 300 bytes held, a source line 100. Past these the dump
+# stops being read (with one line naming it): bounded memory and time
+# whatever its writer does.
+MAX_CODE_LOADS = 1_000_000
+MAX_DEBUG_LINES = 4_000_000
 MAX_OVERLAP_SCAN = 4096  # entries looked at per lookup in one address range
 READ_CHUNK = 8 << 20
 # V8 writes DEBUG_INFO addresses 0x40 (an ELF header) past the code, for
@@ -146,6 +152,7 @@ class JitdumpReader:
     insane_debug_records: int = 0  # debug info with garbage in it, ignored
     unknown_records: int = 0
     last_time_ns: int = 0  # the newest record read: what came before it is all written
+    debug_lines: int = 0  # held by the loads
     _buffer: bytearray = field(default_factory=bytearray)
     _consumed: int = 0
     _pending_debug: dict[int, tuple[DebugLine, ...]] = field(default_factory=dict)
@@ -213,6 +220,10 @@ class JitdumpReader:
         return header_size
 
     def _record(self, kind: int, timestamp: int, body: memoryview) -> None:
+        if len(self.code) >= MAX_CODE_LOADS:
+            raise JitdumpError(f"stopped at its limit of {MAX_CODE_LOADS:,} code loads")
+        if self.debug_lines >= MAX_DEBUG_LINES:
+            raise JitdumpError(f"stopped at its limit of {MAX_DEBUG_LINES:,} source lines")
         if kind == RecordType.CODE_LOAD:
             self._load(timestamp, body)
         elif kind == RecordType.CODE_MOVE:
@@ -240,6 +251,7 @@ class JitdumpReader:
         from_v8 = parse_v8_name(name) is not None
         if lines and from_v8:
             lines = tuple(DebugLine(line.address - V8_DEBUG_ADDRESS_BIAS, line.line, line.column, line.file) for line in lines)
+        self.debug_lines += len(lines)
         self.code.add(CodeLoad(code_address, code_size, name, code_index, timestamp, self.records, lines, from_v8))
 
     def _move(self, timestamp: int, body: memoryview) -> None:
@@ -252,6 +264,7 @@ class JitdumpReader:
         self.moves += 1
         shift = new_address - old_address
         lines = tuple(DebugLine(line.address + shift, line.line, line.column, line.file) for line in moved.lines)
+        self.debug_lines += len(lines)
         self.code.add(
             CodeLoad(new_address, code_size, moved.name, moved.index, timestamp, self.records, lines, moved.from_v8)
         )

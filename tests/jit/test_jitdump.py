@@ -183,3 +183,21 @@ def test_flipped_bytes_in_a_real_dump_never_crash(position, garbage):
     data[HEADER.size + position : HEADER.size + position + len(garbage)] = garbage
     reader = read(bytes(data))
     assert reader.records >= 0 and reader.bytes_read <= len(data)
+
+
+def test_a_dump_stops_at_its_entry_limits(monkeypatch):
+    """2 GiB of tiny load records (or of source lines) would otherwise take
+    millions of objects: reading stops at the limit, and says so."""
+    from profiler.jit import jitdump
+
+    monkeypatch.setattr(jitdump, "MAX_CODE_LOADS", 100)
+    data = header() + b"".join(load(number, 0x1000 + 16 * number, 8, f"f{number}") for number in range(500))
+    reader = read(data)
+    assert len(reader.code) == 100 and "100 code loads" in reader.error
+    monkeypatch.setattr(jitdump, "MAX_CODE_LOADS", 1 << 20)
+    monkeypatch.setattr(jitdump, "MAX_DEBUG_LINES", 1000)
+    lines = [(0x1000 + offset, offset, 1, b"/a.js") for offset in range(300)]
+    data = header() + b"".join(debug_info(0x1000 + 0x1000 * n, [(a + 0x1000 * n, l, c, f) for a, l, c, f in lines])
+                               + load(n, 0x1000 + 0x1000 * n, 0x400, f"g{n}") for n in range(10))
+    reader = read(data)
+    assert len(reader.code) == 4 and "1,000 source lines" in reader.error
