@@ -1,139 +1,48 @@
 // jitprof's in-kernel half: sample followed processes, walk their user
 // stacks, and tell user space when processes fork, exec, exit or map code.
 //
-// Compiled by BCC at run time. Constants in ALL_CAPS that are not defined
-// here (MAX_FRAMES, TRIE_ENTRIES, ...) come from profiler/bpf_program.py as
-// -D flags so both halves agree on one set of numbers.
+// Compiled by BCC at run time. The records, codes and limits user space
+// reads are in jitprof_abi.h; the sizes of maps and other settings
+// (TRIE_ENTRIES, RINGBUF_PAGES, ...) come from profiler/kernel/bpf_program.py
+// as -D flags.
 #include <uapi/linux/ptrace.h>
 #include <uapi/linux/bpf_perf_event.h>
 #include <linux/sched.h>
 
-#define EVENT_SAMPLE 1
-#define EVENT_FORK 2
-#define EVENT_EXEC 3
-#define EVENT_EXIT 4
-#define EVENT_MAPS_CHANGED 5
-#define EVENT_DISCOVERED 6  // --all: a process sampled for the first time
+#include "jitprof_abi.h"
 
-// How a stack walk ended (profiler/sampler.py: WalkEnd).
-#define WALK_COMPLETE 0
-#define WALK_TRUNCATED 1
-#define WALK_NO_MAPPING 2
-#define WALK_READ_FAULT 3
-#define WALK_BAD_FRAME 4
-#define WALK_NO_USER_REGS 5
-// Not an end: the walk could not go on because user space does not know
-// enough yet; the sample carries a copy of the stack for user space to
-// finish the walk with (profiler/kernel/late_walks.py).
-#define WALK_DEFERRED 6
-// (7 is user space's: a copy too short.) The thread was in the kernel on its
-// way out, its user memory already gone: there was no user stack to walk.
-#define WALK_THREAD_EXITING 8
+// The walk's memory reads: the thread's own user memory.
+struct walk_reader {
+    u8 unused;
+};
 
-// Counters kept in a per-CPU array (profiler/sampler.py: Counter).
-#define COUNTER_SAMPLES 0
-#define COUNTER_RINGBUF_FULL 1
-#define COUNTER_KSTACK_FAILED 2
-#define COUNTER_EVENTS_LOST 3
-#define COUNTER_COUNT 4
+static __always_inline int walk_read_word(struct walk_reader *reader, u64 address, __u64 *value) {
+    return bpf_probe_read_user(value, sizeof(*value), (void *)address) != 0;
+}
 
-#define MAPPING_ELF 1
-#define MAPPING_JIT 2
-// A file mapping whose unwind table user space has not attached yet.
-#define MAPPING_ELF_PENDING 3
-// New executable memory, covered until user space reads /proc/PID/maps.
-#define MAPPING_PROVISIONAL 4
+static __always_inline int walk_read_frame(struct walk_reader *reader, u64 fp, __u64 *saved_fp, __u64 *return_address) {
+    u64 frame[2];
+    if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0)
+        return 1;
+    *saved_fp = frame[0];
+    *return_address = frame[1];
+    return 0;
+}
 
-// An unwind table being built: walks through its file are deferred.
-#define TABLE_PENDING 0xffffffff
+#define WALK_STEP_INLINE __always_inline
+#include "walk_step.h"
+
+_Static_assert(COMM_LEN == TASK_COMM_LEN, "a comm is the kernel's");
+_Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->addresses) -
+                       sizeof(((struct sample_event *)0)->copy_space) == SAMPLE_HEADER_BYTES,
+               "the header user space reads");
 
 // bpf_tail_call indexes of stack_walkers.
 #define WALKER_PROGRAM 0
 #define COPIER_PROGRAM 1
 
-// Unwind row CFA types (profiler/unwind.py: CfaType).
-#define CFA_GAP 0
-#define CFA_RSP 1
-#define CFA_RBP 2
-#define CFA_PLT 3
-#define CFA_SIGNAL 4
-#define CFA_END_OF_STACK 5
-#define RBP_SAME 0
-#define RBP_OFFSET 1
-
-// Where a signal frame keeps the interrupted registers, from the stack
-// pointer on entry to __restore_rt: struct ucontext's uc_mcontext gregs.
-#define SIGFRAME_RBP 120
-#define SIGFRAME_RSP 160
-#define SIGFRAME_RIP 168
-
-#define STEP_FALLBACK 0  // no usable row: take a frame-pointer step
-#define STEP_DONE 1
-#define STEP_FAULT 2
-#define STEP_END 3
-#define STEP_SIGNAL 4  // stepped out of a signal frame: pc is exact, not a return address
-#define STEP_PENDING 5  // the table is being built: defer the walk
-
 #define PROT_EXEC_FLAG 0x4
 #define STALE_EVENT_GAP_NS 1000000ULL  // maps-changed events of one process while its maps are not read
-
-// LPM trie key: pid and address big-endian so that a prefix covers an
-// aligned address block of one process.
-struct trie_key {
-    u32 prefixlen;
-    u32 pid_be;
-    u64 address_be;
-};
-
-struct mapping_info {
-    u32 kind;
-    u32 table_id;  // unwind table of an ELF mapping; unused by the FP walk
-    u64 load_bias;
-};
-
-struct process_event {
-    u32 event_type;
-    u32 pid;
-    u32 tid;
-    u32 parent_pid;
-    u64 time_ns;
-    char comm[TASK_COMM_LEN];
-    u64 address;  // EVENT_MAPS_CHANGED: the range that became executable
-    u64 length;
-};
-
-#define SAMPLE_HEADER_BYTES 48
-
-#define STACK_COPY_REACHED_END 1  // memory beyond the copy was not readable
-#define STACK_COPY_EXACT_PC 2     // pc is not a return address
-
-// Where user space resumes a deferred walk: the registers of the first
-// frame not walked, and how much stack from sp up follows.
-struct stack_copy {
-    u64 pc;
-    u64 sp;
-    u64 fp;
-    u32 copy_length;
-    u32 flags;
-};
-
-// A sample goes up as its first SAMPLE_HEADER_BYTES and frame_count
-// addresses; a deferred one (walk_end WALK_DEFERRED) then a struct
-// stack_copy and copy_length bytes of stack.
-struct sample_event {
-    u32 event_type;
-    u32 pid;
-    u32 tid;
-    u32 cpu;
-    u64 time_ns;
-    s32 kernel_stack_id;
-    u16 frame_count;
-    u8 walk_end;
-    u8 user_mode;
-    char comm[TASK_COMM_LEN];
-    u64 addresses[MAX_FRAMES + 1];
-    u8 copy_space[sizeof(struct stack_copy) + STACK_COPY_BYTES];
-};
 
 struct exec_mapping_call {
     u64 address;  // mprotect: the range; mmap: known at exit
@@ -165,22 +74,8 @@ BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 BPF_PERCPU_ARRAY(counters, u64, COUNTER_COUNT);
 #ifdef WITH_DWARF
-// Compiled .eh_frame rows (profiler/unwind.py), one slice per ELF file,
+// Compiled .eh_frame rows (native/unwind.c), one slice per ELF file,
 // written by user space through mmap.
-struct unwind_row {
-    u32 pc;  // file address (ELF vaddr) where the row starts
-    u8 cfa_type;
-    u8 rbp_rule;
-    u16 reserved;
-    s32 cfa_offset;
-    s32 rbp_offset;
-};
-
-struct unwind_table {
-    u32 first_row;
-    u32 row_count;  // 0: not live (yet), frame-pointer steps only
-};
-
 BPF_F_TABLE("array", u32, struct unwind_row, unwind_rows, UNWIND_ROWS, BPF_F_MMAPABLE);
 BPF_ARRAY(unwind_tables, struct unwind_table, UNWIND_TABLES);
 #endif
@@ -265,40 +160,8 @@ static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_p
     if (!row)
         return STEP_FALLBACK;
 
-    u64 cfa = 0;
-    u8 cfa_type = row->cfa_type;
-    if (cfa_type == CFA_RSP) {
-        cfa = *sp + (s64)row->cfa_offset;
-    } else if (cfa_type == CFA_RBP) {
-        cfa = *fp + (s64)row->cfa_offset;
-    } else if (cfa_type == CFA_PLT) {
-        cfa = *sp + 8 + (((*pc) & 15) >= (u64)row->cfa_offset ? 8 : 0);
-    } else if (cfa_type == CFA_SIGNAL) {
-        u64 saved[3];
-        if (bpf_probe_read_user(&saved[0], 8, (void *)(*sp + SIGFRAME_RIP)) ||
-            bpf_probe_read_user(&saved[1], 8, (void *)(*sp + SIGFRAME_RSP)) ||
-            bpf_probe_read_user(&saved[2], 8, (void *)(*sp + SIGFRAME_RBP)))
-            return STEP_FAULT;
-        *pc = saved[0];
-        *sp = saved[1];
-        *fp = saved[2];
-        return STEP_SIGNAL;
-    } else if (cfa_type == CFA_END_OF_STACK) {
-        return STEP_END;
-    } else {
-        return STEP_FALLBACK;  // a gap between functions, or an unsupported rule
-    }
-
-    u64 return_address = 0;
-    if (bpf_probe_read_user(&return_address, sizeof(return_address), (void *)(cfa - 8)) != 0)
-        return STEP_FAULT;
-    if (row->rbp_rule == RBP_OFFSET) {
-        if (bpf_probe_read_user(fp, sizeof(*fp), (void *)(cfa + (s64)row->rbp_offset)) != 0)
-            return STEP_FAULT;
-    }
-    *sp = cfa;
-    *pc = return_address;
-    return STEP_DONE;
+    struct walk_reader reader = {};
+    return walk_apply_row(row, pc, sp, fp, &reader);
 }
 #endif
 
@@ -401,31 +264,15 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     }
 #endif
     // Frame-pointer step: JIT code, files without a table, gaps.
-    if (fp == 0) {
-        scratch->event.walk_end = WALK_COMPLETE;
+    struct walk_reader reader = {};
+    int end = walk_frame_pointer_step(&pc, &sp, &fp, &reader);
+    if (end >= 0) {
+        scratch->event.walk_end = end;
         return 1;
     }
-    // A frame lies above the stack pointer. rbp below it is not a frame
-    // pointer (code that uses rbp as a general register): not a chain.
-    if (fp < sp) {
-        scratch->event.walk_end = WALK_BAD_FRAME;
-        return 1;
-    }
-    u64 frame[2];
-    if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0) {
-        scratch->event.walk_end = WALK_READ_FAULT;
-        return 1;
-    }
-    if (frame[1] == 0) {
-        scratch->event.walk_end = WALK_COMPLETE;
-        return 1;
-    }
-    // The saved rbp is only checked when the next step needs it as a frame
-    // pointer (above): a caller unwound by its DWARF rows may hold anything
-    // in rbp, e.g. an interpreter loop that called into JIT code.
-    scratch->pc = frame[1];
-    scratch->sp = fp + 16;
-    scratch->fp = frame[0];
+    scratch->pc = pc;
+    scratch->sp = sp;
+    scratch->fp = fp;
     return 0;
 }
 

@@ -15,7 +15,7 @@ static uint64_t next_random(uint64_t *seed) {
 }
 
 static void compile(const uint8_t *data, uint64_t size, uint64_t *rows_total) {
-    struct jp_row *rows = NULL;
+    struct unwind_row *rows = NULL;
     uint64_t count = 0;
     struct jp_table_stats stats;
     /* a copy of exactly size bytes, so that any read past it is caught */

@@ -29,13 +29,13 @@ int main(int argc, char **argv) {
     long rounds = atol(argv[1]);
     int fd = open(argv[2], O_RDONLY);
     if (fd < 0) return 2;
-    struct jp_row *rows = NULL;
+    struct unwind_row *rows = NULL;
     uint64_t row_count = 0;
     struct jp_table_stats stats;
     if (jp_unwind_rows(fd, &rows, &row_count, &stats) != JP_OK || row_count == 0) return 2;
     close(fd);
     /* An exact-size copy of the rows: a search past the end is caught. */
-    struct jp_row *exact_rows = malloc(row_count * sizeof(*rows));
+    struct unwind_row *exact_rows = malloc(row_count * sizeof(*rows));
     if (exact_rows == NULL) return 2;
     memcpy(exact_rows, rows, row_count * sizeof(*rows));
     jp_free(rows);
@@ -43,10 +43,10 @@ int main(int argc, char **argv) {
 
     /* ELF text, a second ELF mapping, JIT memory, a pending file. */
     struct jp_walk_mapping mappings[MAPPINGS] = {
-        {0x100000, 0x100000 + last_pc + 0x1000, 0x100000, exact_rows, row_count, JP_MAPPING_ELF, 0},
-        {0x40000000, 0x40100000, 0x40000000, exact_rows, row_count / 2, JP_MAPPING_ELF, 0},
-        {0x50000000, 0x50100000, 0, NULL, 0, JP_MAPPING_JIT, 0},
-        {0x60000000, 0x60100000, 0, NULL, 0, JP_MAPPING_PENDING, 0},
+        {0x100000, 0x100000 + last_pc + 0x1000, 0x100000, exact_rows, row_count, MAPPING_ELF, 0},
+        {0x40000000, 0x40100000, 0x40000000, exact_rows, row_count / 2, MAPPING_ELF, 0},
+        {0x50000000, 0x50100000, 0, NULL, 0, MAPPING_JIT, 0},
+        {0x60000000, 0x60100000, 0, NULL, 0, MAPPING_ELF_PENDING, 0},
     };
     uint64_t seed = 0x9E3779B97F4A7C15ULL;
     uint64_t ends[256] = {0};

@@ -1,21 +1,15 @@
 /* jitprof's native library: the work the Python daemon is too slow for.
  * Reached from Python through cffi (profiler/native/library.py); the
- * declarations between the markers are handed to cffi as they are. */
+ * declarations between the markers are handed to cffi as they are, after
+ * those of jitprof_abi.h (the unwind row and the codes the kernel shares). */
 #ifndef JITPROF_NATIVE_H
 #define JITPROF_NATIVE_H
 
 #include <stdint.h>
 
+#include "jitprof_abi.h"
+
 /* cffi-begin */
-/* One unwind row, exactly as bpf/sampler.bpf.c reads it (16 bytes). */
-struct jp_row {
-    uint32_t pc;
-    uint8_t cfa_type;
-    uint8_t rbp_rule;
-    uint16_t reserved;
-    int32_t cfa_offset;
-    int32_t rbp_offset;
-};
 
 struct jp_table_stats {
     uint64_t fdes;      /* FDEs seen */
@@ -34,8 +28,8 @@ enum {
 
 /* Rows for every FDE of the file open at fd (.eh_frame, else .debug_frame),
  * sorted, gaps marked, repeats merged. *rows_out is freed with jp_free. */
-int jp_unwind_rows(int fd, struct jp_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats);
-int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct jp_row **rows_out, uint64_t *count_out,
+int jp_unwind_rows(int fd, struct unwind_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats);
+int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct unwind_row **rows_out, uint64_t *count_out,
                                struct jp_table_stats *stats);
 void jp_free(void *pointer);
 /* The start (file address) of every FDE of the file open at fd, in file
@@ -45,21 +39,19 @@ int jp_function_starts(int fd, uint32_t **starts_out, uint64_t *count_out);
 /* 1 if rows are as the compiler writes them (pc strictly increasing, known
  * CFA and rbp kinds, reserved bytes zero, PLT thresholds in range), else 0:
  * rows from a cache file are checked before they reach the kernel. */
-int jp_rows_valid(const struct jp_row *rows, uint64_t count);
+int jp_rows_valid(const struct unwind_row *rows, uint64_t count);
 
-/* Finishing a walk from a stack copy (walk.c). */
-enum {
-    JP_MAPPING_JIT = 0,     /* frame-pointer steps */
-    JP_MAPPING_ELF = 1,     /* rows (none: frame-pointer steps) */
-    JP_MAPPING_PENDING = 2, /* its table is still being built: the walk stops, to be tried again */
-};
+/* Finishing a walk from a stack copy (walk.c). A mapping's kind is the
+ * trie's: MAPPING_JIT (frame-pointer steps), MAPPING_ELF (rows; none:
+ * frame-pointer steps) or MAPPING_ELF_PENDING (its table is still being
+ * built: the walk stops, to be tried again). */
 
 /* One executable mapping; an array of them is sorted by start, not overlapping. */
 struct jp_walk_mapping {
     uint64_t start; /* [start, end) */
     uint64_t end;
     uint64_t load_bias; /* address minus file address (ELF vaddr) */
-    const struct jp_row *rows;
+    const struct unwind_row *rows;
     uint64_t row_count;
     uint32_t kind;
     uint32_t reserved;
@@ -84,17 +76,11 @@ struct jp_walk_registers {
     uint32_t reserved;
 };
 
-/* How a walk ended: the kernel walker's codes (profiler/kernel/events.py:
- * WalkEnd), and two of its own. */
+/* How a walk ended: the kernel walker's WALK_* codes (WALK_COPY_TOO_SHORT
+ * when it needed stack beyond the copy), and one of its own. */
 enum {
-    JP_WALK_COMPLETE = 0,
-    JP_WALK_TRUNCATED = 1,
-    JP_WALK_NO_MAPPING = 2,
-    JP_WALK_READ_FAULT = 3,
-    JP_WALK_BAD_FRAME = 4,
-    JP_WALK_COPY_ENDED = 7, /* the walk needed stack beyond the copy */
-    JP_WALK_PENDING = 64,   /* stopped before a JP_MAPPING_PENDING mapping: frame_count frames so far,
-                               and frames[frame_count] is the address in it (when frame_count < max_frames) */
+    JP_WALK_PENDING = 64, /* stopped before a MAPPING_ELF_PENDING mapping: frame_count frames so far,
+                             and frames[frame_count] is the address in it (when frame_count < max_frames) */
 };
 
 /* Walk from start over the copy, writing up to max_frames addresses (leaf

@@ -21,7 +21,58 @@
 #define TRACKED_REGS 256 /* registers whose presence is tracked (x86-64 uses < 130) */
 #define STATE_STACK 64   /* DW_CFA_remember_state depth */
 
-enum cfa_type { CFA_GAP = 0, CFA_RSP, CFA_RBP, CFA_PLT, CFA_SIGNAL, CFA_END_OF_STACK, CFA_UNSUPPORTED };
+/* DWARF call frame instructions (DWARF 5, 6.4.2; GNU extensions). The
+ * high two bits of the first three carry the opcode, the low six an operand. */
+enum {
+    DW_CFA_advance_loc = 0x40,
+    DW_CFA_offset = 0x80,
+    DW_CFA_restore = 0xc0,
+    DW_CFA_nop = 0x00,
+    DW_CFA_set_loc = 0x01,
+    DW_CFA_advance_loc1 = 0x02,
+    DW_CFA_advance_loc2 = 0x03,
+    DW_CFA_advance_loc4 = 0x04,
+    DW_CFA_offset_extended = 0x05,
+    DW_CFA_restore_extended = 0x06,
+    DW_CFA_undefined = 0x07,
+    DW_CFA_same_value = 0x08,
+    DW_CFA_register = 0x09,
+    DW_CFA_remember_state = 0x0a,
+    DW_CFA_restore_state = 0x0b,
+    DW_CFA_def_cfa = 0x0c,
+    DW_CFA_def_cfa_register = 0x0d,
+    DW_CFA_def_cfa_offset = 0x0e,
+    DW_CFA_def_cfa_expression = 0x0f,
+    DW_CFA_expression = 0x10,
+    DW_CFA_offset_extended_sf = 0x11,
+    DW_CFA_def_cfa_sf = 0x12,
+    DW_CFA_def_cfa_offset_sf = 0x13,
+    DW_CFA_val_offset = 0x14,
+    DW_CFA_val_offset_sf = 0x15,
+    DW_CFA_val_expression = 0x16,
+    DW_CFA_GNU_args_size = 0x2e,
+    DW_CFA_GNU_negative_offset_extended = 0x2f,
+};
+
+/* Pointer encodings of .eh_frame (LSB 5.0, DWARF Extensions): the low
+ * nibble is the value's format, the next three bits how it applies. */
+enum {
+    DW_EH_PE_FORMAT_MASK = 0x0f,
+    DW_EH_PE_APPLICATION_MASK = 0x70,
+    DW_EH_PE_absptr = 0x00,
+    DW_EH_PE_uleb128 = 0x01,
+    DW_EH_PE_udata2 = 0x02,
+    DW_EH_PE_udata4 = 0x03,
+    DW_EH_PE_udata8 = 0x04,
+    DW_EH_PE_sleb128 = 0x09,
+    DW_EH_PE_sdata2 = 0x0a,
+    DW_EH_PE_sdata4 = 0x0b,
+    DW_EH_PE_sdata8 = 0x0c,
+    DW_EH_PE_pcrel = 0x10,
+    DW_EH_PE_omit = 0xff,
+};
+
+/* Row CFA types and rbp rules: jitprof_abi.h (the kernel reads the rows). */
 enum rule_kind { RULE_NONE = 0, RULE_UNDEFINED, RULE_SAME, RULE_OFFSET, RULE_VAL_OFFSET, RULE_REGISTER, RULE_EXPRESSION, RULE_VAL_EXPRESSION };
 enum cfa_kind { CFA_UNSET = 0, CFA_REGISTER, CFA_EXPRESSION };
 
@@ -63,7 +114,7 @@ struct placed {
     uint64_t pc;
     uint32_t is_gap;
     uint32_t sequence;
-    struct jp_row row;
+    struct unwind_row row;
 };
 
 struct builder {
@@ -150,23 +201,23 @@ static int64_t read_sleb(struct cursor *cursor) {
  * field itself sits, for pc-relative values. Returns 0 on an unknown form. */
 static int read_encoded(struct cursor *cursor, uint8_t encoding, uint64_t field_address, int apply_relative, uint64_t *value) {
     int64_t signed_value;
-    switch (encoding & 0x0f) {
-    case 0x00: *value = read_unsigned(cursor, 8); break;
-    case 0x01: *value = read_uleb(cursor); break;
-    case 0x02: *value = read_unsigned(cursor, 2); break;
-    case 0x03: *value = read_unsigned(cursor, 4); break;
-    case 0x04: *value = read_unsigned(cursor, 8); break;
-    case 0x09: signed_value = read_sleb(cursor); *value = (uint64_t)signed_value; break;
-    case 0x0a: signed_value = read_signed(cursor, 2); *value = (uint64_t)signed_value; break;
-    case 0x0b: signed_value = read_signed(cursor, 4); *value = (uint64_t)signed_value; break;
-    case 0x0c: signed_value = read_signed(cursor, 8); *value = (uint64_t)signed_value; break;
+    switch (encoding & DW_EH_PE_FORMAT_MASK) {
+    case DW_EH_PE_absptr: *value = read_unsigned(cursor, 8); break;
+    case DW_EH_PE_uleb128: *value = read_uleb(cursor); break;
+    case DW_EH_PE_udata2: *value = read_unsigned(cursor, 2); break;
+    case DW_EH_PE_udata4: *value = read_unsigned(cursor, 4); break;
+    case DW_EH_PE_udata8: *value = read_unsigned(cursor, 8); break;
+    case DW_EH_PE_sleb128: signed_value = read_sleb(cursor); *value = (uint64_t)signed_value; break;
+    case DW_EH_PE_sdata2: signed_value = read_signed(cursor, 2); *value = (uint64_t)signed_value; break;
+    case DW_EH_PE_sdata4: signed_value = read_signed(cursor, 4); *value = (uint64_t)signed_value; break;
+    case DW_EH_PE_sdata8: signed_value = read_signed(cursor, 8); *value = (uint64_t)signed_value; break;
     default: return 0;
     }
     if (!cursor->ok) return 0;
     if (!apply_relative) return 1;
-    switch (encoding & 0x70) {
-    case 0x00: return 1;
-    case 0x10: *value += field_address; return 1;
+    switch (encoding & DW_EH_PE_APPLICATION_MASK) {
+    case DW_EH_PE_absptr: return 1;
+    case DW_EH_PE_pcrel: *value += field_address; return 1;
     default: return 0; /* textrel, datarel, funcrel, aligned: not used for FDE ranges on x86-64 */
     }
 }
@@ -179,8 +230,8 @@ static const uint8_t SIGNAL_CFA[] = {0x77, 0xa0, 0x01, 0x06};
 
 static int fits_i32(int64_t value) { return value >= INT32_MIN && value <= INT32_MAX; }
 
-static struct jp_row row_for(const struct state *state) {
-    struct jp_row row = {0};
+static struct unwind_row row_for(const struct state *state) {
+    struct unwind_row row = {0};
     row.pc = (uint32_t)state->pc;
     if (state->ra.kind == RULE_UNDEFINED) {
         row.cfa_type = CFA_END_OF_STACK;
@@ -225,7 +276,7 @@ static struct jp_row row_for(const struct state *state) {
     return row;
 }
 
-static void place(struct builder *builder, uint64_t pc, int is_gap, struct jp_row row) {
+static void place(struct builder *builder, uint64_t pc, int is_gap, struct unwind_row row) {
     if (builder->out_of_memory) return;
     if (builder->count == builder->capacity) {
         size_t capacity = builder->capacity ? builder->capacity * 2 : 4096;
@@ -303,74 +354,74 @@ static int run_program(const uint8_t *at, const uint8_t *end, struct state *stat
         uint64_t reg, delta;
         int64_t offset;
         switch (opcode >> 6) {
-        case 1: /* advance_loc */
+        case DW_CFA_advance_loc >> 6:
             emit_line(emit, state);
             state->pc += low * cie->code_align;
             continue;
-        case 2: /* offset */
+        case DW_CFA_offset >> 6:
             offset = (int64_t)read_uleb(&cursor) * cie->data_align;
             set_rule(state, low, RULE_OFFSET, offset);
             continue;
-        case 3: /* restore */
+        case DW_CFA_restore >> 6:
             if (!cie->has_line || emit->builder == NULL) goto done;
             restore_rule(state, &cie->line, low);
             continue;
         }
         switch (opcode) {
-        case 0x00: break; /* nop */
-        case 0x01:        /* set_loc */
+        case DW_CFA_nop: break;
+        case DW_CFA_set_loc:
             delta = read_unsigned(&cursor, 8);
             emit_line(emit, state);
             state->pc = delta;
             break;
-        case 0x02: case 0x03: case 0x04: /* advance_loc1/2/4 */
-            delta = read_unsigned(&cursor, opcode == 0x02 ? 1 : opcode == 0x03 ? 2 : 4);
+        case DW_CFA_advance_loc1: case DW_CFA_advance_loc2: case DW_CFA_advance_loc4:
+            delta = read_unsigned(&cursor, opcode == DW_CFA_advance_loc1 ? 1 : opcode == DW_CFA_advance_loc2 ? 2 : 4);
             emit_line(emit, state);
             state->pc += delta * cie->code_align;
             break;
-        case 0x05: /* offset_extended */
+        case DW_CFA_offset_extended:
             reg = read_uleb(&cursor);
             offset = (int64_t)read_uleb(&cursor) * cie->data_align;
             set_rule(state, reg, RULE_OFFSET, offset);
             break;
-        case 0x06: /* restore_extended */
+        case DW_CFA_restore_extended:
             reg = read_uleb(&cursor);
             if (!cie->has_line || emit->builder == NULL) goto done;
             restore_rule(state, &cie->line, reg);
             break;
-        case 0x07: set_rule(state, read_uleb(&cursor), RULE_UNDEFINED, 0); break;
-        case 0x08: set_rule(state, read_uleb(&cursor), RULE_SAME, 0); break;
-        case 0x09: /* register */
+        case DW_CFA_undefined: set_rule(state, read_uleb(&cursor), RULE_UNDEFINED, 0); break;
+        case DW_CFA_same_value: set_rule(state, read_uleb(&cursor), RULE_SAME, 0); break;
+        case DW_CFA_register:
             reg = read_uleb(&cursor);
             set_rule(state, reg, RULE_REGISTER, (int64_t)read_uleb(&cursor));
             break;
-        case 0x0a: /* remember_state */
+        case DW_CFA_remember_state:
             if (depth == STATE_STACK) goto done;
             if (stack == NULL && (stack = malloc(STATE_STACK * sizeof *stack)) == NULL) goto done;
             stack[depth++] = *state;
             break;
-        case 0x0b: /* restore_state */
+        case DW_CFA_restore_state:
             if (depth == 0) goto done;
             delta = state->pc;
             *state = stack[--depth];
             state->pc = delta;
             break;
-        case 0x0c: /* def_cfa */
+        case DW_CFA_def_cfa:
             state->cfa_kind = CFA_REGISTER;
             state->cfa_reg = (int64_t)read_uleb(&cursor);
             state->cfa_offset = (int64_t)read_uleb(&cursor);
             break;
-        case 0x0d: /* def_cfa_register: the offset stays */
+        case DW_CFA_def_cfa_register: /* the offset stays */
             state->cfa_reg = (int64_t)read_uleb(&cursor);
             if (state->cfa_kind == CFA_EXPRESSION) state->cfa_offset = 0;
             state->cfa_kind = CFA_REGISTER;
             break;
-        case 0x0e: /* def_cfa_offset: the register stays */
+        case DW_CFA_def_cfa_offset: /* the register stays */
             state->cfa_offset = (int64_t)read_uleb(&cursor);
             if (state->cfa_kind == CFA_EXPRESSION) state->cfa_reg = -1;
             state->cfa_kind = CFA_REGISTER;
             break;
-        case 0x0f: /* def_cfa_expression */
+        case DW_CFA_def_cfa_expression:
             delta = read_uleb(&cursor);
             if (!cursor.ok || delta > (uint64_t)(cursor.end - cursor.at)) goto done;
             state->cfa_kind = CFA_EXPRESSION;
@@ -378,36 +429,36 @@ static int run_program(const uint8_t *at, const uint8_t *end, struct state *stat
             state->cfa_expr_len = delta;
             cursor.at += delta;
             break;
-        case 0x10: case 0x16: /* expression, val_expression */
+        case DW_CFA_expression: case DW_CFA_val_expression:
             reg = read_uleb(&cursor);
             delta = read_uleb(&cursor);
             if (!cursor.ok || delta > (uint64_t)(cursor.end - cursor.at)) goto done;
             cursor.at += delta;
-            set_rule(state, reg, opcode == 0x10 ? RULE_EXPRESSION : RULE_VAL_EXPRESSION, 0);
+            set_rule(state, reg, opcode == DW_CFA_expression ? RULE_EXPRESSION : RULE_VAL_EXPRESSION, 0);
             break;
-        case 0x11: /* offset_extended_sf */
+        case DW_CFA_offset_extended_sf:
             reg = read_uleb(&cursor);
             set_rule(state, reg, RULE_OFFSET, read_sleb(&cursor) * cie->data_align);
             break;
-        case 0x12: /* def_cfa_sf */
+        case DW_CFA_def_cfa_sf:
             state->cfa_kind = CFA_REGISTER;
             state->cfa_reg = (int64_t)read_uleb(&cursor);
             state->cfa_offset = read_sleb(&cursor) * cie->data_align;
             break;
-        case 0x13: /* def_cfa_offset_sf */
+        case DW_CFA_def_cfa_offset_sf:
             state->cfa_offset = read_sleb(&cursor) * cie->data_align;
             if (state->cfa_kind == CFA_EXPRESSION) state->cfa_reg = -1;
             state->cfa_kind = CFA_REGISTER;
             break;
-        case 0x14: case 0x15: /* val_offset, val_offset_sf */
+        case DW_CFA_val_offset: case DW_CFA_val_offset_sf:
             reg = read_uleb(&cursor);
-            offset = opcode == 0x14 ? (int64_t)read_uleb(&cursor) * cie->data_align : read_sleb(&cursor) * cie->data_align;
+            offset = opcode == DW_CFA_val_offset ? (int64_t)read_uleb(&cursor) * cie->data_align : read_sleb(&cursor) * cie->data_align;
             set_rule(state, reg, RULE_VAL_OFFSET, offset);
             break;
-        case 0x2e: /* GNU_args_size: the CFA does not depend on it */
+        case DW_CFA_GNU_args_size: /* the CFA does not depend on it */
             read_uleb(&cursor);
             break;
-        case 0x2f: /* GNU_negative_offset_extended */
+        case DW_CFA_GNU_negative_offset_extended:
             reg = read_uleb(&cursor);
             set_rule(state, reg, RULE_OFFSET, -(int64_t)read_uleb(&cursor) * cie->data_align);
             break;
@@ -475,7 +526,7 @@ static struct cie parse_cie(const struct section *section, uint64_t offset) {
         read_unsigned(&cursor, 1);
     else
         read_uleb(&cursor);
-    cie.fde_encoding = section->is_eh_frame ? 0x00 : 0xff; /* 0xff: plain target addresses */
+    cie.fde_encoding = section->is_eh_frame ? DW_EH_PE_absptr : DW_EH_PE_omit; /* omit: plain target addresses */
     if (augmentation_length) {
         cie.has_z = 1;
         uint64_t data_length = read_uleb(&cursor);
@@ -577,7 +628,7 @@ static void walk_section(const struct section *section, struct builder *builder,
         uint64_t start = 0, range = 0;
         int ok = cie != NULL;
         if (ok) {
-            if (cie->fde_encoding == 0xff) {
+            if (cie->fde_encoding == DW_EH_PE_omit) {
                 start = read_unsigned(&cursor, 8);
                 range = read_unsigned(&cursor, 8);
             } else {
@@ -621,7 +672,7 @@ static void walk_section(const struct section *section, struct builder *builder,
             offset = next;
             continue;
         }
-        place(builder, end, 1, (struct jp_row){.pc = (uint32_t)end, .cfa_type = CFA_GAP});
+        place(builder, end, 1, (struct unwind_row){.pc = (uint32_t)end, .cfa_type = CFA_GAP});
         offset = next;
     }
     free(cache);
@@ -636,7 +687,7 @@ static int compare_placed(const void *left_pointer, const void *right_pointer) {
     return left->sequence < right->sequence ? -1 : left->sequence > right->sequence;
 }
 
-static int same_rule(const struct jp_row *left, const struct jp_row *right) {
+static int same_rule(const struct unwind_row *left, const struct unwind_row *right) {
     return left->cfa_type == right->cfa_type && left->cfa_offset == right->cfa_offset && left->rbp_rule == right->rbp_rule &&
            left->rbp_offset == right->rbp_offset;
 }
@@ -648,7 +699,7 @@ static size_t finish_rows(struct builder *builder) {
      * repeats merged; done in place, rows packed at the array's front (a
      * row is smaller than a placed item, so no unread item is overwritten). */
     uint8_t *out = (uint8_t *)builder->items;
-    struct jp_row previous = {0};
+    struct unwind_row previous = {0};
     size_t written = 0;
     uint64_t last_pc = 0;
     for (size_t index = 0; index < builder->count; index++) {
@@ -734,7 +785,7 @@ static int find_section(const struct source *source, const struct elf64_header *
     return 0;
 }
 
-static int compile_file(const struct source *source, struct jp_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats,
+static int compile_file(const struct source *source, struct unwind_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats,
                         uint32_t **starts_out, uint64_t *starts_count_out) {
     uint8_t *owned_header, *owned_sections = NULL, *owned_names = NULL, *owned_cfi = NULL;
     const uint8_t *bytes = fetch(source, 0, sizeof(struct elf64_header), &owned_header);
@@ -786,8 +837,8 @@ static int compile_file(const struct source *source, struct jp_row **rows_out, u
             free(builder.items);
             goto out;
         }
-        struct jp_row *rows = realloc(builder.items, count * sizeof *rows);
-        *rows_out = rows != NULL ? rows : (struct jp_row *)builder.items;
+        struct unwind_row *rows = realloc(builder.items, count * sizeof *rows);
+        *rows_out = rows != NULL ? rows : (struct unwind_row *)builder.items;
         *count_out = count;
     }
 out:
@@ -797,7 +848,7 @@ out:
     return result;
 }
 
-int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct jp_row **rows_out, uint64_t *count_out,
+int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct unwind_row **rows_out, uint64_t *count_out,
                                struct jp_table_stats *stats) {
     *rows_out = NULL;
     *count_out = 0;
@@ -806,7 +857,7 @@ int jp_unwind_rows_from_memory(const uint8_t *file, uint64_t file_size, struct j
     return compile_file(&source, rows_out, count_out, stats, NULL, NULL);
 }
 
-int jp_unwind_rows(int fd, struct jp_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats) {
+int jp_unwind_rows(int fd, struct unwind_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats) {
     *rows_out = NULL;
     *count_out = 0;
     memset(stats, 0, sizeof *stats);
@@ -828,16 +879,16 @@ int jp_function_starts(int fd, uint32_t **starts_out, uint64_t *count_out) {
     if (!S_ISREG(info.st_mode)) return JP_NOT_ELF;
     if ((uint64_t)info.st_size > MAX_FILE_BYTES) return JP_TOO_LARGE;
     struct source source = {NULL, fd, (uint64_t)info.st_size};
-    struct jp_row *rows = NULL;
+    struct unwind_row *rows = NULL;
     uint64_t count = 0;
     return compile_file(&source, &rows, &count, &stats, starts_out, count_out);
 }
 
 void jp_free(void *pointer) { free(pointer); }
 
-int jp_rows_valid(const struct jp_row *rows, uint64_t count) {
+int jp_rows_valid(const struct unwind_row *rows, uint64_t count) {
     for (uint64_t index = 0; index < count; index++) {
-        const struct jp_row *row = &rows[index];
+        const struct unwind_row *row = &rows[index];
         if (index > 0 && row->pc <= rows[index - 1].pc) return 0;
         if (row->cfa_type > CFA_UNSUPPORTED || row->rbp_rule > 1 || row->reserved != 0) return 0;
         if (row->cfa_type == CFA_PLT && (row->cfa_offset < 0 || row->cfa_offset > 31)) return 0;

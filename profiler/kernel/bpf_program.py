@@ -17,7 +17,6 @@ from profiler.errors import JitprofError
 from profiler.kernel import bpf_object, preflight
 from profiler.kernel.events import (
     COUNTER_COUNT,
-    MAX_FRAMES,
     Counter,
     KernelTraffic,
     MalformedEvent,
@@ -28,7 +27,8 @@ from profiler.kernel.events import (
 from profiler.kernel.trie import MAX_PROVISIONAL_LENGTH, TriePrefix
 from profiler.safety import limits
 
-BPF_SOURCE = Path(__file__).resolve().parents[2] / "bpf" / "sampler.bpf.c"
+BPF_DIRECTORY = Path(__file__).resolve().parents[2] / "bpf"
+BPF_SOURCE = BPF_DIRECTORY / "sampler.bpf.c"
 
 TRIE_ENTRIES = 131072  # a mapping takes 1 to ~60 prefixes
 FOLLOWED_ENTRIES = 16384
@@ -44,7 +44,7 @@ FRAMES_PER_CALL = 8  # frames per tail call of the walker: 16 calls cover MAX_FR
 # samples, 11 KiB at the 99th percentile, 22 KiB at the 99.9th (startup and
 # workload.js); perf --call-graph dwarf copies 8 KiB. The walk's per-CPU
 # scratch, which holds the copy, must stay under 32 KiB.
-STACK_COPY_BYTES = 28 << 10
+STACK_COPY_BYTES = 28 << 10  # (jitprof_abi.h)
 WALKER_PROGRAM = 0
 COPIER_PROGRAM = 1
 
@@ -68,15 +68,14 @@ class LoadOptions:
 
 
 def compile_flags(options: LoadOptions) -> list[str]:
-    """The -D flags: one set of numbers for both halves."""
+    """The -D flags: the sizes of maps and the walk's settings (the records'
+    own numbers are in jitprof_abi.h)."""
     cflags = [
-        f"-DMAX_FRAMES={MAX_FRAMES}",
         f"-DTRIE_ENTRIES={TRIE_ENTRIES}",
         f"-DFOLLOWED_ENTRIES={FOLLOWED_ENTRIES}",
         f"-DKERNEL_STACK_ENTRIES={KERNEL_STACK_ENTRIES}",
         f"-DRINGBUF_PAGES={RINGBUF_PAGES}",
         f"-DFRAMES_PER_CALL={FRAMES_PER_CALL}",
-        f"-DSTACK_COPY_BYTES={STACK_COPY_BYTES}",
         f"-DMAX_PROVISIONAL_LENGTH={MAX_PROVISIONAL_LENGTH}ULL",
     ]
     if options.kernel_stacks:
@@ -91,10 +90,16 @@ def compile_flags(options: LoadOptions) -> list[str]:
     return cflags
 
 
+def bpf_source() -> bytes:
+    """What the compiled program is made of (its cache key): the program and the headers it includes."""
+    headers = sorted(BPF_DIRECTORY.glob("*.h"))
+    return b"\0".join([BPF_SOURCE.read_bytes(), *(header.name.encode() + b"\0" + header.read_bytes() for header in headers)])
+
+
 def compile_object(bcc: Any, cflags: list[str]) -> bpf_object.BpfObject:
     """bpf/sampler.bpf.c compiled by BCC (seconds: clang and LLVM)."""
     try:
-        compiled = bcc.BPF(text=BPF_SOURCE.read_bytes(), cflags=cflags)
+        compiled = bcc.BPF(text=BPF_SOURCE.read_bytes(), cflags=[*cflags, f"-I{BPF_DIRECTORY}"])
     except Exception as error:  # BCC raises bare Exception for compile and load errors
         raise _explain_load_failure(error) from error
     try:
@@ -159,7 +164,7 @@ class BpfProgram:
     def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
         """The object kept by set-up or an earlier run, or compiled by BCC
         now (and kept)."""
-        key = bpf_object.object_key(BPF_SOURCE.read_bytes(), cflags)
+        key = bpf_object.object_key(bpf_source(), cflags)
         cached = bpf_object.load_cached(key) if use_cache else None
         if cached is not None:
             return cached

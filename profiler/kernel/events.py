@@ -1,6 +1,7 @@
 """Records that come up from the BPF program, decoded from the ring buffer.
 
-The ctypes layouts mirror the structs in bpf/sampler.bpf.c.
+The ctypes layouts are the structs of bpf/jitprof_abi.h (tests/kernel/test_abi.py
+compiles the header and checks them).
 """
 
 from __future__ import annotations

@@ -13,11 +13,11 @@ from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.kernel.trie import TriePrefix, split_range
 from profiler.native.elf import ElfImage, UnreadableElf, open_elf, vdso_image
 from profiler.native.heap import give_back_freed_memory
+from profiler.native.library import MAPPING_ELF, MAPPING_JIT, MAPPING_PENDING
 
-# Trie entry kinds (bpf/sampler.bpf.c).
-MAPPING_ELF = 1
-MAPPING_JIT = 2
-MAPPING_ELF_PENDING = 3  # its unwind table is not attached yet: walks reaching it are deferred
+# Trie entry kinds (bpf/jitprof_abi.h): a file whose unwind table is not
+# attached yet defers the walks reaching it.
+MAPPING_ELF_PENDING = MAPPING_PENDING
 
 JIT_MODULE = "[jit]"  # the module of anonymous executable memory: JIT code
 VDSO = "[vdso]"

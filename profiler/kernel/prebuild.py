@@ -7,12 +7,12 @@ from __future__ import annotations
 import sys
 
 from profiler.kernel import bpf_object, preflight
-from profiler.kernel.bpf_program import BPF_SOURCE, LoadOptions, compile_flags, compile_object
+from profiler.kernel.bpf_program import LoadOptions, bpf_source, compile_flags, compile_object
 
 
 def main() -> int:
     bcc = preflight.import_bcc()
-    source = BPF_SOURCE.read_bytes()
+    source = bpf_source()
     bpf_object.make_installed_dir()
     built = 0
     current = set()

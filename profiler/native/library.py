@@ -21,6 +21,7 @@ from profiler.errors import JitprofError
 NATIVE_DIR = Path(__file__).resolve().parents[2] / "native"
 LIBRARY_PATH = NATIVE_DIR / "build" / "libjitprof_native.so"
 HEADER_PATH = NATIVE_DIR / "jitprof_native.h"
+ABI_HEADER_PATH = NATIVE_DIR.parent / "bpf" / "jitprof_abi.h"
 
 ERRORS = {1: "not an ELF file", 2: "not an x86-64 ELF64 file", 3: "too large", 4: "cannot be read", 5: "out of memory"}
 
@@ -40,9 +41,19 @@ class CompiledRows:
     malformed: int
 
 
+# The kernel's integer types, as jitprof_abi.h uses them.
+_KERNEL_TYPES = "".join(f"typedef {kind}_t __{name};\n" for kind, name in (
+    ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64"), ("int32", "s32"), ("int64", "s64"),
+))
+
+
 def _declarations() -> str:
-    text = HEADER_PATH.read_text()
-    return text[text.index("/* cffi-begin */") + len("/* cffi-begin */") : text.index("/* cffi-end */")]
+    """What cffi is told: the shared part of jitprof_abi.h, then the library's own."""
+    parts = [_KERNEL_TYPES]
+    for path in (ABI_HEADER_PATH, HEADER_PATH):
+        text = path.read_text()
+        parts.append(text[text.index("/* cffi-begin */") + len("/* cffi-begin */") : text.index("/* cffi-end */")])
+    return "\n".join(parts)
 
 
 def load() -> tuple[Any, Any]:
@@ -57,6 +68,7 @@ def load() -> tuple[Any, Any]:
             if not LIBRARY_PATH.is_file():
                 raise NativeUnavailable(f"jitprof's native library is not built ({LIBRARY_PATH})", "run `make setup`")
             sources = [path for path in NATIVE_DIR.glob("*.[ch]") if not path.name.startswith("fuzz_")]
+            sources += list(ABI_HEADER_PATH.parent.glob("*.h"))  # the headers shared with the BPF program
             if LIBRARY_PATH.stat().st_mtime < max(path.stat().st_mtime for path in sources):
                 raise NativeUnavailable(f"jitprof's native library is older than its source ({LIBRARY_PATH})", "run `make setup`")
             ffi = cffi.FFI()
@@ -72,7 +84,7 @@ def load() -> tuple[Any, Any]:
 def compile_unwind_rows(descriptor: int) -> CompiledRows:
     """Rows for the ELF file open at descriptor (read from its start)."""
     ffi, lib = load()
-    rows = ffi.new("struct jp_row **")
+    rows = ffi.new("struct unwind_row **")
     count = ffi.new("uint64_t *")
     stats = ffi.new("struct jp_table_stats *")
     result = lib.jp_unwind_rows(descriptor, rows, count, stats)
@@ -81,7 +93,7 @@ def compile_unwind_rows(descriptor: int) -> CompiledRows:
     if result != lib.JP_OK:
         raise OSError(f"unwind table: {ERRORS.get(result, f'error {result}')}")
     try:
-        packed = bytes(ffi.buffer(rows[0], count[0] * ffi.sizeof("struct jp_row"))) if count[0] else b""
+        packed = bytes(ffi.buffer(rows[0], count[0] * ffi.sizeof("struct unwind_row"))) if count[0] else b""
     finally:
         lib.jp_free(rows[0])
     return CompiledRows(packed, stats.fdes, stats.failed, stats.malformed)
@@ -107,17 +119,18 @@ def function_starts(descriptor: int) -> array.array:
 def rows_valid(packed: bytes) -> bool:
     """Are these packed rows as the compiler writes them (see jp_rows_valid)?"""
     ffi, lib = load()
-    size = ffi.sizeof("struct jp_row")
+    size = ffi.sizeof("struct unwind_row")
     if len(packed) % size:
         return False
     if not packed:
         return True
-    return bool(lib.jp_rows_valid(ffi.cast("const struct jp_row *", ffi.from_buffer(packed)), len(packed) // size))
+    return bool(lib.jp_rows_valid(ffi.cast("const struct unwind_row *", ffi.from_buffer(packed)), len(packed) // size))
 
 
-MAPPING_JIT = 0
+# jitprof_abi.h's mapping kinds (tests/kernel/test_abi.py checks them).
 MAPPING_ELF = 1
-MAPPING_PENDING = 2
+MAPPING_JIT = 2
+MAPPING_PENDING = 3  # MAPPING_ELF_PENDING
 WALK_PENDING = 64  # jitprof_native.h: JP_WALK_PENDING
 
 
@@ -156,7 +169,7 @@ def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegister
     """Walk a stack copy with the kernel walker's rules (native/walk.c);
     mappings sorted by start, not overlapping."""
     ffi, lib = load()
-    row_size = ffi.sizeof("struct jp_row")
+    row_size = ffi.sizeof("struct unwind_row")
     table = ffi.new("struct jp_walk_mapping[]", max(len(mappings), 1))
     keep_alive = []
     for index, mapping in enumerate(mappings):
@@ -166,7 +179,7 @@ def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegister
         if mapping.rows:
             rows = ffi.from_buffer(mapping.rows)
             keep_alive.append(rows)
-            slot.rows = ffi.cast("const struct jp_row *", rows)
+            slot.rows = ffi.cast("const struct unwind_row *", rows)
             slot.row_count = len(mapping.rows) // row_size
     data = ffi.from_buffer(stack.data)
     copy = ffi.new("struct jp_walk_stack *", {"bytes": ffi.cast("const uint8_t *", data), "length": len(stack.data),

@@ -30,7 +30,7 @@ KEPT_ROWS_BYTES = 96 << 20  # built rows kept for late walks: node's are 6 MiB, 
 # walks of its exited processes are over (they retire after 10 s), and the
 # next process to map it copies them from the cache in milliseconds.
 KEPT_IDLE_S = 60.0
-TABLE_PENDING = 0xFFFFFFFF  # the first row of a table being built (bpf/sampler.bpf.c)
+TABLE_PENDING = 0xFFFFFFFF  # the first row of a table being built (bpf/jitprof_abi.h)
 
 
 class RowsState(enum.Enum):

@@ -27,13 +27,6 @@ def decode(buffer, size=None):
     return decode_event(ctypes.addressof(buffer), len(buffer) if size is None else size)
 
 
-def test_layouts_match_the_c_structs():
-    # 4 u32 + u64 + s32 + u16 + 2 u8 + comm[16]: SAMPLE_HEADER_BYTES in sampler.bpf.c
-    assert ctypes.sizeof(_RawSampleHeader) == 48
-    assert ctypes.sizeof(_RawStackCopy) == 32  # struct stack_copy
-    assert ctypes.sizeof(_RawProcessEvent) == 16 + 8 + 16 + 16
-
-
 def test_a_sample_is_its_header_and_its_frames():
     header = _RawSampleHeader(event_type=1, pid=10, tid=11, cpu=1, time_ns=5, kernel_stack_id=-1, frame_count=3, walk_end=2, user_mode=1, comm=b"node")
     event = decode(record(header, (0x10, 0x20, 0x30)))

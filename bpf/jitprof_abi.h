@@ -1,0 +1,153 @@
+/* What jitprof's kernel half and user space share, defined once: the
+ * records the BPF program sends up, the maps user space fills, and every
+ * code, flag and limit either side reads.
+ *
+ * Included by bpf/sampler.bpf.c (BCC) and native/jitprof_native.h; the part
+ * between the cffi markers is handed to cffi too. The Python side
+ * (profiler/kernel/events.py, mappings.py, bpf_program.py) is checked
+ * against this file by tests/kernel/test_abi.py, which compiles it with the
+ * system's C compiler: a change here that Python does not follow fails. */
+#ifndef JITPROF_ABI_H
+#define JITPROF_ABI_H
+
+#include <linux/types.h>
+
+/* cffi-begin */
+/* Records on the ring buffer (struct sample_event, struct process_event). */
+#define EVENT_SAMPLE 1
+#define EVENT_FORK 2
+#define EVENT_EXEC 3
+#define EVENT_EXIT 4
+#define EVENT_MAPS_CHANGED 5
+#define EVENT_DISCOVERED 6 /* --all: a process sampled for the first time */
+
+/* How a stack walk ended. */
+#define WALK_COMPLETE 0
+#define WALK_TRUNCATED 1
+#define WALK_NO_MAPPING 2
+#define WALK_READ_FAULT 3
+#define WALK_BAD_FRAME 4
+#define WALK_NO_USER_REGS 5
+/* Not an end: user space did not know enough yet, and the sample carries a
+ * copy of the stack to finish the walk with (profiler/kernel/late_walks.py). */
+#define WALK_DEFERRED 6
+/* User space's: a walk finished from a copy that did not reach the stack's end. */
+#define WALK_COPY_TOO_SHORT 7
+/* The thread was in the kernel on its way out, its user memory already gone. */
+#define WALK_THREAD_EXITING 8
+
+/* Indexes of the per-CPU counter array. */
+#define COUNTER_SAMPLES 0
+#define COUNTER_RINGBUF_FULL 1
+#define COUNTER_KSTACK_FAILED 2
+#define COUNTER_EVENTS_LOST 3
+#define COUNTER_COUNT 4
+
+/* Kinds of the mapping trie's entries (struct mapping_info), and of the
+ * mappings the user-space walker is given. */
+#define MAPPING_ELF 1
+#define MAPPING_JIT 2
+#define MAPPING_ELF_PENDING 3 /* a file whose unwind table is not attached yet: walks are deferred */
+#define MAPPING_PROVISIONAL 4 /* new executable memory, covered until /proc/PID/maps is read */
+
+/* struct unwind_table.first_row of a table being built. */
+#define TABLE_PENDING 0xffffffff
+
+/* Unwind rows: how the CFA is found, and where rbp was saved. */
+#define CFA_GAP 0 /* between functions: no row */
+#define CFA_RSP 1
+#define CFA_RBP 2
+#define CFA_PLT 3 /* sp + 8, + 8 more past the PLT entry's push (cfa_offset: its threshold) */
+#define CFA_SIGNAL 4 /* a signal frame (__restore_rt): registers from the ucontext */
+#define CFA_END_OF_STACK 5 /* the outermost frame (rip undefined) */
+#define CFA_UNSUPPORTED 6 /* a rule the walkers cannot follow: frame-pointer step */
+#define RBP_SAME 0
+#define RBP_OFFSET 1
+
+/* Where a signal frame keeps the interrupted registers, from the stack
+ * pointer on entry to __restore_rt: struct ucontext's uc_mcontext gregs. */
+#define SIGFRAME_RBP 120
+#define SIGFRAME_RSP 160
+#define SIGFRAME_RIP 168
+
+/* struct stack_copy.flags */
+#define STACK_COPY_REACHED_END 1 /* memory beyond the copy was not readable */
+#define STACK_COPY_EXACT_PC 2    /* pc is not a return address */
+
+/* Limits of a sample record. */
+#define MAX_FRAMES 127
+#define STACK_COPY_BYTES 28672 /* 28 KiB of stack copied for a deferred walk */
+#define COMM_LEN 16
+#define SAMPLE_HEADER_BYTES 48 /* sent: the header, frame_count addresses, then for WALK_DEFERRED the copy */
+
+/* One unwind row (16 bytes): rows of a file are sorted by pc. */
+struct unwind_row {
+    __u32 pc; /* file address (ELF vaddr) where the row starts */
+    __u8 cfa_type;
+    __u8 rbp_rule;
+    __u16 reserved;
+    __s32 cfa_offset;
+    __s32 rbp_offset;
+};
+/* cffi-end */
+
+/* A file's slice of the row array. */
+struct unwind_table {
+    __u32 first_row;
+    __u32 row_count; /* 0: not live (yet), frame-pointer steps only */
+};
+
+/* LPM trie key: pid and address big-endian, so that a prefix covers an
+ * aligned address block of one process. */
+struct trie_key {
+    __u32 prefixlen;
+    __u32 pid_be;
+    __u64 address_be;
+};
+
+struct mapping_info {
+    __u32 kind;
+    __u32 table_id; /* unwind table of an ELF mapping; unused by the FP walk */
+    __u64 load_bias;
+};
+
+struct process_event {
+    __u32 event_type;
+    __u32 pid;
+    __u32 tid;
+    __u32 parent_pid;
+    __u64 time_ns;
+    char comm[COMM_LEN];
+    __u64 address; /* EVENT_MAPS_CHANGED: the range that became executable */
+    __u64 length;
+};
+
+/* Where user space resumes a deferred walk: the registers of the first
+ * frame not walked, and how much stack from sp up follows. */
+struct stack_copy {
+    __u64 pc;
+    __u64 sp;
+    __u64 fp;
+    __u32 copy_length;
+    __u32 flags;
+};
+
+/* A sample goes up as its first SAMPLE_HEADER_BYTES and frame_count
+ * addresses; a deferred one (walk_end WALK_DEFERRED) then a struct
+ * stack_copy and copy_length bytes of stack. */
+struct sample_event {
+    __u32 event_type;
+    __u32 pid;
+    __u32 tid;
+    __u32 cpu;
+    __u64 time_ns;
+    __s32 kernel_stack_id;
+    __u16 frame_count;
+    __u8 walk_end;
+    __u8 user_mode;
+    char comm[COMM_LEN];
+    __u64 addresses[MAX_FRAMES + 1];
+    __u8 copy_space[sizeof(struct stack_copy) + STACK_COPY_BYTES];
+};
+
+#endif

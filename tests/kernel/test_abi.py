@@ -1,0 +1,127 @@
+"""bpf/jitprof_abi.h is the one definition of what the kernel half and user
+space share: compiled here with the system's C compiler, its constants and
+record layouts must be exactly what the Python side reads and writes. A
+change on the C side that Python does not follow fails this test."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from profiler.kernel import bpf_program, events, mappings
+from profiler.native import library, unwind_rows, unwind_tables
+from tests.helpers import ROOT
+
+CONSTANTS = [
+    "EVENT_SAMPLE", "EVENT_FORK", "EVENT_EXEC", "EVENT_EXIT", "EVENT_MAPS_CHANGED", "EVENT_DISCOVERED",
+    "WALK_COMPLETE", "WALK_TRUNCATED", "WALK_NO_MAPPING", "WALK_READ_FAULT", "WALK_BAD_FRAME", "WALK_NO_USER_REGS",
+    "WALK_DEFERRED", "WALK_COPY_TOO_SHORT", "WALK_THREAD_EXITING",
+    "COUNTER_SAMPLES", "COUNTER_RINGBUF_FULL", "COUNTER_KSTACK_FAILED", "COUNTER_EVENTS_LOST", "COUNTER_COUNT",
+    "MAPPING_ELF", "MAPPING_JIT", "MAPPING_ELF_PENDING", "MAPPING_PROVISIONAL", "TABLE_PENDING",
+    "CFA_GAP", "CFA_RSP", "CFA_RBP", "CFA_PLT", "CFA_SIGNAL", "CFA_END_OF_STACK", "CFA_UNSUPPORTED",
+    "RBP_SAME", "RBP_OFFSET", "STACK_COPY_REACHED_END", "STACK_COPY_EXACT_PC",
+    "MAX_FRAMES", "STACK_COPY_BYTES", "COMM_LEN", "SAMPLE_HEADER_BYTES",
+]
+STRUCTS = {
+    "sample_event": ["event_type", "pid", "tid", "cpu", "time_ns", "kernel_stack_id", "frame_count", "walk_end",
+                     "user_mode", "comm", "addresses", "copy_space"],
+    "stack_copy": ["pc", "sp", "fp", "copy_length", "flags"],
+    "process_event": ["event_type", "pid", "tid", "parent_pid", "time_ns", "comm", "address", "length"],
+    "trie_key": ["prefixlen", "pid_be", "address_be"],
+    "mapping_info": ["kind", "table_id", "load_bias"],
+    "unwind_table": ["first_row", "row_count"],
+    "unwind_row": ["pc", "cfa_type", "rbp_rule", "reserved", "cfa_offset", "rbp_offset"],
+}
+
+
+@pytest.fixture(scope="module")
+def abi(tmp_path_factory):
+    """The header's numbers, as a C compiler sees them."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler (make setup installs gcc)")
+    lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "jitprof_abi.h"', "int main(void) {", 'printf("{");']
+    for name in CONSTANTS:
+        lines.append(f'printf("\\"{name}\\": %llu, ", (unsigned long long)({name}));')
+    for struct, fields in STRUCTS.items():
+        lines.append(f'printf("\\"sizeof {struct}\\": %zu, ", sizeof(struct {struct}));')
+        for field in fields:
+            lines.append(f'printf("\\"{struct}.{field}\\": [%zu, %zu], ", offsetof(struct {struct}, {field}), '
+                         f"sizeof(((struct {struct} *)0)->{field}));")
+    lines += ['printf("\\"end\\": 0}");', "return 0; }"]
+    directory = tmp_path_factory.mktemp("abi")
+    source = directory / "abi.c"
+    source.write_text("\n".join(lines))
+    subprocess.run([compiler, "-Wall", "-Werror", f"-I{ROOT / 'bpf'}", "-o", str(directory / "abi"), str(source)], check=True)
+    return json.loads(subprocess.run([str(directory / "abi")], capture_output=True, text=True, check=True).stdout)
+
+
+def layout(structure: type[ctypes.Structure]) -> dict[str, list[int]]:
+    return {name: [getattr(structure, name).offset, getattr(structure, name).size] for name, _ in structure._fields_}
+
+
+def test_codes_are_the_headers(abi):
+    assert {f"EVENT_{kind.name}": int(kind) for kind in events.EventType} == {
+        name: value for name, value in abi.items() if name.startswith("EVENT_")
+    }
+    assert {f"WALK_{end.name}": int(end) for end in events.WalkEnd} == {
+        name: value for name, value in abi.items() if name.startswith("WALK_")
+    }
+    assert {f"COUNTER_{counter.name}": int(counter) for counter in events.Counter} | {"COUNTER_COUNT": events.COUNTER_COUNT} == {
+        name: value for name, value in abi.items() if name.startswith("COUNTER_")
+    }
+    assert {f"CFA_{kind.name}": int(kind) for kind in unwind_rows.CfaType} == {
+        name: value for name, value in abi.items() if name.startswith("CFA_")
+    }
+    assert {f"RBP_{rule.name}": int(rule) for rule in unwind_rows.RbpRule} == {
+        name: value for name, value in abi.items() if name.startswith("RBP_")
+    }
+    assert (mappings.MAPPING_ELF, mappings.MAPPING_JIT, mappings.MAPPING_ELF_PENDING) == (
+        abi["MAPPING_ELF"], abi["MAPPING_JIT"], abi["MAPPING_ELF_PENDING"]
+    )
+    assert (library.MAPPING_ELF, library.MAPPING_JIT, library.MAPPING_PENDING) == (
+        abi["MAPPING_ELF"], abi["MAPPING_JIT"], abi["MAPPING_ELF_PENDING"]
+    )
+    assert unwind_tables.TABLE_PENDING == abi["TABLE_PENDING"]
+    assert (events.STACK_COPY_REACHED_END, events.STACK_COPY_EXACT_PC) == (
+        abi["STACK_COPY_REACHED_END"], abi["STACK_COPY_EXACT_PC"]
+    )
+
+
+def test_limits_are_the_headers(abi):
+    assert events.MAX_FRAMES == abi["MAX_FRAMES"]
+    assert events.COMM_LEN == abi["COMM_LEN"]
+    assert bpf_program.STACK_COPY_BYTES == abi["STACK_COPY_BYTES"]
+    assert abi["sample_event.addresses"] == [abi["SAMPLE_HEADER_BYTES"], 8 * (abi["MAX_FRAMES"] + 1)]
+    assert abi["sample_event.copy_space"][1] == abi["sizeof stack_copy"] + abi["STACK_COPY_BYTES"]
+
+
+def test_records_are_laid_out_as_the_header_says(abi):
+    for structure, name in [
+        (events._RawSampleHeader, "sample_event"),
+        (events._RawStackCopy, "stack_copy"),
+        (events._RawProcessEvent, "process_event"),
+        (bpf_program._TrieKey, "trie_key"),
+        (bpf_program._MappingInfo, "mapping_info"),
+        (bpf_program._UnwindTable, "unwind_table"),
+    ]:
+        assert layout(structure) == {field: abi[f"{name}.{field}"] for field, _ in structure._fields_}, name
+        if name != "sample_event":  # sent up as its header only
+            assert ctypes.sizeof(structure) == abi[f"sizeof {name}"], name
+    assert ctypes.sizeof(events._RawSampleHeader) == abi["SAMPLE_HEADER_BYTES"]
+    assert unwind_rows.ROW_FORMAT.size == bpf_program.UNWIND_ROW_SIZE == abi["sizeof unwind_row"]
+    offsets = [abi[f"unwind_row.{field}"][0] for field in STRUCTS["unwind_row"]]
+    assert offsets == [0, 4, 5, 6, 8, 12] and unwind_rows.ROW_FORMAT.format == "<IBBHii"
+
+
+def test_the_native_library_sees_the_same_row():
+    try:
+        ffi, _ = library.load()
+    except library.NativeUnavailable:
+        pytest.skip("native/ is built by make setup")
+    assert ffi.sizeof("struct unwind_row") == unwind_rows.ROW_FORMAT.size
+    assert ffi.offsetof("struct unwind_row", "cfa_offset") == 8
