@@ -35,8 +35,13 @@ soak: setup
 soak-push: setup
 	benchmarks/soak/push.sh
 
+# The formatters (ruff format; clang-format with .clang-format for bpf/ and
+# native/; fixtures keep their layout, tests name their lines) and the checkers.
 lint: setup
 	@$(VENV)/bin/pip install -q --disable-pip-version-check -e '.[lint]'
+	@command -v clang-format >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang-format >/dev/null
+	$(VENV)/bin/ruff format --check profiler tests e2e benchmarks
+	clang-format --dry-run -Werror bpf/*.c bpf/*.h native/*.c native/*.h
 	$(VENV)/bin/ruff check profiler tests e2e benchmarks
 	$(VENV)/bin/mypy profiler
 

@@ -82,7 +82,9 @@ def keys_of(fd: int, key_size: int) -> list[bytes]:
         next_key = ctypes.create_string_buffer(key_size)
         key_buffer = ctypes.create_string_buffer(current, key_size) if current is not None else None
         attr = ctypes.create_string_buffer(
-            struct.pack("=IIQQ", fd, 0, ctypes.addressof(key_buffer) if key_buffer is not None else 0, ctypes.addressof(next_key)),
+            struct.pack(
+                "=IIQQ", fd, 0, ctypes.addressof(key_buffer) if key_buffer is not None else 0, ctypes.addressof(next_key)
+            ),
             32,
         )
         try:
@@ -96,9 +98,7 @@ def keys_of(fd: int, key_size: int) -> list[bytes]:
 def lookup(fd: int, key: bytes, value_size: int) -> bytes:
     key_buffer = ctypes.create_string_buffer(key, len(key))
     value = ctypes.create_string_buffer(value_size)
-    attr = ctypes.create_string_buffer(
-        struct.pack("=IIQQQ", fd, 0, ctypes.addressof(key_buffer), ctypes.addressof(value), 0), 32
-    )
+    attr = ctypes.create_string_buffer(struct.pack("=IIQQQ", fd, 0, ctypes.addressof(key_buffer), ctypes.addressof(value), 0), 32)
     _bpf(BPF_MAP_LOOKUP_ELEM, attr)
     return value.raw
 

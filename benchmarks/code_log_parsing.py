@@ -18,7 +18,9 @@ def code_log_parsing(workdir: Path, repeats: int) -> list[str]:
     log = workdir / "codegen-v8.log"
     subprocess.run(
         ["node", "--log-code", "--log-source-code", "--no-logfile-per-isolate", f"--logfile={log}", str(JS_CODEGEN), "3000"],
-        cwd=workdir, check=True, capture_output=True,
+        cwd=workdir,
+        check=True,
+        capture_output=True,
     )
     data = log.read_bytes()
     log.unlink()

@@ -40,7 +40,12 @@ def completeness(perf: str | None, workdir: Path) -> list[str]:
         if perf:
             for label, flags in (("perf -g", ["-g"]), ("perf --call-graph dwarf", ["--call-graph", "dwarf"])):
                 data = workdir / "perf.data"
-                subprocess.run([perf, "record", "-q", "-F", "99", *flags, "-o", str(data), "--", *command], cwd=workdir, capture_output=True, check=True)
+                subprocess.run(
+                    [perf, "record", "-q", "-F", "99", *flags, "-o", str(data), "--", *command],
+                    cwd=workdir,
+                    capture_output=True,
+                    check=True,
+                )
                 share, samples = _perf_reach_main(perf, data)
                 rows.append(Completeness(label, case, share, samples, data.stat().st_size))
     lines = [
@@ -52,6 +57,8 @@ def completeness(perf: str | None, workdir: Path) -> list[str]:
         "| --- | --- | --- | --- | --- |",
     ]
     for row in rows:
-        lines.append(f"| {row.case} | {row.tool} | {100 * row.reach_main:.1f} % | {row.samples} | {row.data_bytes / 1024:.0f} KiB |")
+        lines.append(
+            f"| {row.case} | {row.tool} | {100 * row.reach_main:.1f} % | {row.samples} | {row.data_bytes / 1024:.0f} KiB |"
+        )
     lines.append("")
     return lines

@@ -42,8 +42,13 @@ class Outcome:
 
 
 def _jitprof(command: str, workdir: Path, cache: Path) -> Outcome:
-    subprocess.run([*JITPROF, "-F", FREQUENCY, "--no-tui", "-o", "out.jitprof", "--", "sh", "-c", command],
-                   cwd=workdir, capture_output=True, check=True, env={"JITPROF_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"})
+    subprocess.run(
+        [*JITPROF, "-F", FREQUENCY, "--no-tui", "-o", "out.jitprof", "--", "sh", "-c", command],
+        cwd=workdir,
+        capture_output=True,
+        check=True,
+        env={"JITPROF_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"},
+    )
     profile = read_raw(workdir / "out.jitprof")
     samples = [sample for sample in profile.samples if sample.comm != "sh"]
     native = [sample for sample in samples if sample.comm == "dwarf_cases" and sample.walk_end is not WalkEnd.THREAD_EXITING]
@@ -61,8 +66,12 @@ def _jitprof(command: str, workdir: Path, cache: Path) -> Outcome:
 
 def _perf(perf: str, command: str, workdir: Path) -> Outcome:
     data = workdir / "perf.data"
-    subprocess.run([perf, "record", "-q", "-F", FREQUENCY, "--call-graph", "dwarf", "-o", str(data), "--", "sh", "-c", command],
-                   cwd=workdir, capture_output=True, check=True)
+    subprocess.run(
+        [perf, "record", "-q", "-F", FREQUENCY, "--call-graph", "dwarf", "-o", str(data), "--", "sh", "-c", command],
+        cwd=workdir,
+        capture_output=True,
+        check=True,
+    )
     script = subprocess.run([perf, "script", "-i", str(data), "-F", "comm,ip,sym"], capture_output=True, text=True).stdout
     blocks = [block for block in script.split("\n\n") if block.strip() and not block.lstrip().startswith("sh ")]
     native = [block for block in blocks if block.lstrip().startswith("dwarf_cases")]

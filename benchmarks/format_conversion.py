@@ -25,8 +25,20 @@ def synthetic_profile(samples: int, seed: int = 1) -> Profile:
     for index in range(3000):
         script = f"/srv/app/lib/module{index % 300}.js"
         for line in range(3):
-            jit.append(Frame(f"handler{index} module{index % 300}.js:{index % 900}", "[jit]", FrameKind.JIT, script,
-                             index % 900 + line, 7, "turbofan", inlined=line > 0, line_exact=True, function_line=index % 900))
+            jit.append(
+                Frame(
+                    f"handler{index} module{index % 300}.js:{index % 900}",
+                    "[jit]",
+                    FrameKind.JIT,
+                    script,
+                    index % 900 + line,
+                    7,
+                    "turbofan",
+                    inlined=line > 0,
+                    line_exact=True,
+                    function_line=index % 900,
+                )
+            )
     roots = [profile.intern(frame) for frame in native[:12]]
     paths = []
     for _ in range(5000):  # distinct stacks, reused as a service's are
@@ -35,7 +47,9 @@ def synthetic_profile(samples: int, seed: int = 1) -> Profile:
     interval = 3600 * 10**9 // samples
     for index in range(samples):
         tid = 4242 + index % 4
-        profile.add(Sample(index * interval, 4242, tid, "node", paths[int(rng.paretovariate(1.2)) % len(paths)], WalkEnd.COMPLETE))
+        profile.add(
+            Sample(index * interval, 4242, tid, "node", paths[int(rng.paretovariate(1.2)) % len(paths)], WalkEnd.COMPLETE)
+        )
     return profile
 
 
@@ -46,8 +60,14 @@ def format_conversion(workdir: Path) -> list[str]:
     with open(raw, "wb") as handle:
         write_raw(profile, handle)
     del profile
-    names = {"folded": "hour.folded", "svg": "hour.svg", "speedscope": "hour.speedscope.json", "cpuprofile": "hour.cpuprofile",
-             "pprof": "hour.pb.gz", "callgrind": "callgrind.out.hour"}
+    names = {
+        "folded": "hour.folded",
+        "svg": "hour.svg",
+        "speedscope": "hour.speedscope.json",
+        "cpuprofile": "hour.cpuprofile",
+        "pprof": "hour.pb.gz",
+        "callgrind": "callgrind.out.hour",
+    }
     assert set(names) | {"jitprof"} == set(EXTENSIONS.values())
     rows = []
     for format_name, file_name in [("all six", ""), *names.items()]:

@@ -40,8 +40,14 @@ JS_ROUNDS = "150"
 
 
 JAVA_COMMAND = [
-    "java", "-XX:CompileCommand=quiet", "-XX:CompileCommand=dontinline,Hot::*",
-    "-cp", str(ROOT / "fixtures" / "build" / "java"), "Hot", "--rounds", "4000000",
+    "java",
+    "-XX:CompileCommand=quiet",
+    "-XX:CompileCommand=dontinline,Hot::*",
+    "-cp",
+    str(ROOT / "fixtures" / "build" / "java"),
+    "Hot",
+    "--rounds",
+    "4000000",
 ]
 
 
@@ -55,7 +61,9 @@ class WorkloadRun:
     wall_s: float  # the whole command, tool start-up and end work included
 
 
-def run_workload(prefix: list[str], workdir: Path, command: list[str] | None = None, env: dict[str, str] | None = None) -> WorkloadRun:
+def run_workload(
+    prefix: list[str], workdir: Path, command: list[str] | None = None, env: dict[str, str] | None = None
+) -> WorkloadRun:
     launched_ns = time.time_ns()
     started = time.monotonic()
     completed = subprocess.run(
@@ -76,7 +84,9 @@ class Setup:
     env: dict[str, str] | None = None
 
 
-def interleaved_runs(setups: dict[str, Setup], repeats: int, workdir: Path, command: list[str] | None, label: str) -> dict[str, list[WorkloadRun]]:
+def interleaved_runs(
+    setups: dict[str, Setup], repeats: int, workdir: Path, command: list[str] | None, label: str
+) -> dict[str, list[WorkloadRun]]:
     """Each setup once per round, rounds repeated: drift hits all setups alike."""
     results: dict[str, list[WorkloadRun]] = {name: [] for name in setups}
     for repeat in range(repeats):
@@ -166,5 +176,7 @@ def daemon_cpu_on_a_terminal(args: list[str], workdir: Path) -> DaemonCpu:
     os.close(master)
     if started is None or first_cpu is None or last_cpu is None:
         raise RuntimeError("the command never ran under jitprof")
-    steady_share = (last_cpu - steady[1]) / (last_seen - steady[0]) if steady is not None and last_seen > steady[0] else float("nan")
+    steady_share = (
+        (last_cpu - steady[1]) / (last_seen - steady[0]) if steady is not None and last_seen > steady[0] else float("nan")
+    )
     return DaemonCpu((last_cpu - first_cpu) / (last_seen - started), last_seen - started, steady_share)

@@ -22,10 +22,14 @@ def java_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
     setups = {
         "java alone": Setup([], plain),
         "java with the injected flags": Setup([], flagged),
-        "jitprof -F 99 (flags, perf map asked for every second)": Setup([*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain),
+        "jitprof -F 99 (flags, perf map asked for every second)": Setup(
+            [*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain
+        ),
     }
     if perf:
-        setups["perf record -F 99 -g, with the flags"] = Setup([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
+        setups["perf record -F 99 -g, with the flags"] = Setup(
+            [perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged
+        )
     results = runtime_runs(
         setups, "jitprof -F 99 (flags, perf map asked for every second)", JAVA_COMMAND, repeats, workdir, "java cost"
     )

@@ -38,7 +38,9 @@ def kernel_cost(flags: list[str], workdir: Path) -> KernelCost:
     """BPF run time per collected sample (kernel.bpf_stats_enabled), map memory."""
     process = subprocess.Popen(
         [*JITPROF, "-F", "999", *flags, "-o", "cost.folded", "--", str(DWARF_CASES), "recursion", "5"],
-        cwd=workdir, stderr=subprocess.PIPE, text=True,
+        cwd=workdir,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(6.5)  # compile, then a few seconds of sampling
     infos = _bpf_fdinfo(process.pid)

@@ -15,11 +15,11 @@ from profiler.model.raw import read_raw
 
 CASES = {
     "exec storm: a shell loop of 1,000 short processes": (
-        ["sh", "-c", "i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done"], None),
-    "500 forked children at once": (
-        ["sh", "-c", "i=0; while [ $i -lt 500 ]; do (sleep 0.2) & i=$((i+1)); done; wait"], None),
-    "executable memory mapped and unmapped in a tight loop (4 processes), -d 5": (
-        [str(FIXTURES / "mapstorm"), "4"], 5.0),
+        ["sh", "-c", "i=0; while [ $i -lt 1000 ]; do /bin/true; i=$((i+1)); done"],
+        None,
+    ),
+    "500 forked children at once": (["sh", "-c", "i=0; while [ $i -lt 500 ]; do (sleep 0.2) & i=$((i+1)); done; wait"], None),
+    "executable memory mapped and unmapped in a tight loop (4 processes), -d 5": ([str(FIXTURES / "mapstorm"), "4"], 5.0),
 }
 
 
@@ -38,15 +38,21 @@ def _run(command: list[str], duration_s: float | None, workdir: Path) -> LoadOut
     output.unlink(missing_ok=True)
     flags = ["-d", str(duration_s)] if duration_s else []
     started = time.monotonic()
-    subprocess.run([*JITPROF, "--no-tui", *flags, "-o", str(output), "--", *command], cwd=workdir, capture_output=True, timeout=600)
+    subprocess.run(
+        [*JITPROF, "--no-tui", *flags, "-o", str(output), "--", *command], cwd=workdir, capture_output=True, timeout=600
+    )
     wall = time.monotonic() - started
     if not output.exists():
         return LoadOutcome(wall, 0, 0, 0, 0, False)
     profile = read_raw(output)
     traffic = profile.traffic
     return LoadOutcome(
-        wall, traffic.records - traffic.samples, profile.losses.process_events_lost, len(profile.samples),
-        profile.losses.lost_samples, True,
+        wall,
+        traffic.records - traffic.samples,
+        profile.losses.process_events_lost,
+        len(profile.samples),
+        profile.losses.lost_samples,
+        True,
     )
 
 
@@ -54,8 +60,12 @@ def _killed_target(workdir: Path) -> tuple[float, int, bool]:
     """SIGKILL the program 2 s into the run: (how long jitprof took to end after, samples written, outputs there)."""
     output = workdir / "killed.folded"
     output.unlink(missing_ok=True)
-    run = subprocess.Popen([*JITPROF, "--no-tui", "-o", str(output), "--", str(NODE), str(JS_WORKLOAD), "400"],
-                           cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [*JITPROF, "--no-tui", "-o", str(output), "--", str(NODE), str(JS_WORKLOAD), "400"],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     time.sleep(2.0)
     target = subprocess.run(["pgrep", "-P", str(run.pid), "-x", "node"], capture_output=True, text=True).stdout.split()
     killed = time.monotonic()

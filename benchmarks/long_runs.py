@@ -27,7 +27,12 @@ def long_runs() -> list[str]:
         if not rows or header is None:
             continue
         found = True
-        lines += [f"### {title}", "", f"From [docs/{name}]({name}), which says how it was made; every {EVERY_S // 60} minutes and the last row:", ""]
+        lines += [
+            f"### {title}",
+            "",
+            f"From [docs/{name}]({name}), which says how it was made; every {EVERY_S // 60} minutes and the last row:",
+            "",
+        ]
         lines += [header, "| " + " | ".join("---" for _ in header.strip("|").split("|")) + " |"]
         shown, next_at = [], 0
         for row in rows:

@@ -23,7 +23,9 @@ def node_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
         "jitprof -F 99 (injects the flags)": Setup([*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain),
     }
     if perf:
-        setups["perf record -F 99 -g, with the flags"] = Setup([perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged)
+        setups["perf record -F 99 -g, with the flags"] = Setup(
+            [perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged
+        )
     results = runtime_runs(setups, "jitprof -F 99 (injects the flags)", command, repeats, workdir, "node cost")
     for leftover in workdir.glob("isolate-*-v8.log"):
         leftover.unlink()

@@ -14,7 +14,9 @@ def perf_map_tailing(workdir: Path) -> list[str]:
     path = workdir / "perf-bench.map"
     with open(path, "w") as handle:
         for index in range(300_000):
-            handle.write(f"{0x7f0000000000 + index * 0x400:x} 3a0 JS:*handler{index % 5000} /srv/app/lib/module{index % 300}.js:{index % 900}:7\n")
+            handle.write(
+                f"{0x7F0000000000 + index * 0x400:x} 3a0 JS:*handler{index % 5000} /srv/app/lib/module{index % 300}.js:{index % 900}:7\n"
+            )
     size = path.stat().st_size
     perf_map = open_perf_map(str(path), os.getuid())
     assert perf_map is not None

@@ -50,8 +50,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--write", type=Path, help="write the results as Markdown here")
-    parser.add_argument("--only", default="", metavar="NAME,...",
-                        help=f"run these sections only and replace them in the --write file ({', '.join(SECTIONS)})")
+    parser.add_argument(
+        "--only",
+        default="",
+        metavar="NAME,...",
+        help=f"run these sections only and replace them in the --write file ({', '.join(SECTIONS)})",
+    )
     args = parser.parse_args()
     only = [name for name in args.only.split(",") if name]
     unknown = [name for name in only if name not in SECTIONS]

@@ -96,7 +96,11 @@ def run_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
         "node --cpu-prof": ([str(NODE), "--cpu-prof", "--cpu-prof-dir", str(workdir / "cpuprof")], plain, False),
     }
     if perf:
-        tools["perf record -F 99 -g"] = ([perf, "record", "-q", "-F", "99", "-g", "-o", str(workdir / "perf.data"), "--", str(NODE)], plain, False)
+        tools["perf record -F 99 -g"] = (
+            [perf, "record", "-q", "-F", "99", "-g", "-o", str(workdir / "perf.data"), "--", str(NODE)],
+            plain,
+            False,
+        )
     measure_with_cpu(jitprof, workdir, tools["jitprof, warm cache"][1])  # fills the warm cache
     results: dict[str, list[RunCost]] = {name: [] for name in tools}
     for round_number in range(repeats):

@@ -57,10 +57,10 @@
 #define CFA_GAP 0 /* between functions: no row */
 #define CFA_RSP 1
 #define CFA_RBP 2
-#define CFA_PLT 3 /* sp + 8, + 8 more past the PLT entry's push (cfa_offset: its threshold) */
-#define CFA_SIGNAL 4 /* a signal frame (__restore_rt): registers from the ucontext */
+#define CFA_PLT 3          /* sp + 8, + 8 more past the PLT entry's push (cfa_offset: its threshold) */
+#define CFA_SIGNAL 4       /* a signal frame (__restore_rt): registers from the ucontext */
 #define CFA_END_OF_STACK 5 /* the outermost frame (rip undefined) */
-#define CFA_UNSUPPORTED 6 /* a rule the walkers cannot follow: frame-pointer step */
+#define CFA_UNSUPPORTED 6  /* a rule the walkers cannot follow: frame-pointer step */
 #define RBP_SAME 0
 #define RBP_OFFSET 1
 

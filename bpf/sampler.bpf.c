@@ -22,8 +22,7 @@ static __always_inline int walk_read_word(struct walk_reader *reader, u64 addres
 
 static __always_inline int walk_read_frame(struct walk_reader *reader, u64 fp, __u64 *saved_fp, __u64 *return_address) {
     u64 frame[2];
-    if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0)
-        return 1;
+    if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0) return 1;
     *saved_fp = frame[0];
     *return_address = frame[1];
     return 0;
@@ -34,7 +33,8 @@ static __always_inline int walk_read_frame(struct walk_reader *reader, u64 fp, _
 
 _Static_assert(COMM_LEN == TASK_COMM_LEN, "a comm is the kernel's");
 _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->addresses) -
-                       sizeof(((struct sample_event *)0)->copy_space) == SAMPLE_HEADER_BYTES,
+                       sizeof(((struct sample_event *)0)->copy_space) ==
+                   SAMPLE_HEADER_BYTES,
                "the header user space reads");
 
 // bpf_tail_call indexes of stack_walkers.
@@ -42,10 +42,10 @@ _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->
 #define COPIER_PROGRAM 1
 
 #define PROT_EXEC_FLAG 0x4
-#define STALE_EVENT_GAP_NS 1000000ULL  // maps-changed events of one process while its maps are not read
+#define STALE_EVENT_GAP_NS 1000000ULL // maps-changed events of one process while its maps are not read
 
 struct exec_mapping_call {
-    u64 address;  // mprotect: the range; mmap: known at exit
+    u64 address; // mprotect: the range; mmap: known at exit
     u64 length;
     u8 is_mprotect;
 };
@@ -85,8 +85,7 @@ BPF_HASH(exec_mapping_calls, u32, struct exec_mapping_call, 4096);
 
 static __always_inline void count(int index) {
     u64 *value = counters.lookup(&index);
-    if (value)
-        *value += 1;
+    if (value) *value += 1;
 }
 
 static __always_inline int is_followed(u32 tgid) {
@@ -103,11 +102,9 @@ static __always_inline int maps_known(u32 tgid) {
 // Whose trie entries describe tgid's code now: its own, its parent's while
 // a forked child's own are not read, or none (0).
 static __always_inline u32 address_space_of(u32 tgid) {
-    if (maps_known(tgid))
-        return tgid;
+    if (maps_known(tgid)) return tgid;
     u32 *parent = fork_parents.lookup(&tgid);
-    if (parent && maps_known(*parent))
-        return *parent;
+    if (parent && maps_known(*parent)) return *parent;
     return 0;
 }
 
@@ -124,41 +121,32 @@ static __always_inline struct mapping_info *find_mapping(u32 tgid, u64 address) 
 // apply it to (pc, sp, fp).
 static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_pc, u64 *pc, u64 *sp, u64 *fp) {
     u32 table_id = mapping->table_id;
-    if (table_id == 0)
-        return STEP_FALLBACK;
+    if (table_id == 0) return STEP_FALLBACK;
     struct unwind_table *table = unwind_tables.lookup(&table_id);
-    if (!table)
-        return STEP_FALLBACK;
-    if (table->first_row == TABLE_PENDING)
-        return STEP_PENDING;
-    if (table->row_count == 0)
-        return STEP_FALLBACK;
+    if (!table) return STEP_FALLBACK;
+    if (table->first_row == TABLE_PENDING) return STEP_PENDING;
+    if (table->row_count == 0) return STEP_FALLBACK;
     u64 file_pc = lookup_pc - mapping->load_bias;
-    if (file_pc > 0xffffffffULL)
-        return STEP_FALLBACK;
+    if (file_pc > 0xffffffffULL) return STEP_FALLBACK;
     u32 target = (u32)file_pc;
     u32 first = table->first_row;
     u32 low = first, high = first + table->row_count;
     // Binary search for the last row at or below target: 2^SEARCH_STEPS rows
     // at most, a bound the verifier can see.
     for (int step = 0; step < SEARCH_STEPS; step++) {
-        if (low >= high)
-            break;
+        if (low >= high) break;
         u32 middle = low + (high - low) / 2;
         struct unwind_row *probe = unwind_rows.lookup(&middle);
-        if (!probe)
-            return STEP_FALLBACK;
+        if (!probe) return STEP_FALLBACK;
         if (probe->pc <= target)
             low = middle + 1;
         else
             high = middle;
     }
-    if (low == first)
-        return STEP_FALLBACK;
+    if (low == first) return STEP_FALLBACK;
     u32 found = low - 1;
     struct unwind_row *row = unwind_rows.lookup(&found);
-    if (!row)
-        return STEP_FALLBACK;
+    if (!row) return STEP_FALLBACK;
 
     struct walk_reader reader = {};
     return walk_apply_row(row, pc, sp, fp, &reader);
@@ -172,8 +160,8 @@ struct walk_scratch {
     u64 sp;
     u64 fp;
     u32 depth;
-    u32 space_tgid;  // whose trie entries the walk uses (address_space_of)
-    u8 exact_pc;  // the leaf, or a frame a signal interrupted: no pc - 1
+    u32 space_tgid; // whose trie entries the walk uses (address_space_of)
+    u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
     u8 reserved8;
     u16 reserved;
     u32 reserved32;
@@ -185,7 +173,7 @@ BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 1);
 // is verified on its own, so the per-frame binary search stays within the
 // verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls stay under the
 // kernel's 33 tail calls.
-BPF_PROG_ARRAY(stack_walkers, 2);  // WALKER_PROGRAM, COPIER_PROGRAM
+BPF_PROG_ARRAY(stack_walkers, 2); // WALKER_PROGRAM, COPIER_PROGRAM
 
 // A walk that could not read the stack of a thread in the kernel on its way
 // out: its user memory is gone, not the walk wrong.
@@ -196,11 +184,9 @@ static __always_inline int user_memory_gone(struct walk_scratch *scratch) {
 
 // The header and the walked addresses only: most samples are small.
 static __always_inline void submit_sample(struct walk_scratch *scratch) {
-    if (scratch->event.walk_end == WALK_READ_FAULT && user_memory_gone(scratch))
-        scratch->event.walk_end = WALK_THREAD_EXITING;
+    if (scratch->event.walk_end == WALK_READ_FAULT && user_memory_gone(scratch)) scratch->event.walk_end = WALK_THREAD_EXITING;
     u32 depth = scratch->depth;
-    if (depth > MAX_FRAMES)
-        depth = MAX_FRAMES;
+    if (depth > MAX_FRAMES) depth = MAX_FRAMES;
     scratch->event.frame_count = depth;
     if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8, BPF_RB_NO_WAKEUP) != 0)
         count(COUNTER_RINGBUF_FULL);
@@ -239,7 +225,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     if (mapping->kind == MAPPING_ELF) {
         int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
         if (step == STEP_PENDING) {
-            scratch->depth = depth;  // user space records this frame again
+            scratch->depth = depth; // user space records this frame again
             return defer_walk(scratch, exact_pc);
         }
         if (step == STEP_END) {
@@ -282,11 +268,9 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
 int copy_user_stack(struct bpf_perf_event_data *ctx) {
     u32 zero = 0;
     struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
-    if (!scratch)
-        return 0;
+    if (!scratch) return 0;
     u32 depth = scratch->depth;
-    if (depth > MAX_FRAMES)
-        depth = MAX_FRAMES;
+    if (depth > MAX_FRAMES) depth = MAX_FRAMES;
     scratch->event.frame_count = depth;
     u8 *payload = (u8 *)scratch->event.addresses + depth * 8;
     struct stack_copy *resume = (struct stack_copy *)payload;
@@ -315,10 +299,8 @@ int copy_user_stack(struct bpf_perf_event_data *ctx) {
     resume->copy_length = copied;
     resume->flags = (copied < STACK_COPY_BYTES ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0);
     u32 size = SAMPLE_HEADER_BYTES + depth * 8 + sizeof(struct stack_copy) + copied;
-    if (size > sizeof(scratch->event))
-        return 0;
-    if (events.ringbuf_output(&scratch->event, size, BPF_RB_NO_WAKEUP) != 0)
-        count(COUNTER_RINGBUF_FULL);
+    if (size > sizeof(scratch->event)) return 0;
+    if (events.ringbuf_output(&scratch->event, size, BPF_RB_NO_WAKEUP) != 0) count(COUNTER_RINGBUF_FULL);
     return 0;
 }
 
@@ -335,8 +317,7 @@ static __always_inline void end_walk(struct bpf_perf_event_data *ctx, struct wal
 int walk_user_stack(struct bpf_perf_event_data *ctx) {
     u32 zero = 0;
     struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
-    if (!scratch)
-        return 0;
+    if (!scratch) return 0;
     u32 tgid = scratch->space_tgid;
     for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
         if (walk_one_frame(scratch, tgid)) {
@@ -351,7 +332,8 @@ int walk_user_stack(struct bpf_perf_event_data *ctx) {
     return 0;
 }
 
-static __always_inline void emit_process_event_flags(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length, u64 flags) {
+static __always_inline void emit_process_event_flags(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length,
+                                                     u64 flags) {
     struct process_event *ev = events.ringbuf_reserve(sizeof(struct process_event));
     if (!ev) {
         count(COUNTER_EVENTS_LOST);
@@ -385,15 +367,13 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     if (!is_followed(tgid)) {
         u32 zero_index = 0;
         u32 *follow_all = settings.lookup(&zero_index);
-        if (!follow_all || !*follow_all || tgid == 0 || ignored.lookup(&tgid))
-            return 0;
+        if (!follow_all || !*follow_all || tgid == 0 || ignored.lookup(&tgid)) return 0;
         newly_seen = 1;
     }
     count(COUNTER_SAMPLES);
     u32 zero = 0;
     struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
-    if (!scratch)
-        return 0;
+    if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
     ev->event_type = EVENT_SAMPLE;
     ev->pid = tgid;
@@ -407,8 +387,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     ev->kernel_stack_id = -1;
 #ifdef WITH_KERNEL_STACKS
     ev->kernel_stack_id = kernel_stacks.get_stackid(ctx, 0);
-    if (ev->kernel_stack_id < 0 && ev->kernel_stack_id != -EFAULT)
-        count(COUNTER_KSTACK_FAILED);
+    if (ev->kernel_stack_id < 0 && ev->kernel_stack_id != -EFAULT) count(COUNTER_KSTACK_FAILED);
 #endif
 
     u64 pc = 0, sp = 0, fp = 0;
@@ -442,7 +421,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         if (followed.insert(&tgid, &no_execs) == 0)
             emit_process_event(EVENT_DISCOVERED, tgid, (u32)pid_tgid, 0);
         else if (!followed.lookup(&tgid))
-            return 0;  // the table is full
+            return 0; // the table is full
     }
     scratch->pc = pc;
     scratch->sp = sp;
@@ -466,17 +445,15 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
 
 TRACEPOINT_PROBE(sched, sched_process_fork) {
     u32 parent_tgid = bpf_get_current_pid_tgid() >> 32;
-    if (!is_followed(parent_tgid))
-        return 0;
+    if (!is_followed(parent_tgid)) return 0;
     // Follow at once, so the child's first samples are not missed. Threads
     // come through here too; user space drops entries that are not tgids.
     u32 child = args->child_pid;
     u32 no_execs = 0;
     followed.update(&child, &no_execs);
     u32 space = address_space_of(parent_tgid);
-    if (space != 0)
-        fork_parents.update(&child, &space);
-    exiting_threads.delete(&child);  // a reused thread id
+    if (space != 0) fork_parents.update(&child, &space);
+    exiting_threads.delete(&child); // a reused thread id
     emit_process_event(EVENT_FORK, child, child, parent_tgid);
     return 0;
 }
@@ -505,10 +482,9 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
 TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
-    if (!is_followed(tgid))
-        return 0;
+    if (!is_followed(tgid)) return 0;
     u32 tid = (u32)pid_tgid;
-    fork_parents.delete(&tid);  // threads are given an entry at creation too
+    fork_parents.delete(&tid); // threads are given an entry at creation too
     u8 one = 1;
     exiting_threads.update(&tid, &one);
     emit_process_event(EVENT_EXIT, tgid, (u32)pid_tgid, 0);
@@ -516,11 +492,9 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
 }
 
 static __always_inline void note_exec_mapping_call(unsigned long prot, u64 address, u64 length, u8 is_mprotect) {
-    if (!(prot & PROT_EXEC_FLAG))
-        return;
+    if (!(prot & PROT_EXEC_FLAG)) return;
     u64 pid_tgid = bpf_get_current_pid_tgid();
-    if (!is_followed(pid_tgid >> 32))
-        return;
+    if (!is_followed(pid_tgid >> 32)) return;
     u32 tid = (u32)pid_tgid;
     struct exec_mapping_call call = {.address = address, .length = length, .is_mprotect = is_mprotect};
     exec_mapping_calls.update(&tid, &call);
@@ -529,12 +503,30 @@ static __always_inline void note_exec_mapping_call(unsigned long prot, u64 addre
 // Number of significant bits of a value (0 for 0), without a clz instruction.
 static __always_inline int significant_bits(u64 value) {
     int bits = 0;
-    if (value >> 32) { bits += 32; value >>= 32; }
-    if (value >> 16) { bits += 16; value >>= 16; }
-    if (value >> 8) { bits += 8; value >>= 8; }
-    if (value >> 4) { bits += 4; value >>= 4; }
-    if (value >> 2) { bits += 2; value >>= 2; }
-    if (value >> 1) { bits += 1; value >>= 1; }
+    if (value >> 32) {
+        bits += 32;
+        value >>= 32;
+    }
+    if (value >> 16) {
+        bits += 16;
+        value >>= 16;
+    }
+    if (value >> 8) {
+        bits += 8;
+        value >>= 8;
+    }
+    if (value >> 4) {
+        bits += 4;
+        value >>= 4;
+    }
+    if (value >> 2) {
+        bits += 2;
+        value >>= 2;
+    }
+    if (value >> 1) {
+        bits += 1;
+        value >>= 1;
+    }
     return bits + (int)value;
 }
 
@@ -542,13 +534,10 @@ static __always_inline int significant_bits(u64 value) {
 // /proc/PID/maps (milliseconds later), one provisional prefix covering the
 // range (profiler/kernel/trie.py: covering_prefix) defers walks that reach it.
 static __always_inline void cover_new_exec_range(u32 tgid, u64 address, u64 length) {
-    if (length == 0 || length > MAX_PROVISIONAL_LENGTH)
-        return;
-    if (find_mapping(tgid, address))
-        return;
+    if (length == 0 || length > MAX_PROVISIONAL_LENGTH) return;
+    if (find_mapping(tgid, address)) return;
     int bits = significant_bits(address ^ (address + length - 1));
-    if (bits >= 64)
-        return;
+    if (bits >= 64) return;
     struct trie_key key = {};
     key.prefixlen = 96 - bits;
     key.pid_be = __builtin_bswap32(tgid);
@@ -561,13 +550,11 @@ static __always_inline void finish_exec_mapping_call(long result) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
     struct exec_mapping_call *call = exec_mapping_calls.lookup(&tid);
-    if (!call)
-        return;
+    if (!call) return;
     u64 address = call->is_mprotect ? call->address : (u64)result;
     u64 length = call->length;
     exec_mapping_calls.delete(&tid);
-    if (result < 0 && result > -4096)
-        return;  // the call failed: nothing changed
+    if (result < 0 && result > -4096) return; // the call failed: nothing changed
     u32 tgid = pid_tgid >> 32;
     u64 now = bpf_ktime_get_ns();
     u64 *last_event = maps_stale.lookup(&tgid);
@@ -578,8 +565,7 @@ static __always_inline void finish_exec_mapping_call(long result) {
         // so the code of a process that exits before that read stays known.
         // A process mapping in a loop sends a bounded trickle, not a flood
         // that crowds samples out of the ring buffer.
-        if (now - *last_event < STALE_EVENT_GAP_NS)
-            return;
+        if (now - *last_event < STALE_EVENT_GAP_NS) return;
         *last_event = now;
         cover_new_exec_range(tgid, address, length);
         emit_process_event_flags(EVENT_MAPS_CHANGED, tgid, tid, 0, address, length, BPF_RB_NO_WAKEUP);

@@ -49,10 +49,8 @@ static WALK_STEP_INLINE int walk_apply_row(const struct unwind_row *row, __u64 *
         return STEP_FALLBACK; /* a gap between functions, or an unsupported rule */
     }
     __u64 return_address = 0;
-    if (walk_read_word(reader, cfa - 8, &return_address))
-        return STEP_FAULT;
-    if (row->rbp_rule == RBP_OFFSET && walk_read_word(reader, cfa + (__u64)(__s64)row->rbp_offset, fp))
-        return STEP_FAULT;
+    if (walk_read_word(reader, cfa - 8, &return_address)) return STEP_FAULT;
+    if (row->rbp_rule == RBP_OFFSET && walk_read_word(reader, cfa + (__u64)(__s64)row->rbp_offset, fp)) return STEP_FAULT;
     *sp = cfa;
     *pc = return_address;
     return STEP_DONE;
@@ -62,17 +60,13 @@ static WALK_STEP_INLINE int walk_apply_row(const struct unwind_row *row, __u64 *
  * goes on with the caller's (pc, sp, fp), else how it ended (WALK_*; a read
  * that failed is WALK_READ_FAULT, which the includer may tell apart). */
 static WALK_STEP_INLINE int walk_frame_pointer_step(__u64 *pc, __u64 *sp, __u64 *fp, struct walk_reader *reader) {
-    if (*fp == 0)
-        return WALK_COMPLETE;
+    if (*fp == 0) return WALK_COMPLETE;
     /* A frame lies above the stack pointer. rbp below it is not a frame
      * pointer (code that uses rbp as a general register): not a chain. */
-    if (*fp < *sp)
-        return WALK_BAD_FRAME;
+    if (*fp < *sp) return WALK_BAD_FRAME;
     __u64 saved_fp = 0, return_address = 0;
-    if (walk_read_frame(reader, *fp, &saved_fp, &return_address))
-        return WALK_READ_FAULT;
-    if (return_address == 0)
-        return WALK_COMPLETE;
+    if (walk_read_frame(reader, *fp, &saved_fp, &return_address)) return WALK_READ_FAULT;
+    if (return_address == 0) return WALK_COMPLETE;
     /* The saved rbp is only checked when the next step needs it as a frame
      * pointer (above): a caller unwound by its rows may hold anything in rbp,
      * e.g. an interpreter loop that called into JIT code. */

@@ -14,10 +14,15 @@ def test_short_native_processes_started_later_are_whole(symbol_cache, tmp_path, 
     """Programs built -O2 -fomit-frame-pointer that live 0.2 s, one after
     another, none running when jitprof starts: stacks reach main. jitprof's
     own process is left out."""
-    loop = background("sh", "-c", f"sleep 1.5; for i in 1 2 3 4 5 6 7 8 9 10; do {FIXTURES / 'dwarf_cases'} recursion 0.2 now; done")
+    loop = background(
+        "sh", "-c", f"sleep 1.5; for i in 1 2 3 4 5 6 7 8 9 10; do {FIXTURES / 'dwarf_cases'} recursion 0.2 now; done"
+    )
     jitprof = subprocess.Popen(
         [sys.executable, "-m", "profiler", "--all", "-F", "499", "-d", "6", "--by-pid", "-o", "all.folded"],
-        cwd=tmp_path, env=jitprof_environment(symbol_cache), stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=jitprof_environment(symbol_cache),
+        stderr=subprocess.PIPE,
+        text=True,
     )
     _, stderr = jitprof.communicate(timeout=120)
     loop.wait()

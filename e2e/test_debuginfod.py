@@ -37,11 +37,16 @@ def stripped_and_served(tmp_path, fixtures_built):
     subprocess.run(["objcopy", "--only-keep-debug", str(fixtures_built / "chain"), str(served / "chain.debug")], check=True)
     shutil.copy(fixtures_built / "chain", binary)
     subprocess.run(["strip", "--strip-all", str(binary)], check=True)
-    build_id = subprocess.run(["readelf", "-n", str(binary)], capture_output=True, text=True, check=True).stdout.split("Build ID: ")[1].split()[0]
+    build_id = (
+        subprocess.run(["readelf", "-n", str(binary)], capture_output=True, text=True, check=True)
+        .stdout.split("Build ID: ")[1]
+        .split()[0]
+    )
     port = free_port()
     server = subprocess.Popen(
         ["debuginfod", "-p", str(port), "-F", str(served), "-d", str(tmp_path / "index.sqlite"), "-t", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -91,8 +96,14 @@ def test_a_server_that_does_not_answer_costs_a_bounded_wait(jitprof, fixtures_bu
     silent.listen(8)  # accepts connections, never answers
     try:
         started = time.monotonic()
-        run = jitprof("-o", "out.folded", "--", str(binary), "1",
-                      env={"DEBUGINFOD_URLS": f"http://127.0.0.1:{silent.getsockname()[1]}", "JITPROF_CACHE_DIR": str(tmp_path / "cache")})
+        run = jitprof(
+            "-o",
+            "out.folded",
+            "--",
+            str(binary),
+            "1",
+            env={"DEBUGINFOD_URLS": f"http://127.0.0.1:{silent.getsockname()[1]}", "JITPROF_CACHE_DIR": str(tmp_path / "cache")},
+        )
         assert run.returncode == 0, run.stderr
         assert time.monotonic() - started < 25
         assert total(read_folded(tmp_path / "out.folded")) >= 50

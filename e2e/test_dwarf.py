@@ -1,4 +1,3 @@
-
 """DWARF unwinding: complete stacks through code without frame pointers.
 
 Tables are built on a thread and sampling does not wait for them, so each
@@ -54,7 +53,10 @@ def test_qsort_comparator_callback(jitprof, warmed, tmp_path):
     assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99
 
     def through_libc(frames):
-        return has_chain(frames, ["main", "run_qsort", "qsort_r", "msort_with_tmp.part.0"]) and frames[-2:] == ["compare_slowly", "burn"]
+        return has_chain(frames, ["main", "run_qsort", "qsort_r", "msort_with_tmp.part.0"]) and frames[-2:] == [
+            "compare_slowly",
+            "burn",
+        ]
 
     assert share(lines, through_libc) >= 0.9
 
@@ -72,9 +74,10 @@ def test_signal_handler(jitprof, warmed, tmp_path):
     handler_share = share(lines, lambda frames: has_chain(frames, in_handler))
     assert handler_share >= 0.1  # the handler burns ~5 ms after every 20 ms of CPU
     # Below the signal frame: the interrupted code, then the real callers.
-    assert share(
-        lines, lambda frames: has_chain(frames, in_handler) and has_chain(frames, ["main", "run_signal", "spin"])
-    ) >= handler_share * 0.95
+    assert (
+        share(lines, lambda frames: has_chain(frames, in_handler) and has_chain(frames, ["main", "run_signal", "spin"]))
+        >= handler_share * 0.95
+    )
 
 
 @pytest.mark.parametrize("mode", ["recursion", "qsort", "dlopen", "signal"])
@@ -116,7 +119,10 @@ def test_python_interpreter(jitprof, tmp_path):
     run = jitprof("-o", "out.folded", "--", "/usr/bin/python3", "-c", script, "3")
     assert run.returncode == 0, run.stderr
     lines = read_folded(tmp_path / "out.folded")
-    assert share(lines, lambda frames: has_chain(frames, ["__libc_start_main", "__libc_start_call_main"]) and "Py_BytesMain" in frames) >= 0.95
+    assert (
+        share(
+            lines, lambda frames: has_chain(frames, ["__libc_start_main", "__libc_start_call_main"]) and "Py_BytesMain" in frames
+        )
+        >= 0.95
+    )
     assert share(lines, lambda frames: "_PyEval_EvalFrameDefault" in frames) >= 0.8
-
-

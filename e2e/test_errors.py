@@ -82,7 +82,11 @@ def test_ctrl_c_writes_the_outputs(fixtures_built, tmp_path, symbol_cache):
     # A terminal's Ctrl-C: SIGINT to the whole foreground process group.
     process = subprocess.Popen(
         [sys.executable, "-m", "profiler", "-o", "out.folded", "--", str(fixtures_built / "chain"), "60"],
-        cwd=tmp_path, env=environment, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=tmp_path,
+        env=environment,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -124,8 +128,25 @@ def test_a_mapping_storm_cannot_hold_the_run_past_its_duration(fixtures_built, t
     environment = jitprof_environment(symbol_cache)
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "profiler", "--no-tui", "-d", "2", "-o", "storm.folded", "--", str(fixtures_built / "mapstorm"), "2"],
-        cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "--no-tui",
+            "-d",
+            "2",
+            "-o",
+            "storm.folded",
+            "--",
+            str(fixtures_built / "mapstorm"),
+            "2",
+        ],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
     )
     elapsed = time.monotonic() - started
     # Running ones: a zombie has ended (it waits for an init that may not reap it).
@@ -175,7 +196,11 @@ def test_low_resource_limits_are_one_line_naming_the_limit(tmp_path, symbol_cach
     for kind, value, shown in ((resource.RLIMIT_NOFILE, 16, "ulimit -n"), (resource.RLIMIT_AS, 150_000 << 10, "ulimit -v")):
         completed = subprocess.run(
             [sys.executable, "-m", "profiler", "--no-tui", "-d", "1", "-o", "x.folded", "--", "sleep", "2"],
-            cwd=tmp_path, env=jitprof_environment(symbol_cache), capture_output=True, text=True, timeout=60,
+            cwd=tmp_path,
+            env=jitprof_environment(symbol_cache),
+            capture_output=True,
+            text=True,
+            timeout=60,
             preexec_fn=_limited(kind, value),
         )
         assert completed.returncode == 1, completed.stderr
@@ -197,10 +222,16 @@ def test_a_read_only_tmp_does_not_make_node_abort(symbol_cache):
             "function work(n){let s=0;for(let i=0;i<n;i++)s+=Math.sqrt(i);return s}\n"
             "const end=Date.now()+1500; while(Date.now()<end) work(100000);\nconsole.log('done')\n"
         )
-        inner = f"mount --bind -o ro /tmp /tmp && exec {sys.executable} -m profiler --no-tui -o {workdir}/out.folded -- node {script}"
+        inner = (
+            f"mount --bind -o ro /tmp /tmp && exec {sys.executable} -m profiler --no-tui -o {workdir}/out.folded -- node {script}"
+        )
         completed = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", inner], cwd=workdir,
-            env=jitprof_environment(symbol_cache), capture_output=True, text=True, timeout=120,
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", inner],
+            cwd=workdir,
+            env=jitprof_environment(symbol_cache),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert completed.returncode == 0, completed.stderr
         assert "done" in completed.stdout and "Check failed" not in completed.stderr

@@ -21,7 +21,14 @@ def test_short_processes_one_after_another(jitprof, tmp_path, fixtures_built):
     node_loop = f"for i in 1 2 3 4 5 6 7 8 9 10; do node {ROOT}/fixtures/js/workload.js 5 >/dev/null; done"
     native_loop = f"for i in 1 2 3 4 5 6 7 8 9 10; do {fixtures_built}/dwarf_cases recursion 0.15 now; done"
     run = jitprof(
-        "-F", "199", "-o", "out.jitprof", "--", "sh", "-c", f"{node_loop}; {native_loop}",
+        "-F",
+        "199",
+        "-o",
+        "out.jitprof",
+        "--",
+        "sh",
+        "-c",
+        f"{node_loop}; {native_loop}",
         env={"JITPROF_CACHE_DIR": str(tmp_path / "empty-cache")},
     )
     assert run.returncode == 0, run.stderr
@@ -43,7 +50,7 @@ def test_short_processes_one_after_another(jitprof, tmp_path, fixtures_built):
     chain = ["main", "run_recursion", *["recurse"] * 13, "burn"]
     first = min(with_stack, key=lambda sample: sample.time_ns)
     assert any(
-        [names[frame].name for frame in sample.frame_ids][-len(chain):] == chain
+        [names[frame].name for frame in sample.frame_ids][-len(chain) :] == chain
         for sample in sorted(with_stack, key=lambda sample: sample.time_ns)[:10]
     ), [names[frame].name for frame in first.frame_ids]
 
@@ -52,7 +59,13 @@ def test_first_samples_of_a_frame_pointer_program(jitprof, tmp_path, fixtures_bu
     """At 999 Hz the first samples fall while the dynamic loader and libc
     start up, before jitprof has read the new image's maps."""
     run = jitprof(
-        "-F", "999", "-o", "out.jitprof", "--", str(fixtures_built / "workload"), "40",
+        "-F",
+        "999",
+        "-o",
+        "out.jitprof",
+        "--",
+        str(fixtures_built / "workload"),
+        "40",
         env={"JITPROF_CACHE_DIR": str(tmp_path / "empty-cache")},
     )
     assert run.returncode == 0, run.stderr

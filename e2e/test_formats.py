@@ -21,8 +21,14 @@ from e2e.test_node import JS
 from tests.output.test_formats import SPEEDSCOPE_SCHEMA, TOOLS
 
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 ALL_OUTPUTS = ["run.jitprof", "run.folded", "run.svg", "run.speedscope.json", "run.cpuprofile", "run.pb.gz", "callgrind.out.run"]
 
@@ -44,7 +50,9 @@ def test_every_format_written(node_run):
 
 
 def test_report_round_trip_is_byte_identical(jitprof, node_run, tmp_path):
-    run = jitprof("report", str(node_run / "run.jitprof"), "-o", str(tmp_path / "again.folded"), "-o", str(tmp_path / "again.svg"))
+    run = jitprof(
+        "report", str(node_run / "run.jitprof"), "-o", str(tmp_path / "again.folded"), "-o", str(tmp_path / "again.svg")
+    )
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "again.folded").read_bytes() == (node_run / "run.folded").read_bytes()
     assert (tmp_path / "again.svg").read_bytes() == (node_run / "run.svg").read_bytes()
@@ -113,7 +121,9 @@ def chromium(*arguments: str, timeout: float = 90) -> str:
     with tempfile.TemporaryDirectory() as profile_dir:
         completed = subprocess.run(
             ["chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile_dir}", *arguments],
-            capture_output=True, text=True, timeout=timeout,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
     return completed.stdout
 
@@ -168,6 +178,7 @@ def test_diff_shows_the_doubled_function(jitprof, tmp_path):
     drawn = jitprof("diff", "base.jitprof", "new.jitprof", "-o", "diff.svg")
     assert drawn.returncode == 0, drawn.stderr
     titles = re.findall(r"<title>([^<]*)</title><rect[^>]*fill=\"([^\"]+)\"", (tmp_path / "diff.svg").read_text())
+
     def boxes(name: str) -> list[tuple[int, float, str]]:
         """(new samples, change %, fill) of each box of a function."""
         found = []
@@ -188,7 +199,9 @@ def test_cpuprofile_reads_like_one_node_wrote(jitprof, tmp_path):
     the same kinds of values, the same names, scripts and lines."""
     run = jitprof("-o", "run.cpuprofile", "--", "node", str(JS / "chain.js"), "2")
     assert run.returncode == 0, run.stderr
-    subprocess.run(["node", "--cpu-prof", "--cpu-prof-dir", str(tmp_path / "v8"), str(JS / "chain.js"), "1"], check=True, capture_output=True)
+    subprocess.run(
+        ["node", "--cpu-prof", "--cpu-prof-dir", str(tmp_path / "v8"), str(JS / "chain.js"), "1"], check=True, capture_output=True
+    )
     ours = json.loads((tmp_path / "run.cpuprofile").read_text())
     theirs = json.loads(next((tmp_path / "v8").glob("*.cpuprofile")).read_text())
     assert set(ours) == set(theirs)
@@ -199,8 +212,11 @@ def test_cpuprofile_reads_like_one_node_wrote(jitprof, tmp_path):
             assert isinstance(node["callFrame"]["scriptId"], str) and isinstance(node["callFrame"]["lineNumber"], int)
 
     def functions(document):
-        return {(node["callFrame"]["functionName"], node["callFrame"]["url"], node["callFrame"]["lineNumber"])
-                for node in document["nodes"] if node["callFrame"]["url"].endswith("/chain.js")}
+        return {
+            (node["callFrame"]["functionName"], node["callFrame"]["url"], node["callFrame"]["lineNumber"])
+            for node in document["nodes"]
+            if node["callFrame"]["url"].endswith("/chain.js")
+        }
 
     chain = {name for name, _url, _line in functions(theirs)} & {"main", "outer", "middle", "inner", ""}
     assert chain == {"main", "outer", "middle", "inner", ""}

@@ -34,8 +34,16 @@ def nobody_dir():
 def as_nobody(background, code: str) -> subprocess.Popen:
     """An attacker: python running `code` as nobody, from /, told nothing."""
     return background(
-        "/usr/bin/python3", "-c", textwrap.dedent(code), user=NOBODY, group=NOBODY, extra_groups=[], cwd="/",
-        env={"PATH": "/usr/bin:/bin"}, stdout=subprocess.PIPE, text=True,
+        "/usr/bin/python3",
+        "-c",
+        textwrap.dedent(code),
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -78,7 +86,9 @@ def test_a_forged_elf_any_user_maps_does_not_hold_the_run(symbol_cache, tmp_path
     summary names the file and the process."""
     forged = forged_notes_file(nobody_dir / "notes.so", 2000)
     os.chown(forged, NOBODY, NOBODY)
-    attacker = as_nobody(background, f"""
+    attacker = as_nobody(
+        background,
+        f"""
         import mmap, os, sys, time
         descriptor = os.open({str(forged)!r}, os.O_RDONLY)
         mapped = mmap.mmap(descriptor, 0, prot=mmap.PROT_READ | mmap.PROT_EXEC)
@@ -86,7 +96,8 @@ def test_a_forged_elf_any_user_maps_does_not_hold_the_run(symbol_cache, tmp_path
         end = time.monotonic() + 30
         while time.monotonic() < end:
             sum(range(1000))
-    """)
+    """,
+    )
     assert attacker.stdout.readline().strip() == "mapped"
     result, elapsed, _ = run_all(symbol_cache, tmp_path, 3)
     assert result.returncode == 0, result.stderr

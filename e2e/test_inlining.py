@@ -129,8 +129,15 @@ def test_attach_reads_the_log_of_a_node_started_with_log_code(jitprof, tmp_path,
     through its open descriptors, wherever --logfile put it."""
     log = tmp_path / "custom-v8.log"
     target = background(
-        "node", "--perf-basic-prof", "--interpreted-frames-native-stack", "--log-code", "--no-logfile-per-isolate",
-        f"--logfile={log}", str(JS / "inline_chain.js"), "12", cwd=tmp_path,
+        "node",
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        "--log-code",
+        "--no-logfile-per-isolate",
+        f"--logfile={log}",
+        str(JS / "inline_chain.js"),
+        "12",
+        cwd=tmp_path,
     )
     time.sleep(1.5)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "out.folded")
@@ -146,7 +153,12 @@ def test_attach_reads_the_log_of_a_node_started_with_log_code(jitprof, tmp_path,
 
 def test_attach_without_code_log_says_how(jitprof, tmp_path, background):
     target = background(
-        "node", "--perf-basic-prof", "--interpreted-frames-native-stack", str(JS / "inline_chain.js"), "10", cwd=tmp_path,
+        "node",
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        str(JS / "inline_chain.js"),
+        "10",
+        cwd=tmp_path,
     )
     time.sleep(1.0)
     run = jitprof("--pid", str(target.pid), "-d", "1", "-o", "out.folded")

@@ -92,7 +92,9 @@ def table_rows(screen: str) -> list[list[str]]:
 
 def test_live_view_keys(tmux, tmp_path, symbol_cache):
     session = tmux("keys")
-    session.start(jitprof_command(tmp_path, symbol_cache, "-F", "199", "-o", "out.folded", "--", "node", str(JS / "chain.js"), "60"))
+    session.start(
+        jitprof_command(tmp_path, symbol_cache, "-F", "199", "-o", "out.folded", "--", "node", str(JS / "chain.js"), "60")
+    )
     session.wait_for(lambda screen: "samples" in screen and "% Own" in screen, 60, "the header")
     shown = time.monotonic()
     screen = session.wait_for(lambda screen: "inner chain.js" in screen, 10, "the hot function")
@@ -111,8 +113,12 @@ def test_live_view_keys(tmux, tmp_path, symbol_cache):
     # "v8::internal::…" template can hold "inner" past the cut): filter by
     # the script's file, which every matching row shows.
     session.keys("/", "chain.js", "Enter")
-    screen = session.wait_for(lambda screen: "filter: chain.js" in screen and "_" not in screen.split("filter: chain.js")[1][:2], 3, "the filter")
-    rows = table_rows(session.wait_for(lambda screen: all("chain.js" in " ".join(row) for row in table_rows(screen)), 3, "filtered rows"))
+    screen = session.wait_for(
+        lambda screen: "filter: chain.js" in screen and "_" not in screen.split("filter: chain.js")[1][:2], 3, "the filter"
+    )
+    rows = table_rows(
+        session.wait_for(lambda screen: all("chain.js" in " ".join(row) for row in table_rows(screen)), 3, "filtered rows")
+    )
     assert rows and all("chain.js" in " ".join(row) for row in rows)
     assert any("inner" in " ".join(row) for row in rows)
     session.keys("/", "Escape")

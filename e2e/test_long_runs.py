@@ -21,11 +21,15 @@ def descriptors(pid: int) -> int:
 def test_exited_processes_are_forgotten_during_the_run(symbol_cache, tmp_path):
     pids_file = tmp_path / "pids"
     work = "let s=0; for (let i=0;i<3e7;i++) s=(s*31+i)%1000003; require('fs').appendFileSync(process.argv[1], process.pid+'\\n')"
-    loop = f"for i in $(seq 50); do node -e \"{work}\" {pids_file}; sleep 0.2; done"
+    loop = f'for i in $(seq 50); do node -e "{work}" {pids_file}; sleep 0.2; done'
     environment = jitprof_environment(symbol_cache)
     run = subprocess.Popen(
         [sys.executable, "-m", "profiler", "--no-tui", "-o", "out.folded", "--", "sh", "-c", loop],
-        cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + RETIRE_AFTER_S + 15
@@ -35,7 +39,11 @@ def test_exited_processes_are_forgotten_during_the_run(symbol_cache, tmp_path):
             pids = pids_file.read_text().split() if pids_file.exists() else []
             if pids:
                 first = int(pids[0])
-            if first is not None and not Path(f"/tmp/perf-{first}.map").exists() and not list(tmp_path.glob(f"isolate-*-{first}-v8.log")):
+            if (
+                first is not None
+                and not Path(f"/tmp/perf-{first}.map").exists()
+                and not list(tmp_path.glob(f"isolate-*-{first}-v8.log"))
+            ):
                 break
         assert run.poll() is None, "the run ended before the test could look"
         assert first is not None

@@ -119,7 +119,12 @@ def test_program_runs_as_the_sudo_caller(jitprof, tmp_path):
 
 def _check_runs_as_sudo_caller(jitprof, outputs, report):
     run = jitprof(
-        "-o", str(outputs / "out.folded"), "--", "sh", "-c", f'echo "$(id -u) $(id -g) $HOME $USER" > {report}',
+        "-o",
+        str(outputs / "out.folded"),
+        "--",
+        "sh",
+        "-c",
+        f'echo "$(id -u) $(id -g) $HOME $USER" > {report}',
         env={"SUDO_UID": "65534", "SUDO_GID": "65534", "SUDO_USER": "nobody"},
     )
     assert run.returncode == 0, run.stderr
@@ -128,7 +133,9 @@ def _check_runs_as_sudo_caller(jitprof, outputs, report):
     assert home == os.path.expanduser("~nobody")
     assert (outputs / "out.folded").stat().st_uid == 65534  # outputs are the caller's, written as the caller
     report.unlink()
-    as_root = jitprof("--as-root", "-o", str(outputs / "out.folded"), "--", "sh", "-c", f"id -u > {report}", env={"SUDO_UID": "65534"})
+    as_root = jitprof(
+        "--as-root", "-o", str(outputs / "out.folded"), "--", "sh", "-c", f"id -u > {report}", env={"SUDO_UID": "65534"}
+    )
     assert as_root.returncode == 0 and report.read_text().strip() == "0"
 
 

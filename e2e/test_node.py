@@ -53,10 +53,7 @@ def test_js_chain_named_and_connected(jitprof, tmp_path, major):
     named = sum(line.count for line in lines if js_chain(line.frames))
     assert named / samples >= 0.95, [line for line in lines if not js_chain(line.frames)][:5]
     # ... connected to node's own frames, down to its start.
-    connected = sum(
-        line.count for line in lines
-        if js_chain(line.frames) and "node::Start(int, char**)" in line.frames
-    )
+    connected = sum(line.count for line in lines if js_chain(line.frames) and "node::Start(int, char**)" in line.frames)
     assert connected / samples >= 0.95
     assert not any(frame.startswith("[unknown] ([jit])") for line in lines for frame in line.frames)
     # V8's entry builtin is named, from node's text (20) or the perf map (22+).
@@ -70,7 +67,15 @@ def test_user_node_options_are_kept(jitprof, tmp_path):
     script = tmp_path / "options.js"
     script.write_text("require('fs').writeFileSync(process.argv[2], process.env.NODE_OPTIONS);\n")
     report = tmp_path / "options.txt"
-    run = jitprof("-o", "out.folded", "--", "node", str(script), str(report), env={"NODE_OPTIONS": "--max-old-space-size=100 --perf-basic-prof"})
+    run = jitprof(
+        "-o",
+        "out.folded",
+        "--",
+        "node",
+        str(script),
+        str(report),
+        env={"NODE_OPTIONS": "--max-old-space-size=100 --perf-basic-prof"},
+    )
     assert run.returncode == 0, run.stderr
     options = report.read_text().split()
     assert options.count("--perf-basic-prof") == 1
@@ -171,7 +176,11 @@ def test_hostile_perf_map_is_refused(jitprof, tmp_path, background):
 
 
 def test_no_perf_maps_left_behind():
-    assert not [path for path in glob.glob("/tmp/perf-*.map") if os.stat(path).st_mtime > time.time() - 600 and Path(path).read_text().count("chain.js")]
+    assert not [
+        path
+        for path in glob.glob("/tmp/perf-*.map")
+        if os.stat(path).st_mtime > time.time() - 600 and Path(path).read_text().count("chain.js")
+    ]
 
 
 def test_container_pid_namespace(jitprof, tmp_path):
@@ -194,11 +203,21 @@ def test_js_only_shows_the_programs_javascript(jitprof, tmp_path):
     for line in lines:
         below_root = line.frames[1:]
         assert below_root[0] in ("(program)", "(garbage collector)") or below_root[0].endswith("_[j]"), line.frames
-        assert not any("node::" in frame or "v8::internal::" in frame or frame.startswith("[builtin]") for frame in below_root), line.frames
+        assert not any("node::" in frame or "v8::internal::" in frame or frame.startswith("[builtin]") for frame in below_root), (
+            line.frames
+        )
     in_chain = sum(line.count for line in lines if js_chain(line.frames))
     assert in_chain >= 0.85 * total(lines)
     # The raw profile keeps everything; `report --js-only` shows the same view from it.
-    full = subprocess.run([sys.executable, "-m", "profiler", "report", "out.jitprof"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    full = subprocess.run(
+        [sys.executable, "-m", "profiler", "report", "out.jitprof"], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
     assert "node::Start" in full.stdout
-    view = subprocess.run([sys.executable, "-m", "profiler", "report", "--js-only", "out.jitprof"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    view = subprocess.run(
+        [sys.executable, "-m", "profiler", "report", "--js-only", "out.jitprof"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert sorted(view.stdout.splitlines()) == sorted((tmp_path / "out.folded").read_text().splitlines())

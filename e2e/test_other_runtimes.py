@@ -99,7 +99,9 @@ def test_moarvm_jit_frames_named(jitprof, tmp_path):
     lines = read_folded(tmp_path / "raku.folded")
     in_jit = [line for line in lines if line.frames[-1].endswith("_[j]")]
     in_jit_total = sum(line.count for line in in_jit)
-    named = sum(line.count for line in in_jit if line.frames[-1].removesuffix("_[j]").endswith(")") and "[unknown]" not in line.frames[-1])
+    named = sum(
+        line.count for line in in_jit if line.frames[-1].removesuffix("_[j]").endswith(")") and "[unknown]" not in line.frames[-1]
+    )
     fib = sum(line.count for line in in_jit if line.frames[-1] == "fib (fib.raku:2)_[j]")
     assert in_jit_total >= 100
     assert named / in_jit_total >= 0.8
@@ -115,8 +117,16 @@ def test_moarvm_jit_frames_named(jitprof, tmp_path):
 def test_node_jitdump_only(jitprof, tmp_path):
     """Node with --perf-prof and no perf map: JavaScript named from jit-PID.dump."""
     run = jitprof(
-        "--no-inject", "--by-pid", "-o", "dump.folded", "--",
-        "node", "--perf-prof", "--interpreted-frames-native-stack", str(JS / "chain.js"), "4",
+        "--no-inject",
+        "--by-pid",
+        "-o",
+        "dump.folded",
+        "--",
+        "node",
+        "--perf-prof",
+        "--interpreted-frames-native-stack",
+        str(JS / "chain.js"),
+        "4",
     )
     assert run.returncode == 0, run.stderr
     dumps = list(tmp_path.glob("jit-*.dump"))
@@ -125,9 +135,6 @@ def test_node_jitdump_only(jitprof, tmp_path):
     assert not Path(f"/tmp/perf-{pid}.map").exists()  # the dump was the only source
     lines = read_folded(tmp_path / "dump.folded")
     names = ["main chain.js:", "outer chain.js:", "middle chain.js:", "inner chain.js:"]
-    chained = sum(
-        line.count for line in lines
-        if all(any(frame.startswith(name) for frame in line.frames) for name in names)
-    )
+    chained = sum(line.count for line in lines if all(any(frame.startswith(name) for frame in line.frames) for name in names))
     assert chained / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
     assert not any(frame.startswith("[unknown] ([jit])") for line in lines for frame in line.frames)

@@ -37,8 +37,17 @@ def start_jitprof(symbol_cache, tmp_path, background):
     """jitprof in the background, as a service runs (stopped at the end)."""
 
     def start(*args: str) -> subprocess.Popen:
-        return background(sys.executable, "-m", "profiler", *args, cwd=tmp_path, env=jitprof_environment(symbol_cache),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return background(
+            sys.executable,
+            "-m",
+            "profiler",
+            *args,
+            cwd=tmp_path,
+            env=jitprof_environment(symbol_cache),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     return start
 
@@ -57,12 +66,28 @@ def test_all_push_names_js_inlined_and_native_frames(receiver, start_jitprof, ba
     native = background(str(FIXTURES / "dwarf_cases"), "recursion", "12", "now")  # running before jitprof
     # Started after jitprof, as a new process on the machine.
     node = background(
-        "sh", "-c", "sleep 2; exec node --perf-basic-prof --interpreted-frames-native-stack --log-code "
-        f"--no-logfile-per-isolate --logfile={tmp_path}/v8.log main.js 10", cwd=app,
+        "sh",
+        "-c",
+        "sleep 2; exec node --perf-basic-prof --interpreted-frames-native-stack --log-code "
+        f"--no-logfile-per-isolate --logfile={tmp_path}/v8.log main.js 10",
+        cwd=app,
     )
     try:
-        jitprof = start_jitprof("--all", "-F", "199", "--push", receiver.url, "--interval", "2", "-d", "9",
-                                "--tag", "env=e2e", "--spool-dir", str(tmp_path / "spool"))
+        jitprof = start_jitprof(
+            "--all",
+            "-F",
+            "199",
+            "--push",
+            receiver.url,
+            "--interval",
+            "2",
+            "-d",
+            "9",
+            "--tag",
+            "env=e2e",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+        )
         stderr = finished(jitprof)
     finally:
         for process in (native, node):
@@ -81,7 +106,9 @@ def test_all_push_names_js_inlined_and_native_frames(receiver, start_jitprof, ba
     demo = [item for item in profiles if item.app == "inline-demo"]
     assert demo, sorted({item.app for item in profiles})
     assert {item.labels["pid"] for item in demo} == {str(node.pid)}
-    assert all(item.labels["runtime"] == "node" and item.labels["env"] == "e2e" and item.labels["hostname"] == hostname for item in demo)
+    assert all(
+        item.labels["runtime"] == "node" and item.labels["env"] == "e2e" and item.labels["hostname"] == hostname for item in demo
+    )
     chain = ["leaf main.js:7", "mid main.js:15", "top main.js:19"]  # leaf and mid inlined into top: one location
     counts = {"all": 0, "inlined": 0}
     for item in demo:
@@ -95,7 +122,9 @@ def test_all_push_names_js_inlined_and_native_frames(receiver, start_jitprof, ba
     # (Other dwarf_cases processes on the machine are the same application: ours is told by its pid.)
     native_profiles = [item for item in profiles if item.app == "dwarf_cases" and item.labels["pid"] == str(native.pid)]
     assert native_profiles and all(item.labels["runtime"] == "native" for item in native_profiles)
-    stacks = [[location[0]["name"] for location in sample["stack"]] for item in native_profiles for sample in item.decoded()["samples"]]
+    stacks = [
+        [location[0]["name"] for location in sample["stack"]] for item in native_profiles for sample in item.decoded()["samples"]
+    ]
     assert any(stack[0] == "burn" and "recurse" in stack and "main" in stack for stack in stacks), stacks[:3]
 
 
@@ -111,8 +140,21 @@ def test_store_faults_lose_nothing_and_do_not_slow_sampling(fault, receiver, sta
     else:
         receiver.behaviour = Behaviour(delay_s=12, failures_left=None)  # past the 10 s request timeout
         threading.Timer(3.0, lambda: setattr(receiver, "behaviour", Behaviour())).start()
-    jitprof = start_jitprof("-F", "199", "--push", receiver.url, "--interval", "1", "--spool-dir", str(tmp_path / "spool"),
-                            "--", str(FIXTURES / "dwarf_cases"), "recursion", "6", "now")
+    jitprof = start_jitprof(
+        "-F",
+        "199",
+        "--push",
+        receiver.url,
+        "--interval",
+        "1",
+        "--spool-dir",
+        str(tmp_path / "spool"),
+        "--",
+        str(FIXTURES / "dwarf_cases"),
+        "recursion",
+        "6",
+        "now",
+    )
     stderr = finished(jitprof, timeout=120)
     sent = SENT.search(stderr)
     assert sent is not None and sent.group(1) == sent.group(2) and int(sent.group(1).replace(",", "")) >= 5, stderr
@@ -131,8 +173,21 @@ def test_store_faults_lose_nothing_and_do_not_slow_sampling(fault, receiver, sta
 def test_spool_bound_then_the_next_run_sends_what_is_left(receiver, start_jitprof, tmp_path, fixtures_built):
     receiver.behaviour = Behaviour(fail_with=503)
     spool = tmp_path / "spool"
-    jitprof = start_jitprof("--push", receiver.url, "--interval", "1", "--spool-dir", str(spool), "--spool-max", "0.002",
-                            "--", str(FIXTURES / "dwarf_cases"), "recursion", "7", "now")
+    jitprof = start_jitprof(
+        "--push",
+        receiver.url,
+        "--interval",
+        "1",
+        "--spool-dir",
+        str(spool),
+        "--spool-max",
+        "0.002",
+        "--",
+        str(FIXTURES / "dwarf_cases"),
+        "recursion",
+        "7",
+        "now",
+    )
     stderr = finished(jitprof)
     assert "the spool is full: dropped" in stderr and "dropped (spool full or over an hour old)" in stderr, stderr
     left = sorted(spool.iterdir())
@@ -160,9 +215,12 @@ def test_sigterm_sends_the_interval_under_way(receiver, start_jitprof, tmp_path,
 
 
 def test_memory_stays_flat_with_processes_coming_and_going(receiver, start_jitprof, tmp_path, fixtures_built, background):
-    churn = background("sh", "-c", f"while :; do node {JS / 'workload.js'} 2 >/dev/null; {FIXTURES / 'dwarf_cases'} recursion 0.05 now; done")
-    jitprof = start_jitprof("--all", "-F", "99", "--push", receiver.url, "--interval", "2", "-d", "150",
-                            "--spool-dir", str(tmp_path / "spool"))
+    churn = background(
+        "sh", "-c", f"while :; do node {JS / 'workload.js'} 2 >/dev/null; {FIXTURES / 'dwarf_cases'} recursion 0.05 now; done"
+    )
+    jitprof = start_jitprof(
+        "--all", "-F", "99", "--push", receiver.url, "--interval", "2", "-d", "150", "--spool-dir", str(tmp_path / "spool")
+    )
     rss: dict[int, int] = {}
     started = time.monotonic()
     while jitprof.poll() is None:
@@ -196,11 +254,14 @@ def test_the_systemd_unit_runs_and_stops_as_systemd_would(receiver, symbol_cache
     settings = re.sub(r"(?m)^JITPROF_PUSH_URL=.*$", f"JITPROF_PUSH_URL={receiver.url}", settings)
     settings = re.sub(r"(?m)^JITPROF_OPTIONS=(.*)$", rf"JITPROF_OPTIONS=\1 --interval 2 --spool-dir {tmp_path}/spool", settings)
     (tmp_path / "default").write_text(settings)
-    local = unit.replace("/opt/jitprof", str(ROOT)).replace("EnvironmentFile=/etc/default/jitprof", f"EnvironmentFile={tmp_path}/default")
+    local = unit.replace("/opt/jitprof", str(ROOT)).replace(
+        "EnvironmentFile=/etc/default/jitprof", f"EnvironmentFile={tmp_path}/default"
+    )
     (tmp_path / "jitprof.service").write_text(local)
     if shutil.which("systemd-analyze"):
-        verified = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "jitprof.service")],
-                                  capture_output=True, text=True)
+        verified = subprocess.run(
+            ["systemd-analyze", "verify", "--man=no", str(tmp_path / "jitprof.service")], capture_output=True, text=True
+        )
         assert verified.returncode == 0 and not verified.stdout.strip() and not verified.stderr.strip(), verified.stderr
     variables = dict(re.findall(r"(?m)^([A-Z_]+)=(.*)$", settings))
     command = re.search(r"(?m)^ExecStart=(.*)$", local).group(1)
@@ -215,8 +276,9 @@ def test_the_systemd_unit_runs_and_stops_as_systemd_would(receiver, symbol_cache
     kill_signal = getattr(signal, re.search(r"(?m)^KillSignal=(\w+)", local).group(1))
     stop_timeout = float(re.search(r"(?m)^TimeoutStopSec=(\d+)", local).group(1))
     native = background(str(FIXTURES / "dwarf_cases"), "recursion", "30", "now")
-    service = subprocess.Popen(argv, env=jitprof_environment(symbol_cache), cwd="/",
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    service = subprocess.Popen(
+        argv, env=jitprof_environment(symbol_cache), cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         time.sleep(6)
         service.send_signal(kill_signal)

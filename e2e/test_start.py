@@ -14,7 +14,9 @@ def test_a_first_run_loads_the_sampler_set_up_compiled(jitprof, fixtures_built, 
     key = bpf_object.object_key(BPF_SOURCE.read_bytes(), compile_flags(LoadOptions(99, False, True)))
     assert bpf_object.installed_path(key) is not None and bpf_object.installed_path(key).exists(), "make setup compiles it"
     empty = tmp_path / "empty-cache"
-    run = jitprof("--no-tui", "-o", "chain.folded", "--", str(fixtures_built / "chain"), "1", env={"JITPROF_CACHE_DIR": str(empty)})
+    run = jitprof(
+        "--no-tui", "-o", "chain.folded", "--", str(fixtures_built / "chain"), "1", env={"JITPROF_CACHE_DIR": str(empty)}
+    )
     assert run.returncode == 0, run.stderr
     assert not (empty / "bpf").exists(), "the run compiled the sampler instead of loading set-up's"
     lines = read_folded(tmp_path / "chain.folded")
@@ -28,7 +30,11 @@ def test_two_runs_at_once_keep_their_own_samples(fixtures_built, tmp_path, symbo
     runs = [
         subprocess.Popen(
             [sys.executable, "-m", "profiler", "--no-tui", "-o", f"{name}.folded", "--", str(fixtures_built / program), rounds],
-            cwd=tmp_path, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for name, program, rounds in (("first", "chain", "1"), ("second", "workload", "300"))
     ]

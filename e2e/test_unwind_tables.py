@@ -18,7 +18,13 @@ NODE = Path("/usr/bin/node")
 def test_short_cold_run_walks_node_and_leaves_its_table_cached(jitprof, tmp_path, monkeypatch):
     fresh_cache = tmp_path / "fresh-cache"
     result = jitprof(
-        "--no-tui", "-o", "run.folded", "--", str(NODE), str(ROOT / "fixtures" / "js" / "workload.js"), "30",
+        "--no-tui",
+        "-o",
+        "run.folded",
+        "--",
+        str(NODE),
+        str(ROOT / "fixtures" / "js" / "workload.js"),
+        "30",
         env={"JITPROF_CACHE_DIR": str(fresh_cache)},
     )
     assert result.returncode == 0, result.stderr
@@ -38,7 +44,8 @@ def test_short_cold_run_walks_node_and_leaves_its_table_cached(jitprof, tmp_path
     # the libc start code above it: node's table was live in this cold run.
     through_cxx = [line for line in node_lines if any("node::" in frame or "v8::" in frame for frame in line.frames)]
     complete = [
-        line for line in through_cxx
+        line
+        for line in through_cxx
         if "node::Start(int, char**)" in line.frames
         and line.frames[line.frames.index("node::Start(int, char**)") - 1] in ("__libc_start_call_main", "[unknown] (libc.so.6)")
     ]

@@ -52,7 +52,8 @@ int main(int argc, char **argv) {
         for (int round = 0; round < mutations; round++) {
             memcpy(mutated, data, (size_t)size);
             int flips = 1 + (int)(next_random(&seed) % 16);
-            for (int flip = 0; flip < flips; flip++) mutated[next_random(&seed) % (uint64_t)size] ^= (uint8_t)(1 + next_random(&seed) % 255);
+            for (int flip = 0; flip < flips; flip++)
+                mutated[next_random(&seed) % (uint64_t)size] ^= (uint8_t)(1 + next_random(&seed) % 255);
             compile(mutated, (uint64_t)size, &total);
         }
         free(mutated);

@@ -73,7 +73,16 @@ enum {
 };
 
 /* Row CFA types and rbp rules: jitprof_abi.h (the kernel reads the rows). */
-enum rule_kind { RULE_NONE = 0, RULE_UNDEFINED, RULE_SAME, RULE_OFFSET, RULE_VAL_OFFSET, RULE_REGISTER, RULE_EXPRESSION, RULE_VAL_EXPRESSION };
+enum rule_kind {
+    RULE_NONE = 0,
+    RULE_UNDEFINED,
+    RULE_SAME,
+    RULE_OFFSET,
+    RULE_VAL_OFFSET,
+    RULE_REGISTER,
+    RULE_EXPRESSION,
+    RULE_VAL_EXPRESSION
+};
 enum cfa_kind { CFA_UNSET = 0, CFA_REGISTER, CFA_EXPRESSION };
 
 struct rule {
@@ -207,10 +216,22 @@ static int read_encoded(struct cursor *cursor, uint8_t encoding, uint64_t field_
     case DW_EH_PE_udata2: *value = read_unsigned(cursor, 2); break;
     case DW_EH_PE_udata4: *value = read_unsigned(cursor, 4); break;
     case DW_EH_PE_udata8: *value = read_unsigned(cursor, 8); break;
-    case DW_EH_PE_sleb128: signed_value = read_sleb(cursor); *value = (uint64_t)signed_value; break;
-    case DW_EH_PE_sdata2: signed_value = read_signed(cursor, 2); *value = (uint64_t)signed_value; break;
-    case DW_EH_PE_sdata4: signed_value = read_signed(cursor, 4); *value = (uint64_t)signed_value; break;
-    case DW_EH_PE_sdata8: signed_value = read_signed(cursor, 8); *value = (uint64_t)signed_value; break;
+    case DW_EH_PE_sleb128:
+        signed_value = read_sleb(cursor);
+        *value = (uint64_t)signed_value;
+        break;
+    case DW_EH_PE_sdata2:
+        signed_value = read_signed(cursor, 2);
+        *value = (uint64_t)signed_value;
+        break;
+    case DW_EH_PE_sdata4:
+        signed_value = read_signed(cursor, 4);
+        *value = (uint64_t)signed_value;
+        break;
+    case DW_EH_PE_sdata8:
+        signed_value = read_signed(cursor, 8);
+        *value = (uint64_t)signed_value;
+        break;
     default: return 0;
     }
     if (!cursor->ok) return 0;
@@ -228,7 +249,9 @@ static const uint8_t PLT_PREFIX[] = {0x77, 0x08, 0x80, 0x00, 0x3f, 0x1a};
 static const uint8_t PLT_SUFFIX[] = {0x2a, 0x33, 0x24, 0x22};
 static const uint8_t SIGNAL_CFA[] = {0x77, 0xa0, 0x01, 0x06};
 
-static int fits_i32(int64_t value) { return value >= INT32_MIN && value <= INT32_MAX; }
+static int fits_i32(int64_t value) {
+    return value >= INT32_MIN && value <= INT32_MAX;
+}
 
 static struct unwind_row row_for(const struct state *state) {
     struct unwind_row row = {0};
@@ -243,8 +266,8 @@ static struct unwind_row row_for(const struct state *state) {
         if (length == sizeof SIGNAL_CFA && memcmp(expr, SIGNAL_CFA, length) == 0) {
             row.cfa_type = CFA_SIGNAL;
         } else if (length == sizeof PLT_PREFIX + 1 + sizeof PLT_SUFFIX && memcmp(expr, PLT_PREFIX, sizeof PLT_PREFIX) == 0 &&
-                   memcmp(expr + sizeof PLT_PREFIX + 1, PLT_SUFFIX, sizeof PLT_SUFFIX) == 0 &&
-                   expr[sizeof PLT_PREFIX] >= 0x30 && expr[sizeof PLT_PREFIX] <= 0x4f) {
+                   memcmp(expr + sizeof PLT_PREFIX + 1, PLT_SUFFIX, sizeof PLT_SUFFIX) == 0 && expr[sizeof PLT_PREFIX] >= 0x30 &&
+                   expr[sizeof PLT_PREFIX] <= 0x4f) {
             row.cfa_type = CFA_PLT;
             row.cfa_offset = expr[sizeof PLT_PREFIX] - 0x30;
         } else {
@@ -374,7 +397,9 @@ static int run_program(const uint8_t *at, const uint8_t *end, struct state *stat
             emit_line(emit, state);
             state->pc = delta;
             break;
-        case DW_CFA_advance_loc1: case DW_CFA_advance_loc2: case DW_CFA_advance_loc4:
+        case DW_CFA_advance_loc1:
+        case DW_CFA_advance_loc2:
+        case DW_CFA_advance_loc4:
             delta = read_unsigned(&cursor, opcode == DW_CFA_advance_loc1 ? 1 : opcode == DW_CFA_advance_loc2 ? 2 : 4);
             emit_line(emit, state);
             state->pc += delta * cie->code_align;
@@ -429,7 +454,8 @@ static int run_program(const uint8_t *at, const uint8_t *end, struct state *stat
             state->cfa_expr_len = delta;
             cursor.at += delta;
             break;
-        case DW_CFA_expression: case DW_CFA_val_expression:
+        case DW_CFA_expression:
+        case DW_CFA_val_expression:
             reg = read_uleb(&cursor);
             delta = read_uleb(&cursor);
             if (!cursor.ok || delta > (uint64_t)(cursor.end - cursor.at)) goto done;
@@ -450,20 +476,19 @@ static int run_program(const uint8_t *at, const uint8_t *end, struct state *stat
             if (state->cfa_kind == CFA_EXPRESSION) state->cfa_reg = -1;
             state->cfa_kind = CFA_REGISTER;
             break;
-        case DW_CFA_val_offset: case DW_CFA_val_offset_sf:
+        case DW_CFA_val_offset:
+        case DW_CFA_val_offset_sf:
             reg = read_uleb(&cursor);
-            offset = opcode == DW_CFA_val_offset ? (int64_t)read_uleb(&cursor) * cie->data_align : read_sleb(&cursor) * cie->data_align;
+            offset = opcode == DW_CFA_val_offset ? (int64_t)read_uleb(&cursor) * cie->data_align
+                                                 : read_sleb(&cursor) * cie->data_align;
             set_rule(state, reg, RULE_VAL_OFFSET, offset);
             break;
-        case DW_CFA_GNU_args_size: /* the CFA does not depend on it */
-            read_uleb(&cursor);
-            break;
+        case DW_CFA_GNU_args_size: /* the CFA does not depend on it */ read_uleb(&cursor); break;
         case DW_CFA_GNU_negative_offset_extended:
             reg = read_uleb(&cursor);
             set_rule(state, reg, RULE_OFFSET, -(int64_t)read_uleb(&cursor) * cie->data_align);
             break;
-        default:
-            goto done; /* an opcode we do not know: its operands cannot be skipped */
+        default: goto done; /* an opcode we do not know: its operands cannot be skipped */
         }
     }
     if (!cursor.ok) goto done;
@@ -518,7 +543,7 @@ static struct cie parse_cie(const struct section *section, uint64_t offset) {
     if (augmentation_length && augmentation[0] != 'z') return cie; /* "eh" and the like: not produced for x86-64 */
     if (version >= 4) {
         if (read_unsigned(&cursor, 1) != 8) return cie; /* address size */
-        read_unsigned(&cursor, 1);                     /* segment selector size */
+        read_unsigned(&cursor, 1);                      /* segment selector size */
     }
     cie.code_align = read_uleb(&cursor);
     cie.data_align = read_sleb(&cursor);
@@ -542,7 +567,8 @@ static struct cie parse_cie(const struct section *section, uint64_t offset) {
                 if (!read_encoded(&data, encoding, 0, 0, &ignored)) data.ok = 0;
                 break;
             }
-            case 'S': case 'B': break;
+            case 'S':
+            case 'B': break;
             default: index = augmentation_length; break; /* unknown: the rest of the data is skipped by its length */
             }
         }
@@ -785,18 +811,23 @@ static int find_section(const struct source *source, const struct elf64_header *
     return 0;
 }
 
-static int compile_file(const struct source *source, struct unwind_row **rows_out, uint64_t *count_out, struct jp_table_stats *stats,
-                        uint32_t **starts_out, uint64_t *starts_count_out) {
+static int compile_file(const struct source *source, struct unwind_row **rows_out, uint64_t *count_out,
+                        struct jp_table_stats *stats, uint32_t **starts_out, uint64_t *starts_count_out) {
     uint8_t *owned_header, *owned_sections = NULL, *owned_names = NULL, *owned_cfi = NULL;
     const uint8_t *bytes = fetch(source, 0, sizeof(struct elf64_header), &owned_header);
     if (bytes == NULL) return source->size < sizeof(struct elf64_header) ? JP_NOT_ELF : JP_IO_ERROR;
     struct elf64_header header;
     memcpy(&header, bytes, sizeof header);
     free(owned_header);
-    if (memcmp(header.ident, "\x7f" "ELF", 4) != 0) return JP_NOT_ELF;
+    if (memcmp(header.ident,
+               "\x7f"
+               "ELF",
+               4) != 0)
+        return JP_NOT_ELF;
     if (header.ident[4] != 2 || header.ident[5] != 1 || header.machine != 62) return JP_UNSUPPORTED; /* ELF64 LE x86-64 */
     int result = JP_OK;
-    if (header.shentsize != sizeof(struct elf64_section) || header.shstrndx >= header.shnum) return JP_OK; /* no sections: no CFI */
+    if (header.shentsize != sizeof(struct elf64_section) || header.shstrndx >= header.shnum)
+        return JP_OK; /* no sections: no CFI */
     const uint8_t *sections = fetch(source, header.shoff, (uint64_t)header.shnum * sizeof(struct elf64_section), &owned_sections);
     if (sections == NULL) return JP_OK;
     struct elf64_section names_section;
@@ -884,7 +915,9 @@ int jp_function_starts(int fd, uint32_t **starts_out, uint64_t *count_out) {
     return compile_file(&source, &rows, &count, &stats, starts_out, count_out);
 }
 
-void jp_free(void *pointer) { free(pointer); }
+void jp_free(void *pointer) {
+    free(pointer);
+}
 
 int jp_rows_valid(const struct unwind_row *rows, uint64_t count) {
     for (uint64_t index = 0; index < count; index++) {

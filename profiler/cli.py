@@ -56,6 +56,7 @@ JS_ONLY_HELP = (
     "time given to the JS function that called them; stacks without JS are (program) or (garbage collector)"
 )
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jitprof",
@@ -68,61 +69,89 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"jitprof {__version__}")
     parser.add_argument(
-        "-p", "--pid", type=int, action="append", default=[], metavar="PID",
+        "-p",
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
         help="attach to a running process and all its threads (repeatable)",
     )
     parser.add_argument(
-        "-F", "--frequency", type=int, default=99, metavar="HZ",
+        "-F",
+        "--frequency",
+        type=int,
+        default=99,
+        metavar="HZ",
         help="samples per second per CPU (default: 99)",
     )
     parser.add_argument(
-        "-d", "--duration", type=float, default=None, metavar="SECONDS",
+        "-d",
+        "--duration",
+        type=float,
+        default=None,
+        metavar="SECONDS",
         help="stop after this long; a spawned program is then stopped with SIGTERM (default: until it exits, or Ctrl-C)",
     )
     parser.add_argument(
-        "-o", "--output", type=Path, action="append", default=[], metavar="PATH",
+        "-o",
+        "--output",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
         help="write the profile here, format from the extension (repeatable; default: jitprof-<pid>.svg)",
     )
     parser.add_argument(
-        "--format", choices=sorted(WRITERS), default=None,
+        "--format",
+        choices=sorted(WRITERS),
+        default=None,
         help="format of every -o file, whatever its extension",
     )
     parser.add_argument(
-        "--by-pid", action="store_true",
+        "--by-pid",
+        action="store_true",
         help="one root frame per process (comm-PID) instead of per command name",
     )
     parser.add_argument(
-        "--no-dwarf", action="store_true",
+        "--no-dwarf",
+        action="store_true",
         help="walk stacks with frame pointers only (no .eh_frame unwinding): for comparison",
     )
     parser.add_argument("--kernel", action="store_true", help="include kernel stacks above the user stack")
     parser.add_argument(
-        "--no-tui", action="store_true",
+        "--no-tui",
+        action="store_true",
         help="no live view: the program keeps the terminal (the view is on only when stdin and stdout are a terminal)",
     )
     parser.add_argument(
-        "--no-inject", action="store_true",
+        "--no-inject",
+        action="store_true",
         help="do not add the JIT flags to a spawned command (NODE_OPTIONS: --perf-basic-prof "
         "--interpreted-frames-native-stack and the V8 code-log preload)",
     )
     parser.add_argument(
-        "--keep-jit-files", action="store_true",
-        help="keep the perf maps and V8 code logs that the injected flags made the program write "
-        "(default: removed at the end)",
+        "--keep-jit-files",
+        action="store_true",
+        help="keep the perf maps and V8 code logs that the injected flags made the program write (default: removed at the end)",
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP + " (a .jitprof output keeps everything)")
     parser.add_argument(
-        "--no-debuginfod", action="store_true",
+        "--no-debuginfod",
+        action="store_true",
         help="do not ask the servers in DEBUGINFOD_URLS for the debug files of stripped binaries",
     )
     parser.add_argument(
-        "--no-inline", action="store_true",
+        "--no-inline",
+        action="store_true",
         help="count code that the JIT inlined in its caller, as perf and --cpu-prof do (for comparison)",
     )
     parser.add_argument("--user", metavar="NAME", help="run the command as this user (default: the sudo caller)")
     parser.add_argument("--as-root", action="store_true", help="run the command as root even under sudo")
     parser.add_argument(
-        "-a", "--all", action="store_true",
+        "-a",
+        "--all",
+        action="store_true",
         help="every process on the machine, as perf record -a: each is followed from its first sample; "
         "JIT code is named for runtimes started with their perf-map, jitdump or code-log flags",
     )
@@ -135,17 +164,33 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--push", metavar="URL", help="the store's base URL, e.g. http://pyroscope:4040")
     push.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="seconds per profile (default: 15)")
     push.add_argument(
-        "--app-name", metavar="NAME",
+        "--app-name",
+        metavar="NAME",
         help="the application name of every profile (default: per process, node's package or script, "
         "Java's main class or jar, else the command name)",
     )
-    push.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE",
-                      help="a label on every profile (repeatable); hostname, pid and runtime are always there")
+    push.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a label on every profile (repeatable); hostname, pid and runtime are always there",
+    )
     push.add_argument("--tenant", metavar="ID", help="the X-Scope-OrgID header, for a multi-tenant store")
-    push.add_argument("--spool-dir", type=Path, default=None, metavar="DIR",
-                      help=f"where profiles wait while the store is unreachable (default: {DEFAULT_DIRECTORY})")
-    push.add_argument("--spool-max", type=float, default=None, metavar="MIB",
-                      help=f"the spool's size limit; the oldest go first (default: {DEFAULT_MAX_BYTES >> 20})")
+    push.add_argument(
+        "--spool-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"where profiles wait while the store is unreachable (default: {DEFAULT_DIRECTORY})",
+    )
+    push.add_argument(
+        "--spool-max",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help=f"the spool's size limit; the oldest go first (default: {DEFAULT_MAX_BYTES >> 20})",
+    )
     return parser
 
 
@@ -202,9 +247,18 @@ def parse_options(argv: list[str]) -> RecordingOptions:
 
 def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PushOptions | None:
     if args.push is None:
-        given = [name for name, value in (("--interval", args.interval), ("--app-name", args.app_name),
-                 ("--tag", args.tag), ("--tenant", args.tenant), ("--spool-dir", args.spool_dir),
-                 ("--spool-max", args.spool_max)) if value]
+        given = [
+            name
+            for name, value in (
+                ("--interval", args.interval),
+                ("--app-name", args.app_name),
+                ("--tag", args.tag),
+                ("--tenant", args.tenant),
+                ("--spool-dir", args.spool_dir),
+                ("--spool-max", args.spool_max),
+            )
+            if value
+        ]
         if given:
             parser.error(f"{', '.join(given)} only go with --push URL")
         return None
@@ -244,16 +298,30 @@ def build_report_parser() -> argparse.ArgumentParser:
         epilog="With no -o, the folded form is printed.",
     )
     parser.add_argument("profile", type=Path, metavar="PROFILE.jitprof")
-    parser.add_argument("-o", "--output", type=Path, action="append", default=[], metavar="PATH",
-                        help="write here, format from the extension (repeatable)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="write here, format from the extension (repeatable)",
+    )
     parser.add_argument("--format", choices=sorted(WRITERS), default=None, help="format of every -o file")
     parser.add_argument("--pid", type=int, action="append", default=[], help="only samples of this process (repeatable)")
     parser.add_argument("--tid", type=int, action="append", default=[], help="only samples of this thread (repeatable)")
-    parser.add_argument("--since", type=float, default=None, metavar="SECONDS", help="only samples from this long after the first")
-    parser.add_argument("--until", type=float, default=None, metavar="SECONDS", help="only samples before this long after the first")
+    parser.add_argument(
+        "--since", type=float, default=None, metavar="SECONDS", help="only samples from this long after the first"
+    )
+    parser.add_argument(
+        "--until", type=float, default=None, metavar="SECONDS", help="only samples before this long after the first"
+    )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP)
-    parser.add_argument("--no-debuginfod", action="store_true",
-                        help="do not ask DEBUGINFOD_URLS for the debug files of functions the run left unnamed")
+    parser.add_argument(
+        "--no-debuginfod",
+        action="store_true",
+        help="do not ask DEBUGINFOD_URLS for the debug files of functions the run left unnamed",
+    )
     return parser
 
 
@@ -268,8 +336,11 @@ def build_diff_parser() -> argparse.ArgumentParser:
     parser.add_argument("new", type=Path, metavar="NEW.jitprof")
     parser.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="write here: .svg, or .folded/.txt")
     parser.add_argument("--format", choices=("svg", "folded"), default=None, help="svg, or folded (two columns)")
-    parser.add_argument("--normalize", action="store_true",
-                        help="scale BASE to NEW's total samples (compare shares), instead of comparing CPU time")
+    parser.add_argument(
+        "--normalize",
+        action="store_true",
+        help="scale BASE to NEW's total samples (compare shares), instead of comparing CPU time",
+    )
     return parser
 
 

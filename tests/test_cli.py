@@ -57,15 +57,52 @@ def test_help_documents_every_flag(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
     text = capsys.readouterr().out
-    for flag in ("--pid", "--frequency", "--duration", "--output", "--format", "--kernel", "--no-tui", "--user", "--as-root", "--by-pid", "--version",
-                 "--all", "--push", "--interval", "--app-name", "--tag", "--tenant", "--spool-dir", "--spool-max"):
+    for flag in (
+        "--pid",
+        "--frequency",
+        "--duration",
+        "--output",
+        "--format",
+        "--kernel",
+        "--no-tui",
+        "--user",
+        "--as-root",
+        "--by-pid",
+        "--version",
+        "--all",
+        "--push",
+        "--interval",
+        "--app-name",
+        "--tag",
+        "--tenant",
+        "--spool-dir",
+        "--spool-max",
+    ):
         assert flag in text
 
 
 def test_all_and_push_options():
-    options = parse_options(["--all", "--push", "https://store:4040", "--interval", "10", "--tag", "env=prod",
-                             "--tag", "team=pay", "--app-name", "shop", "--tenant", "t1", "--spool-dir", "/var/tmp/s",
-                             "--spool-max", "8"])
+    options = parse_options(
+        [
+            "--all",
+            "--push",
+            "https://store:4040",
+            "--interval",
+            "10",
+            "--tag",
+            "env=prod",
+            "--tag",
+            "team=pay",
+            "--app-name",
+            "shop",
+            "--tenant",
+            "t1",
+            "--spool-dir",
+            "/var/tmp/s",
+            "--spool-max",
+            "8",
+        ]
+    )
     assert options.all_processes and not options.command and not options.pids
     push = options.push
     assert push is not None and push.url == "https://store:4040" and push.interval_s == 10

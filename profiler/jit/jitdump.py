@@ -265,9 +265,7 @@ class JitdumpReader:
         shift = new_address - old_address
         lines = tuple(DebugLine(line.address + shift, line.line, line.column, line.file) for line in moved.lines)
         self.debug_lines += len(lines)
-        self.code.add(
-            CodeLoad(new_address, code_size, moved.name, moved.index, timestamp, self.records, lines, moved.from_v8)
-        )
+        self.code.add(CodeLoad(new_address, code_size, moved.name, moved.index, timestamp, self.records, lines, moved.from_v8))
 
     def _debug_info(self, body: memoryview) -> None:
         """Lines for the next load at the same address; garbage makes the

@@ -89,7 +89,10 @@ class JitdumpSymbols:
         if state is None or not state.dumps:
             return (0, 0)
         _tail_if_due(state, time.monotonic())
-        return (sum(dump.offset for dump in state.dumps) + len(state.dumps), max(dump.reader.last_time_ns for dump in state.dumps))
+        return (
+            sum(dump.offset for dump in state.dumps) + len(state.dumps),
+            max(dump.reader.last_time_ns for dump in state.dumps),
+        )
 
     def waiting_for(self, pid: int, time_ns: int) -> bool:
         """May the process's dump still describe code run at `time_ns`? (V8
@@ -119,8 +122,15 @@ class JitdumpSymbols:
             frame = frame_for_name(load.name)
             if line is not None and line.line > 0:
                 frame = Frame(
-                    frame.name, JIT_MODULE, FrameKind.JIT, line.file, line.line, line.column, frame.tier,
-                    line_exact=True, function_line=frame.function_line,
+                    frame.name,
+                    JIT_MODULE,
+                    FrameKind.JIT,
+                    line.file,
+                    line.line,
+                    line.column,
+                    frame.tier,
+                    line_exact=True,
+                    function_line=frame.function_line,
                 )
             self._frames[key] = frame
         return frame

@@ -29,7 +29,12 @@ def frame_for_name(name: str, runtime: runtimes.Runtime | None = None) -> Frame:
         if moar:
             function, path, line = moar.group(1) or "<anon>", moar.group(2), int(moar.group(3))
             return Frame(
-                f"{function} ({_base_name(path)}:{line})", JIT_MODULE, FrameKind.JIT, path, line, tier="jit",
+                f"{function} ({_base_name(path)}:{line})",
+                JIT_MODULE,
+                FrameKind.JIT,
+                path,
+                line,
+                tier="jit",
                 function_line=line,
             )
     python = _PYTHON_FRAME.match(name)
@@ -40,7 +45,13 @@ def frame_for_name(name: str, runtime: runtimes.Runtime | None = None) -> Frame:
     if parsed is None:  # another runtime's name: shown as written
         return Frame(name, JIT_MODULE, FrameKind.JIT)
     return Frame(
-        parsed.display, JIT_MODULE, FrameKind.JIT, parsed.script, parsed.line, parsed.column, parsed.tier.value,
+        parsed.display,
+        JIT_MODULE,
+        FrameKind.JIT,
+        parsed.script,
+        parsed.line,
+        parsed.column,
+        parsed.tier.value,
         function_line=parsed.line,
     )
 

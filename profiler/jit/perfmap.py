@@ -260,9 +260,7 @@ def open_perf_map(path: str, owner_uid: int | None, budget: EntryBudget | None =
     except OSError:
         return None
     try:
-        descriptor = os.open(
-            os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory
-        )
+        descriptor = os.open(os.path.basename(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=directory)
     except FileNotFoundError:
         os.close(directory)
         return None

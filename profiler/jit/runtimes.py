@@ -24,8 +24,7 @@ class Runtime:
 
 NODE = Runtime("Node.js", f'restart it with NODE_OPTIONS="{" ".join(NODE_FLAGS)}" (or start it with jitprof -- node ...)')
 NODE_CODE_LOG_FIX = (
-    "start it with `node --log-code --perf-basic-prof --interpreted-frames-native-stack ...` "
-    "(or under jitprof -- node ...)"
+    "start it with `node --log-code --perf-basic-prof --interpreted-frames-native-stack ...` (or under jitprof -- node ...)"
 )
 JAVA = Runtime(
     "the JVM",
@@ -130,9 +129,7 @@ def node_code_log_active(pid: int) -> bool:
     arguments, environment = command_line_and_environment(pid)
     if any(argument.startswith(b"--log-code") or argument in (b"--prof", b"--log-all") for argument in arguments):
         return True
-    return any(
-        variable.startswith(b"NODE_OPTIONS=") and b"v8-code-log.cjs" in variable for variable in environment
-    )
+    return any(variable.startswith(b"NODE_OPTIONS=") and b"v8-code-log.cjs" in variable for variable in environment)
 
 
 def command_line_and_environment(pid: int) -> tuple[list[bytes], list[bytes]]:

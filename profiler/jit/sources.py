@@ -25,7 +25,11 @@ MAX_HAD_SOURCE = 1 << 16  # processes gone whose JIT source is remembered for th
 
 class JitSources:
     def __init__(
-        self, owner_uid: int | None, expand_inlining: bool, janitor: JitFileJanitor, ask_jvms: bool = True,
+        self,
+        owner_uid: int | None,
+        expand_inlining: bool,
+        janitor: JitFileJanitor,
+        ask_jvms: bool = True,
         injected: bool = False,
     ) -> None:
         # owner_uid: the user a spawned command runs as, for files of
@@ -114,8 +118,7 @@ class JitSources:
         for v8_report in self._v8_reports + self.v8_logs.reports():
             if v8_report.bad_lines:
                 say(
-                    f"jitprof: warning: skipped {v8_report.bad_lines:,} malformed lines in the V8 code log of pid "
-                    f"{v8_report.pid}"
+                    f"jitprof: warning: skipped {v8_report.bad_lines:,} malformed lines in the V8 code log of pid {v8_report.pid}"
                 )
         for dump in self._jitdump_reports + self.jitdumps.reports():
             if dump.error:
@@ -173,4 +176,3 @@ def _unnamed_jit_samples(profile: Profile) -> dict[int, int]:
                 unnamed[sample.pid] = unnamed.get(sample.pid, 0) + 1
                 break
     return unnamed
-

@@ -106,8 +106,15 @@ def load_library() -> Any:
         lib.bcc_create_map.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
         lib.bcc_prog_load.restype = ctypes.c_int
         lib.bcc_prog_load.argtypes = [
-            ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
-            ctypes.c_uint, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_void_p,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_uint,
+            ctypes.c_int,
+            ctypes.c_char_p,
+            ctypes.c_uint,
         ]
         lib._jitprof_declared = True
     return lib
@@ -118,8 +125,14 @@ def object_key(source: bytes, cflags: list[str]) -> str:
     import bcc  # noqa: PLC0415
 
     identity = b"\0".join(
-        [source, "\0".join(cflags).encode(), platform.release().encode(), platform.version().encode(),
-         getattr(bcc, "__version__", "?").encode(), str(FORMAT_VERSION).encode()]
+        [
+            source,
+            "\0".join(cflags).encode(),
+            platform.release().encode(),
+            platform.version().encode(),
+            getattr(bcc, "__version__", "?").encode(),
+            str(FORMAT_VERSION).encode(),
+        ]
     )
     return "b-" + hashlib.sha256(identity).hexdigest()[:48]
 
@@ -131,14 +144,16 @@ def from_bcc_module(module: int) -> BpfObject:
     by_fd: dict[int, str] = {}
     for index in range(lib.bpf_num_tables(module)):
         name = lib.bpf_table_name(module, index).decode()
-        maps.append(MapSpec(
-            name,
-            lib.bpf_table_type_id(module, index),
-            lib.bpf_table_key_size_id(module, index),
-            lib.bpf_table_leaf_size_id(module, index),
-            lib.bpf_table_max_entries_id(module, index),
-            lib.bpf_table_flags_id(module, index),
-        ))
+        maps.append(
+            MapSpec(
+                name,
+                lib.bpf_table_type_id(module, index),
+                lib.bpf_table_key_size_id(module, index),
+                lib.bpf_table_leaf_size_id(module, index),
+                lib.bpf_table_max_entries_id(module, index),
+                lib.bpf_table_flags_id(module, index),
+            )
+        )
         by_fd[lib.bpf_table_fd_id(module, index)] = name
     programs = []
     for index in range(lib.bpf_num_functions(module)):
@@ -171,8 +186,12 @@ def load(spec: BpfObject) -> LoadedObject:
     try:
         for map_spec in spec.maps:
             descriptor = lib.bcc_create_map(
-                map_spec.map_type, map_spec.name.encode()[:15], map_spec.key_size, map_spec.value_size,
-                map_spec.max_entries, map_spec.flags,
+                map_spec.map_type,
+                map_spec.name.encode()[:15],
+                map_spec.key_size,
+                map_spec.value_size,
+                map_spec.max_entries,
+                map_spec.flags,
             )
             if descriptor < 0:
                 raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(ctypes.get_errno() or -descriptor)}")
@@ -183,14 +202,28 @@ def load(spec: BpfObject) -> LoadedObject:
                 struct.pack_into("<i", code, index * INSTRUCTION.size + 4, loaded.map_fds[map_name])
             buffer = ctypes.create_string_buffer(bytes(code), len(code))
             descriptor = lib.bcc_prog_load(
-                program.program_type, program.name.encode()[:15], buffer, len(code), spec.license.encode(),
-                spec.kernel_version, 0, None, 0,
+                program.program_type,
+                program.name.encode()[:15],
+                buffer,
+                len(code),
+                spec.license.encode(),
+                spec.kernel_version,
+                0,
+                None,
+                0,
             )
             if descriptor < 0:
                 log = ctypes.create_string_buffer(1 << 20)
                 lib.bcc_prog_load(
-                    program.program_type, program.name.encode()[:15], buffer, len(code), spec.license.encode(),
-                    spec.kernel_version, 1, log, len(log),
+                    program.program_type,
+                    program.name.encode()[:15],
+                    buffer,
+                    len(code),
+                    spec.license.encode(),
+                    spec.kernel_version,
+                    1,
+                    log,
+                    len(log),
                 )
                 last_line = log.value.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no verifier log"]
                 raise BpfLoadError(f"failed to load BPF program {program.name}: {last_line[0]}")
@@ -270,8 +303,14 @@ def _parse(data: bytes) -> BpfObject | None:
         if document["format"] != FORMAT_VERSION:
             return None
         maps = tuple(
-            MapSpec(str(item["name"]), int(item["map_type"]), int(item["key_size"]), int(item["value_size"]),
-                    int(item["max_entries"]), int(item["flags"]))
+            MapSpec(
+                str(item["name"]),
+                int(item["map_type"]),
+                int(item["key_size"]),
+                int(item["value_size"]),
+                int(item["max_entries"]),
+                int(item["flags"]),
+            )
             for item in document["maps"]
         )
         names = {map_spec.name for map_spec in maps}

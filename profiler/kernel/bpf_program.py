@@ -51,7 +51,6 @@ COPIER_PROGRAM = 1
 CONSUME_BUDGET_S = 0.2  # the longest one poll spends taking records
 
 
-
 @dataclass(frozen=True)
 class KernelCounters:
     samples: int
@@ -340,7 +339,9 @@ class BpfProgram:
             self._ring_callback = _RINGBUF_CB_TYPE(self._dispatch)
             self._ring = self._lib.bpf_new_ringbuf(self._maps["events"], self._ring_callback, None)
             if not self._ring:
-                raise JitprofError("cannot open the BPF ring buffer", "check `ulimit -l` (locked memory) and the kernel's BPF support")
+                raise JitprofError(
+                    "cannot open the BPF ring buffer", "check `ulimit -l` (locked memory) and the kernel's BPF support"
+                )
 
     def _dispatch(self, _ctx: int, data: int, size: int) -> int:
         traffic = self.traffic

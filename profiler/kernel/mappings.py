@@ -202,7 +202,8 @@ class MappingTracker:
         """(Under the lock.) Close the images no mapping holds, unless a table build may still read it."""
         held = {
             id(mapping.image)
-            for spaces in self._spaces.values() for space in spaces
+            for spaces in self._spaces.values()
+            for space in spaces
             for mapping in (*space.current.values(), *space.retired, *space.provisional)
             if mapping.image is not None
         }

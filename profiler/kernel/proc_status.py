@@ -16,6 +16,7 @@ def thread_group_id(pid: int) -> int | None:
         return None
     return None
 
+
 def process_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
@@ -23,7 +24,6 @@ def process_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
-
 
 
 PF_KTHREAD = 0x00200000

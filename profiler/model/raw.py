@@ -235,9 +235,16 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                     raise ValueError("frames out of order")
                 profile.frames.append(
                     Frame(
-                        str(record["name"]), str(record["module"]), FrameKind(record["kind"]), str(record["file"]),
-                        _integer(record["line"]), _integer(record["column"]), str(record["tier"]), bool(record["inlined"]),
-                        bool(record["line_exact"]), _integer(record.get("function_line", 0)),
+                        str(record["name"]),
+                        str(record["module"]),
+                        FrameKind(record["kind"]),
+                        str(record["file"]),
+                        _integer(record["line"]),
+                        _integer(record["column"]),
+                        str(record["tier"]),
+                        bool(record["inlined"]),
+                        bool(record["line_exact"]),
+                        _integer(record.get("function_line", 0)),
                     )
                 )
                 continue

@@ -57,8 +57,10 @@ def cache_dir() -> Path | None:
                 pass
         if root_only(chosen):
             return chosen
-        _warn_once(f"JITPROF_CACHE_DIR={override} is not root's alone (it or a directory above it can be changed "
-                   "by another user); using /var/cache/jitprof")
+        _warn_once(
+            f"JITPROF_CACHE_DIR={override} is not root's alone (it or a directory above it can be changed "
+            "by another user); using /var/cache/jitprof"
+        )
     default = Path("/var/cache/jitprof")
     try:
         default.mkdir(mode=0o700, exist_ok=True)

@@ -116,8 +116,16 @@ def read_header(handle: BinaryIO) -> ElfHeader:
     _type, _machine, _version, entry, program_offset, section_offset, _flags, _size = fields[:8]
     program_entry_size, program_count, section_entry_size, section_count, names_index = fields[8:]
     return ElfHeader(
-        elf_class, entry, program_offset, section_offset, program_entry_size, program_count,
-        section_entry_size, section_count, names_index, file_size,
+        elf_class,
+        entry,
+        program_offset,
+        section_offset,
+        program_entry_size,
+        program_count,
+        section_entry_size,
+        section_count,
+        names_index,
+        file_size,
     )
 
 

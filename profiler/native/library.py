@@ -42,9 +42,17 @@ class CompiledRows:
 
 
 # The kernel's integer types, as jitprof_abi.h uses them.
-_KERNEL_TYPES = "".join(f"typedef {kind}_t __{name};\n" for kind, name in (
-    ("uint8", "u8"), ("uint16", "u16"), ("uint32", "u32"), ("uint64", "u64"), ("int32", "s32"), ("int64", "s64"),
-))
+_KERNEL_TYPES = "".join(
+    f"typedef {kind}_t __{name};\n"
+    for kind, name in (
+        ("uint8", "u8"),
+        ("uint16", "u16"),
+        ("uint32", "u32"),
+        ("uint64", "u64"),
+        ("int32", "s32"),
+        ("int64", "s64"),
+    )
+)
 
 
 def _declarations() -> str:
@@ -182,9 +190,18 @@ def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegister
             slot.rows = ffi.cast("const struct unwind_row *", rows)
             slot.row_count = len(mapping.rows) // row_size
     data = ffi.from_buffer(stack.data)
-    copy = ffi.new("struct jp_walk_stack *", {"bytes": ffi.cast("const uint8_t *", data), "length": len(stack.data),
-                                               "address": stack.address, "reached_end": int(stack.reached_end)})
-    registers = ffi.new("struct jp_walk_registers *", {"pc": start.pc, "sp": start.sp, "fp": start.fp, "exact_pc": int(start.exact_pc)})
+    copy = ffi.new(
+        "struct jp_walk_stack *",
+        {
+            "bytes": ffi.cast("const uint8_t *", data),
+            "length": len(stack.data),
+            "address": stack.address,
+            "reached_end": int(stack.reached_end),
+        },
+    )
+    registers = ffi.new(
+        "struct jp_walk_registers *", {"pc": start.pc, "sp": start.sp, "fp": start.fp, "exact_pc": int(start.exact_pc)}
+    )
     limit = max(max_frames, 0)
     frames = ffi.new("uint64_t[]", max(limit, 1))
     count = ffi.new("uint32_t *")

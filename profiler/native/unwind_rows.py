@@ -28,6 +28,7 @@ ROW_FORMAT = struct.Struct("<IBBHii")
 
 ROW_SIZE = ROW_FORMAT.size
 
+
 class CfaType(enum.IntEnum):
     GAP = 0  # no rule here: frame-pointer step
     RSP = 1
@@ -37,9 +38,11 @@ class CfaType(enum.IntEnum):
     END_OF_STACK = 5  # the return address is undefined: the walk is complete
     UNSUPPORTED = 6  # a rule the walker cannot follow: frame-pointer step
 
+
 class RbpRule(enum.IntEnum):
     SAME = 0  # the caller's rbp is still in rbp
     OFFSET = 1  # saved at CFA + rbp_offset
+
 
 @dataclass(frozen=True)
 class UnwindRow:
@@ -56,6 +59,7 @@ class UnwindRow:
             other.rbp_rule,
             other.rbp_offset,
         )
+
 
 @dataclass
 class UnwindTable:
@@ -75,6 +79,7 @@ class UnwindTable:
         return b"".join(
             ROW_FORMAT.pack(row.pc, row.cfa_type, row.rbp_rule, 0, row.cfa_offset, row.rbp_offset) for row in self.rows
         )
+
 
 def unpack_rows(data: bytes) -> list[UnwindRow]:
     usable = len(data) - len(data) % ROW_SIZE

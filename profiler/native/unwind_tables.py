@@ -154,8 +154,10 @@ class UnwindTableStore:
         now = time.monotonic() if now is None else now
         with self._lock:
             idle = [
-                key for key in self._kept
-                if key not in self._by_key and key not in self._pending_keys
+                key
+                for key in self._kept
+                if key not in self._by_key
+                and key not in self._pending_keys
                 and now - self._kept_used.get(key, now) >= KEPT_IDLE_S
             ]
             for key in idle:

@@ -115,8 +115,7 @@ def format_for(path: Path, forced: str | None) -> str:
         if path.name.endswith(suffix):
             return name
     raise UnknownFormat(
-        f"cannot tell the format of {path} from its extension "
-        f"(known: {', '.join(sorted(EXTENSIONS))}); use --format"
+        f"cannot tell the format of {path} from its extension (known: {', '.join(sorted(EXTENSIONS))}); use --format"
     )
 
 
@@ -247,7 +246,11 @@ def write_outputs(
     of the profile (--js-only) for every format but the raw one, which keeps
     everything."""
     written = [
-        write_path(request.path, _producer(profile if shown is None or request.format_name == "jitprof" else shown, request.format_name), owner)
+        write_path(
+            request.path,
+            _producer(profile if shown is None or request.format_name == "jitprof" else shown, request.format_name),
+            owner,
+        )
         for request in requests
     ]
     if any(output.written is None for output in written) and not any(

@@ -56,7 +56,7 @@ def call_frame(frame: Frame) -> CallFrame:
 
 
 def _bare_name(frame: Frame) -> str:
-    """"inner app.js:8" is `inner`; "(anonymous) app.js:1" is ""."""
+    """ "inner app.js:8" is `inner`; "(anonymous) app.js:1" is ""."""
     base = frame.file.rsplit("/", 1)[-1]
     match = re.fullmatch(rf"(.*) (?:{re.escape(frame.file)}|{re.escape(base)}):\d+", frame.name)
     name = match.group(1) if match else frame.name
@@ -112,7 +112,11 @@ def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
             record["positionTicks"] = [{"line": line, "ticks": ticks} for line, ticks in sorted(node.line_ticks.items())]
         records.append(record)
     stream.write(b'{"nodes":[')
-    stream.write(",".join(json.dumps(record, ensure_ascii=False, separators=(",", ":")) for record in records).encode("utf-8", "surrogatepass"))
+    stream.write(
+        ",".join(json.dumps(record, ensure_ascii=False, separators=(",", ":")) for record in records).encode(
+            "utf-8", "surrogatepass"
+        )
+    )
     stream.write(f'],"startTime":{start},"endTime":{times[-1] if times else start},"samples":['.encode())
     stream.write(",".join(map(str, sample_nodes)).encode())
     stream.write(b'],"timeDeltas":[')

@@ -84,7 +84,10 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
         if found is None:
             found = functions[key] = len(functions) + 1
             function_records.append(
-                _int(1, found) + _int(2, strings(key[0])) + _int(3, strings(key[0])) + _int(4, strings(key[1]))
+                _int(1, found)
+                + _int(2, strings(key[0]))
+                + _int(3, strings(key[0]))
+                + _int(4, strings(key[1]))
                 + _int(5, frame.function_line)
             )
         return found
@@ -93,9 +96,7 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
         found = mappings.get(module)
         if found is None:
             found = mappings[module] = len(mappings) + 1
-            mapping_records.append(
-                _int(1, found) + _int(5, strings(module)) + _int(7, 1) + _int(8, 1) + _int(9, 1) + _int(10, 1)
-            )
+            mapping_records.append(_int(1, found) + _int(5, strings(module)) + _int(7, 1) + _int(8, 1) + _int(9, 1) + _int(10, 1))
         return found
 
     def location_id(group: tuple[int, ...]) -> int:
@@ -125,10 +126,14 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
     for (pid, tid, comm, frame_ids), count in stacks.items():
         location_ids = [location_id(group) for group in reversed(_location_groups(profile, frame_ids))]  # leaf first
         labels = (
-            _bytes(3, _int(1, strings("pid")) + _int(3, pid))
-            + _bytes(3, _int(1, strings("tid")) + _int(3, tid))
-            + _bytes(3, _int(1, strings("comm")) + _int(2, strings(comm)))
-        ) if sample_labels else b""
+            (
+                _bytes(3, _int(1, strings("pid")) + _int(3, pid))
+                + _bytes(3, _int(1, strings("tid")) + _int(3, tid))
+                + _bytes(3, _int(1, strings("comm")) + _int(2, strings(comm)))
+            )
+            if sample_labels
+            else b""
+        )
         out += _bytes(PROFILE_SAMPLE, _packed(1, location_ids) + _packed(2, [count, count * period_ns]) + labels)
     for record in mapping_records:
         out += _bytes(PROFILE_MAPPING, record)
@@ -136,7 +141,9 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
         out += _bytes(PROFILE_LOCATION, record)
     for record in function_records:
         out += _bytes(PROFILE_FUNCTION, record)
-    command = " ".join(profile.info.command) or ("pid " + ", ".join(map(str, profile.info.pids)) if profile.info.pids else "all processes")
+    command = " ".join(profile.info.command) or (
+        "pid " + ", ".join(map(str, profile.info.pids)) if profile.info.pids else "all processes"
+    )
     comment = strings(f"jitprof: {command}")
     default_type = strings("cpu")
     out += b"".join(_bytes(PROFILE_STRING_TABLE, text.encode("utf-8", "surrogatepass")) for text in strings.table)

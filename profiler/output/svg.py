@@ -167,7 +167,9 @@ def write_svg(profile: Profile, stream: TextIO, title: str = "Flame Graph", base
     )
     stream.write(f"<!-- Flame graph written by jitprof: {profile.info.frequency_hz} Hz, {root.count} samples -->\n")
     stream.write(_STYLE)
-    stream.write(f"<script type=\"text/ecmascript\"><![CDATA[\nvar fontsize = {FONT_SIZE}; var fontwidth = {FONT_WIDTH}; var xpad = {X_PAD};\n{_SCRIPT}\n]]></script>\n")
+    stream.write(
+        f'<script type="text/ecmascript"><![CDATA[\nvar fontsize = {FONT_SIZE}; var fontwidth = {FONT_WIDTH}; var xpad = {X_PAD};\n{_SCRIPT}\n]]></script>\n'
+    )
     stream.write(f'<rect x="0" y="0" width="100%" height="{height}" fill="url(#background)"/>\n')
     stream.write(f'<text id="title" x="50%" y="{FONT_SIZE * 2}">{escape(title)}</text>\n')
     stream.write(f'<text id="subtitle" x="50%" y="{FONT_SIZE * 3}">{escape(subtitle)}</text>\n')

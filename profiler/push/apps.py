@@ -24,11 +24,29 @@ PACKAGE_SEARCH_DEPTH = 8
 KERNEL_APP = "kernel"  # samples of kernel threads (--all)
 
 # node options that take their value as the next argument.
-_NODE_VALUE_OPTIONS = frozenset({
-    "-r", "--require", "--import", "--loader", "--experimental-loader", "-C", "--conditions",
-    "--inspect-port", "--debug-port", "--env-file", "--title", "--input-type", "--stack-size", "--redirect-warnings",
-    "--max-old-space-size", "--openssl-config", "--icu-data-dir", "--diagnostic-dir", "--report-directory",
-})
+_NODE_VALUE_OPTIONS = frozenset(
+    {
+        "-r",
+        "--require",
+        "--import",
+        "--loader",
+        "--experimental-loader",
+        "-C",
+        "--conditions",
+        "--inspect-port",
+        "--debug-port",
+        "--env-file",
+        "--title",
+        "--input-type",
+        "--stack-size",
+        "--redirect-warnings",
+        "--max-old-space-size",
+        "--openssl-config",
+        "--icu-data-dir",
+        "--diagnostic-dir",
+        "--report-directory",
+    }
+)
 _NODE_NO_SCRIPT = frozenset({"-e", "--eval", "-p", "--print", "-i", "--interactive", "-"})
 _JAVA_VALUE_OPTIONS = frozenset({"-cp", "-classpath", "--class-path", "-p", "--module-path", "--add-modules", "-d"})
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._/-]+")

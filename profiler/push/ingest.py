@@ -84,7 +84,7 @@ def multipart(profile: bytes) -> tuple[bytes, str]:
     """The body and its content type."""
     boundary = "jitprof-" + secrets.token_hex(12)
     head = (
-        f"--{boundary}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"profile.pprof\"\r\n"
+        f'--{boundary}\r\nContent-Disposition: form-data; name="profile"; filename="profile.pprof"\r\n'
         "Content-Type: application/octet-stream\r\n\r\n"
     ).encode()
     return head + profile + f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
@@ -103,7 +103,11 @@ def send(endpoint: Endpoint, query: dict[str, str], profile: bytes, timeout_s: f
     url = endpoint.url + "?" + urllib.parse.urlencode(query)
     try:
         reply = exchange(
-            "POST", url, deadline_s=timeout_s, headers={**endpoint.headers, "Content-Type": content_type}, body=body,
+            "POST",
+            url,
+            deadline_s=timeout_s,
+            headers={**endpoint.headers, "Content-Type": content_type},
+            body=body,
             tls=_tls_context() if url.startswith("https:") else None,
         )
     except ExchangeFailed as error:
@@ -114,7 +118,9 @@ def send(endpoint: Endpoint, query: dict[str, str], profile: bytes, timeout_s: f
     detail = f"HTTP {reply.status}{': ' + text if text else ''}"
     if 300 <= reply.status < 400:
         where = urllib.parse.urljoin(url, reply.location).split("?", 1)[0][:200] if reply.location else "nowhere"
-        return Outcome(Result.REFUSED, f"HTTP {reply.status}: redirected to {where}, not followed (give --push the store's own URL)")
+        return Outcome(
+            Result.REFUSED, f"HTTP {reply.status}: redirected to {where}, not followed (give --push the store's own URL)"
+        )
     if reply.status in (408, 429) or reply.status >= 500:
         return Outcome(Result.RETRY, detail, _retry_after(reply.headers.get("retry-after")))
     return Outcome(Result.REFUSED, detail)

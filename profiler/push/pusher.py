@@ -150,7 +150,9 @@ class Pusher:
             self.spool.remove(entry.name)
             if outcome.result is Result.REFUSED:
                 self.stats.refused += 1
-                self._say(f"{self.endpoint.shown} refused the profile {entry.query.get('name', '')} ({outcome.detail}); dropped it")
+                self._say(
+                    f"{self.endpoint.shown} refused the profile {entry.query.get('name', '')} ({outcome.detail}); dropped it"
+                )
                 continue
             self.stats.sent += 1
             self.stats.sent_bytes += len(entry.profile)
@@ -178,10 +180,7 @@ class Pusher:
         dropped = self.spool.stats.dropped
         if dropped > self._dropped_logged and (now or time.monotonic() - self._drops_logged_at >= DROP_LOG_EVERY_S):
             self._drops_logged_at = time.monotonic()
-            self._say(
-                f"the spool is full: dropped {dropped - self._dropped_logged} of the oldest profiles "
-                f"({dropped} in all)"
-            )
+            self._say(f"the spool is full: dropped {dropped - self._dropped_logged} of the oldest profiles ({dropped} in all)")
             self._dropped_logged = dropped
 
 

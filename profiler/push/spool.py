@@ -82,7 +82,7 @@ class Spool:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(descriptor, view):]
+                    view = view[os.write(descriptor, view) :]
             finally:
                 os.close(descriptor)
             os.rename(temporary, name, src_dir_fd=self._descriptor, dst_dir_fd=self._descriptor)
@@ -138,7 +138,9 @@ class Spool:
             query = json.loads(head) if newline else None
         except ValueError:
             return None
-        if not isinstance(query, dict) or not all(isinstance(key, str) and isinstance(value, str) for key, value in query.items()):
+        if not isinstance(query, dict) or not all(
+            isinstance(key, str) and isinstance(value, str) for key, value in query.items()
+        ):
             return None
         return SpooledProfile(name, query, profile)
 

@@ -71,7 +71,8 @@ class FollowedProcesses:
         they left root's tree: for stopping them at the end. The process
         tree counts too, for a fork whose event was lost in a storm."""
         followed = {
-            pid for pid in self.live
+            pid
+            for pid in self.live
             if pid != root and self._start_times.get(pid) is not None and start_time(pid) == self._start_times[pid]
         }
         return sorted(followed | set(descendants(root)))

@@ -131,7 +131,10 @@ class Recording:
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
         self._followed = FollowedProcesses(
-            program, self._tracker, self._jit_sources, self._jit_files if injected else None,
+            program,
+            self._tracker,
+            self._jit_sources,
+            self._jit_files if injected else None,
             on_new_process=self._apps.note if self._apps is not None else None,
         )
         program.on_event(self._handle_event)
@@ -154,7 +157,11 @@ class Recording:
 
                     output = self._child.output if self._child is not None else None
                     self._view = LiveView(
-                        self.profile, output, self._run_counters, lambda: sorted(self._followed_live()), js_only=self.options.js_only
+                        self.profile,
+                        output,
+                        self._run_counters,
+                        lambda: sorted(self._followed_live()),
+                        js_only=self.options.js_only,
                     )
                     self._view.start()
                 self._sample_loop(program)
@@ -325,7 +332,9 @@ class Recording:
         processes = self._followed.followed_total if self.options.push is not None and self._followed is not None else None
         if self.options.push is not None and not self.options.outputs:
             return Summary.of(self.profile, [], processes)
-        default_name = "all" if self.options.all_processes else self.profile.info.pids[0] if self.profile.info.pids else os.getpid()
+        default_name = (
+            "all" if self.options.all_processes else self.profile.info.pids[0] if self.profile.info.pids else os.getpid()
+        )
         requests = self.options.outputs or [OutputRequest(Path(f"jitprof-{default_name}.svg"), "svg")]
         shown = js_only(self.profile) if self.options.js_only else None
         return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ), shown), processes)

@@ -55,8 +55,10 @@ def report_output_errors(outputs: list[WrittenOutput]) -> None:
     for output in outputs:
         if output.rescue:
             if output.written is not None:
-                say(f"jitprof: nothing collected is lost: the raw profile is in {output.written} "
-                    f"(hint: jitprof report {output.written} -o FILE)")
+                say(
+                    f"jitprof: nothing collected is lost: the raw profile is in {output.written} "
+                    f"(hint: jitprof report {output.written} -o FILE)"
+                )
             else:
                 warn("the raw profile could not be saved anywhere either (no writable directory)")
         elif output.error:
@@ -67,10 +69,7 @@ def report_output_errors(outputs: list[WrittenOutput]) -> None:
 def report_tracking_problems(tracker: MappingTracker, tables: TableStats | None, symbolizer_errors: list[str]) -> None:
     """What made stacks end early or frames go unnamed, with what to do."""
     if tracker.stats.trie_rejected:
-        warn(
-            f"the mapping table was full; {tracker.stats.trie_rejected} ranges were not "
-            "tracked and their stacks end early"
-        )
+        warn(f"the mapping table was full; {tracker.stats.trie_rejected} ranges were not tracked and their stacks end early")
     unreadable = tracker.stats.unreadable_files
     for path, (pid, reason) in list(unreadable.items())[:3]:
         warn(f"not reading {path}, mapped by pid {pid} (its frames are unnamed, walked by frame pointers): {reason}")

@@ -64,8 +64,14 @@ def exchange(
 
 
 def _one(
-    method: str, url: str, deadline: float, headers: dict[str, str], body: bytes | None, max_body: int,
-    sink: Callable[[bytes], None] | None, tls: ssl.SSLContext | None,
+    method: str,
+    url: str,
+    deadline: float,
+    headers: dict[str, str],
+    body: bytes | None,
+    max_body: int,
+    sink: Callable[[bytes], None] | None,
+    tls: ssl.SSLContext | None,
 ) -> Reply:
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:

@@ -24,6 +24,7 @@ class RunAs:
     def is_root(self) -> bool:
         return self.uid == 0
 
+
 def resolve_run_as(user: str | None, as_root: bool, environ: dict[str, str]) -> RunAs:
     """--user wins, then --as-root, then the sudo caller, else whoever we are."""
     if user:
@@ -48,9 +49,11 @@ def resolve_run_as(user: str | None, as_root: bool, environ: dict[str, str]) -> 
     except KeyError:
         return RunAs(uid, os.getegid(), os.getgroups(), str(uid), os.environ.get("HOME", "/"))
 
+
 def _run_as_entry(entry: pwd.struct_passwd, gid: int) -> RunAs:
     groups = os.getgrouplist(entry.pw_name, gid)
     return RunAs(entry.pw_uid, gid, groups, entry.pw_name, entry.pw_dir)
+
 
 def output_owner(environ: dict[str, str]) -> RunAs | None:
     """Files jitprof writes belong to the invoking (sudo) user."""

@@ -110,9 +110,10 @@ class ElfSymbols:
                 self._profile.modules[mapping.module_name] = ModuleFile(image.path, image.build_id)
             return Frame(f"{mapping.module_name}+{start:#x}", mapping.module_name, FrameKind.UNKNOWN)
         if hit.name.startswith(V8_EMBEDDED_BUILTIN):  # V8 builtins in node's own text
-            return Frame(f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN):]}", mapping.module_name, FrameKind.NATIVE, tier="builtin")
+            return Frame(
+                f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN) :]}", mapping.module_name, FrameKind.NATIVE, tier="builtin"
+            )
         return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)
-
 
 
 class Symbolizer:
@@ -284,8 +285,7 @@ class Symbolizer:
                 self._given_up += len(parked) - index
                 return
             may_park = not final and (
-                now - entry.since < PARK_MAX_S
-                or any(waiting(entry.raw.pid, entry.raw.time_ns) for waiting in self.waiting_for)
+                now - entry.since < PARK_MAX_S or any(waiting(entry.raw.pid, entry.raw.time_ns) for waiting in self.waiting_for)
             )
             if self._add(entry.raw, entry.since, may_park) and may_park:
                 self.parked_then_named += 1  # named while it could still have waited
@@ -344,7 +344,9 @@ class Symbolizer:
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
             kernel_ids = [self._resolve_kernel(address) for address in self._kernel_stack(raw.kernel_stack_id)]
             kernel_ids.reverse()
-        return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(tuple(user_ids + kernel_ids)), raw.walk_end)
+        return Sample(
+            raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(tuple(user_ids + kernel_ids)), raw.walk_end
+        )
 
     def _resolve_user(self, pid: int, time_ns: int, generation: int, address: int, caller: bool, may_park: bool) -> list[int]:
         """The frame ids at one return address, outermost first (more than

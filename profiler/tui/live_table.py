@@ -103,7 +103,10 @@ _OWN_SORTS = (SortColumn.OWN_PERCENT, SortColumn.OWN_TIME)
 
 class LiveTable:
     def __init__(
-        self, frequency_hz: int, window_s: float = DEFAULT_WINDOW_S, stack_view: Callable[[list[Frame]], list[Frame]] | None = None
+        self,
+        frequency_hz: int,
+        window_s: float = DEFAULT_WINDOW_S,
+        stack_view: Callable[[list[Frame]], list[Frame]] | None = None,
     ) -> None:
         self.stack_view = stack_view  # what each stack is shown as (the JS view), or as it is
         self.seconds_per_sample = 1.0 / frequency_hz
@@ -220,8 +223,12 @@ class LiveTable:
         # service has thousands of functions; the screen shows a few dozen).
         candidates = [key for key in (cumulative.own if sort in _OWN_SORTS else cumulative.total) if wanted(key)]
         if limit is None or len(candidates) < limit:
-            candidates += [key for key in cumulative.total if key not in cumulative.own and wanted(key)] if sort in _OWN_SORTS else []
-        chosen = heapq.nlargest(limit, candidates, key=order) if limit is not None else sorted(candidates, key=order, reverse=True)
+            candidates += (
+                [key for key in cumulative.total if key not in cumulative.own and wanted(key)] if sort in _OWN_SORTS else []
+            )
+        chosen = (
+            heapq.nlargest(limit, candidates, key=order) if limit is not None else sorted(candidates, key=order, reverse=True)
+        )
         return [
             Row(
                 key,

@@ -199,7 +199,9 @@ class LiveView:
     def _toggle_js_view(self) -> None:
         """Count every sample so far again, in the other view."""
         self._js_only = not self._js_only
-        table = LiveTable(self._profile.info.frequency_hz, self.table.window_ns / 1e9, shown_in_js_view if self._js_only else None)
+        table = LiveTable(
+            self._profile.info.frequency_hz, self.table.window_ns / 1e9, shown_in_js_view if self._js_only else None
+        )
         table.reset_window(self.table.window_start_ns)
         samples = self._profile.snapshot()
         for sample in samples:

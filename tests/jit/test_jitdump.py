@@ -197,7 +197,10 @@ def test_a_dump_stops_at_its_entry_limits(monkeypatch):
     monkeypatch.setattr(jitdump, "MAX_CODE_LOADS", 1 << 20)
     monkeypatch.setattr(jitdump, "MAX_DEBUG_LINES", 1000)
     lines = [(0x1000 + offset, offset, 1, b"/a.js") for offset in range(300)]
-    data = header() + b"".join(debug_info(0x1000 + 0x1000 * n, [(a + 0x1000 * n, l, c, f) for a, l, c, f in lines])
-                               + load(n, 0x1000 + 0x1000 * n, 0x400, f"g{n}") for n in range(10))
+    data = header() + b"".join(
+        debug_info(0x1000 + 0x1000 * n, [(a + 0x1000 * n, l, c, f) for a, l, c, f in lines])
+        + load(n, 0x1000 + 0x1000 * n, 0x400, f"g{n}")
+        for n in range(10)
+    )
     reader = read(data)
     assert len(reader.code) == 4 and "1,000 source lines" in reader.error

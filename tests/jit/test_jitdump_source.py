@@ -26,7 +26,9 @@ def test_dump_found_through_its_mapping_and_samples_wait_for_late_records(tmp_pa
     sample_time = time.monotonic_ns()
     dump_path.write_bytes(header() + load(sample_time - 10**9, 0x1000, 0x10, "older, elsewhere"))
     with open(dump_path, "rb") as handle:  # as V8 does: mapped executable, so it shows in the maps
-        marker = mmap.mmap(handle.fileno(), dump_path.stat().st_size, prot=mmap.PROT_READ | mmap.PROT_EXEC, flags=mmap.MAP_PRIVATE)
+        marker = mmap.mmap(
+            handle.fileno(), dump_path.stat().st_size, prot=mmap.PROT_READ | mmap.PROT_EXEC, flags=mmap.MAP_PRIVATE
+        )
     profile = Profile(RunInfo([], [os.getpid()], 99))
     tracker = MappingTracker(RecordingTrie())
     tracker.add_process(os.getpid())

@@ -86,12 +86,15 @@ def test_not_a_regular_file_is_refused(tmp_path):
 def test_garbage_and_absurd_lines_are_skipped_one_by_one(tmp_path):
     data = (
         b"1000 10 good one\n"
-        + os.urandom(3000).replace(b"\n", b"")[:2000] + b"\n"  # binary garbage
+        + os.urandom(3000).replace(b"\n", b"")[:2000]
+        + b"\n"  # binary garbage
         + b"2000 7fffffff huge\n"  # 2 GiB function
         + b"ffffffffffffff00 1000 wraps around\n"
         + b"3000 0 empty\n"
         + b"zz 10 not hex\n"
-        + b"4000 10 " + b"x" * 100000 + b"\n"  # an over-long line
+        + b"4000 10 "
+        + b"x" * 100000
+        + b"\n"  # an over-long line
         + b"5000 10 good two\n"
     )
     path = write(tmp_path / "perf-1.map", data)

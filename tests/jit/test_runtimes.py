@@ -34,7 +34,10 @@ def test_code_log_preload_joins_node_options(tmp_path):
     assert oct(preload.stat().st_mode & 0o777) == "0o444"
     environment = inject_environment({"NODE_OPTIONS": "--max-old-space-size=64"}, preload)
     assert environment["NODE_OPTIONS"].split() == [
-        "--max-old-space-size=64", "--perf-basic-prof", "--interpreted-frames-native-stack", f"--require={preload}",
+        "--max-old-space-size=64",
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        f"--require={preload}",
     ]
     # Twice is once; a path node would split at a space is not used.
     assert merge_node_options(environment["NODE_OPTIONS"], node_flags(preload)) == environment["NODE_OPTIONS"]
@@ -64,11 +67,16 @@ def test_java_and_moarvm_switched_on_when_spawning(tmp_path):
     jdk = fake_jdk(tmp_path / "jdk17", "17.0.15")
     injected = inject_environment({"JAVA_TOOL_OPTIONS": "-Xmx64m", "PATH": str(jdk / "bin")})
     assert injected["JAVA_TOOL_OPTIONS"].split() == [
-        "-Xmx64m", "-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit",
+        "-Xmx64m",
+        "-XX:+PreserveFramePointer",
+        "-XX:+UnlockDiagnosticVMOptions",
+        "-XX:+DumpPerfMapAtExit",
     ]
     assert injected["MVM_JIT_PERF_MAP"] == "1"
     # What the user turned off stays off; what the user set is kept.
-    kept = inject_environment({"JAVA_TOOL_OPTIONS": "-XX:-PreserveFramePointer", "MVM_JIT_PERF_MAP": "0", "PATH": str(jdk / "bin")})
+    kept = inject_environment(
+        {"JAVA_TOOL_OPTIONS": "-XX:-PreserveFramePointer", "MVM_JIT_PERF_MAP": "0", "PATH": str(jdk / "bin")}
+    )
     assert "+PreserveFramePointer" not in kept["JAVA_TOOL_OPTIONS"] and kept["MVM_JIT_PERF_MAP"] == "0"
 
 

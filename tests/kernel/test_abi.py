@@ -17,18 +17,62 @@ from profiler.native import library, unwind_rows, unwind_tables
 from tests.helpers import ROOT
 
 CONSTANTS = [
-    "EVENT_SAMPLE", "EVENT_FORK", "EVENT_EXEC", "EVENT_EXIT", "EVENT_MAPS_CHANGED", "EVENT_DISCOVERED",
-    "WALK_COMPLETE", "WALK_TRUNCATED", "WALK_NO_MAPPING", "WALK_READ_FAULT", "WALK_BAD_FRAME", "WALK_NO_USER_REGS",
-    "WALK_DEFERRED", "WALK_COPY_TOO_SHORT", "WALK_THREAD_EXITING",
-    "COUNTER_SAMPLES", "COUNTER_RINGBUF_FULL", "COUNTER_KSTACK_FAILED", "COUNTER_EVENTS_LOST", "COUNTER_COUNT",
-    "MAPPING_ELF", "MAPPING_JIT", "MAPPING_ELF_PENDING", "MAPPING_PROVISIONAL", "TABLE_PENDING",
-    "CFA_GAP", "CFA_RSP", "CFA_RBP", "CFA_PLT", "CFA_SIGNAL", "CFA_END_OF_STACK", "CFA_UNSUPPORTED",
-    "RBP_SAME", "RBP_OFFSET", "STACK_COPY_REACHED_END", "STACK_COPY_EXACT_PC",
-    "MAX_FRAMES", "STACK_COPY_BYTES", "COMM_LEN", "SAMPLE_HEADER_BYTES",
+    "EVENT_SAMPLE",
+    "EVENT_FORK",
+    "EVENT_EXEC",
+    "EVENT_EXIT",
+    "EVENT_MAPS_CHANGED",
+    "EVENT_DISCOVERED",
+    "WALK_COMPLETE",
+    "WALK_TRUNCATED",
+    "WALK_NO_MAPPING",
+    "WALK_READ_FAULT",
+    "WALK_BAD_FRAME",
+    "WALK_NO_USER_REGS",
+    "WALK_DEFERRED",
+    "WALK_COPY_TOO_SHORT",
+    "WALK_THREAD_EXITING",
+    "COUNTER_SAMPLES",
+    "COUNTER_RINGBUF_FULL",
+    "COUNTER_KSTACK_FAILED",
+    "COUNTER_EVENTS_LOST",
+    "COUNTER_COUNT",
+    "MAPPING_ELF",
+    "MAPPING_JIT",
+    "MAPPING_ELF_PENDING",
+    "MAPPING_PROVISIONAL",
+    "TABLE_PENDING",
+    "CFA_GAP",
+    "CFA_RSP",
+    "CFA_RBP",
+    "CFA_PLT",
+    "CFA_SIGNAL",
+    "CFA_END_OF_STACK",
+    "CFA_UNSUPPORTED",
+    "RBP_SAME",
+    "RBP_OFFSET",
+    "STACK_COPY_REACHED_END",
+    "STACK_COPY_EXACT_PC",
+    "MAX_FRAMES",
+    "STACK_COPY_BYTES",
+    "COMM_LEN",
+    "SAMPLE_HEADER_BYTES",
 ]
 STRUCTS = {
-    "sample_event": ["event_type", "pid", "tid", "cpu", "time_ns", "kernel_stack_id", "frame_count", "walk_end",
-                     "user_mode", "comm", "addresses", "copy_space"],
+    "sample_event": [
+        "event_type",
+        "pid",
+        "tid",
+        "cpu",
+        "time_ns",
+        "kernel_stack_id",
+        "frame_count",
+        "walk_end",
+        "user_mode",
+        "comm",
+        "addresses",
+        "copy_space",
+    ],
     "stack_copy": ["pc", "sp", "fp", "copy_length", "flags"],
     "process_event": ["event_type", "pid", "tid", "parent_pid", "time_ns", "comm", "address", "length"],
     "trie_key": ["prefixlen", "pid_be", "address_be"],
@@ -50,8 +94,10 @@ def abi(tmp_path_factory):
     for struct, fields in STRUCTS.items():
         lines.append(f'printf("\\"sizeof {struct}\\": %zu, ", sizeof(struct {struct}));')
         for field in fields:
-            lines.append(f'printf("\\"{struct}.{field}\\": [%zu, %zu], ", offsetof(struct {struct}, {field}), '
-                         f"sizeof(((struct {struct} *)0)->{field}));")
+            lines.append(
+                f'printf("\\"{struct}.{field}\\": [%zu, %zu], ", offsetof(struct {struct}, {field}), '
+                f"sizeof(((struct {struct} *)0)->{field}));"
+            )
     lines += ['printf("\\"end\\": 0}");', "return 0; }"]
     directory = tmp_path_factory.mktemp("abi")
     source = directory / "abi.c"
@@ -81,14 +127,19 @@ def test_codes_are_the_headers(abi):
         name: value for name, value in abi.items() if name.startswith("RBP_")
     }
     assert (mappings.MAPPING_ELF, mappings.MAPPING_JIT, mappings.MAPPING_ELF_PENDING) == (
-        abi["MAPPING_ELF"], abi["MAPPING_JIT"], abi["MAPPING_ELF_PENDING"]
+        abi["MAPPING_ELF"],
+        abi["MAPPING_JIT"],
+        abi["MAPPING_ELF_PENDING"],
     )
     assert (library.MAPPING_ELF, library.MAPPING_JIT, library.MAPPING_PENDING) == (
-        abi["MAPPING_ELF"], abi["MAPPING_JIT"], abi["MAPPING_ELF_PENDING"]
+        abi["MAPPING_ELF"],
+        abi["MAPPING_JIT"],
+        abi["MAPPING_ELF_PENDING"],
     )
     assert unwind_tables.TABLE_PENDING == abi["TABLE_PENDING"]
     assert (events.STACK_COPY_REACHED_END, events.STACK_COPY_EXACT_PC) == (
-        abi["STACK_COPY_REACHED_END"], abi["STACK_COPY_EXACT_PC"]
+        abi["STACK_COPY_REACHED_END"],
+        abi["STACK_COPY_EXACT_PC"],
     )
 
 

@@ -28,7 +28,9 @@ def decode(buffer, size=None):
 
 
 def test_a_sample_is_its_header_and_its_frames():
-    header = _RawSampleHeader(event_type=1, pid=10, tid=11, cpu=1, time_ns=5, kernel_stack_id=-1, frame_count=3, walk_end=2, user_mode=1, comm=b"node")
+    header = _RawSampleHeader(
+        event_type=1, pid=10, tid=11, cpu=1, time_ns=5, kernel_stack_id=-1, frame_count=3, walk_end=2, user_mode=1, comm=b"node"
+    )
     event = decode(record(header, (0x10, 0x20, 0x30)))
     assert isinstance(event, RawSample)
     assert event.addresses == (0x10, 0x20, 0x30)

@@ -63,8 +63,15 @@ def deferred(pid, words, start_pc=JIT + 0x100, time_ns=None):
     for offset, value in words.items():
         struct.pack_into("<Q", data, offset, value)
     return RawSample(
-        pid=pid, tid=pid, cpu=0, time_ns=time_ns if time_ns is not None else time.monotonic_ns(), comm="test",
-        addresses=(), walk_end=WalkEnd.DEFERRED, kernel_stack_id=-1, user_mode=True,
+        pid=pid,
+        tid=pid,
+        cpu=0,
+        time_ns=time_ns if time_ns is not None else time.monotonic_ns(),
+        comm="test",
+        addresses=(),
+        walk_end=WalkEnd.DEFERRED,
+        kernel_stack_id=-1,
+        user_mode=True,
         stack_copy=StackCopy(start_pc, STACK, STACK + 0x20, True, False, bytes(data)),
     )
 

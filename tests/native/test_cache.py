@@ -45,7 +45,9 @@ def rows(*items: UnwindRow) -> bytes:
 
 
 def test_forged_rows_are_refused():
-    good = rows(UnwindRow(0x1000, CfaType.RSP, 8), UnwindRow(0x1004, CfaType.RBP, 16, RbpRule.OFFSET, -16), UnwindRow(0x1010, CfaType.GAP))
+    good = rows(
+        UnwindRow(0x1000, CfaType.RSP, 8), UnwindRow(0x1004, CfaType.RBP, 16, RbpRule.OFFSET, -16), UnwindRow(0x1010, CfaType.GAP)
+    )
     cache.store_cached("b-11", good)
     assert cache.load_cached("b-11") == good
     unsorted = rows(UnwindRow(0x2000, CfaType.RSP, 8), UnwindRow(0x1000, CfaType.RSP, 8))
@@ -55,7 +57,13 @@ def test_forged_rows_are_refused():
     unknown_type[4] = 9
     reserved = bytearray(good)
     reserved[6] = 1
-    for key, forged in (("b-12", unsorted), ("b-13", repeated), ("b-14", bad_plt), ("b-15", bytes(unknown_type)), ("b-16", bytes(reserved))):
+    for key, forged in (
+        ("b-12", unsorted),
+        ("b-13", repeated),
+        ("b-14", bad_plt),
+        ("b-15", bytes(unknown_type)),
+        ("b-16", bytes(reserved)),
+    ):
         cache.store_cached(key, forged)
         assert cache.load_cached(key) is None, key
     assert library.rows_valid(b"") and not library.rows_valid(good[:-1])

@@ -114,7 +114,11 @@ def test_the_real_reader_refuses_what_is_not_elf(tmp_path):
 
 @pytest.mark.parametrize(
     "answer",
-    [b"NOT HTTP\r\n\r\n", b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 150 + b"\r\n", b"HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\n\r\n"],
+    [
+        b"NOT HTTP\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n" + b"X: y\r\n" * 150 + b"\r\n",
+        b"HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\n\r\n",
+    ],
     ids=["bad status line", "150 headers", "redirect to ftp"],
 )
 def test_a_misbehaving_server_is_asked_once_per_run_and_raises_nothing(monkeypatch, answer):

@@ -124,10 +124,21 @@ def test_functions_of_a_stripped_file_are_kept_apart_by_their_start(tmp_path, ch
             assert image.function_start(functions[name] + 3) == functions[name]
         # As the symbolizer names them: distinct frames, by file and start.
         text = next(segment for segment in image.segments if segment.vaddr <= functions["c"] < segment.vaddr + segment.file_size)
-        entry = MapEntry(0x555500000000 + text.vaddr, 0x555500000000 + text.vaddr + text.file_size, True, False, True,
-                         text.file_offset, "08:01", 1, str(stripped))
+        entry = MapEntry(
+            0x555500000000 + text.vaddr,
+            0x555500000000 + text.vaddr + text.file_size,
+            True,
+            False,
+            True,
+            text.file_offset,
+            "08:01",
+            1,
+            str(stripped),
+        )
         mapping = KnownMapping(entry, [], image, attached=True)
-        names = {name: ElfSymbols().resolve(1, mapping, entry.start + functions[name] - text.vaddr + 2).name for name in ("b", "c")}
+        names = {
+            name: ElfSymbols().resolve(1, mapping, entry.start + functions[name] - text.vaddr + 2).name for name in ("b", "c")
+        }
         assert names == {"b": f"chain-stripped+{functions['b']:#x}", "c": f"chain-stripped+{functions['c']:#x}"}
     finally:
         image.close()
@@ -136,7 +147,9 @@ def test_functions_of_a_stripped_file_are_kept_apart_by_their_start(tmp_path, ch
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 
 
-@pytest.mark.skipif(not elf.find_debug_file(elf.open_elf([LIBC], LIBC).build_id)[0], reason="libc6-dbg is installed by make setup")
+@pytest.mark.skipif(
+    not elf.find_debug_file(elf.open_elf([LIBC], LIBC).build_id)[0], reason="libc6-dbg is installed by make setup"
+)
 def test_debug_file_of_a_gone_root_is_the_hosts_and_nothing_poorer_is_cached(tmp_path, monkeypatch):
     """A debug file found inside a process's root, read after the process
     (and its /proc/PID/root) is gone: the host's file of the same build-id

@@ -58,8 +58,10 @@ def forged_notes_file(path: Path, headers: int, note_bytes: int = 1 << 20) -> Pa
 
     header_size, entry_size = 64, 56
     notes_at = header_size + headers * entry_size
-    elf_header = b"\x7fELF\x02\x01\x01" + bytes(9) + struct.pack(
-        "<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, header_size, entry_size, headers, 64, 0, 0
+    elf_header = (
+        b"\x7fELF\x02\x01\x01"
+        + bytes(9)
+        + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, header_size, 0, 0, header_size, entry_size, headers, 64, 0, 0)
     )
     program = struct.pack("<IIQQQQQQ", 4, 4, notes_at, 0, 0, note_bytes, note_bytes, 4)
     path.write_bytes(elf_header + program * headers + bytes(note_bytes))

@@ -39,8 +39,10 @@ def assert_same_rows(path: Path) -> int:
     if native != expected:
         got, want = unwind_rows.unpack_rows(native), unwind_rows.unpack_rows(expected)
         first = next((index for index, (left, right) in enumerate(zip(got, want)) if left != right), min(len(got), len(want)))
-        pytest.fail(f"{path}: {len(got)} rows against {len(want)}; first difference at row {first}: "
-                    f"{got[first:first + 2]} against {want[first:first + 2]}")
+        pytest.fail(
+            f"{path}: {len(got)} rows against {len(want)}; first difference at row {first}: "
+            f"{got[first : first + 2]} against {want[first : first + 2]}"
+        )
     return len(native) // unwind_rows.ROW_SIZE
 
 
@@ -93,7 +95,11 @@ def test_damaged_files_under_address_sanitizer(tmp_path, chain_binary):
         for round_number in range(30):
             copy = bytearray(data)
             for _ in range(generator.randint(1, 40)):
-                position = generator.randrange(max(start - 64, 0), min(start + 4096, len(copy))) if start > 0 else generator.randrange(len(copy))
+                position = (
+                    generator.randrange(max(start - 64, 0), min(start + 4096, len(copy)))
+                    if start > 0
+                    else generator.randrange(len(copy))
+                )
                 copy[position] = generator.randrange(256)
             path = tmp_path / f"{Path(source).name}-{round_number}"
             path.write_bytes(bytes(copy))

@@ -31,14 +31,19 @@ class ReadelfFde:
 def readelf_fdes(path: Path) -> list[ReadelfFde]:
     text = subprocess.run(
         # readelf exits 1 on libc (no .debug_frame) after printing .eh_frame in full.
-        ["readelf", "--debug-dump=frames-interp", str(path)], capture_output=True, text=True, check=False
+        ["readelf", "--debug-dump=frames-interp", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     cies: dict[str, list[ReadelfRow]] = {}
     fdes: list[ReadelfFde] = []
     current_rows: list[ReadelfRow] | None = None
     columns: list[str] = []
     for line in text.splitlines():
-        header = re.match(r"^([0-9a-f]{8}) [0-9a-f]+ [0-9a-f]+ (CIE|FDE)(?: cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+))?", line)
+        header = re.match(
+            r"^([0-9a-f]{8}) [0-9a-f]+ [0-9a-f]+ (CIE|FDE)(?: cie=([0-9a-f]+) pc=([0-9a-f]+)\.\.([0-9a-f]+))?", line
+        )
         if header:
             current_rows = []
             columns = []
@@ -141,7 +146,11 @@ def test_gaps_and_merging(libc_table):
 
 
 def test_pack_round_trip_and_cache(tmp_path):
-    rows = [UnwindRow(0x1000, CfaType.RSP, 8), UnwindRow(0x1004, CfaType.RBP, 16, RbpRule.OFFSET, -16), UnwindRow(0x1010, CfaType.GAP)]
+    rows = [
+        UnwindRow(0x1000, CfaType.RSP, 8),
+        UnwindRow(0x1004, CfaType.RBP, 16, RbpRule.OFFSET, -16),
+        UnwindRow(0x1010, CfaType.GAP),
+    ]
     packed = unwind_rows.UnwindTable(rows).pack()
     assert len(packed) == 3 * unwind_rows.ROW_SIZE == 48
     assert unwind_rows.unpack_rows(packed) == rows

@@ -22,7 +22,9 @@ def wait_for(predicate, timeout=30.0):
 def make_store(capacity_rows):
     memory = mmap.mmap(-1, capacity_rows * unwind_rows.ROW_SIZE)
     published = {}
-    store = UnwindTableStore(memory, capacity_rows, 16, lambda table_id, first, count: published.__setitem__(table_id, (first, count)))
+    store = UnwindTableStore(
+        memory, capacity_rows, 16, lambda table_id, first, count: published.__setitem__(table_id, (first, count))
+    )
     return store, memory, published
 
 

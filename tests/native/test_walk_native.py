@@ -30,7 +30,9 @@ ROWS = [
     (0x5000, CfaType.SIGNAL, 0, RbpRule.SAME, 0),  # __restore_rt
     (0x5010, CfaType.GAP, 0, RbpRule.SAME, 0),
 ]
-PACKED = b"".join(unwind_rows.ROW_FORMAT.pack(pc, cfa, rule, 0, cfa_offset, rbp_offset) for pc, cfa, cfa_offset, rule, rbp_offset in ROWS)
+PACKED = b"".join(
+    unwind_rows.ROW_FORMAT.pack(pc, cfa, rule, 0, cfa_offset, rbp_offset) for pc, cfa, cfa_offset, rule, rbp_offset in ROWS
+)
 
 
 def mappings(text_kind=library.MAPPING_ELF, rows=PACKED):
@@ -49,7 +51,9 @@ def stack_of(words: dict[int, int], length: int) -> bytes:
     return bytes(data)
 
 
-def walk(words, length=0x100, start=(TEXT + 0x1050, STACK, STACK + 0x20), exact=True, reached_end=False, maps=None, max_frames=127):
+def walk(
+    words, length=0x100, start=(TEXT + 0x1050, STACK, STACK + 0x20), exact=True, reached_end=False, maps=None, max_frames=127
+):
     pc, sp, fp = start
     result = library.walk_copy(
         maps if maps is not None else mappings(),
@@ -127,8 +131,15 @@ def test_random_stacks_under_address_sanitizer():
     assert run.returncode == 0, run.stderr[-2000:]
     ends = {int(line.split()[1]) for line in run.stdout.splitlines() if line.startswith("end ")}
     # Every way a walk can end was reached.
-    assert {WalkEnd.COMPLETE, WalkEnd.TRUNCATED, WalkEnd.NO_MAPPING, WalkEnd.READ_FAULT, WalkEnd.BAD_FRAME,
-            WalkEnd.COPY_TOO_SHORT, library.WALK_PENDING} <= ends
+    assert {
+        WalkEnd.COMPLETE,
+        WalkEnd.TRUNCATED,
+        WalkEnd.NO_MAPPING,
+        WalkEnd.READ_FAULT,
+        WalkEnd.BAD_FRAME,
+        WalkEnd.COPY_TOO_SHORT,
+        library.WALK_PENDING,
+    } <= ends
 
 
 @pytest.mark.parametrize("length", [0, 7, 9])

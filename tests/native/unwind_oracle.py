@@ -148,5 +148,3 @@ def compile_table(
 
 
 # On-disk cache, next to the symbol cache --------------------------------
-
-

@@ -107,7 +107,9 @@ def test_pprof_read_by_pprof_format():
     assert hot["labels"] == {"pid": 100, "tid": 100, "comm": "node"}
     leaf_location = hot["stack"][0]  # leaf first; inline lines callee first
     assert [(line["name"], line["line"]) for line in leaf_location] == [
-        ("leaf app.js:7", 10), ("mid app.js:15", 16), ("top app.js:19", 21),
+        ("leaf app.js:7", 10),
+        ("mid app.js:15", 16),
+        ("top app.js:19", 21),
     ]
     assert leaf_location[0]["file"] == "/srv/app.js" and leaf_location[0]["start"] == 7
     assert [line["name"] for line in hot["stack"][1]] == ["main"]

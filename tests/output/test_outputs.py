@@ -56,7 +56,14 @@ def test_svg_is_valid_xml_with_nested_frames():
         title = group.find("svg:title", SVG_NS).text
         rect = group.find("svg:rect", SVG_NS)
         name = title.split(" [")[0].split(" (")[0]
-        boxes.setdefault(name, []).append((int(rect.get("{http://github.com/jonhoo/inferno}x")), int(rect.get("{http://github.com/jonhoo/inferno}w")), float(rect.get("y")), title))
+        boxes.setdefault(name, []).append(
+            (
+                int(rect.get("{http://github.com/jonhoo/inferno}x")),
+                int(rect.get("{http://github.com/jonhoo/inferno}w")),
+                float(rect.get("y")),
+                title,
+            )
+        )
     (c_box,) = boxes["c"]
     (b_box,) = boxes["b"]
     assert c_box[1] == 93 and b_box[1] == 93

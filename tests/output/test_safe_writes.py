@@ -89,7 +89,9 @@ def test_a_failed_write_leaves_no_partial_file_and_the_others_are_written(tmp_pa
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setitem(output.WRITERS, "svg", full_disk)
-    written = write_outputs(profile(), [OutputRequest(tmp_path / "a.svg", "svg"), OutputRequest(tmp_path / "a.folded", "folded")], None)
+    written = write_outputs(
+        profile(), [OutputRequest(tmp_path / "a.svg", "svg"), OutputRequest(tmp_path / "a.folded", "folded")], None
+    )
     assert written[0].written is None and "No space left" in written[0].error
     assert written[1].written == tmp_path / "a.folded" and "work" in (tmp_path / "a.folded").read_text()
     rescue = written[2]

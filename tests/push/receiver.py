@@ -112,7 +112,9 @@ class Receiver:
                         profile = part.get_payload(decode=True)
                 query = dict(urllib.parse.parse_qsl(parsed.query))
                 with receiver.lock:
-                    receiver.received.append(Received(query, {key.lower(): value for key, value in self.headers.items()}, profile, time.time()))
+                    receiver.received.append(
+                        Received(query, {key.lower(): value for key, value in self.headers.items()}, profile, time.time())
+                    )
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -109,8 +109,10 @@ def _running(argv: list[str], name: str, **popen: object) -> Iterator[subprocess
 JAVA_CLASSES = Path(__file__).resolve().parents[2] / "fixtures" / "build" / "java"
 
 
-@pytest.mark.skipif(shutil.which("java") is None or not (JAVA_CLASSES / "Hot.class").exists(),
-                    reason="java and the fixtures are installed by make setup")
+@pytest.mark.skipif(
+    shutil.which("java") is None or not (JAVA_CLASSES / "Hot.class").exists(),
+    reason="java and the fixtures are installed by make setup",
+)
 def test_jvm_named_by_its_main_class():
     java = ["java", "-Xmx64m", "-cp", str(JAVA_CLASSES), "Hot", "30"]
     with _running(java, "java", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:

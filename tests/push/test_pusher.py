@@ -190,14 +190,54 @@ def test_series_name():
 
 def _certificates(directory) -> tuple[str, str, str]:
     """A CA of the test's own and a server certificate it signed for 127.0.0.1 (openssl)."""
-    ca_key, ca, key, request, cert = (str(directory / name) for name in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ca_key, ca, key, request, cert = (
+        str(directory / name) for name in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem")
+    )
     quiet = {"check": True, "capture_output": True}
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca, "-days", "1",
-                    "-subj", "/CN=jitprof test CA"], **quiet)
-    subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request, "-subj", "/CN=127.0.0.1"], **quiet)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            ca_key,
+            "-out",
+            ca,
+            "-days",
+            "1",
+            "-subj",
+            "/CN=jitprof test CA",
+        ],
+        **quiet,
+    )
+    subprocess.run(
+        ["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", request, "-subj", "/CN=127.0.0.1"], **quiet
+    )
     (directory / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    subprocess.run(["openssl", "x509", "-req", "-in", request, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
-                    "-days", "1", "-extfile", str(directory / "san.ext")], **quiet)
+    subprocess.run(
+        [
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            request,
+            "-CA",
+            ca,
+            "-CAkey",
+            ca_key,
+            "-CAcreateserial",
+            "-out",
+            cert,
+            "-days",
+            "1",
+            "-extfile",
+            str(directory / "san.ext"),
+        ],
+        **quiet,
+    )
     return ca, cert, key
 
 

@@ -67,15 +67,25 @@ def test_attach_trigger_never_lands_in_a_directory_the_jvm_user_does_not_own():
     # The system's python: the venv's may sit where the test user cannot reach.
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     jvm = subprocess.Popen(
-        [python, "-c", "import signal, time; signal.signal(signal.SIGQUIT, lambda *a: None); print(1, flush=True); time.sleep(30)"],
-        cwd="/usr", stdout=subprocess.PIPE, **user_args,
+        [
+            python,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGQUIT, lambda *a: None); print(1, flush=True); time.sleep(30)",
+        ],
+        cwd="/usr",
+        stdout=subprocess.PIPE,
+        **user_args,
     )
     try:
         assert jvm.stdout is not None and jvm.stdout.readline()  # the handler is installed
         name = f".attach_pid{jvm.pid}"
         seen = []
-        attach._trigger(jvm.pid, jvm.pid, lambda: seen.append(
-            (os.path.exists(f"/usr/{name}"), os.path.exists(f"/tmp/{name}"))) or True, attach.Budget.of(5.0))
+        attach._trigger(
+            jvm.pid,
+            jvm.pid,
+            lambda: seen.append((os.path.exists(f"/usr/{name}"), os.path.exists(f"/tmp/{name}"))) or True,
+            attach.Budget.of(5.0),
+        )
         assert seen and seen[0] == (False, True)
         assert not os.path.exists(f"/usr/{name}") and not os.path.exists(f"/tmp/{name}")
     finally:

@@ -109,13 +109,19 @@ def test_a_malformed_answer_is_one_line_of_reason(server, answer):
 
 def test_redirects_only_to_http_and_only_when_asked(server):
     target = server(lambda connection: connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-    hop = server(lambda connection: connection.sendall(b"HTTP/1.1 302 Found\r\nLocation: %s/x\r\nContent-Length: 0\r\n\r\n" % target.url.encode()))
+    hop = server(
+        lambda connection: connection.sendall(
+            b"HTTP/1.1 302 Found\r\nLocation: %s/x\r\nContent-Length: 0\r\n\r\n" % target.url.encode()
+        )
+    )
     reply = exchange("GET", hop.url, deadline_s=5.0, follow_redirects=True, headers={"Authorization": "Bearer secret"})
     assert reply.status == 200 and reply.body == b"ok"
     assert b"Bearer" not in target.requests[0]  # credentials never follow a redirect
     kept = exchange("GET", hop.url, deadline_s=5.0)
     assert kept.status == 302 and kept.location.endswith("/x") and len(target.requests) == 1
-    ftp = server(lambda connection: connection.sendall(b"HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\nContent-Length: 0\r\n\r\n"))
+    ftp = server(
+        lambda connection: connection.sendall(b"HTTP/1.1 302 Found\r\nLocation: ftp://127.0.0.1/x\r\nContent-Length: 0\r\n\r\n")
+    )
     with pytest.raises(ExchangeFailed, match="not an http"):
         exchange("GET", ftp.url, deadline_s=5.0, follow_redirects=True)
 

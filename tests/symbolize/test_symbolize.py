@@ -65,7 +65,9 @@ def test_tracker_installs_every_executable_mapping():
 def test_anonymous_exec_memory_is_jit_kind():
     import mmap
 
-    region = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    region = mmap.mmap(
+        -1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC
+    )
     address = ctypes.addressof(ctypes.c_char.from_buffer(region))
     trie = RecordingTrie()
     tracker = MappingTracker(trie)
@@ -73,7 +75,9 @@ def test_anonymous_exec_memory_is_jit_kind():
         tracker.add_process(os.getpid())
         found = tracker.find(os.getpid(), time.monotonic_ns(), address)
         assert found.mapping is not None and found.mapping.entry.is_anonymous_exec
-        kinds = [kind for prefix, (kind, _) in trie.entries.items() if prefix.address <= address < prefix.address + prefix.block_size]
+        kinds = [
+            kind for prefix, (kind, _) in trie.entries.items() if prefix.address <= address < prefix.address + prefix.block_size
+        ]
         assert kinds == [MAPPING_JIT]
     finally:
         tracker.close()
@@ -98,7 +102,11 @@ def test_symbolizer_names_libc_functions_once():
     getpid = libc_function_address("getpid")
     for _ in range(50):
         # Caller frames are looked up at address-1: give the byte after a call.
-        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (getpid + 1, qsort + 5, 0x10), WalkEnd.NO_MAPPING, -1, True))
+        symbolizer.submit(
+            RawSample(
+                os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (getpid + 1, qsort + 5, 0x10), WalkEnd.NO_MAPPING, -1, True
+            )
+        )
     symbolizer.finish()
     tracker.close()
     assert len(profile.samples) == 50 and symbolizer.errors == []
@@ -106,7 +114,6 @@ def test_symbolizer_names_libc_functions_once():
     assert names[-1] == "getpid" and names[-2] == "qsort"
     assert names[0] == "[unknown]" and profile.frames[profile.samples[0].frame_ids[0]].kind is FrameKind.UNKNOWN
     assert len(profile.frames) == 3  # memoised: three unique addresses, three frames
-
 
 
 def test_a_repeated_stack_is_named_once_while_nothing_new_is_known():
@@ -216,7 +223,9 @@ def stalled_symbolizer(samples: int):
     symbolizer.start()
     qsort = libc_function_address("qsort")
     for index in range(samples):
-        symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (qsort + index,), WalkEnd.COMPLETE, -1, True))
+        symbolizer.submit(
+            RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (qsort + index,), WalkEnd.COMPLETE, -1, True)
+        )
     return profile, tracker, symbolizer, stalling
 
 

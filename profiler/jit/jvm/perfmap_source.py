@@ -106,8 +106,11 @@ class JvmPerfMaps:
         and runs)? Then a sample of code not in the last one waits for it."""
         jvm = self._jvms.get(pid)
         return (
-            jvm is not None and jvm.failures < MAX_FAILURES and jvm.last_snapshot_ns < time_ns
-            and not self._stop.is_set() and process_alive(pid)
+            jvm is not None
+            and jvm.failures < MAX_FAILURES
+            and jvm.last_snapshot_ns < time_ns
+            and not self._stop.is_set()
+            and process_alive(pid)
         )
 
     def final_refresh(self) -> None:
@@ -129,8 +132,7 @@ class JvmPerfMaps:
     def reports(self) -> list[JvmReport]:
         with self._lock:
             return [
-                JvmReport(jvm.pid, jvm.snapshots, jvm.last_error, jvm.preserves_frame_pointers)
-                for jvm in self._jvms.values()
+                JvmReport(jvm.pid, jvm.snapshots, jvm.last_error, jvm.preserves_frame_pointers) for jvm in self._jvms.values()
             ]
 
     def remove_files(self) -> None:

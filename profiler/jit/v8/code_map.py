@@ -151,7 +151,11 @@ class CodeMap:
                 function = isolate.function(event.shared_function)
                 function.name, function.tag = event.name, event.tag
             self._created += 1
-            self._insert(CodeObject(self._created, event.start, event.size, time_ns, event.tag, event.marker, event.name, function, isolate))
+            self._insert(
+                CodeObject(
+                    self._created, event.start, event.size, time_ns, event.tag, event.marker, event.name, function, isolate
+                )
+            )
         elif isinstance(event, CodeSourceInfo):
             self._attach_source(isolate, event)
         elif isinstance(event, ScriptSource):

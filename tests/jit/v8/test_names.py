@@ -1,6 +1,5 @@
 """The V8 name formatter, on perf-map lines recorded from each Node major."""
 
-
 import pytest
 
 from profiler.jit.v8.names import Tier, parse_v8_name
@@ -57,10 +56,22 @@ def test_pre_node19_forms():
         ("JS:*render /srv/app/lib/view.js:42:7", "render view.js:42", "/srv/app/lib/view.js", 42, 7, Tier.TURBOFAN),
         ("JS:^render /srv/app/lib/view.js:42:7", "render view.js:42", "/srv/app/lib/view.js", 42, 7, Tier.BASELINE),
         ("JS:+'get area /x/names.js:7:11", "get area names.js:7", "/x/names.js", 7, 11, Tier.MAGLEV),
-        ("JS:~ node:internal/main/run_main_module:1:1", "(anonymous) node:internal/main/run_main_module:1",
-         "node:internal/main/run_main_module", 1, 1, Tier.INTERPRETED),
-        ("JS:*Module._compile node:internal/modules/cjs/loader:1554:14", "Module._compile node:internal/modules/cjs/loader:1554",
-         "node:internal/modules/cjs/loader", 1554, 14, Tier.TURBOFAN),
+        (
+            "JS:~ node:internal/main/run_main_module:1:1",
+            "(anonymous) node:internal/main/run_main_module:1",
+            "node:internal/main/run_main_module",
+            1,
+            1,
+            Tier.INTERPRETED,
+        ),
+        (
+            "JS:*Module._compile node:internal/modules/cjs/loader:1554:14",
+            "Module._compile node:internal/modules/cjs/loader:1554",
+            "node:internal/modules/cjs/loader",
+            1554,
+            14,
+            Tier.TURBOFAN,
+        ),
         ("JS:*handler C:\\srv\\app\\x.js:3:4", "handler x.js:3", "C:\\srv\\app\\x.js", 3, 4, Tier.TURBOFAN),
         ("JS:*handler file:///srv/my app/x.js:3:4", "handler x.js:3", "file:///srv/my app/x.js", 3, 4, Tier.TURBOFAN),
         ("JS:*fetch https://cdn.example/lib.mjs:10:2", "fetch lib.mjs:10", "https://cdn.example/lib.mjs", 10, 2, Tier.TURBOFAN),
