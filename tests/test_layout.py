@@ -84,3 +84,21 @@ def test_no_two_modules_import_each_other():
     for name in graph:
         visit(name, [name])
     assert cycles == []
+
+
+# What the generic layers may use of the runtimes' layer: the table of what
+# each runtime provides, and the run's JIT sources and files, never a
+# runtime's own package (jit/v8, jit/jvm) or its recognition and flags.
+RUNTIME_FACADE = {"profiler.jit.registry", "profiler.jit.sources", "profiler.jit.files"}
+
+
+def test_no_generic_layer_imports_a_runtimes_package():
+    reaching = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        if name == "profiler" or name.startswith("profiler.jit"):
+            continue
+        for imported in imported_modules(path):
+            if imported.startswith("profiler.jit") and imported not in RUNTIME_FACADE:
+                reaching.append(f"{name} imports {imported}")
+    assert reaching == [], "\n".join(reaching)

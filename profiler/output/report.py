@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from profiler.errors import JitprofError
-from profiler.jit.v8.js_view import js_only
+from profiler.jit import registry
 from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.native import elf
@@ -93,7 +93,7 @@ def report(
 ) -> list[WrittenOutput]:
     profile = filtered(load(path), selection)
     name_unnamed(profile)
-    shown = js_only(profile) if js_view else None
+    shown = registry.language_view(profile) if js_view else None
     if not requests:
         write_to(sys.stdout.buffer, shown or profile, stdout_format)
         sys.stdout.buffer.flush()

@@ -8,8 +8,7 @@ import signal
 import time
 
 from profiler.errors import JitprofError
-from profiler.jit import runtimes
-from profiler.jit.v8 import preload
+from profiler.jit import registry
 from profiler.run.targets import ChildStdio, SpawnedCommand, exit_status_code, spawn_stopped
 from profiler.safety.users import RunAs
 from profiler.tui.child_output import CapturedOutput
@@ -21,7 +20,7 @@ class Child:
     def __init__(self, command: list[str], run_as: RunAs, environ: dict[str, str], inject: bool, capture: bool) -> None:
         """Fork the command, stopped before exec. With capture, its output
         goes to a pane of the live view instead of the terminal."""
-        environment = runtimes.inject_environment(environ, preload.install()) if inject else environ
+        environment = registry.spawn_environment(environ) if inject else environ
         self.output: CapturedOutput | None = None
         stdio = None
         if capture:

@@ -36,7 +36,7 @@ class RecordingOptions:
     keep_jit_files: bool = False
     inline: bool = True  # expand inlined JS functions from V8's code log
     debuginfod: bool = True  # ask DEBUGINFOD_URLS for the debug files of stripped binaries
-    js_only: bool = False  # outputs show the JS view (profiler/jit/v8/js_view.py)
+    js_only: bool = False  # outputs show the language view (profiler/jit/registry.py: the JS view)
     live_view: bool = False  # the terminal view (the caller checks for a TTY)
     user: str | None = None
     as_root: bool = False

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from profiler.errors import JitprofError
+from profiler.jit import registry
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
-from profiler.jit.v8.js_view import js_only
 from profiler.kernel import preflight
 from profiler.kernel.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
 from profiler.kernel.events import ProcessEvent, RawSample
@@ -336,7 +336,7 @@ class Recording:
             "all" if self.options.all_processes else self.profile.info.pids[0] if self.profile.info.pids else os.getpid()
         )
         requests = self.options.outputs or [OutputRequest(Path(f"jitprof-{default_name}.svg"), "svg")]
-        shown = js_only(self.profile) if self.options.js_only else None
+        shown = registry.language_view(self.profile) if self.options.js_only else None
         return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ), shown), processes)
 
     def _forget(self, pid: int) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from profiler.jit import registry
 from profiler.jit.sources import JitSources
 from profiler.kernel.events import RawSample, WalkEnd
 from profiler.kernel.late_walks import LateWalks
@@ -33,7 +34,6 @@ KERNEL_SUFFIX_MODULE = "[kernel]"
 PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
 PARK_RETRY_S = 0.2
 MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
-V8_EMBEDDED_BUILTIN = "Builtins_"
 
 
 class SymbolSource(Protocol):
@@ -109,11 +109,7 @@ class ElfSymbols:
             if self._profile is not None and image.build_id and mapping.module_name not in self._profile.modules:
                 self._profile.modules[mapping.module_name] = ModuleFile(image.path, image.build_id)
             return Frame(f"{mapping.module_name}+{start:#x}", mapping.module_name, FrameKind.UNKNOWN)
-        if hit.name.startswith(V8_EMBEDDED_BUILTIN):  # V8 builtins in node's own text
-            return Frame(
-                f"[builtin] {hit.name[len(V8_EMBEDDED_BUILTIN) :]}", mapping.module_name, FrameKind.NATIVE, tier="builtin"
-            )
-        return Frame(hit.name, mapping.module_name, FrameKind.NATIVE)
+        return registry.native_symbol_frame(hit.name, mapping.module_name)
 
 
 class Symbolizer:

@@ -24,7 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from profiler.jit.v8.js_view import shown_in_js_view
+from profiler.jit import registry
 from profiler.model.profile import Profile
 from profiler.safety.terminal import printable
 from profiler.tui.child_output import CapturedOutput
@@ -90,7 +90,7 @@ class LiveView:
         self._live_pids = live_pids
         self._console = console or Console()
         self._js_only = js_only
-        self.table = LiveTable(profile.info.frequency_hz, stack_view=shown_in_js_view if js_only else None)
+        self.table = LiveTable(profile.info.frequency_hz, stack_view=registry.language_stack if js_only else None)
         self.stop_requested = False
         self._sort = SortColumn.OWN_PERCENT
         self._by_line = False
@@ -200,7 +200,7 @@ class LiveView:
         """Count every sample so far again, in the other view."""
         self._js_only = not self._js_only
         table = LiveTable(
-            self._profile.info.frequency_hz, self.table.window_ns / 1e9, shown_in_js_view if self._js_only else None
+            self._profile.info.frequency_hz, self.table.window_ns / 1e9, registry.language_stack if self._js_only else None
         )
         table.reset_window(self.table.window_start_ns)
         samples = self._profile.snapshot()

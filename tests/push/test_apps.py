@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from profiler.jit.jvm.application import java_main
+from profiler.jit.v8.application import node_script
 from profiler.push import apps
-from profiler.push.apps import App, AppRegistry, app_name_text, java_main, node_script
+from profiler.push.apps import App, AppRegistry, app_name_text
 
 
 @pytest.mark.parametrize(
