@@ -14,7 +14,7 @@ from profiler.errors import JitprofError
 from profiler.native import debuginfod
 from profiler.output import (
     EXTENSIONS,
-    WRITERS,
+    FORMATS,
     OutputRequest,
     UnknownFormat,
     WrittenOutput,
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--format",
-        choices=sorted(WRITERS),
+        choices=sorted(FORMATS),
         default=None,
         help="format of every -o file, whatever its extension",
     )
@@ -307,7 +307,7 @@ def build_report_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="write here, format from the extension (repeatable)",
     )
-    parser.add_argument("--format", choices=sorted(WRITERS), default=None, help="format of every -o file")
+    parser.add_argument("--format", choices=sorted(FORMATS), default=None, help="format of every -o file")
     parser.add_argument("--pid", type=int, action="append", default=[], help="only samples of this process (repeatable)")
     parser.add_argument("--tid", type=int, action="append", default=[], help="only samples of this thread (repeatable)")
     parser.add_argument(

@@ -27,7 +27,7 @@ class JitFileJanitor:
     def note_process(self, pid: int) -> None:
         if pid in self._directories or len(self._directories) >= MAX_TRACKED_DIRECTORIES:
             return
-        if runtimes.identify(pid) is not runtimes.NODE:
+        if runtimes.runtime_of(pid) is not runtimes.NODE:
             return
         try:
             self._directories[pid] = os.open(f"/proc/{pid}/cwd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

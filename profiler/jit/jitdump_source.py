@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from profiler.jit.jitdump import CodeLoad, JitdumpFile
 from profiler.jit.names import frame_for_name
-from profiler.jit.perfmap import process_uid
 from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.proc_status import process_uid
+from profiler.kernel.procmaps import read_maps
 from profiler.model.profile import Frame, FrameKind
 
 RESCAN_INTERVAL_S = 0.2
@@ -209,15 +210,4 @@ def _reports_of(state: _ProcessDumps) -> list[JitdumpReport]:
 
 def _mapped_dumps(pid: int) -> list[str]:
     """/proc/PID/map_files entries of the jit-*.dump files the process maps."""
-    found = []
-    try:
-        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6 and _DUMP_NAME.search(fields[5].rstrip("\n")):
-                    # maps pads addresses to 8 digits, map_files does not
-                    start, _, end = fields[0].partition("-")
-                    found.append(f"/proc/{pid}/map_files/{int(start, 16):x}-{int(end, 16):x}")
-    except OSError:
-        return []
-    return found
+    return [f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}" for entry in read_maps(pid) if _DUMP_NAME.search(entry.path)]

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 from sortedcontainers import SortedKeyList
 
+from profiler.kernel.proc_status import namespace_pid
 from profiler.safety import files
 
 MAX_FILE_BYTES = 512 << 20  # a perf map beyond this is refused (or no longer read)
@@ -222,30 +223,6 @@ class PerfMapFile:
                 os.close(descriptor)
             except OSError:
                 pass
-
-
-def namespace_pid(pid: int) -> int:
-    """The pid as the process itself sees it (innermost pid namespace)."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("NStgid:"):
-                    return int(line.split()[-1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return pid
-
-
-def process_uid(pid: int, default: int | None = None) -> int | None:
-    """The effective uid of a live process; `default` when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("Uid:"):
-                    return int(line.split()[2])
-    except (OSError, ValueError, IndexError):
-        return default
-    return default
 
 
 def candidate_paths(pid: int) -> list[str]:

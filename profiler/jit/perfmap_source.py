@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from profiler.jit import runtimes
 from profiler.jit.names import frame_for_name
-from profiler.jit.perfmap import EntryBudget, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map, process_uid
+from profiler.jit.perfmap import EntryBudget, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map
 from profiler.kernel.mappings import KnownMapping
+from profiler.kernel.proc_status import process_uid
 from profiler.model.profile import Frame
 
 RETRY_OPEN_S = 0.2  # a process may write its perf map a little after it starts
@@ -65,10 +66,10 @@ class PerfMapSymbols:
             if state is None:
                 self._maps[pid] = self._new_state(pid)
             elif state.file is None:  # seen before its exec: what runs now?
-                state.runtime = runtimes.identify(pid) or state.runtime
+                state.runtime = runtimes.runtime_of(pid) or state.runtime
 
     def _new_state(self, pid: int) -> _ProcessMap:
-        return _ProcessMap(pid, process_uid(pid, self._default_owner_uid), runtimes.identify(pid))
+        return _ProcessMap(pid, process_uid(pid, self._default_owner_uid), runtimes.runtime_of(pid))
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         state = self._state(pid)

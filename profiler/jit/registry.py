@@ -46,7 +46,7 @@ def language_stack(frames: list[Frame]) -> list[Frame]:
 def application(pid: int, arguments: list[str]) -> tuple[str, str] | None:
     """(application name or "" for the command's, runtime label) of a live
     process with a JIT runtime; None for native code."""
-    runtime = runtimes.identify(pid)
+    runtime = runtimes.runtime_of(pid)
     if runtime is runtimes.NODE:
         return node_application(pid, arguments) or "", "node"
     if runtime is runtimes.JAVA:

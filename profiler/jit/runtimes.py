@@ -10,6 +10,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.kernel.proc_status import command_line_and_environment
 from profiler.safety import processes
 
 NODE_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
@@ -52,7 +53,7 @@ def node_flags(preload: Path | None) -> tuple[str, ...]:
     return (*NODE_FLAGS, f"--require={preload}")
 
 
-def merge_node_options(existing: str | None, flags: tuple[str, ...] = NODE_FLAGS) -> str:
+def merge_options(existing: str | None, flags: tuple[str, ...] = NODE_FLAGS) -> str:
     """NODE_OPTIONS (or JAVA_TOOL_OPTIONS) with the flags added once, the user's kept as written."""
     text = existing or ""
     try:
@@ -67,8 +68,8 @@ def inject_environment(environ: dict[str, str], preload: Path | None = None) -> 
     """The environment for a spawned command: inherited by every child, so
     `npm test`, npx and shell scripts that end up in node get the flags too."""
     injected = dict(environ)
-    injected["NODE_OPTIONS"] = merge_node_options(environ.get("NODE_OPTIONS"), node_flags(preload))
-    injected["JAVA_TOOL_OPTIONS"] = merge_node_options(environ.get("JAVA_TOOL_OPTIONS"), _java_flags(environ))
+    injected["NODE_OPTIONS"] = merge_options(environ.get("NODE_OPTIONS"), node_flags(preload))
+    injected["JAVA_TOOL_OPTIONS"] = merge_options(environ.get("JAVA_TOOL_OPTIONS"), _java_flags(environ))
     injected.setdefault(MOARVM_PERF_MAP, "1")
     return injected
 
@@ -105,7 +106,7 @@ def java_major_version(home: Path) -> int:
     return int(found.group(1)) if found else 0
 
 
-def identify(pid: int) -> Runtime | None:
+def runtime_of(pid: int) -> Runtime | None:
     """The JIT runtime of a live process, from its executable's name."""
     try:
         executable = os.path.basename(os.readlink(f"/proc/{pid}/exe")).removesuffix(" (deleted)")
@@ -130,17 +131,6 @@ def node_code_log_active(pid: int) -> bool:
     if any(argument.startswith(b"--log-code") or argument in (b"--prof", b"--log-all") for argument in arguments):
         return True
     return any(variable.startswith(b"NODE_OPTIONS=") and b"v8-code-log.cjs" in variable for variable in environment)
-
-
-def command_line_and_environment(pid: int) -> tuple[list[bytes], list[bytes]]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            arguments = handle.read().split(b"\0")
-        with open(f"/proc/{pid}/environ", "rb") as handle:
-            environment = handle.read().split(b"\0")
-    except OSError:
-        return [], []
-    return arguments, environment
 
 
 def node_flags_active(pid: int) -> bool:

@@ -84,7 +84,7 @@ class JitSources:
 
     def warn_if_unnamed(self, pid: int, inline: bool) -> None:
         """Attaching to a runtime that cannot name its JIT code: say so, with the fix."""
-        runtime = runtimes.identify(pid)
+        runtime = runtimes.runtime_of(pid)
         has_map = any(os.path.exists(path) for path in candidate_paths(pid))
         if runtime is runtimes.NODE:
             if not has_map and not runtimes.node_flags_active(pid):
@@ -135,7 +135,7 @@ class JitSources:
         if self._injected:
             # Processes given the flags that were gone before their perf map
             # was read: nothing for the user to fix, so no per-process hint.
-            gone = {pid: count for pid, count in unnamed.items() if runtimes.identify(pid) is None}
+            gone = {pid: count for pid, count in unnamed.items() if runtimes.runtime_of(pid) is None}
             if gone:
                 say(
                     f"jitprof: note: {sum(gone.values()):,} samples in {len(gone)} short-lived "
@@ -147,7 +147,7 @@ class JitSources:
             if shown == MAX_UNNAMED_HINTS:
                 say(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")
                 break
-            runtime = runtimes.identify(pid) or runtimes.UNKNOWN
+            runtime = runtimes.runtime_of(pid) or runtimes.UNKNOWN
             say(
                 f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "
                 f"for {runtime.name}: {runtime.fix}"

@@ -198,14 +198,14 @@ class BpfProgram:
                 sampler, PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, 0, self.options.frequency_hz, -1, cpu, -1
             )
             if descriptor < 0:
-                self.detach()
+                self.stop_sampling()
                 raise JitprofError(
                     f"cannot attach perf events on CPU {cpu}",
                     "jitprof needs perf events (CONFIG_PERF_EVENTS) and CAP_PERFMON or root",
                 )
             self._perf_event_fds.append(descriptor)
 
-    def detach(self) -> None:
+    def stop_sampling(self) -> None:
         """Stop sampling and following at once: no more samples or process
         events come (the programs find no followed pid). The events
         themselves are closed by close()."""
@@ -240,7 +240,7 @@ class BpfProgram:
         detach waits for RCU grace periods (0.1-0.4 s for all the events,
         closed side by side); in_background hands the last references to a
         short-lived child process that closes them, so the run ends now."""
-        self.detach()
+        self.stop_sampling()
         if self._ring is not None:
             self._lib.bpf_free_ringbuf(self._ring)
             self._ring = None

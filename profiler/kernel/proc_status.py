@@ -1,29 +1,55 @@
-"""What /proc says of a process: alive, its thread group, its name."""
+"""What /proc says of a process: alive, its thread group, its parent, its
+start, whether it is a kernel thread. /proc/PID/stat is read here alone."""
 
 from __future__ import annotations
 
 import os
 
+MAX_COMMAND_LINE_BYTES = 64 << 10
 
-def thread_group_id(pid: int) -> int | None:
-    """The Tgid of a task id, or None if it has gone."""
+# Fields of /proc/PID/stat after "(comm)", which may itself hold spaces and ")".
+STATE, PARENT, FLAGS, START_TIME = 0, 1, 6, 19
+
+
+def stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name; None if it has gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+
+
+def _stat_field(pid: int | str, index: int) -> int | None:
+    fields = stat_fields(pid)
+    try:
+        return int(fields[index]) if fields is not None else None
+    except (IndexError, ValueError):
+        return None
+
+
+def status_field(pid: int, key: str) -> list[str] | None:
+    """The words of one line of /proc/PID/status ("Uid:", "NStgid:", ...);
+    None if the process has gone or has no such line."""
     try:
         with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
             for line in handle:
-                if line.startswith("Tgid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
+                if line.startswith(key):
+                    return line.split()[1:]
+    except OSError:
         return None
     return None
 
 
+def thread_group_id(pid: int) -> int | None:
+    """The Tgid of a task id, or None if it has gone."""
+    words = status_field(pid, "Tgid:")
+    return int(words[0]) if words and words[0].isdigit() else None
+
+
 def process_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            state = handle.read().rsplit(")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+    fields = stat_fields(pid)
+    return fields is not None and bool(fields) and fields[STATE] not in ("Z", "X")
 
 
 PF_KTHREAD = 0x00200000
@@ -35,12 +61,9 @@ def descendants(pid: int) -> list[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="utf-8", errors="replace") as handle:
-                parent = int(handle.read().rsplit(")", 1)[-1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(name))
+        parent = _stat_field(name, PARENT)
+        if parent is not None:
+            children.setdefault(parent, []).append(int(name))
     found, frontier = [], [pid]
     while frontier:
         below = children.get(frontier.pop(), [])
@@ -50,28 +73,65 @@ def descendants(pid: int) -> list[int]:
 
 
 def parent_of(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return int(handle.read().rsplit(")", 1)[-1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    return _stat_field(pid, PARENT)
 
 
 def start_time(pid: int) -> int | None:
     """When the process started (clock ticks since boot): with the pid, it
     names one process, never a later one that reused the pid."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return int(handle.read().rsplit(")", 1)[-1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    return _stat_field(pid, START_TIME)
 
 
 def is_kernel_thread(pid: int) -> bool:
     """A kernel thread (kthreadd, workers): the PF_KTHREAD flag of /proc/PID/stat."""
+    flags = _stat_field(pid, FLAGS)
+    return flags is not None and bool(flags & PF_KTHREAD)
+
+
+def namespace_pid(pid: int) -> int:
+    """The pid as the process itself sees it (innermost pid namespace)."""
+    words = status_field(pid, "NStgid:")
+    return int(words[-1]) if words and words[-1].isdigit() else pid
+
+
+def process_uid(pid: int, default: int | None = None) -> int | None:
+    """The effective uid of a live process; `default` when it is gone."""
+    words = status_field(pid, "Uid:")
+    return int(words[1]) if words and len(words) > 1 and words[1].isdigit() else default
+
+
+def caught_signals(pid: int) -> int:
+    """The mask of signals the process has a handler for (0 if gone)."""
+    words = status_field(pid, "SigCgt:")
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            fields = handle.read().rsplit(")", 1)[-1].split()
-        return bool(int(fields[6]) & PF_KTHREAD)
-    except (OSError, IndexError, ValueError):
-        return False
+        return int(words[0], 16) if words else 0
+    except ValueError:
+        return 0
+
+
+def command_line_and_environment(pid: int) -> tuple[list[bytes], list[bytes]]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            arguments = handle.read().split(b"\0")
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environment = handle.read().split(b"\0")
+    except OSError:
+        return [], []
+    return arguments, environment
+
+
+def command_line(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as stream:
+            raw = stream.read(MAX_COMMAND_LINE_BYTES)
+    except OSError:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
+
+
+def comm_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as stream:
+            return stream.read(64).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""

@@ -48,29 +48,21 @@ _WRITER_FUNCTIONS = {
 }
 
 
-class _Writers(dict):
-    """Every writer streams into the file it is given; each is imported on first use."""
+_loaded_writers: dict[str, Writer] = {}
 
-    def __missing__(self, name: str) -> Writer:
-        if name not in _WRITER_FUNCTIONS:
-            raise KeyError(name)
+
+def writer(name: str) -> Writer:
+    """The writer of a format, imported on first use (KeyError if unknown).
+    Every writer streams into the file it is given."""
+    found = _loaded_writers.get(name)
+    if found is None:
         module_name, function_name, text = _WRITER_FUNCTIONS[name]
         function = getattr(importlib.import_module(module_name), function_name)
-        writer = _text(function) if text else function
-        self[name] = writer
-        return writer
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return iter(_WRITER_FUNCTIONS)
-
-    def __contains__(self, name: object) -> bool:
-        return name in _WRITER_FUNCTIONS
-
-    def __len__(self) -> int:
-        return len(_WRITER_FUNCTIONS)
+        found = _loaded_writers[name] = _text(function) if text else function
+    return found
 
 
-WRITERS: dict[str, Writer] = _Writers()
+FORMATS: tuple[str, ...] = tuple(_WRITER_FUNCTIONS)
 
 EXTENSIONS: dict[str, str] = {
     ".folded": "folded",
@@ -106,8 +98,8 @@ class WrittenOutput:
 
 def format_for(path: Path, forced: str | None) -> str:
     if forced:
-        if forced not in WRITERS:
-            raise UnknownFormat(f"unknown format {forced!r} (known: {', '.join(sorted(WRITERS))})")
+        if forced not in FORMATS:
+            raise UnknownFormat(f"unknown format {forced!r} (known: {', '.join(sorted(FORMATS))})")
         return forced
     if path.name.startswith(CALLGRIND_PREFIX):
         return "callgrind"
@@ -121,17 +113,17 @@ def format_for(path: Path, forced: str | None) -> str:
 
 def render(profile: Profile, format_name: str) -> bytes:
     buffer = io.BytesIO()
-    WRITERS[format_name](profile, buffer)
+    writer(format_name)(profile, buffer)
     return buffer.getvalue()
 
 
 def write_to(stream: IO[bytes], profile: Profile, format_name: str) -> None:
-    WRITERS[format_name](profile, stream)
+    writer(format_name)(profile, stream)
 
 
 def _producer(profile: Profile, format_name: str) -> Callable[[IO[bytes]], None]:
     def produce(stream: IO[bytes]) -> None:
-        WRITERS[format_name](profile, stream)
+        writer(format_name)(profile, stream)
 
     return produce
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from profiler.jit import registry
+from profiler.kernel.proc_status import comm_of, command_line
 
-MAX_COMMAND_LINE_BYTES = 64 << 10
 KERNEL_APP = "kernel"  # samples of kernel threads (--all)
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._/-]+")
@@ -38,24 +38,7 @@ def label_value_text(text: str) -> str:
     return _UNSAFE_VALUE.sub("_", text) or "_"
 
 
-def command_line(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as stream:
-            raw = stream.read(MAX_COMMAND_LINE_BYTES)
-    except OSError:
-        return []
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0") if part]
-
-
-def comm_of(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm", "rb") as stream:
-            return stream.read(64).decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
-def identify(pid: int, comm: str = "") -> App:
+def application_of(pid: int, comm: str = "") -> App:
     arguments = command_line(pid)
     fallback = comm_of(pid) or comm or (PurePosixPath(arguments[0]).name if arguments else "") or str(pid)
     found = registry.application(pid, arguments)
@@ -77,7 +60,7 @@ class AppRegistry:
         self._lock = threading.Lock()
 
     def note(self, pid: int, comm: str = "") -> None:
-        app = identify(pid, comm)
+        app = application_of(pid, comm)
         if self._fixed_name is not None:
             app = App(self._fixed_name, app.runtime)
         with self._lock:

@@ -166,7 +166,7 @@ class Recording:
                     self._view.start()
                 self._sample_loop(program)
             finally:
-                program.detach()
+                program.stop_sampling()
                 self._close_view()
                 self.profile.info.ended_ns = time.monotonic_ns()
             # The command (and what it started) is stopped now, not after the

@@ -1,18 +1,18 @@
 import os
 
-from profiler.jit.runtimes import NODE, PYTHON, identify, inject_environment, merge_node_options, node_flags
+from profiler.jit.runtimes import NODE, PYTHON, inject_environment, merge_options, node_flags, runtime_of
 from profiler.jit.v8.preload import PRELOAD_NAME, SCRIPT, install
 
 
 def test_node_options_merged_without_duplicates():
-    assert merge_node_options(None) == "--perf-basic-prof --interpreted-frames-native-stack"
-    assert merge_node_options("--max-old-space-size=100") == (
+    assert merge_options(None) == "--perf-basic-prof --interpreted-frames-native-stack"
+    assert merge_options("--max-old-space-size=100") == (
         "--max-old-space-size=100 --perf-basic-prof --interpreted-frames-native-stack"
     )
-    assert merge_node_options("--perf-basic-prof --inspect") == "--perf-basic-prof --inspect --interpreted-frames-native-stack"
+    assert merge_options("--perf-basic-prof --inspect") == "--perf-basic-prof --inspect --interpreted-frames-native-stack"
     both = "--interpreted-frames-native-stack --perf-basic-prof"
-    assert merge_node_options(both) == both
-    assert merge_node_options('--title="a b" --perf-basic-prof').startswith('--title="a b"')
+    assert merge_options(both) == both
+    assert merge_options('--title="a b" --perf-basic-prof').startswith('--title="a b"')
 
 
 def test_environment_is_copied_not_changed():
@@ -23,8 +23,8 @@ def test_environment_is_copied_not_changed():
 
 
 def test_identify_by_executable():
-    assert identify(os.getpid()) is PYTHON
-    assert identify(2**22 + 5) is None
+    assert runtime_of(os.getpid()) is PYTHON
+    assert runtime_of(2**22 + 5) is None
     assert "NODE_OPTIONS" in NODE.fix
 
 
@@ -40,7 +40,7 @@ def test_code_log_preload_joins_node_options(tmp_path):
         f"--require={preload}",
     ]
     # Twice is once; a path node would split at a space is not used.
-    assert merge_node_options(environment["NODE_OPTIONS"], node_flags(preload)) == environment["NODE_OPTIONS"]
+    assert merge_options(environment["NODE_OPTIONS"], node_flags(preload)) == environment["NODE_OPTIONS"]
     assert node_flags(tmp_path / "with space" / "x.cjs") == node_flags(None)
 
 

@@ -88,7 +88,7 @@ def test_a_failed_write_leaves_no_partial_file_and_the_others_are_written(tmp_pa
         stream.write(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setitem(output.WRITERS, "svg", full_disk)
+    monkeypatch.setitem(output._loaded_writers, "svg", full_disk)
     written = write_outputs(
         profile(), [OutputRequest(tmp_path / "a.svg", "svg"), OutputRequest(tmp_path / "a.folded", "folded")], None
     )

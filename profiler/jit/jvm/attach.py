@@ -21,8 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from profiler.jit.perfmap import namespace_pid, process_uid
-from profiler.jit.runtimes import command_line_and_environment
+from profiler.kernel.proc_status import caught_signals, command_line_and_environment, namespace_pid, process_uid
 from profiler.safety import files
 
 PROTOCOL_VERSION = b"1"
@@ -170,11 +169,4 @@ def _trigger(pid: int, own_pid: int, listening: Callable[[], bool], budget: Budg
 
 
 def _sigquit_handled(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("SigCgt:"):
-                    return bool(int(line.split()[1], 16) & _SIGQUIT_BIT)
-    except (OSError, ValueError, IndexError):
-        return False
-    return False
+    return bool(caught_signals(pid) & _SIGQUIT_BIT)

@@ -55,7 +55,7 @@ class JvmPerfMaps:
 
     def watch(self, pid: int) -> None:
         """Note a process; JVMs among them are asked for their maps from now on."""
-        if runtimes.identify(pid) is not runtimes.JAVA:
+        if runtimes.runtime_of(pid) is not runtimes.JAVA:
             return
         with self._lock:
             if pid not in self._jvms:

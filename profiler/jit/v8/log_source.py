@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from profiler.jit.perfmap import process_uid
 from profiler.jit.v8.code_map import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack
 from profiler.jit.v8.log_parser import CodeCreation, V8LogReader
 from profiler.jit.v8.names import JS_TAGS, Tier, parse_v8_name
 from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.proc_status import process_uid
 from profiler.model.profile import Frame, FrameKind
 
 LOG_MAGIC = b"v8-version,"
