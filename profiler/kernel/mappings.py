@@ -9,10 +9,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from profiler.kernel.file_images import VDSO, FileImages, has_image
 from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.kernel.trie import TriePrefix, split_range
-from profiler.native.elf import ElfImage, UnreadableElf, open_elf, vdso_image
-from profiler.native.heap import give_back_freed_memory
+from profiler.native.elf import ElfImage
 from profiler.native.library import MAPPING_ELF, MAPPING_JIT, MAPPING_PENDING
 
 # Trie entry kinds (bpf/jitprof_abi.h): a file whose unwind table is not
@@ -20,11 +20,8 @@ from profiler.native.library import MAPPING_ELF, MAPPING_JIT, MAPPING_PENDING
 MAPPING_ELF_PENDING = MAPPING_PENDING
 
 JIT_MODULE = "[jit]"  # the module of anonymous executable memory: JIT code
-VDSO = "[vdso]"
 MAX_PROVISIONAL_RANGES = 4096  # per exec of a process
 PRUNE_IMAGES_S = 5.0
-MAX_UNREADABLE_KEPT = 100  # unusable files named in the stats
-MAX_UNUSABLE_FILES = 1 << 16  # files remembered as unusable (then forgotten, and tried again)
 
 
 class UnwindSource(Protocol):
@@ -43,12 +40,6 @@ class TrieSink(Protocol):
     def begin_maps_read(self, pid: int) -> int | None: ...
 
     def mark_maps_read(self, pid: int, exec_count: int) -> None: ...
-
-
-@dataclass(frozen=True)
-class FileKey:
-    device: str
-    inode: int
 
 
 @dataclass
@@ -145,12 +136,10 @@ class MappingTracker:
         self._wanted: dict[int, tuple[int, KnownMapping]] = {}
         self._lock = threading.Lock()
         self._spaces: dict[int, list[AddressSpace]] = {}
-        self._images: dict[FileKey, ElfImage] = {}
-        self._unusable: set[FileKey] = set()  # opened, and no ELF jitprof can read
-        self._vdso: ElfImage | None | bool = False  # False: not read yet
+        self._files = FileImages()
         self._exited: set[int] = set()
         self._next_prune = 0.0
-        self.stats = TrackerStats()
+        self.stats = TrackerStats(unreadable_files=self._files.unreadable)
 
     # Updates (main thread) -------------------------------------------------
 
@@ -207,15 +196,8 @@ class MappingTracker:
             for mapping in (*space.current.values(), *space.retired, *space.provisional)
             if mapping.image is not None
         }
-        closed = 0
-        for key, image in list(self._images.items()):
-            if id(image) in held or (self._unwind_tables is not None and self._unwind_tables.holds(image.cache_key)):
-                continue
-            del self._images[key]
-            image.close()
-            closed += 1
-        if closed:
-            give_back_freed_memory()
+        tables = self._unwind_tables
+        self._files.prune(held, lambda image: tables is not None and tables.holds(image.cache_key))
 
     def refresh(self, pid: int, provisional: list[TriePrefix] | None = None) -> None:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional
@@ -307,7 +289,7 @@ class MappingTracker:
 
     def _waits_for_table(self, entry: MapEntry) -> bool:
         """Does a walk through this mapping need its file's unwind table?"""
-        return (entry.is_file_backed or entry.path == VDSO) and self._unwind_tables is not None
+        return has_image(entry) and self._unwind_tables is not None
 
     def want_table(self, pid: int, mapping: KnownMapping) -> None:
         """(Any thread.) A walk needs this file's table: attach_wanted gives it."""
@@ -343,9 +325,9 @@ class MappingTracker:
         """The mapped file (symbols, load bias), opened while the process is
         alive: its /proc/PID/map_files entry goes with it."""
         entry = mapping.entry
-        if not entry.is_file_backed and entry.path != VDSO:
+        if not has_image(entry):
             return None
-        image = self._image_for(pid, entry)
+        image = self._files.image_for(pid, entry)
         if image is not None:
             mapping.image = image
             vaddr = image.vaddr_for_file_offset(entry.offset)
@@ -357,14 +339,13 @@ class MappingTracker:
         entry = mapping.entry
         if entry.path == VDSO:
             return True  # small, and in every process
-        image = mapping.image or self._images.get(FileKey(entry.device, entry.inode))
+        image = mapping.image or self._files.known(entry)
         return image is not None and self._unwind_tables is not None and self._unwind_tables.holds(image.cache_key)
 
     def _attach_file(self, pid: int, mapping: KnownMapping) -> None:
         """Open the mapped ELF file (slow for a large binary) and give the
         mapping its load bias and unwind table."""
-        entry = mapping.entry
-        if not entry.is_file_backed and entry.path != VDSO:
+        if not has_image(mapping.entry):
             return
         image = self._open_image(pid, mapping)
         if self._unwind_tables is None:
@@ -387,39 +368,6 @@ class MappingTracker:
             space.retired.append(mapping)
         space.current.clear()
         space.revision += 1
-
-    def _image_for(self, pid: int, entry: MapEntry) -> ElfImage | None:
-        if entry.path == VDSO:  # the same kernel's vDSO in every process
-            if self._vdso is False:
-                self._vdso = vdso_image()
-            return self._vdso if isinstance(self._vdso, ElfImage) else None
-        key = FileKey(entry.device, entry.inode)
-        image = self._images.get(key)
-        if image is not None:
-            return image
-        if key in self._unusable:
-            return None
-        # map_files reaches the exact mapped file, even deleted or in another
-        # mount namespace; /proc/PID/root is the container-aware fallback.
-        candidates = [
-            f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}",
-            f"/proc/{pid}/root{entry.path}",
-        ]
-        try:
-            image = open_elf(candidates, entry.path, root=f"/proc/{pid}/root")
-        except UnreadableElf as error:
-            # Only a file that opened and is unusable is given up on: a failed
-            # open is often its process exiting, and another process mapping
-            # the same file (libc) must still get its symbols and table.
-            if error.opened:
-                if len(self._unusable) >= MAX_UNUSABLE_FILES:
-                    self._unusable.clear()
-                self._unusable.add(key)
-                if len(self.stats.unreadable_files) < MAX_UNREADABLE_KEPT:
-                    self.stats.unreadable_files[entry.path] = (pid, str(error))
-            return None
-        self._images[key] = image
-        return image
 
     # Lookups (symbolizer thread) ---------------------------------------
 
@@ -460,9 +408,4 @@ class MappingTracker:
 
     def close(self) -> None:
         with self._lock:
-            for image in self._images.values():
-                image.close()
-            self._images.clear()
-            if isinstance(self._vdso, ElfImage):
-                self._vdso.close()
-            self._vdso = False
+            self._files.close()

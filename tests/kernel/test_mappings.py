@@ -6,7 +6,7 @@ import os
 import subprocess
 import time
 
-from profiler.kernel import mappings
+from profiler.kernel import file_images, mappings
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.procmaps import read_maps
 from tests.kernel.test_late_walks import TableStates, libc_text
@@ -44,13 +44,13 @@ def test_a_file_that_is_no_elf_is_given_up_on_once(tmp_path, monkeypatch):
     bogus = tmp_path / "libbogus.so"
     bogus.write_bytes(b"\x7fELF" + b"\0" * 60)
     opened = []
-    real_open = mappings.open_elf
+    real_open = file_images.open_elf
 
     def counting_open(candidates, display_path, root=""):
         opened.append(display_path)
         return real_open([str(bogus)], display_path, root="")
 
-    monkeypatch.setattr(mappings, "open_elf", counting_open)
+    monkeypatch.setattr(file_images, "open_elf", counting_open)
     own = [entry for entry in read_maps(os.getpid()) if entry.executable and entry.path.endswith("/libc.so.6")]
     assert own
     tracker = MappingTracker(RecordingTrie(), TableStates())
