@@ -10,13 +10,11 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from profiler.errors import JitprofError
 from profiler.jit import registry
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
@@ -25,20 +23,15 @@ from profiler.kernel.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, 
 from profiler.kernel.events import ProcessEvent, RawSample
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
-from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Profile, RunInfo
 from profiler.native import debuginfod, library
 from profiler.native.heap import give_back_freed_memory
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
-from profiler.push.apps import AppRegistry
-from profiler.push.ingest import Endpoint
-from profiler.push.intervals import Interval, Labels, group_samples
-from profiler.push.pusher import FLUSH_BUDGET_S, Pusher
-from profiler.push.spool import Spool, SpoolError
-from profiler.run.child import Child
 from profiler.run.followed import FollowedProcesses
+from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
+from profiler.run.push_session import PushSession
 from profiler.run.summary import Summary, report_output_errors, report_tracking_problems
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.safety.terminal import say
@@ -55,9 +48,6 @@ SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it 
 # more: they are removed and its state goes, so long runs stay flat.
 RETIRE_AFTER_S = 10.0
 TRIM_HEAP_S = 60.0  # --push: freed memory is handed back to the system this often
-# --push without -o keeps no samples past their interval; the frame table is
-# started anew past this many frames, so days of new JIT code stay bounded.
-FRAME_TABLE_LIMIT = 200_000
 
 
 class Recording:
@@ -75,14 +65,11 @@ class Recording:
         self._tracker: MappingTracker | None = None
         self._symbolizer: Symbolizer | None = None
         self._followed: FollowedProcesses | None = None
-        self._child: Child | None = None
+        self._mode: RunMode = WholeMachine()
         self._stop_signal: int | None = None
         self._stop_requests = 0
         self._view: LiveView | None = None
-        self._pusher: Pusher | None = None
-        self._apps: AppRegistry | None = None
-        self._interval_start = 0.0  # wall clock: where the interval being collected began
-        self._cut_index = 0  # --push with -o: samples before this were sent
+        self._push: PushSession | None = None
         self._inject = False  # the command's runtimes are given their JIT-symbol flags
 
     # The run -------------------------------------------------------------
@@ -94,7 +81,29 @@ class Recording:
         if self.options.pids:
             validate_attach_pids(self.options.pids)
         if self.options.push is not None:
-            self._start_push()
+            self._push = PushSession(self.options.push, self.environ, self.options.frequency_hz, bool(self.options.outputs))
+        program = self._set_up(run_as)
+        # Signals only set a flag: an exception raised inside BCC's ring-buffer
+        # callback would be swallowed by ctypes.
+        previous_handlers = {
+            signum: signal.signal(signum, self._request_stop) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
+        # A handler (doing nothing) makes the command's exit interrupt the
+        # wait for events at once, instead of at the next poll timeout.
+        previous_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+        try:
+            self._sample(program)
+            code = self._mode.exit_code(self._stop_signal, self._followed)
+            self._finish(program)
+        finally:
+            self._clean_up(program)
+            for signum, handler in previous_handlers.items():
+                signal.signal(signum, handler)
+        self._mode.show_captured_output(1.0)  # after the view's summary, once the program has ended
+        return code
+
+    def _set_up(self, run_as: RunAs | None) -> BpfProgram:
+        """The BPF program loaded, and everything that takes its records."""
         self._status("compiling and loading the BPF program")
         program = BpfProgram(LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf))
         self._program = program
@@ -116,120 +125,98 @@ class Recording:
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
             late_walks=LateWalks(self._tracker, self._unwind_tables),
         )
-        self._inject = bool(self.options.command) and self.options.inject
-        if self._inject and run_as is not None:
-            unwritable = perf_maps_unwritable(run_as)
-            if unwritable:
-                self._inject = False
-                say(
-                    f"jitprof: warning: {unwritable}, where runtimes write their perf maps; not giving them the flags "
-                    "(node would abort), so JIT frames stay unnamed (hint: run where /tmp is writable)"
-                )
-        injected = self._inject
+        self._inject = self._injects(run_as)
         self._jit_sources = JitSources(
-            self._run_as_uid, self.options.inline, self._jit_files, ask_jvms=not self.options.all_processes, injected=injected
+            self._run_as_uid, self.options.inline, self._jit_files, ask_jvms=not self.options.all_processes, injected=self._inject
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
+        self._mode = self._mode_for(run_as)
         self._followed = FollowedProcesses(
             program,
             self._tracker,
             self._jit_sources,
-            self._jit_files if injected else None,
-            on_new_process=self._apps.note if self._apps is not None else None,
+            self._jit_files if self._inject else None,
+            on_new_process=self._push.apps.note if self._push is not None else None,
         )
         program.on_event(self._handle_event)
-        # Signals only set a flag: an exception raised inside BCC's ring-buffer
-        # callback would be swallowed by ctypes.
-        previous_handlers = {
-            signum: signal.signal(signum, self._request_stop) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        }
-        # A handler (doing nothing) makes the command's exit interrupt the
-        # wait for events at once, instead of at the next poll timeout.
-        previous_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+        return program
+
+    def _injects(self, run_as: RunAs | None) -> bool:
+        """Will the command's runtimes be given their JIT-symbol flags?"""
+        if not self.options.command or not self.options.inject or run_as is None:
+            return False
+        unwritable = perf_maps_unwritable(run_as)
+        if unwritable:
+            say(
+                f"jitprof: warning: {unwritable}, where runtimes write their perf maps; not giving them the flags "
+                "(node would abort), so JIT frames stay unnamed (hint: run where /tmp is writable)"
+            )
+        return not unwritable
+
+    def _sample(self, program: BpfProgram) -> None:
+        """Start the targets and sample until the run is over."""
+        assert self._symbolizer is not None and self._followed is not None
         try:
-            try:
-                self._start_targets(program, run_as)
-                self._symbolizer.start()
-                self.profile.info.started_ns = time.monotonic_ns()
-                self._interval_start = time.time()
-                if self.options.live_view:
-                    from profiler.tui.live_view import LiveView  # noqa: PLC0415  (rich: only for the view)
+            self.profile.info.pids = self._mode.start(program, self._followed) or self.profile.info.pids
+            self._symbolizer.start()
+            self.profile.info.started_ns = time.monotonic_ns()
+            if self._push is not None:
+                self._push.begin()
+            if self.options.live_view:
+                from profiler.tui.live_view import LiveView  # noqa: PLC0415  (rich: only for the view)
 
-                    output = self._child.output if self._child is not None else None
-                    self._view = LiveView(
-                        self.profile,
-                        output,
-                        self._run_counters,
-                        lambda: sorted(self._followed_live()),
-                        js_only=self.options.js_only,
-                    )
-                    self._view.start()
-                self._sample_loop(program)
-            finally:
-                program.stop_sampling()
-                self._close_view()
-                self.profile.info.ended_ns = time.monotonic_ns()
-            # The command (and what it started) is stopped now, not after the
-            # outputs: it must not go on starting processes that write JIT
-            # files after they were removed.
-            code = self._exit_code()
-            # A second Ctrl-C or SIGTERM gives up what is still being named,
-            # and the outputs are written; after that a Ctrl-C aborts.
-            self._drain(program)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            if self._child is not None and self._child.status is not None:
-                self._show_captured_output(1.0)
-            if self._pusher is not None:
-                self._finish_push(self._pusher)
-            summary = self._finish_outputs(program)
-            say(summary.render())
-            if self._pusher is not None:
-                say(self._push_summary(self._pusher))
-            self._report_problems(summary)
+                self._view = LiveView(
+                    self.profile,
+                    self._mode.output,
+                    self._run_counters,
+                    lambda: sorted(self._followed_live()),
+                    js_only=self.options.js_only,
+                )
+                self._view.start()
+            self._sample_loop(program)
         finally:
+            program.stop_sampling()
             self._close_view()
-            if self._child is not None:
-                self._child.abandon()
-                if not self._child.released or self._child.exec_failed:
-                    self._show_captured_output(0.0)
-            self._remove_jit_files()
-            self._jit_sources.close()
-            self._jit_files.close()
-            if self._unwind_tables is not None:
-                self._stop_unwind_tables(self._unwind_tables)
-            program.close(in_background=True)
-            self._tracker.close()
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
-        self._show_captured_output(1.0)  # after the view's summary, once the program has ended
-        return code
+            self.profile.info.ended_ns = time.monotonic_ns()
 
-    def _start_targets(self, program: BpfProgram, run_as: RunAs | None) -> None:
-        assert self._followed is not None and self._jit_sources is not None
+    def _finish(self, program: BpfProgram) -> None:
+        """Name what is pending, send and write it, and say what happened."""
+        assert self._symbolizer is not None
+        # A second Ctrl-C or SIGTERM gives up what is still being named,
+        # and the outputs are written; after that a Ctrl-C aborts.
+        self._drain(program)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self._mode.exited:
+            self._mode.show_captured_output(1.0)
+        if self._push is not None:
+            self._push.finish(self.profile, self._symbolizer.forget_frame_ids, lambda: self._stop_requests >= 2, self._status)
+        summary = self._finish_outputs(program)
+        say(summary.render())
+        if self._push is not None:
+            say(self._push.summary())
+        self._report_problems(summary)
+
+    def _clean_up(self, program: BpfProgram) -> None:
+        """(Every way out of the run.) Files jitprof caused removed, threads and the kernel's state let go."""
+        assert self._jit_sources is not None and self._tracker is not None
+        self._close_view()
+        self._mode.end(0.0)
+        self._remove_jit_files()
+        self._jit_sources.close()
+        self._jit_files.close()
+        if self._unwind_tables is not None:
+            self._stop_unwind_tables(self._unwind_tables)
+        program.close(in_background=True)
+        self._tracker.close()
+
+    def _mode_for(self, run_as: RunAs | None) -> RunMode:
+        assert self._jit_sources is not None
         if self.options.all_processes:
-            program.attach()
-            program.follow_all([os.getpid()])
-            return
+            return WholeMachine()
         if self.options.command:
             assert run_as is not None
-            self._child = Child(self.options.command, run_as, self.environ, self._inject, self.options.live_view)
-            self.profile.info.pids = [self._child.pid]
-            self._followed.add_spawned(self._child.pid)
-            program.attach()
-            self._child.release()
-            return
-        for pid in self.options.pids:
-            self._followed.add(pid)
-            self._jit_sources.warn_if_unnamed(pid, self.options.inline)
-        program.attach()
-        gone = [pid for pid in self.options.pids if not process_alive(pid)]
-        for pid in gone:
-            self._followed.live.discard(pid)
-        if not self._followed.live:
-            raise JitprofError(
-                f"process {', '.join(map(str, gone))} exited while attaching; nothing to profile",
-                "attach to a process that keeps running, or spawn it: jitprof -- COMMAND",
-            )
+            return Spawn(self.options.command, run_as, self.environ, self._inject, self.options.live_view)
+        return Attach(self.options.pids, self._jit_sources, self.options.inline)
 
     def _followed_live(self) -> set[int]:
         return self._followed.live if self._followed is not None else set()
@@ -238,7 +225,8 @@ class Recording:
         assert self._tracker is not None and self._followed is not None and self._symbolizer is not None
         deadline = time.monotonic() + self.options.duration_s if self.options.duration_s else None
         next_rescan = time.monotonic() + MAPS_RESCAN_S
-        next_cut = time.monotonic() + self.options.push.interval_s if self.options.push is not None else None
+        push = self._push
+        next_cut = time.monotonic() + push.options.interval_s if push is not None else None
         next_trim = time.monotonic() + TRIM_HEAP_S
         while self._stop_signal is None:
             program.poll(POLL_MS)
@@ -260,13 +248,11 @@ class Recording:
             if next_cut is not None and now >= next_trim:
                 give_back_freed_memory()  # a service's RSS is what it holds, not its highest point
                 next_trim = now + TRIM_HEAP_S
-            if next_cut is not None and now >= next_cut:
-                assert self.options.push is not None
-                self._symbolizer.call_in_order(functools.partial(self._cut_interval, time.time()))
-                next_cut += self.options.push.interval_s
-            if self._child is not None and self._child.poll():
-                return
-            if self.options.pids and not self._followed.live:
+            if push is not None and next_cut is not None and now >= next_cut:
+                cut = functools.partial(push.cut, self.profile, self._symbolizer.forget_frame_ids, time.time())
+                self._symbolizer.call_in_order(cut)
+                next_cut += push.options.interval_s
+            if self._mode.over(self._followed):
                 return
             if deadline is not None and now >= deadline:
                 return
@@ -284,16 +270,6 @@ class Recording:
         if self._view is not None:
             self._view.stop()
             self._view = None
-
-    def _show_captured_output(self, wait_s: float) -> None:
-        """What the program printed while the view was on, in full."""
-        if self._child is None or self._child.output is None:
-            return
-        captured = self._child.output.finish(wait_s)
-        self._child.output = None
-        if captured:
-            sys.stdout.buffer.write(captured)
-            sys.stdout.buffer.flush()
 
     def _drain(self, program: BpfProgram) -> None:
         """Take what is left in the ring buffer, then let the symbolizer finish."""
@@ -345,67 +321,8 @@ class Recording:
         self._jit_sources.forget(pid, self._run_as_uid if self._removes_jit_files() else None)
         self._tracker.forget(pid)
         self._followed.forget(pid)
-        if self._apps is not None:
-            self._apps.forget(pid)
-
-    # Continuous profiling (--push) -------------------------------------------
-
-    def _start_push(self) -> None:
-        push = self.options.push
-        assert push is not None
-        endpoint = Endpoint.from_options(push.url, push.tenant, self.environ)
-        try:
-            spool = Spool(push.spool_dir, push.spool_max_bytes)
-        except SpoolError as error:
-            raise JitprofError(str(error), "give --spool-dir a directory only root can write (it is created 0700)") from error
-        self._apps = AppRegistry(push.app_name)
-        labels = Labels(socket.gethostname(), tuple(push.tags))
-        self._pusher = Pusher(endpoint, spool, labels, self.options.frequency_hz)
-        self._pusher.start()
-        say(
-            f"jitprof: pushing a profile per application every {push.interval_s:g} s to {endpoint.shown}"
-            + (f" ({len(spool)} left by an earlier run are sent first)" if len(spool) else "")
-        )
-
-    def _cut_interval(self, until: float) -> None:
-        """(On the symbolizer thread, or after it stopped.) The samples since
-        the last cut go to the pusher as one interval."""
-        assert self._pusher is not None and self._apps is not None and self._symbolizer is not None
-        keep = bool(self.options.outputs)  # -o too: the whole run is written at the end
-        if keep:
-            samples = self.profile.samples_since(self._cut_index)
-            self._cut_index += len(samples)
-        else:
-            samples = self.profile.take_samples()
-        interval = Interval(self._interval_start, until, self.profile.frames, group_samples(samples, self._apps))
-        self._interval_start = until
-        self._apps.drop_leaving()
-        if not keep and len(self.profile.frames) > FRAME_TABLE_LIMIT:
-            self.profile.reset_frames()
-            self._symbolizer.forget_frame_ids()
-        if interval.series:
-            self._pusher.submit(interval)
-
-    def _finish_push(self, pusher: Pusher) -> None:
-        """The interval under way is cut short and sent with what waits (SIGTERM flushes)."""
-        self._cut_interval(time.time())
-        backlog = pusher.backlog()
-        if backlog:
-            self._status(f"sending {backlog} profiles to {pusher.endpoint.shown}")
-        pusher.finish(FLUSH_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
-
-    def _push_summary(self, pusher: Pusher) -> str:
-        stats, spool = pusher.stats, pusher.spool
-        parts = [f"{stats.sent:,} of {stats.profiles:,} profiles sent ({stats.sent_bytes / 1024:,.0f} KiB)"]
-        if stats.failed_attempts:
-            parts.append(f"{stats.failed_attempts:,} failed attempts")
-        if stats.refused:
-            parts.append(f"{stats.refused:,} refused by the store")
-        if spool.stats.dropped or stats.expired:
-            parts.append(f"{spool.stats.dropped + stats.expired:,} dropped (spool full or over an hour old)")
-        if len(spool):
-            parts.append(f"{len(spool):,} left in {spool.directory} for the next run")
-        return f"jitprof: push to {pusher.endpoint.shown}: " + "; ".join(parts)
+        if self._push is not None:
+            self._push.apps.forget(pid)
 
     def _removes_jit_files(self) -> bool:
         """Did jitprof make the programs write perf maps and V8 logs (so it removes them)?"""
@@ -437,13 +354,6 @@ class Recording:
         report_tracking_problems(
             self._tracker, self._unwind_tables.stats if self._unwind_tables is not None else None, self._symbolizer.errors
         )
-
-    def _exit_code(self) -> int:
-        if self._child is None:
-            return 0  # attached: the processes are not ours to report on
-        ended_before = self._child.status is not None and self._stop_signal is None
-        descendants = [] if ended_before or self._followed is None else self._followed.still_running(self._child.pid)
-        return self._child.finish(self._stop_signal, descendants)
 
     def _status(self, message: str) -> None:
         if sys.stderr.isatty():
