@@ -7,11 +7,11 @@ import sys
 
 from e2e.conftest import jitprof_environment, read_folded, total
 from profiler.kernel import bpf_object
-from profiler.kernel.bpf_program import BPF_SOURCE, LoadOptions, compile_flags
+from profiler.kernel.bpf_program import LoadOptions, bpf_source, compile_flags
 
 
 def test_a_first_run_loads_the_sampler_set_up_compiled(jitprof, fixtures_built, tmp_path):
-    key = bpf_object.object_key(BPF_SOURCE.read_bytes(), compile_flags(LoadOptions(99, False, True)))
+    key = bpf_object.object_key(bpf_source(), compile_flags(LoadOptions(99, False, True)))
     assert bpf_object.installed_path(key) is not None and bpf_object.installed_path(key).exists(), "make setup compiles it"
     empty = tmp_path / "empty-cache"
     run = jitprof(

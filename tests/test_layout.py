@@ -89,7 +89,7 @@ def test_no_two_modules_import_each_other():
 # What the generic layers may use of the runtimes' layer: the table of what
 # each runtime provides, and the run's JIT sources and files, never a
 # runtime's own package (jit/v8, jit/jvm) or its recognition and flags.
-RUNTIME_FACADE = {"profiler.jit.registry", "profiler.jit.sources", "profiler.jit.files"}
+RUNTIME_FACADE = {"profiler.jit.registry", "profiler.jit.sources", "profiler.jit.files", "profiler.jit.symbol_source"}
 
 
 def test_no_generic_layer_imports_a_runtimes_package():

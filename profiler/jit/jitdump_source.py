@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from profiler.jit.jitdump import CodeLoad, JitdumpFile
 from profiler.jit.names import frame_for_name
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.mappings import JIT_MODULE
 from profiler.kernel.proc_status import process_uid
 from profiler.kernel.procmaps import read_maps
@@ -49,7 +50,7 @@ class JitdumpReport:
     insane_debug_records: int
 
 
-class JitdumpSymbols:
+class JitdumpSymbols(JitSymbolSource):
     """A JIT expander for the symbolizer thread (see symbolizer.JitExpander)."""
 
     def __init__(self, default_owner_uid: int | None = None) -> None:

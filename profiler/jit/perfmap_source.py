@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from profiler.jit import runtimes
 from profiler.jit.names import frame_for_name
 from profiler.jit.perfmap import EntryBudget, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.mappings import KnownMapping
 from profiler.kernel.proc_status import process_uid
 from profiler.model.profile import Frame
@@ -48,7 +49,7 @@ class PerfMapReport:
     refused: str
 
 
-class PerfMapSymbols:
+class PerfMapSymbols(JitSymbolSource):
     """A symbol source for the symbolizer thread (see symbolizer.SymbolSource)."""
 
     def __init__(self, default_owner_uid: int | None = None) -> None:

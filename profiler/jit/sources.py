@@ -14,6 +14,7 @@ from profiler.jit.jitdump_source import JitdumpReport, JitdumpSymbols
 from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
 from profiler.jit.perfmap import candidate_paths, remove_perf_map
 from profiler.jit.perfmap_source import PerfMapReport, PerfMapSymbols
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.jit.v8.log_source import V8LogReport, V8LogSymbols
 from profiler.kernel.mappings import JIT_MODULE
 from profiler.model.profile import FrameKind, Profile
@@ -50,6 +51,11 @@ class JitSources:
         self._perf_map_reports: list[PerfMapReport] = []
         self._v8_reports: list[V8LogReport] = []
         self._jitdump_reports: list[JitdumpReport] = []
+
+    def symbol_sources(self) -> list[JitSymbolSource]:
+        """Every source of names, in the order they are asked: the code log and
+        jitdumps (exact by time, with inlined frames), then perf maps."""
+        return [self.v8_logs, self.jitdumps, self.perf_maps, self.jvms]
 
     def watch(self, pid: int) -> None:
         """A process is followed (or has just exec'd): note what it runs."""

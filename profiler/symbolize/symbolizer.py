@@ -24,6 +24,7 @@ from typing import Protocol
 
 from profiler.jit import registry
 from profiler.jit.sources import JitSources
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.events import RawSample, WalkEnd
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import KnownMapping, MappingTracker
@@ -42,14 +43,6 @@ class SymbolSource(Protocol):
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None: ...
 
 
-class JitExpander(Protocol):
-    """Names JIT code as one or more source frames (inlined functions), outermost first."""
-
-    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None: ...
-
-
-# A JIT source's (revision, time of its latest news) for a pid: see V8LogSymbols.epoch.
-JitEpoch = Callable[[int], tuple[int, int]]
 MAX_STACKS = 100_000  # whole stacks remembered (see resolve_sample)
 MAX_MEMO = 1_000_000  # named addresses remembered
 
@@ -128,36 +121,31 @@ class Symbolizer:
         self._late_walks = late_walks  # finishes the walks the kernel deferred
         self._kernel_stack = kernel_stack
         self._kernel_symbol = kernel_symbol
-        self.sources: list[SymbolSource] = [ElfSymbols(profile)]
-        self.jit_expanders: list[JitExpander] = []
+        self.sources: list[SymbolSource] = [ElfSymbols(profile)]  # names of native code, first
+        self.jit_sources: list[JitSymbolSource] = []
         # By process, so that a process's entries go with it: (generation, address) -> frame id
         self._memo: dict[int, dict[tuple[int, int], int]] = {}
         self._memo_entries = 0
         # pid -> (generation, addresses) -> (what was known then, user frame ids)
         self._stacks: dict[int, dict[tuple[int, tuple[int, ...]], tuple[tuple[object, ...], tuple[int, ...]]]] = {}
         self._stack_entries = 0
-        self.jit_epochs: list[JitEpoch] = []
         self.stack_hits = 0
         self._kernel_memo: dict[int, int] = {}
         self._queue: queue.Queue[RawSample | _Retire | _Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
         self._parked: list[_Parked] = []
-        self.before_final_pass: list[Callable[[], None]] = []  # sources that must read once more at the end
-        # Sources that know more may come for (pid, time): their samples wait past PARK_MAX_S.
-        self.waiting_for: list[Callable[[int, int], bool]] = []
         self.errors: list[str] = []
         self.parked_then_named = 0
         self._abandoned = threading.Event()
         self._given_up = 0
 
     def add_jit_sources(self, jit: JitSources) -> None:
-        """The JIT sources of a run: V8 logs and jitdumps expand JIT frames,
-        perf maps name them; the dump and JVM readers may ask samples to wait."""
-        self.jit_expanders.extend([jit.v8_logs, jit.jitdumps])
-        self.sources.append(jit.perf_maps)
-        self.jit_epochs.extend([jit.v8_logs.epoch, jit.jitdumps.epoch, jit.perf_maps.epoch])
-        self.before_final_pass.extend([jit.jvms.final_refresh, jit.jitdumps.read_all])
-        self.waiting_for.extend([jit.jitdumps.waiting_for, jit.jvms.waiting_for])
+        """The JIT sources of a run, in the order they are asked."""
+        for source in jit.symbol_sources():
+            self.add_jit_source(source)
+
+    def add_jit_source(self, source: JitSymbolSource) -> None:
+        self.jit_sources.append(source)
 
     def start(self) -> None:
         self._thread.start()
@@ -281,7 +269,8 @@ class Symbolizer:
                 self._given_up += len(parked) - index
                 return
             may_park = not final and (
-                now - entry.since < PARK_MAX_S or any(waiting(entry.raw.pid, entry.raw.time_ns) for waiting in self.waiting_for)
+                now - entry.since < PARK_MAX_S
+                or any(source.waiting_for(entry.raw.pid, entry.raw.time_ns) for source in self.jit_sources)
             )
             if self._add(entry.raw, entry.since, may_park) and may_park:
                 self.parked_then_named += 1  # named while it could still have waited
@@ -289,9 +278,9 @@ class Symbolizer:
     def _final_pass(self) -> None:
         """The run is over and the runtimes have flushed: read every source
         to its end, then name what waited, or give up on it."""
-        for read_all in self.before_final_pass:
+        for source in self.jit_sources:
             try:
-                read_all()
+                source.read_all()
             except Exception as error:  # a bug here must not lose the run
                 self.errors.append(f"{type(error).__name__}: {error}")
         self._retry_parked(time.monotonic(), final=True)
@@ -314,7 +303,7 @@ class Symbolizer:
         # after the latest news, which may have been about earlier times), has
         # the same frames.
         generation, revision = self._tracker.space_state(raw.pid, raw.time_ns)  # once a sample, not once a frame
-        epochs = [epoch(raw.pid) for epoch in self.jit_epochs]
+        epochs = [source.epoch(raw.pid) for source in self.jit_sources]
         known = (revision, *epochs)
         settled = raw.time_ns >= max((latest for _revision, latest in epochs), default=0)
         stacks = self._stacks.setdefault(raw.pid, {})
@@ -359,8 +348,8 @@ class Symbolizer:
         if mapping is not None and mapping.entry.is_anonymous_exec:
             # JIT code: addresses are reused, so no memo here; the JIT
             # sources memoise per code object instead.
-            for expander in self.jit_expanders:
-                frames = expander.expand(pid, time_ns, lookup_address)
+            for source in self.jit_sources:
+                frames = source.expand(pid, time_ns, lookup_address)
                 if frames:
                     return [self._profile.intern(frame) for frame in frames]
             frame = self._name(pid, mapping, lookup_address)
@@ -385,8 +374,8 @@ class Symbolizer:
     def _name(self, pid: int, mapping: KnownMapping | None, address: int) -> Frame:
         if mapping is None:
             return Frame("[unknown]", "", FrameKind.UNKNOWN)
-        for source in self.sources:
-            frame = source.resolve(pid, mapping, address)
+        for named in (*self.sources, *self.jit_sources):
+            frame = named.resolve(pid, mapping, address)
             if frame is not None:
                 return frame
         return Frame(f"[unknown] ({mapping.module_name})", mapping.module_name, FrameKind.UNKNOWN)

@@ -34,8 +34,7 @@ def test_dump_found_through_its_mapping_and_samples_wait_for_late_records(tmp_pa
     tracker.add_process(os.getpid())
     dumps = JitdumpSymbols()
     symbolizer = Symbolizer(profile, tracker)
-    symbolizer.jit_expanders.append(dumps)
-    symbolizer.waiting_for.append(dumps.waiting_for)
+    symbolizer.add_jit_source(dumps)
     symbolizer.start()
     try:
         symbolizer.submit(jit_sample(address + 8, sample_time))

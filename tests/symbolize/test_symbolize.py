@@ -6,6 +6,7 @@ import subprocess
 import threading
 import time
 
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.events import RawSample, WalkEnd
 from profiler.kernel.mappings import MAPPING_ELF, MAPPING_JIT, MappingTracker
 from profiler.model.profile import FrameKind, Profile, RunInfo
@@ -122,7 +123,12 @@ def test_a_repeated_stack_is_named_once_while_nothing_new_is_known():
     tracker.add_process(os.getpid())
     symbolizer = Symbolizer(profile, tracker)
     news = {"revision": 0, "latest": 0}
-    symbolizer.jit_epochs.append(lambda pid: (news["revision"], news["latest"]))
+
+    class News(JitSymbolSource):
+        def epoch(self, pid):
+            return (news["revision"], news["latest"])
+
+    symbolizer.add_jit_source(News())
     stack = (libc_function_address("getpid") + 1, libc_function_address("qsort") + 5)
 
     def resolve():
@@ -179,7 +185,7 @@ def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
     tracker.add_process(os.getpid())
     perf_maps = PerfMapSymbols()
     symbolizer = Symbolizer(profile, tracker)
-    symbolizer.sources.append(perf_maps)
+    symbolizer.add_jit_source(perf_maps)
     symbolizer.start()
     try:
         now = time.monotonic_ns()

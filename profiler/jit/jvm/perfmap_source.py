@@ -19,6 +19,7 @@ from profiler.jit import runtimes
 from profiler.jit.jvm.attach import EXCHANGE_TIMEOUT_S, AttachError, Budget, run_jcmd
 from profiler.jit.perfmap import candidate_paths
 from profiler.jit.perfmap_source import PerfMapSymbols
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.proc_status import process_alive
 
 REFRESH_S = 1.0
@@ -46,7 +47,7 @@ class JvmReport:
 
 
 @dataclass
-class JvmPerfMaps:
+class JvmPerfMaps(JitSymbolSource):
     perf_maps: PerfMapSymbols
     _jvms: dict[int, _Jvm] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -113,7 +114,7 @@ class JvmPerfMaps:
             and process_alive(pid)
         )
 
-    def final_refresh(self) -> None:
+    def read_all(self) -> None:
         """The run is ending: a last snapshot from each JVM still running, and
         the map each one that exited wrote as it did."""
         self._stop.set()

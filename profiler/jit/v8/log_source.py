@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.jit.v8.code_map import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack
 from profiler.jit.v8.log_parser import CodeCreation, V8LogReader
 from profiler.jit.v8.names import JS_TAGS, Tier, parse_v8_name
@@ -70,7 +71,7 @@ class V8LogReport:
     bytes_read: int
 
 
-class V8LogSymbols:
+class V8LogSymbols(JitSymbolSource):
     """Expands a JIT address into its source frames (see symbolizer.JitExpander)."""
 
     def __init__(
