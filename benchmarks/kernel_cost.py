@@ -21,7 +21,11 @@ class KernelCost:
 
 def _bpf_fdinfo(pid: int) -> list[dict[str, str]]:
     infos = []
-    for descriptor in os.listdir(f"/proc/{pid}/fd"):
+    try:
+        descriptors = os.listdir(f"/proc/{pid}/fd")
+    except OSError:  # it has ended
+        return []
+    for descriptor in descriptors:
         try:
             target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
             if "bpf" not in target:
@@ -42,8 +46,15 @@ def kernel_cost(flags: list[str], workdir: Path) -> KernelCost:
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(6.5)  # compile, then a few seconds of sampling
-    infos = _bpf_fdinfo(process.pid)
+    # The kernel's counts are read while jitprof runs (its descriptors go
+    # with it): the last reading before it ends.
+    infos: list[dict[str, str]] = []
+    deadline = time.monotonic() + 120
+    while process.poll() is None and time.monotonic() < deadline:
+        reading = _bpf_fdinfo(process.pid)
+        if any(info.get("prog_type") == "7" and int(info.get("run_cnt", 0)) for info in reading):
+            infos = reading
+        time.sleep(0.2)
     _, stderr = process.communicate(timeout=120)
     samples = int(re.search(r"jitprof: ([\d,]+) samples", stderr).group(1).replace(",", ""))
     # Tail calls run inside the entry program: its run time covers the walk.
