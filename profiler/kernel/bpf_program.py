@@ -1,43 +1,36 @@
-"""Compile and load bpf/sampler.bpf.c with BCC; own its maps and perf events."""
+"""Compile (or load from the cache) bpf/sampler.bpf.c, attach it to the
+CPU-clock perf events and tracepoints, and detach it at the end. Its maps
+are kernel_maps.KernelMaps (`.maps`), its ring buffer
+event_stream.EventStream (`.events`)."""
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import mmap
 import os
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from profiler.errors import JitprofError
 from profiler.kernel import bpf_object, preflight
-from profiler.kernel.events import (
-    COUNTER_COUNT,
-    Counter,
-    KernelTraffic,
-    MalformedEvent,
-    ProcessEvent,
-    RawSample,
-    decode_event,
+from profiler.kernel.event_stream import EventStream
+from profiler.kernel.kernel_maps import (
+    FOLLOWED_ENTRIES,
+    KERNEL_STACK_ENTRIES,
+    RINGBUF_PAGES,
+    SEARCH_STEPS,
+    TRIE_ENTRIES,
+    UNWIND_ROWS,
+    UNWIND_TABLES,
+    KernelMaps,
 )
-from profiler.kernel.trie import MAX_PROVISIONAL_LENGTH, TriePrefix
+from profiler.kernel.trie import MAX_PROVISIONAL_LENGTH
 from profiler.safety import limits
 
 BPF_DIRECTORY = Path(__file__).resolve().parents[2] / "bpf"
 BPF_SOURCE = BPF_DIRECTORY / "sampler.bpf.c"
 
-TRIE_ENTRIES = 131072  # a mapping takes 1 to ~60 prefixes
-FOLLOWED_ENTRIES = 16384
-KERNEL_STACK_ENTRIES = 16384
-RINGBUF_PAGES = 1024  # 4 MiB: about 4000 samples in flight
-UNWIND_ROWS = 1 << 21  # 32 MiB of rows: node (≈ 400 k) plus every library of a busy process
-UNWIND_TABLES = 4096
-SEARCH_STEPS = 22  # ceil(log2(UNWIND_ROWS)) + 1
-UNWIND_ROW_SIZE = 16
 FRAMES_PER_CALL = 8  # frames per tail call of the walker: 16 calls cover MAX_FRAMES
 # The most stack a deferred sample carries (the copy stops where the stack's
 # memory does): node 20's main thread is 5 KiB deep at the median of its
@@ -47,16 +40,6 @@ FRAMES_PER_CALL = 8  # frames per tail call of the walker: 16 calls cover MAX_FR
 STACK_COPY_BYTES = 28 << 10  # (jitprof_abi.h)
 WALKER_PROGRAM = 0
 COPIER_PROGRAM = 1
-
-CONSUME_BUDGET_S = 0.2  # the longest one poll spends taking records
-
-
-@dataclass(frozen=True)
-class KernelCounters:
-    samples: int
-    ringbuf_full: int
-    kernel_stack_failed: int
-    events_lost: int
 
 
 @dataclass(frozen=True)
@@ -107,20 +90,6 @@ def compile_object(bcc: Any, cflags: list[str]) -> bpf_object.BpfObject:
         compiled.cleanup()
 
 
-class _TrieKey(ctypes.Structure):
-    _fields_ = [("prefixlen", ctypes.c_uint32), ("pid_be", ctypes.c_uint32), ("address_be", ctypes.c_uint64)]
-
-
-class _MappingInfo(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_uint32), ("table_id", ctypes.c_uint32), ("load_bias", ctypes.c_uint64)]
-
-
-class _UnwindTable(ctypes.Structure):
-    _fields_ = [("first_row", ctypes.c_uint32), ("row_count", ctypes.c_uint32)]
-
-
-BPF_ANY = 0
-BPF_NOEXIST = 1
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CPU_CLOCK = 0
 
@@ -147,17 +116,11 @@ class BpfProgram:
                 self._loaded = bpf_object.load(self._compiled(cflags, use_cache=False))
             except bpf_object.BpfLoadError as second_error:
                 raise _explain_load_failure(second_error) from second_error
-        self._maps = self._loaded.map_fds
+        self.maps = KernelMaps(self._lib, self._loaded.map_fds, self._loaded.specs, _possible_cpus())
+        self.events = EventStream(self._lib, self._loaded.map_fds["events"])
         self._programs = self._loaded.program_fds
         self._perf_event_fds: list[int] = []
         self._tracepoint_fds: list[int] = []
-        self._ring: int | None = None
-        self._ring_callback: Any = None
-        self._handlers: list[Callable[[RawSample | ProcessEvent], None]] = []
-        self.malformed_events = 0
-        self.traffic = KernelTraffic()
-        self._consume_until = 0.0
-        self._possible_cpus = _possible_cpus()
         self._attach_tracepoints()
 
     def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
@@ -189,9 +152,9 @@ class BpfProgram:
 
     def attach(self) -> None:
         """Install the stack walker, then attach the sampler on every online CPU."""
-        walkers = self._maps["stack_walkers"]
-        self._update(walkers, ctypes.c_int(WALKER_PROGRAM), ctypes.c_int(self._programs["walk_user_stack"]))
-        self._update(walkers, ctypes.c_int(COPIER_PROGRAM), ctypes.c_int(self._programs["copy_user_stack"]))
+        self.maps.install_walkers(
+            {WALKER_PROGRAM: self._programs["walk_user_stack"], COPIER_PROGRAM: self._programs["copy_user_stack"]}
+        )
         sampler = self._programs["on_cpu_sample"]
         for cpu in _online_cpus():
             descriptor = self._lib.bpf_attach_perf_event(
@@ -209,31 +172,7 @@ class BpfProgram:
         """Stop sampling and following at once: no more samples or process
         events come (the programs find no followed pid). The events
         themselves are closed by close()."""
-        self.follow_nothing()
-
-    def followed_pids(self) -> list[int]:
-        """The followed map's keys: processes, and threads until their fork
-        event is read."""
-        followed = self._maps.get("followed")
-        if followed is None:
-            return []
-        key, next_key = ctypes.c_uint32(), ctypes.c_uint32()
-        pids: list[int] = []
-        pointer = None
-        while self._lib.bpf_get_next_key(followed, pointer, ctypes.byref(next_key)) == 0:
-            pids.append(next_key.value)
-            key.value = next_key.value
-            pointer = ctypes.byref(key)
-        return pids
-
-    def follow_nothing(self) -> None:
-        """No more samples or process events from now on (the programs check these maps)."""
-        followed = self._maps.get("followed")
-        if followed is None:
-            return
-        self._update(self._maps["settings"], ctypes.c_uint32(0), ctypes.c_uint32(0))
-        for pid in self.followed_pids():
-            self._delete(followed, ctypes.c_uint32(pid))
+        self.maps.follow_nothing()
 
     def close(self, in_background: bool = False) -> None:
         """Detach everything and free the maps. The kernel's side of a
@@ -241,9 +180,7 @@ class BpfProgram:
         closed side by side); in_background hands the last references to a
         short-lived child process that closes them, so the run ends now."""
         self.stop_sampling()
-        if self._ring is not None:
-            self._lib.bpf_free_ringbuf(self._ring)
-            self._ring = None
+        self.events.close()
         events = self._perf_event_fds + self._tracepoint_fds
         self._perf_event_fds, self._tracepoint_fds = [], []
         if in_background and events:
@@ -253,152 +190,6 @@ class BpfProgram:
         else:
             _close_perf_events(self._lib, events)
         self._loaded.close()
-
-    # Map access -----------------------------------------------------------
-
-    def _update(self, map_fd: int, key: ctypes._CData, value: ctypes._CData, flags: int = BPF_ANY) -> bool:
-        return self._lib.bpf_update_elem(map_fd, ctypes.byref(key), ctypes.byref(value), flags) == 0
-
-    def _delete(self, map_fd: int, key: ctypes._CData) -> None:
-        self._lib.bpf_delete_elem(map_fd, ctypes.byref(key))
-
-    # Followed processes -------------------------------------------------
-
-    def follow(self, pid: int) -> None:
-        """Follow pid; a forked child the program follows already keeps its exec count."""
-        self._update(self._maps["followed"], ctypes.c_uint32(pid), ctypes.c_uint32(0), BPF_NOEXIST)
-
-    def follow_all(self, ignored: list[int]) -> None:
-        """Every process with user code is followed from its first sample
-        (a DISCOVERED event), but the ignored ones (jitprof's own)."""
-        for pid in ignored:
-            self.ignore(pid)
-        self._update(self._maps["settings"], ctypes.c_uint32(0), ctypes.c_uint32(1))
-
-    def ignore(self, pid: int) -> None:
-        self._update(self._maps["ignored"], ctypes.c_uint32(pid), ctypes.c_uint8(1))
-        self.unfollow(pid)
-
-    def unfollow(self, pid: int) -> None:
-        for name in ("followed", "maps_read", "fork_parents", "maps_stale"):
-            self._delete(self._maps[name], ctypes.c_uint32(pid))
-
-    def begin_maps_read(self, pid: int) -> int | None:
-        """pid's maps are about to be read: changes from now on are news (the
-        kernel sends the next maps-changed event). Returns how many times it
-        has exec'd since it was followed (None: not followed)."""
-        self._delete(self._maps["maps_stale"], ctypes.c_uint32(pid))
-        value = ctypes.c_uint32()
-        if self._lib.bpf_lookup_elem(self._maps["followed"], ctypes.byref(ctypes.c_uint32(pid)), ctypes.byref(value)) != 0:
-            return None
-        return value.value
-
-    def mark_maps_read(self, pid: int, exec_count: int) -> None:
-        """The trie holds pid's maps as they were after exec number exec_count:
-        walks use them from now on (unless it has exec'd since)."""
-        self._update(self._maps["maps_read"], ctypes.c_uint32(pid), ctypes.c_uint32(exec_count))
-        self._delete(self._maps["fork_parents"], ctypes.c_uint32(pid))
-
-    # Mapping trie --------------------------------------------------------
-
-    def add_prefixes(self, prefixes: list[TriePrefix], kind: int, load_bias: int, table_id: int = 0) -> int:
-        """Insert prefixes; returns how many did not fit (the trie is full)."""
-        rejected = 0
-        trie = self._maps["mappings"]
-        leaf = _MappingInfo(kind, table_id, load_bias & 0xFFFFFFFFFFFFFFFF)
-        for prefix in prefixes:
-            pid_be, address_be = prefix.key_fields()
-            if not self._update(trie, _TrieKey(prefix.prefix_len, pid_be, address_be), leaf):
-                rejected += 1
-        return rejected
-
-    def remove_prefixes(self, prefixes: list[TriePrefix]) -> None:
-        trie = self._maps["mappings"]
-        for prefix in prefixes:
-            pid_be, address_be = prefix.key_fields()
-            self._delete(trie, _TrieKey(prefix.prefix_len, pid_be, address_be))
-
-    # Unwind tables -------------------------------------------------------
-
-    def unwind_rows_memory(self) -> mmap.mmap:
-        """The row array, mapped into this process for bulk writes."""
-        descriptor = self._maps["unwind_rows"]
-        return mmap.mmap(descriptor, UNWIND_ROWS * UNWIND_ROW_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-
-    def publish_unwind_table(self, table_id: int, first_row: int, row_count: int) -> None:
-        """A live table, or (TABLE_PENDING, 0) for one being built, or (0, 0): none."""
-        self._update(self._maps["unwind_tables"], ctypes.c_uint32(table_id), _UnwindTable(first_row, row_count))
-
-    # Events --------------------------------------------------------------
-
-    def on_event(self, handler: Callable[[RawSample | ProcessEvent], None]) -> None:
-        self._handlers.append(handler)
-        if self._ring is None:
-            from bcc.libbcc import _RINGBUF_CB_TYPE  # noqa: PLC0415
-
-            self._ring_callback = _RINGBUF_CB_TYPE(self._dispatch)
-            self._ring = self._lib.bpf_new_ringbuf(self._maps["events"], self._ring_callback, None)
-            if not self._ring:
-                raise JitprofError(
-                    "cannot open the BPF ring buffer", "check `ulimit -l` (locked memory) and the kernel's BPF support"
-                )
-
-    def _dispatch(self, _ctx: int, data: int, size: int) -> int:
-        traffic = self.traffic
-        traffic.records += 1
-        traffic.bytes += size
-        try:
-            event = decode_event(data, size)
-        except MalformedEvent:
-            self.malformed_events += 1
-        else:
-            if isinstance(event, RawSample):
-                traffic.samples += 1
-                traffic.sample_bytes += size
-                if event.stack_copy is not None:
-                    traffic.stack_copies += 1
-                    traffic.stack_copy_bytes += len(event.stack_copy.data)
-            for handler in self._handlers:
-                handler(event)
-        # A negative answer stops libbpf's consume loop (this record counts as
-        # taken): a storm of events cannot keep the loop from -d and signals.
-        return -1 if time.monotonic() > self._consume_until else 0
-
-    def poll(self, timeout_ms: int, budget_s: float = CONSUME_BUDGET_S) -> None:
-        """Wait for a process event or the timeout, then take records for at
-        most budget_s; what is left waits for the next poll."""
-        if self._ring is None:
-            time.sleep(timeout_ms / 1000)
-            return
-        self._consume_until = time.monotonic() + timeout_ms / 1000 + budget_s
-        self._lib.bpf_poll_ringbuf(self._ring, timeout_ms)
-        self._consume_until = time.monotonic() + budget_s
-        self._lib.bpf_consume_ringbuf(self._ring)
-
-    def counters(self) -> KernelCounters:
-        totals = [0] * COUNTER_COUNT
-        per_cpu = (ctypes.c_uint64 * self._possible_cpus)()
-        for index in range(COUNTER_COUNT):
-            if self._lib.bpf_lookup_elem(self._maps["counters"], ctypes.byref(ctypes.c_int(index)), per_cpu) == 0:
-                totals[index] = sum(per_cpu)
-        return KernelCounters(
-            samples=totals[Counter.SAMPLES],
-            ringbuf_full=totals[Counter.RINGBUF_FULL],
-            kernel_stack_failed=totals[Counter.KSTACK_FAILED],
-            events_lost=totals[Counter.EVENTS_LOST],
-        )
-
-    # Kernel stacks (called from the symbolizer thread) ------------------
-
-    def kernel_stack(self, stack_id: int) -> list[int]:
-        """Kernel addresses of a stack id, leaf first; [] if it was evicted."""
-        if stack_id < 0 or "kernel_stacks" not in self._maps:
-            return []
-        depth = self._loaded.specs["kernel_stacks"].value_size // 8
-        addresses = (ctypes.c_uint64 * depth)()
-        if self._lib.bpf_lookup_elem(self._maps["kernel_stacks"], ctypes.byref(ctypes.c_uint32(stack_id)), addresses) != 0:
-            return []
-        return [address for address in addresses if address]
 
     def kernel_symbol(self, address: int) -> str:
         name = self._bcc.BPF.ksym(address, show_module=False, show_offset=False)

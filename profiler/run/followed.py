@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
-from profiler.kernel.bpf_program import BpfProgram
 from profiler.kernel.events import EventType, ProcessEvent
+from profiler.kernel.kernel_maps import KernelMaps
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import descendants, parent_of, process_alive, start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
@@ -22,13 +22,13 @@ SWEEP_KERNEL_S = 10.0
 class FollowedProcesses:
     def __init__(
         self,
-        program: BpfProgram,
+        maps: KernelMaps,
         tracker: MappingTracker,
         jit_sources: JitSources,
         jit_files: JitFileJanitor | None,
         on_new_process: Callable[[int, str], None] | None = None,
     ) -> None:
-        self._program = program
+        self._maps = maps
         self._tracker = tracker
         self._jit_sources = jit_sources
         self._jit_files = jit_files  # set when jitprof injected flags: their files are noted at exec
@@ -48,7 +48,7 @@ class FollowedProcesses:
     def add(self, pid: int, parent: int | None = None, read_maps_now: bool = True, comm: str = "") -> None:
         self._start_times[pid] = start_time(pid)
         self._exited_at.pop(pid, None)  # a reused pid: the new process is not retired
-        self._program.follow(pid)
+        self._maps.follow(pid)
         if pid not in self.live:
             self.followed_total += 1
         self.live.add(pid)
@@ -96,7 +96,7 @@ class FollowedProcesses:
             tgid = thread_group_id(event.pid)
             if tgid is not None and tgid != event.pid:
                 if event.pid not in self.live:
-                    self._program.unfollow(event.pid)  # a thread: its tgid is followed already
+                    self._maps.unfollow(event.pid)  # a thread: its tgid is followed already
                 return
             self.add(event.pid, parent=event.parent_pid, comm=event.comm)
         elif event.event_type is EventType.DISCOVERED:
@@ -104,7 +104,7 @@ class FollowedProcesses:
                 return
             if event.pid == os.getpid() or parent_of(event.pid) == os.getpid():
                 self.ignored.add(event.pid)  # jitprof's own workers
-                self._program.ignore(event.pid)
+                self._maps.ignore(event.pid)
                 return
             self.add(event.pid, comm=event.comm)
             if not process_alive(event.pid):
@@ -126,12 +126,12 @@ class FollowedProcesses:
 
     def _gone(self, pid: int) -> None:
         self.live.discard(pid)
-        self._program.unfollow(pid)
+        self._maps.unfollow(pid)
         self._tracker.process_exit(pid)
         self._exited_at[pid] = time.monotonic()
         self._last_refresh.pop(pid, None)
         # Its maps will not be read again: the provisional blocks go now.
-        self._program.remove_prefixes(self._pending_refresh.pop(pid, []))
+        self._maps.remove_prefixes(self._pending_refresh.pop(pid, []))
 
     def sweep(self) -> None:
         """Followed processes that are gone though no exit was read (an event
@@ -145,12 +145,12 @@ class FollowedProcesses:
         if now < self._next_kernel_sweep:
             return
         self._next_kernel_sweep = now + SWEEP_KERNEL_S
-        for pid in self._program.followed_pids():
+        for pid in self._maps.followed_pids():
             if pid in self.live or pid in self.ignored:
                 continue
             tgid = thread_group_id(pid)
             if tgid is None or tgid != pid:  # gone, or a thread (a process's fork event may be on its way)
-                self._program.unfollow(pid)
+                self._maps.unfollow(pid)
 
     def exited_before(self, moment: float) -> list[int]:
         """Processes that exited before moment (time.monotonic()), each once."""

@@ -60,7 +60,7 @@ class WholeMachine:
 
     def start(self, program: BpfProgram, followed: FollowedProcesses) -> list[int]:
         program.attach()
-        program.follow_all([os.getpid()])
+        program.maps.follow_all([os.getpid()])
         return []
 
     def over(self, followed: FollowedProcesses) -> bool:

@@ -19,8 +19,9 @@ from profiler.jit import registry
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
 from profiler.kernel import preflight
-from profiler.kernel.bpf_program import UNWIND_ROWS, UNWIND_TABLES, BpfProgram, LoadOptions
+from profiler.kernel.bpf_program import BpfProgram, LoadOptions
 from profiler.kernel.events import ProcessEvent, RawSample
+from profiler.kernel.kernel_maps import UNWIND_ROWS, UNWIND_TABLES
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Profile, RunInfo
@@ -110,18 +111,18 @@ class Recording:
         if self.options.dwarf:
             library.load()  # a missing build is one error now, not a failure per file later
             self._unwind_tables = UnwindTableStore(
-                program.unwind_rows_memory(),
+                program.maps.unwind_rows_memory(),
                 UNWIND_ROWS,
                 UNWIND_TABLES,
-                program.publish_unwind_table,
+                program.maps.publish_unwind_table,
             )
             self._unwind_tables.start()
-        self._tracker = MappingTracker(program, self._unwind_tables, lazy_tables=self.options.all_processes)
+        self._tracker = MappingTracker(program.maps, self._unwind_tables, lazy_tables=self.options.all_processes)
         self._run_as_uid = run_as.uid if run_as is not None else None
         self._symbolizer = Symbolizer(
             self.profile,
             self._tracker,
-            kernel_stack=program.kernel_stack if self.options.kernel_stacks else None,
+            kernel_stack=program.maps.kernel_stack if self.options.kernel_stacks else None,
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
             late_walks=LateWalks(self._tracker, self._unwind_tables),
         )
@@ -132,13 +133,13 @@ class Recording:
         self._symbolizer.add_jit_sources(self._jit_sources)
         self._mode = self._mode_for(run_as)
         self._followed = FollowedProcesses(
-            program,
+            program.maps,
             self._tracker,
             self._jit_sources,
             self._jit_files if self._inject else None,
             on_new_process=self._push.apps.note if self._push is not None else None,
         )
-        program.on_event(self._handle_event)
+        program.events.on_event(self._handle_event)
         return program
 
     def _injects(self, run_as: RunAs | None) -> bool:
@@ -229,7 +230,7 @@ class Recording:
         next_cut = time.monotonic() + push.options.interval_s if push is not None else None
         next_trim = time.monotonic() + TRIM_HEAP_S
         while self._stop_signal is None:
-            program.poll(POLL_MS)
+            program.events.poll(POLL_MS)
             if self._view is not None:
                 self._view.tick()
                 if self._view.stop_requested:
@@ -259,11 +260,11 @@ class Recording:
 
     def _run_counters(self) -> RunCounters:
         assert self._program is not None
-        counters = self._program.counters()
+        counters = self._program.maps.counters()
         cut_short = sum(count for end, count in self.profile.walk_ends.items() if end.cut_short)
         from profiler.tui.live_view import RunCounters  # noqa: PLC0415
 
-        return RunCounters(counters.ringbuf_full + self._program.malformed_events, cut_short)
+        return RunCounters(counters.ringbuf_full + self._program.events.malformed_events, cut_short)
 
     def _close_view(self) -> None:
         """Give the terminal back (every way out of the run comes here)."""
@@ -274,8 +275,8 @@ class Recording:
     def _drain(self, program: BpfProgram) -> None:
         """Take what is left in the ring buffer, then let the symbolizer finish."""
         assert self._symbolizer is not None
-        program.poll(0)
-        program.poll(0)
+        program.events.poll(0)
+        program.events.poll(0)
         self._status(f"symbolising {self._symbolizer.backlog():,} pending samples")
         self._symbolizer.finish(SYMBOLIZE_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
         self.profile.losses.not_symbolised_in_time = self._symbolizer.given_up
@@ -297,13 +298,13 @@ class Recording:
     # The end ---------------------------------------------------------------
 
     def _finish_outputs(self, program: BpfProgram) -> Summary:
-        counters = program.counters()
+        counters = program.maps.counters()
         losses = self.profile.losses
         losses.ringbuf_full = counters.ringbuf_full
-        losses.malformed = program.malformed_events
+        losses.malformed = program.events.malformed_events
         losses.kernel_stack_failed = counters.kernel_stack_failed
         losses.process_events_lost = counters.events_lost
-        self.profile.traffic = program.traffic
+        self.profile.traffic = program.events.traffic
         # With --push the samples went with their intervals: the processes are those followed.
         processes = self._followed.followed_total if self.options.push is not None and self._followed is not None else None
         if self.options.push is not None and not self.options.outputs:

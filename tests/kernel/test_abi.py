@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from profiler.kernel import bpf_program, events, mappings
+from profiler.kernel import bpf_program, events, kernel_maps, mappings
 from profiler.native import library, unwind_rows, unwind_tables
 from tests.helpers import ROOT
 
@@ -156,15 +156,15 @@ def test_records_are_laid_out_as_the_header_says(abi):
         (events._RawSampleHeader, "sample_event"),
         (events._RawStackCopy, "stack_copy"),
         (events._RawProcessEvent, "process_event"),
-        (bpf_program._TrieKey, "trie_key"),
-        (bpf_program._MappingInfo, "mapping_info"),
-        (bpf_program._UnwindTable, "unwind_table"),
+        (kernel_maps._TrieKey, "trie_key"),
+        (kernel_maps._MappingInfo, "mapping_info"),
+        (kernel_maps._UnwindTable, "unwind_table"),
     ]:
         assert layout(structure) == {field: abi[f"{name}.{field}"] for field, _ in structure._fields_}, name
         if name != "sample_event":  # sent up as its header only
             assert ctypes.sizeof(structure) == abi[f"sizeof {name}"], name
     assert ctypes.sizeof(events._RawSampleHeader) == abi["SAMPLE_HEADER_BYTES"]
-    assert unwind_rows.ROW_FORMAT.size == bpf_program.UNWIND_ROW_SIZE == abi["sizeof unwind_row"]
+    assert unwind_rows.ROW_FORMAT.size == kernel_maps.UNWIND_ROW_SIZE == abi["sizeof unwind_row"]
     offsets = [abi[f"unwind_row.{field}"][0] for field in STRUCTS["unwind_row"]]
     assert offsets == [0, 4, 5, 6, 8, 12] and unwind_rows.ROW_FORMAT.format == "<IBBHii"
 

@@ -1,0 +1,181 @@
+"""The sampler's maps, as user space reads and writes them: which processes
+are followed, the mapping trie, the unwind tables, the counters and the
+kernel stacks. Each run creates its own maps (kernel/bpf_object)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+from dataclasses import dataclass
+from typing import Any
+
+from profiler.kernel.events import COUNTER_COUNT, Counter
+from profiler.kernel.trie import TriePrefix
+
+TRIE_ENTRIES = 131072  # a mapping takes 1 to ~60 prefixes
+FOLLOWED_ENTRIES = 16384
+KERNEL_STACK_ENTRIES = 16384
+RINGBUF_PAGES = 1024  # 4 MiB: about 4000 samples in flight
+UNWIND_ROWS = 1 << 21  # 32 MiB of rows: node (≈ 400 k) plus every library of a busy process
+UNWIND_TABLES = 4096
+SEARCH_STEPS = 22  # ceil(log2(UNWIND_ROWS)) + 1
+UNWIND_ROW_SIZE = 16
+BPF_ANY = 0
+BPF_NOEXIST = 1
+
+
+@dataclass(frozen=True)
+class KernelCounters:
+    samples: int
+    ringbuf_full: int
+    kernel_stack_failed: int
+    events_lost: int
+
+
+class _TrieKey(ctypes.Structure):
+    _fields_ = [("prefixlen", ctypes.c_uint32), ("pid_be", ctypes.c_uint32), ("address_be", ctypes.c_uint64)]
+
+
+class _MappingInfo(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_uint32), ("table_id", ctypes.c_uint32), ("load_bias", ctypes.c_uint64)]
+
+
+class _UnwindTable(ctypes.Structure):
+    _fields_ = [("first_row", ctypes.c_uint32), ("row_count", ctypes.c_uint32)]
+
+
+class KernelMaps:
+    """Not thread-safe except where noted."""
+
+    def __init__(self, lib: Any, map_fds: dict[str, int], map_specs: dict[str, Any], possible_cpus: int) -> None:
+        self._lib = lib
+        self._maps = map_fds
+        self._specs = map_specs
+        self._possible_cpus = possible_cpus
+
+    def install_walkers(self, programs: dict[int, int]) -> None:
+        """The walker's tail-call slots: index -> program descriptor."""
+        for index, descriptor in programs.items():
+            self._update(self._maps["stack_walkers"], ctypes.c_int(index), ctypes.c_int(descriptor))
+
+    def _update(self, map_fd: int, key: ctypes._CData, value: ctypes._CData, flags: int = BPF_ANY) -> bool:
+        return self._lib.bpf_update_elem(map_fd, ctypes.byref(key), ctypes.byref(value), flags) == 0
+
+    def _delete(self, map_fd: int, key: ctypes._CData) -> None:
+        self._lib.bpf_delete_elem(map_fd, ctypes.byref(key))
+
+    # Followed processes -------------------------------------------------
+
+    def follow(self, pid: int) -> None:
+        """Follow pid; a forked child the program follows already keeps its exec count."""
+        self._update(self._maps["followed"], ctypes.c_uint32(pid), ctypes.c_uint32(0), BPF_NOEXIST)
+
+    def follow_all(self, ignored: list[int]) -> None:
+        """Every process with user code is followed from its first sample
+        (a DISCOVERED event), but the ignored ones (jitprof's own)."""
+        for pid in ignored:
+            self.ignore(pid)
+        self._update(self._maps["settings"], ctypes.c_uint32(0), ctypes.c_uint32(1))
+
+    def ignore(self, pid: int) -> None:
+        self._update(self._maps["ignored"], ctypes.c_uint32(pid), ctypes.c_uint8(1))
+        self.unfollow(pid)
+
+    def unfollow(self, pid: int) -> None:
+        for name in ("followed", "maps_read", "fork_parents", "maps_stale"):
+            self._delete(self._maps[name], ctypes.c_uint32(pid))
+
+    def begin_maps_read(self, pid: int) -> int | None:
+        """pid's maps are about to be read: changes from now on are news (the
+        kernel sends the next maps-changed event). Returns how many times it
+        has exec'd since it was followed (None: not followed)."""
+        self._delete(self._maps["maps_stale"], ctypes.c_uint32(pid))
+        value = ctypes.c_uint32()
+        if self._lib.bpf_lookup_elem(self._maps["followed"], ctypes.byref(ctypes.c_uint32(pid)), ctypes.byref(value)) != 0:
+            return None
+        return value.value
+
+    def mark_maps_read(self, pid: int, exec_count: int) -> None:
+        """The trie holds pid's maps as they were after exec number exec_count:
+        walks use them from now on (unless it has exec'd since)."""
+        self._update(self._maps["maps_read"], ctypes.c_uint32(pid), ctypes.c_uint32(exec_count))
+        self._delete(self._maps["fork_parents"], ctypes.c_uint32(pid))
+
+    # Mapping trie --------------------------------------------------------
+
+    def add_prefixes(self, prefixes: list[TriePrefix], kind: int, load_bias: int, table_id: int = 0) -> int:
+        """Insert prefixes; returns how many did not fit (the trie is full)."""
+        rejected = 0
+        trie = self._maps["mappings"]
+        leaf = _MappingInfo(kind, table_id, load_bias & 0xFFFFFFFFFFFFFFFF)
+        for prefix in prefixes:
+            pid_be, address_be = prefix.key_fields()
+            if not self._update(trie, _TrieKey(prefix.prefix_len, pid_be, address_be), leaf):
+                rejected += 1
+        return rejected
+
+    def remove_prefixes(self, prefixes: list[TriePrefix]) -> None:
+        trie = self._maps["mappings"]
+        for prefix in prefixes:
+            pid_be, address_be = prefix.key_fields()
+            self._delete(trie, _TrieKey(prefix.prefix_len, pid_be, address_be))
+
+    # Unwind tables -------------------------------------------------------
+
+    def unwind_rows_memory(self) -> mmap.mmap:
+        """The row array, mapped into this process for bulk writes."""
+        descriptor = self._maps["unwind_rows"]
+        return mmap.mmap(descriptor, UNWIND_ROWS * UNWIND_ROW_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+    def publish_unwind_table(self, table_id: int, first_row: int, row_count: int) -> None:
+        """A live table, or (TABLE_PENDING, 0) for one being built, or (0, 0): none."""
+        self._update(self._maps["unwind_tables"], ctypes.c_uint32(table_id), _UnwindTable(first_row, row_count))
+
+    def followed_pids(self) -> list[int]:
+        """The followed map's keys: processes, and threads until their fork
+        event is read."""
+        followed = self._maps.get("followed")
+        if followed is None:
+            return []
+        key, next_key = ctypes.c_uint32(), ctypes.c_uint32()
+        pids: list[int] = []
+        pointer = None
+        while self._lib.bpf_get_next_key(followed, pointer, ctypes.byref(next_key)) == 0:
+            pids.append(next_key.value)
+            key.value = next_key.value
+            pointer = ctypes.byref(key)
+        return pids
+
+    def follow_nothing(self) -> None:
+        """No more samples or process events from now on (the programs check these maps)."""
+        followed = self._maps.get("followed")
+        if followed is None:
+            return
+        self._update(self._maps["settings"], ctypes.c_uint32(0), ctypes.c_uint32(0))
+        for pid in self.followed_pids():
+            self._delete(followed, ctypes.c_uint32(pid))
+
+    def counters(self) -> KernelCounters:
+        totals = [0] * COUNTER_COUNT
+        per_cpu = (ctypes.c_uint64 * self._possible_cpus)()
+        for index in range(COUNTER_COUNT):
+            if self._lib.bpf_lookup_elem(self._maps["counters"], ctypes.byref(ctypes.c_int(index)), per_cpu) == 0:
+                totals[index] = sum(per_cpu)
+        return KernelCounters(
+            samples=totals[Counter.SAMPLES],
+            ringbuf_full=totals[Counter.RINGBUF_FULL],
+            kernel_stack_failed=totals[Counter.KSTACK_FAILED],
+            events_lost=totals[Counter.EVENTS_LOST],
+        )
+
+    # Kernel stacks (called from the symbolizer thread) ------------------
+
+    def kernel_stack(self, stack_id: int) -> list[int]:
+        """Kernel addresses of a stack id, leaf first; [] if it was evicted."""
+        if stack_id < 0 or "kernel_stacks" not in self._maps:
+            return []
+        depth = self._specs["kernel_stacks"].value_size // 8
+        addresses = (ctypes.c_uint64 * depth)()
+        if self._lib.bpf_lookup_elem(self._maps["kernel_stacks"], ctypes.byref(ctypes.c_uint32(stack_id)), addresses) != 0:
+            return []
+        return [address for address in addresses if address]
