@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from profiler.kernel.proc_status import command_line_and_environment
-from profiler.safety import processes
+from profiler.kernel.procmaps import read_maps
+from profiler.native.elf import MAX_ELF_BYTES
+from profiler.native.elf_format import dynamic_strings
+from profiler.safety import files, processes
 
 NODE_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
 NODE_NAMES = ("node", "nodejs", "nsolid", "bun")
@@ -107,11 +110,39 @@ def java_major_version(home: Path) -> int:
 
 
 def runtime_of(pid: int) -> Runtime | None:
-    """The JIT runtime of a live process, from its executable's name."""
+    """The JIT runtime of a live process: from its executable's name, else
+    from what it maps (libjvm.so, libmoar.so, ...) or what its executable
+    exports (node's N-API), so a renamed binary is still recognised."""
     try:
         executable = os.path.basename(os.readlink(f"/proc/{pid}/exe")).removesuffix(" (deleted)")
+        info = os.stat(f"/proc/{pid}/exe")
     except OSError:
         return None
+    by_name = _runtime_named(executable)
+    if by_name is not None:
+        return by_name
+    # Asked a few times per process: what it runs is found once per exec.
+    key = (pid, info.st_dev, info.st_ino, info.st_mtime_ns)
+    if key in _found:
+        return _found[key]
+    found = _runtime_mapped(pid) or (NODE if _exports(pid, NODE_EXPORT) else None)
+    if len(_found) >= MAX_EXPORTS_KNOWN:
+        _found.clear()
+    _found[key] = found
+    return found
+
+
+def _runtime_mapped(pid: int) -> Runtime | None:
+    for entry in read_maps(pid):
+        if entry.executable and entry.path:
+            library = os.path.basename(entry.path)
+            for prefix, runtime in RUNTIME_LIBRARIES:
+                if library.startswith(prefix):
+                    return runtime
+    return None
+
+
+def _runtime_named(executable: str) -> Runtime | None:
     if executable in NODE_NAMES or executable.startswith("node"):
         return NODE
     if executable == "java":
@@ -123,6 +154,44 @@ def runtime_of(pid: int) -> Runtime | None:
     if executable == "dotnet":
         return DOTNET
     return None
+
+
+# A runtime linked into a process as a library of its own.
+RUNTIME_LIBRARIES = (
+    ("libjvm.so", JAVA),
+    ("libmoar.so", MOARVM),
+    ("libcoreclr.so", DOTNET),
+    ("libpython3", PYTHON),
+    ("libnode.so", NODE),
+)
+# node links V8 into its executable: what marks it is an export every node
+# has, for addons.
+NODE_EXPORT = b"\0napi_module_register\0"
+MAX_EXPORT_NAMES_BYTES = 16 << 20  # node's are 5-8 MB
+MAX_EXPORTS_KNOWN = 4096
+_exports_known: dict[tuple[int, int, int, bytes], bool] = {}
+_found: dict[tuple[int, int, int, int], Runtime | None] = {}
+
+
+def _exports(pid: int, name: bytes) -> bool:
+    """Does the process's executable export (or import) this name? Read once
+    per file (the file is the target's: opened without blocking, bounded)."""
+    try:
+        with files.open_regular(f"/proc/{pid}/exe", MAX_ELF_BYTES) as handle:
+            info = os.fstat(handle.fileno())
+            key = (info.st_dev, info.st_ino, info.st_mtime_ns, name)
+            known = _exports_known.get(key)
+            if known is None:
+                try:
+                    known = name in dynamic_strings(handle, MAX_EXPORT_NAMES_BYTES)
+                except ValueError:  # not ELF (a script's interpreter is the exe, so rare)
+                    known = False
+                if len(_exports_known) >= MAX_EXPORTS_KNOWN:
+                    _exports_known.clear()
+                _exports_known[key] = known
+            return known
+    except OSError:
+        return False
 
 
 def node_code_log_active(pid: int) -> bool:

@@ -242,3 +242,17 @@ def _string_at(table: bytes, offset: int) -> str:
         return ""
     end = table.find(b"\0", offset)
     return table[offset : end if end >= 0 else len(table)].decode("utf-8", "replace")
+
+
+SHT_DYNSYM = 11
+
+
+def dynamic_strings(handle: BinaryIO, max_bytes: int) -> bytes:
+    """The names the file exports and imports (the .dynsym's string table),
+    at most max_bytes of them; b"" for a file without one."""
+    header = read_header(handle)
+    sections = section_headers(handle, header)
+    for section in sections:
+        if section.kind == SHT_DYNSYM and 0 < section.link < len(sections):
+            return section_data(handle, header, sections[section.link], max_bytes)
+    return b""

