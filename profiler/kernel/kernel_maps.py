@@ -146,6 +146,21 @@ class KernelMaps:
             pointer = ctypes.byref(key)
         return pids
 
+    def trie_entries(self) -> list[tuple[TriePrefix, int]]:
+        """Every entry of the mapping trie, with its kind (for tests and benchmarks)."""
+        trie = self._maps["mappings"]
+        key, next_key, value = _TrieKey(), _TrieKey(), _MappingInfo()
+        entries: list[tuple[TriePrefix, int]] = []
+        pointer = None
+        while self._lib.bpf_get_next_key(trie, pointer, ctypes.byref(next_key)) == 0:
+            if self._lib.bpf_lookup_elem(trie, ctypes.byref(next_key), ctypes.byref(value)) == 0:
+                pid = int.from_bytes(next_key.pid_be.to_bytes(4, "little"), "big")
+                address = int.from_bytes(next_key.address_be.to_bytes(8, "little"), "big")
+                entries.append((TriePrefix(pid, address, next_key.prefixlen), value.kind))
+            ctypes.memmove(ctypes.byref(key), ctypes.byref(next_key), ctypes.sizeof(key))
+            pointer = ctypes.byref(key)
+        return entries
+
     def follow_nothing(self) -> None:
         """No more samples or process events from now on (the programs check these maps)."""
         followed = self._maps.get("followed")
