@@ -11,7 +11,7 @@ from pathlib import Path
 
 from benchmarks.harness import JAVA_COMMAND, JITPROF, Setup, runtime_runs, slowdown_table
 from profiler.jit.jvm.attach import run_jcmd
-from profiler.jit.runtimes import JAVA_FLAGS
+from profiler.jit.jvm.runtime import JAVA_FLAGS
 
 
 def java_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:

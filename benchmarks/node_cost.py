@@ -7,14 +7,15 @@ import subprocess
 from pathlib import Path
 
 from benchmarks.harness import JITPROF, JS_ROUNDS, JS_WORKLOAD, Setup, runtime_runs, slowdown_table
-from profiler.jit.runtimes import merge_options, node_flags
+from profiler.jit.options import merge_options
 from profiler.jit.v8 import preload
+from profiler.jit.v8.runtime import NODE_FLAGS, node_flags
 
 
 def node_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
     command = ["node", str(JS_WORKLOAD), JS_ROUNDS]
     plain = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
-    flagged = dict(plain, NODE_OPTIONS=merge_options(None))
+    flagged = dict(plain, NODE_OPTIONS=merge_options(None, NODE_FLAGS))
     with_code_log = dict(plain, NODE_OPTIONS=merge_options(None, node_flags(preload.install())))
     setups = {
         "node alone": Setup([], plain),

@@ -10,14 +10,11 @@ that no generic layer imports a runtime's package.
 from __future__ import annotations
 
 from profiler.jit import runtimes
-from profiler.jit.jvm.application import java_main
 from profiler.jit.v8 import js_view, preload
-from profiler.jit.v8.application import node_application
 from profiler.model.profile import Frame, FrameKind, Profile
 
 # V8's builtins embedded in node's own text, named as its JIT code names them.
 V8_EMBEDDED_BUILTIN = "Builtins_"
-_RUNTIME_LABELS = {runtimes.MOARVM: "moarvm", runtimes.PYTHON: "python", runtimes.DOTNET: "dotnet"}
 
 
 def spawn_environment(environ: dict[str, str]) -> dict[str, str]:
@@ -47,10 +44,7 @@ def application(pid: int, arguments: list[str]) -> tuple[str, str] | None:
     """(application name or "" for the command's, runtime label) of a live
     process with a JIT runtime; None for native code."""
     runtime = runtimes.runtime_of(pid)
-    if runtime is runtimes.NODE:
-        return node_application(pid, arguments) or "", "node"
-    if runtime is runtimes.JAVA:
-        return java_main(arguments) or "", "java"
-    if runtime is not None:
-        return "", _RUNTIME_LABELS.get(runtime, "jit")
-    return None
+    if runtime is None:
+        return None
+    name = runtime.application(pid, arguments) if runtime.application is not None else None
+    return name or "", runtime.label

@@ -16,6 +16,7 @@ from profiler.jit.perfmap import candidate_paths, remove_perf_map
 from profiler.jit.perfmap_source import PerfMapReport, PerfMapSymbols
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.jit.v8.log_source import V8LogReport, V8LogSymbols
+from profiler.jit.v8.runtime import NODE_CODE_LOG_FIX, node_code_log_active, node_flags_active
 from profiler.kernel.mappings import JIT_MODULE
 from profiler.model.profile import FrameKind, Profile
 from profiler.safety.terminal import say
@@ -93,15 +94,15 @@ class JitSources:
         runtime = runtimes.runtime_of(pid)
         has_map = any(os.path.exists(path) for path in candidate_paths(pid))
         if runtime is runtimes.NODE:
-            if not has_map and not runtimes.node_flags_active(pid):
+            if not has_map and not node_flags_active(pid):
                 say(
                     f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as "
                     f"addresses; {runtime.fix}"
                 )
-            elif inline and not runtimes.node_code_log_active(pid):
+            elif inline and not node_code_log_active(pid):
                 say(
                     f"jitprof: note: node (pid {pid}) does not write V8's code log, so functions inlined by the JIT are "
-                    f"counted in their callers and lines are per function; {runtimes.NODE_CODE_LOG_FIX}"
+                    f"counted in their callers and lines are per function; {NODE_CODE_LOG_FIX}"
                 )
         elif runtime is runtimes.JAVA:
             say(f"jitprof: note: asking the JVM (pid {pid}) for its perf map every {REFRESH_S:g} s")

@@ -1,19 +1,24 @@
 import os
 
-from profiler.jit.runtimes import NODE, PYTHON, inject_environment, merge_options, node_flags, runtime_of
+from profiler.jit.options import merge_options
+from profiler.jit.runtimes import NODE, PYTHON, inject_environment, runtime_of
 from profiler.jit.v8.preload import PRELOAD_NAME, SCRIPT, install
+from profiler.jit.v8.runtime import NODE_FLAGS, node_flags
 from tests.helpers import TESTS
 
 
 def test_node_options_merged_without_duplicates():
-    assert merge_options(None) == "--perf-basic-prof --interpreted-frames-native-stack"
-    assert merge_options("--max-old-space-size=100") == (
+    assert merge_options(None, NODE_FLAGS) == "--perf-basic-prof --interpreted-frames-native-stack"
+    assert merge_options("--max-old-space-size=100", NODE_FLAGS) == (
         "--max-old-space-size=100 --perf-basic-prof --interpreted-frames-native-stack"
     )
-    assert merge_options("--perf-basic-prof --inspect") == "--perf-basic-prof --inspect --interpreted-frames-native-stack"
+    assert (
+        merge_options("--perf-basic-prof --inspect", NODE_FLAGS)
+        == "--perf-basic-prof --inspect --interpreted-frames-native-stack"
+    )
     both = "--interpreted-frames-native-stack --perf-basic-prof"
-    assert merge_options(both) == both
-    assert merge_options('--title="a b" --perf-basic-prof').startswith('--title="a b"')
+    assert merge_options(both, NODE_FLAGS) == both
+    assert merge_options('--title="a b" --perf-basic-prof', NODE_FLAGS).startswith('--title="a b"')
 
 
 def test_environment_is_copied_not_changed():
