@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import base64
 import enum
-import functools
 import secrets
-import ssl
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -90,12 +88,6 @@ def multipart(profile: bytes) -> tuple[bytes, str]:
     return head + profile + f"\r\n--{boundary}--\r\n".encode(), f"multipart/form-data; boundary={boundary}"
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """The system's certificates, loaded once (tens of ms each time)."""
-    return ssl.create_default_context()
-
-
 def send(endpoint: Endpoint, query: dict[str, str], profile: bytes, timeout_s: float = REQUEST_TIMEOUT_S) -> Outcome:
     """POST one profile; only a 2xx answer to it counts as sent. A redirect is
     not followed: the credentials and the body stay with the store named."""
@@ -108,7 +100,6 @@ def send(endpoint: Endpoint, query: dict[str, str], profile: bytes, timeout_s: f
             deadline_s=timeout_s,
             headers={**endpoint.headers, "Content-Type": content_type},
             body=body,
-            tls=_tls_context() if url.startswith("https:") else None,
         )
     except ExchangeFailed as error:
         return Outcome(Result.RETRY, str(error))

@@ -5,14 +5,15 @@ A per-read socket timeout does not bound an exchange: a server sending one
 header every few seconds, or one byte a second, holds it for ever. Here the
 exchange has one deadline, from connecting to the last byte: every read and
 write on its socket (TLS included) may wait only for what is left of it.
-Only http and https
-are spoken, at every hop; redirects are followed only when asked for, and
-never carry a body or credentials; a malformed answer (bad status line,
-endless headers) is a failure with one line of reason, not a traceback.
+Only http and https are spoken, at every hop; redirects are followed only
+when asked for, and never carry a body or credentials; a malformed answer
+(bad status line, endless headers) is a failure with one line of reason,
+not a traceback.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import socket
 import ssl
@@ -85,7 +86,7 @@ def _one(
         raise ExchangeFailed(f"bad port in {url[:200]}") from error
     connection: http.client.HTTPConnection
     if parsed.scheme == "https":
-        context = tls or _default_tls()
+        context = tls or default_tls()
         context.sslsocket_class = _DeadlineSSLSocket  # type: ignore[assignment]
         connection = _HttpsConnection(deadline, parsed.hostname, port, timeout=remaining, context=context)
     else:
@@ -182,15 +183,11 @@ class _HttpsConnection(http.client.HTTPSConnection):
         self.sock = _with_deadline(self.sock, self._deadline)
 
 
-_tls: ssl.SSLContext | None = None
-
-
-def _default_tls() -> ssl.SSLContext:
-    """The system's certificates, loaded once (tens of ms each time)."""
-    global _tls
-    if _tls is None:
-        _tls = ssl.create_default_context()
-    return _tls
+@functools.cache
+def default_tls() -> ssl.SSLContext:
+    """The system's certificates (SSL_CERT_FILE and SSL_CERT_DIR honoured, as
+    by OpenSSL), loaded once: tens of ms each time."""
+    return ssl.create_default_context()
 
 
 def _reason(error: BaseException) -> str:

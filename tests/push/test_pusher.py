@@ -17,6 +17,7 @@ from profiler.push.ingest import Endpoint, Result
 from profiler.push.intervals import Interval, Labels, SeriesKey, group_samples
 from profiler.push.pusher import Pusher
 from profiler.push.spool import Spool
+from profiler.safety import http_exchange
 from tests.output.test_formats import sample_profile
 from tests.push.receiver import Behaviour, reader_available, running_receiver, wait_until
 
@@ -249,15 +250,15 @@ def test_https_with_the_systems_certificates(tmp_path, monkeypatch):
     try:
         with running_receiver(tls=context) as secure:
             endpoint = Endpoint.from_options(secure.url, None, {})
-            ingest._tls_context.cache_clear()
+            http_exchange.default_tls.cache_clear()
             untrusted = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
             assert untrusted.result is Result.RETRY and "certificate verify failed" in untrusted.detail
             monkeypatch.setenv("SSL_CERT_FILE", ca)  # how a system's trust store is pointed elsewhere
-            ingest._tls_context.cache_clear()
+            http_exchange.default_tls.cache_clear()
             assert ingest.send(endpoint, {"name": "a.cpu{}"}, b"x").result is Result.SENT
             assert len(secure.profiles()) == 1
     finally:
-        ingest._tls_context.cache_clear()  # no later test trusts the test's CA
+        http_exchange.default_tls.cache_clear()  # no later test trusts the test's CA
 
 
 def test_a_redirect_is_not_followed_and_takes_no_credentials_along(tmp_path):
