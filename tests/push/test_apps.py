@@ -98,7 +98,8 @@ def _running(argv: list[str], name: str, **popen: object) -> Iterator[subprocess
     process = subprocess.Popen(argv, **popen)  # type: ignore[call-overload]
     try:
         deadline = time.monotonic() + 5
-        while apps.comm_of(process.pid) != name:
+        # comm changes early in exec, before the new command line is in place
+        while apps.comm_of(process.pid) != name or apps.command_line(process.pid) != [str(part) for part in argv]:
             if time.monotonic() >= deadline:
                 raise AssertionError(f"{process.pid} did not exec {name}")
             time.sleep(0.01)
