@@ -26,8 +26,6 @@ STT_FUNC = 2
 STT_GNU_IFUNC = 10
 BINDING_RANK = {1: 2, 2: 1}  # STB_GLOBAL, STB_WEAK; STB_LOCAL ranks 0
 ELF64_SYMBOL = struct.Struct("<IBBHQQ")
-SHT_SYMTAB = 2
-SHT_DYNSYM = 11
 
 # What reading a damaged file raises (ElfFormatError is a ValueError).
 PARSE_ERRORS = (ValueError, OSError, struct.error)
@@ -82,7 +80,7 @@ class ElfImage:
     def _has_symtab(self) -> bool:
         """Does the file keep its full symbol table (not stripped)?"""
         try:
-            return any(section.kind == SHT_SYMTAB for section in elf_format.section_headers(self.handle))
+            return any(section.kind == elf_format.SHT_SYMTAB for section in elf_format.section_headers(self.handle))
         except PARSE_ERRORS:
             return True  # nothing to fetch for a file that cannot be read
 
@@ -151,7 +149,7 @@ def _image_from_handle(handle: BinaryIO, display_path: str) -> ElfImage:
     if info.st_size > MAX_ELF_BYTES:
         raise UnreadableElf(f"{info.st_size} bytes is over the {MAX_ELF_BYTES} byte limit")
     try:
-        _header, segments, build_id = elf_format.read_load_segments_and_build_id(handle)
+        segments, build_id = elf_format.read_load_segments_and_build_id(handle)
     except PARSE_ERRORS as error:
         raise UnreadableElf(str(error)) from error
     return ElfImage(display_path, handle, build_id, segments, cache_key_for(build_id, info), size=info.st_size)
@@ -277,8 +275,8 @@ def _collect_symbols(handle: BinaryIO, by_start: dict[int, tuple[tuple[int, int,
         sections = elf_format.section_headers(handle, header)
     except PARSE_ERRORS as error:  # a damaged header or section table: the file says nothing usable
         raise UnreadableElf(f"{type(error).__name__}: {error}") from error
-    tables = [section for section in sections if section.kind in (SHT_SYMTAB, SHT_DYNSYM)]
-    tables.sort(key=lambda section: section.kind != SHT_SYMTAB)  # .symtab first, as it names more
+    tables = [section for section in sections if section.kind in (elf_format.SHT_SYMTAB, elf_format.SHT_DYNSYM)]
+    tables.sort(key=lambda section: section.kind != elf_format.SHT_SYMTAB)  # .symtab first, as it names more
     entries_left = MAX_SYMBOL_ENTRIES
     for section in tables:
         if not 0 < section.link < len(sections) or entries_left <= 0:

@@ -21,6 +21,8 @@ ELFDATA2LSB = 1
 PT_LOAD = 1
 PT_NOTE = 4
 NT_GNU_BUILD_ID = 3
+SHT_SYMTAB = 2
+SHT_DYNSYM = 11
 SHT_NOBITS = 8
 SHN_XINDEX = 0xFFFF
 SHN_LORESERVE = 0xFF00
@@ -129,7 +131,7 @@ def read_header(handle: BinaryIO) -> ElfHeader:
     )
 
 
-def read_load_segments_and_build_id(handle: BinaryIO) -> tuple[ElfHeader, list[LoadSegment], str]:
+def read_load_segments_and_build_id(handle: BinaryIO) -> tuple[list[LoadSegment], str]:
     """The PT_LOAD segments (file offset → address) and the GNU build-id
     (lowercase hex, "" if none), from the program headers alone."""
     header = read_header(handle)
@@ -141,7 +143,7 @@ def read_load_segments_and_build_id(handle: BinaryIO) -> tuple[ElfHeader, list[L
         build_id = _build_id_in_notes(handle, header, offset, file_size, align)
         if build_id:
             break
-    return header, segments, build_id
+    return segments, build_id
 
 
 def _program_headers(handle: BinaryIO, header: ElfHeader) -> list[tuple[int, int, int, int, int]]:
@@ -194,7 +196,7 @@ def _aligned(value: int, step: int) -> int:
 
 def build_id(handle: BinaryIO) -> str:
     """The file's GNU build-id; ElfFormatError if it is no ELF file."""
-    return read_load_segments_and_build_id(handle)[2]
+    return read_load_segments_and_build_id(handle)[1]
 
 
 def section_headers(handle: BinaryIO, header: ElfHeader | None = None) -> list[SectionHeader]:
@@ -242,9 +244,6 @@ def _string_at(table: bytes, offset: int) -> str:
         return ""
     end = table.find(b"\0", offset)
     return table[offset : end if end >= 0 else len(table)].decode("utf-8", "replace")
-
-
-SHT_DYNSYM = 11
 
 
 def dynamic_strings(handle: BinaryIO, max_bytes: int) -> bytes:
