@@ -78,7 +78,8 @@
 #define MAX_FRAMES 127
 #define STACK_COPY_BYTES 28672 /* 28 KiB of stack copied for a deferred walk */
 #define COMM_LEN 16
-#define SAMPLE_HEADER_BYTES 48 /* sent: the header, frame_count addresses, then for WALK_DEFERRED the copy */
+#define SAMPLE_HEADER_BYTES 48 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
+
 
 /* One unwind row (16 bytes): rows of a file are sorted by pc. */
 struct unwind_row {
@@ -90,6 +91,19 @@ struct unwind_row {
     __s32 rbp_offset;
 };
 /* cffi-end */
+
+/* A V8 frame's slots below its frame pointer, the same from V8 11.3 (Node 20)
+ * to 14.6 (Node 26): user space checks them against each node binary's
+ * v8dbg_off_fp_* before it asks for V8 frames (profiler/jit/v8/heap/). */
+#define V8_FP_CONTEXT (-8) /* a JS frame's context (a tagged pointer); other frames' type marker */
+#define V8_FP_FUNCTION (-16)
+#define V8_FP_BYTECODE_ARRAY (-32) /* interpreted and baseline frames */
+#define V8_FP_BYTECODE_OFFSET (-40) /* interpreted frames: a Smi */
+#define V8_SLOTS_BYTES 40          /* read at fp - 40: the slots above */
+#define V8_NO_BYTECODE_OFFSET (-1)
+/* JS frames sent per sample, leaf first: the per-CPU walk state must stay
+ * within 32 KiB (the kernel's largest per-CPU map value) beside the stack copy. */
+#define MAX_V8_FRAMES 96
 
 /* A file's slice of the row array. */
 struct unwind_table {
@@ -132,14 +146,44 @@ struct stack_copy {
     __u32 flags;
 };
 
-/* A sample goes up as its first SAMPLE_HEADER_BYTES and frame_count
- * addresses; a deferred one (walk_end WALK_DEFERRED) then a struct
- * stack_copy and copy_length bytes of stack. */
+/* What identifies one JavaScript frame, for a frame in a V8 process's JIT
+ * code or its builtins whose context slot holds a tagged pointer (a JS frame,
+ * not a stub's type marker). The function's SharedFunctionInfo and code are
+ * read at sample time: a JSFunction may move at the next scavenge, they stay.
+ * User space reads the objects from the process's memory and checks all it
+ * reads: these are the target's words. */
+struct v8_frame {
+    __u64 shared;          /* the JSFunction's SharedFunctionInfo (tagged) */
+    __u64 code;            /* in the interpreter: the frame's BytecodeArray; else the JSFunction's code (tagged) */
+    __s32 bytecode_offset; /* the Smi at fp - 40, V8_NO_BYTECODE_OFFSET when the slot holds no Smi */
+    __u16 frame_index;     /* the address it belongs to, 0 the leaf */
+    __u16 flags;           /* V8_FRAME_* */
+};
+#define V8_FRAME_INTERPRETER 1 /* the pc is in V8's builtins (code is the bytecode array) */
+
+/* A followed V8 process (the v8_processes map): where its builtins are (the
+ * interpreter among them), and where a JSFunction keeps its shared info and
+ * code, inside V8_FUNCTION_WINDOW bytes from function_window. Its anonymous
+ * executable mappings are V8's JIT code. */
+#define V8_FUNCTION_WINDOW 32
+struct v8_process {
+    __u64 builtins_start;
+    __u64 builtins_end;
+    __u32 function_window; /* from the untagged JSFunction */
+    __u8 shared_at;        /* offsets inside the window, multiples of 8 */
+    __u8 code_at;
+    __u16 reserved;
+};
+
+/* A sample goes up as its first SAMPLE_HEADER_BYTES, frame_count addresses
+ * and v8_frame_count struct v8_frame; a deferred one (walk_end
+ * WALK_DEFERRED) then a struct stack_copy and copy_length bytes of stack. */
 struct sample_event {
     __u32 event_type;
     __u32 pid;
     __u32 tid;
-    __u32 cpu;
+    __u16 cpu;
+    __u16 v8_frame_count;
     __u64 time_ns;
     __s32 kernel_stack_id;
     __u16 frame_count;
@@ -147,7 +191,7 @@ struct sample_event {
     __u8 user_mode;
     char comm[COMM_LEN];
     __u64 addresses[MAX_FRAMES + 1];
-    __u8 copy_space[sizeof(struct stack_copy) + STACK_COPY_BYTES];
+    __u8 copy_space[MAX_V8_FRAMES * sizeof(struct v8_frame) + sizeof(struct stack_copy) + STACK_COPY_BYTES];
 };
 
 #endif

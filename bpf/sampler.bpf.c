@@ -68,6 +68,9 @@ BPF_TABLE("lru_hash", u32, u8, exiting_threads, FOLLOWED_ENTRIES);
 BPF_ARRAY(settings, u32, 1);
 BPF_HASH(ignored, u32, u8, 256);
 BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
+// Followed processes that run V8, with where their builtins are: their JS
+// frames are sent with the slots that identify them (struct v8_frame).
+BPF_HASH(v8_processes, u32, struct v8_process, FOLLOWED_ENTRIES);
 #ifdef WITH_KERNEL_STACKS
 BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);
 #endif
@@ -163,10 +166,19 @@ struct walk_scratch {
     u32 space_tgid; // whose trie entries the walk uses (address_space_of)
     u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
     u8 reserved8;
-    u16 reserved;
+    u16 v8_count;
     u32 reserved32;
+    struct v8_process v8; // builtins_end 0: not a V8 process
     struct sample_event event;
 };
+
+// JS frames are noted at the end of the event's copy space while the walk
+// goes on, and moved in behind the addresses when it ends (place_v8_frames),
+// before any stack copy is written there.
+#define V8_NOTES_OFFSET (sizeof(((struct sample_event *)0)->copy_space) - MAX_V8_FRAMES * sizeof(struct v8_frame))
+static __always_inline struct v8_frame *v8_notes(struct walk_scratch *scratch) {
+    return (struct v8_frame *)(scratch->event.copy_space + V8_NOTES_OFFSET);
+}
 
 BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 1);
 // The walker tail-calls itself, FRAMES_PER_CALL frames at a time: each call
@@ -182,14 +194,61 @@ static __always_inline int user_memory_gone(struct walk_scratch *scratch) {
     return !scratch->event.user_mode && exiting_threads.lookup(&tid) != NULL;
 }
 
-// The header and the walked addresses only: most samples are small.
+// The V8 frames go right after the depth addresses: their bytes.
+static __always_inline u32 place_v8_frames(struct walk_scratch *scratch, u32 depth) {
+    u32 v8_count = scratch->v8_count;
+    if (v8_count > MAX_V8_FRAMES) v8_count = MAX_V8_FRAMES;
+    scratch->event.v8_frame_count = v8_count;
+    u32 size = v8_count * sizeof(struct v8_frame);
+    if (size == 0 || depth > MAX_FRAMES || size > MAX_V8_FRAMES * sizeof(struct v8_frame)) return 0;
+    if (bpf_probe_read_kernel((u8 *)scratch->event.addresses + depth * 8, size, v8_notes(scratch)) != 0) {
+        scratch->event.v8_frame_count = 0;
+        return 0;
+    }
+    return size;
+}
+
+// The header, the walked addresses and the V8 frames only: most samples are small.
 static __always_inline void submit_sample(struct walk_scratch *scratch) {
     if (scratch->event.walk_end == WALK_READ_FAULT && user_memory_gone(scratch)) scratch->event.walk_end = WALK_THREAD_EXITING;
     u32 depth = scratch->depth;
     if (depth > MAX_FRAMES) depth = MAX_FRAMES;
     scratch->event.frame_count = depth;
-    if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8, BPF_RB_NO_WAKEUP) != 0)
+    u32 v8_bytes = place_v8_frames(scratch, depth);
+    if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes, BPF_RB_NO_WAKEUP) != 0)
         count(COUNTER_RINGBUF_FULL);
+}
+
+// A frame of V8's JIT code or builtins: if its context slot holds a tagged
+// pointer (a JS frame), keep what says which function it runs and where.
+static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u64 lookup_pc, u64 fp,
+                                          u32 depth) {
+    if (scratch->v8.builtins_end == 0) return;
+    u8 interpreter = lookup_pc >= scratch->v8.builtins_start && lookup_pc < scratch->v8.builtins_end;
+    if (mapping->kind != MAPPING_JIT && !interpreter) return;
+    u32 index = scratch->v8_count;
+    if (index >= MAX_V8_FRAMES || fp < V8_SLOTS_BYTES) return;
+    u64 slots[V8_SLOTS_BYTES / 8];
+    if (bpf_probe_read_user(slots, sizeof(slots), (void *)(fp - V8_SLOTS_BYTES)) != 0) return;
+    u64 context = slots[(V8_SLOTS_BYTES + V8_FP_CONTEXT) / 8];
+    u64 function = slots[(V8_SLOTS_BYTES + V8_FP_FUNCTION) / 8];
+    if ((context & 1) == 0 || (function & 1) == 0) return; // a type marker: a stub's or an entry frame
+    u64 window[V8_FUNCTION_WINDOW / 8];
+    if (bpf_probe_read_user(window, sizeof(window), (void *)(function - 1 + scratch->v8.function_window)) != 0) return;
+    struct v8_frame *frame = &v8_notes(scratch)[index];
+    frame->shared = window[(scratch->v8.shared_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
+    // An interpreted frame's offset slot holds a Smi; other frames' may too (a spill slot): user space checks.
+    u64 offset = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_OFFSET) / 8];
+    frame->bytecode_offset = (offset & 0xffffffffULL) == 0 ? (s32)(offset >> 32) : V8_NO_BYTECODE_OFFSET;
+    if (interpreter) {
+        frame->code = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_ARRAY) / 8];
+        frame->flags = V8_FRAME_INTERPRETER;
+    } else {
+        frame->code = window[(scratch->v8.code_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
+        frame->flags = 0;
+    }
+    frame->frame_index = depth;
+    scratch->v8_count = index + 1;
 }
 
 // Hand the rest of the walk to user space, from the frame at scratch->depth
@@ -221,6 +280,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     scratch->event.addresses[depth] = pc;
     scratch->depth = depth + 1;
     scratch->exact_pc = 0;
+    note_v8_frame(scratch, mapping, lookup_pc, fp, depth);
 #ifdef WITH_DWARF
     if (mapping->kind == MAPPING_ELF) {
         int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
@@ -272,7 +332,9 @@ int copy_user_stack(struct bpf_perf_event_data *ctx) {
     u32 depth = scratch->depth;
     if (depth > MAX_FRAMES) depth = MAX_FRAMES;
     scratch->event.frame_count = depth;
-    u8 *payload = (u8 *)scratch->event.addresses + depth * 8;
+    u32 v8_bytes = place_v8_frames(scratch, depth);
+    if (v8_bytes > MAX_V8_FRAMES * sizeof(struct v8_frame)) return 0;
+    u8 *payload = (u8 *)scratch->event.addresses + depth * 8 + v8_bytes;
     struct stack_copy *resume = (struct stack_copy *)payload;
     u8 *copy = payload + sizeof(struct stack_copy);
     u64 sp = scratch->sp;
@@ -298,7 +360,7 @@ int copy_user_stack(struct bpf_perf_event_data *ctx) {
     resume->fp = scratch->fp;
     resume->copy_length = copied;
     resume->flags = (copied < STACK_COPY_BYTES ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0);
-    u32 size = SAMPLE_HEADER_BYTES + depth * 8 + sizeof(struct stack_copy) + copied;
+    u32 size = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes + sizeof(struct stack_copy) + copied;
     if (size > sizeof(scratch->event)) return 0;
     if (events.ringbuf_output(&scratch->event, size, BPF_RB_NO_WAKEUP) != 0) count(COUNTER_RINGBUF_FULL);
     return 0;
@@ -408,6 +470,14 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         }
     }
     scratch->depth = 0;
+    scratch->v8_count = 0;
+    ev->v8_frame_count = 0;
+    struct v8_process *v8 = v8_processes.lookup(&tgid);
+    if (v8) {
+        scratch->v8 = *v8;
+    } else {
+        scratch->v8.builtins_end = 0;
+    }
     if (pc == 0) {
         // Not followed: a kernel thread (with --all), which has no user stack.
         ev->walk_end = newly_seen ? WALK_COMPLETE : WALK_NO_USER_REGS;

@@ -15,6 +15,7 @@ from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
 from profiler.jit.perfmap import candidate_paths, remove_perf_map
 from profiler.jit.perfmap_source import PerfMapReport, PerfMapSymbols
 from profiler.jit.symbol_source import JitSymbolSource
+from profiler.jit.v8.heap_source import V8HeapSymbols, V8Kernel
 from profiler.jit.v8.log_source import V8LogReport, V8LogSymbols
 from profiler.jit.v8.runtime import NODE_CODE_LOG_FIX, node_code_log_active, node_flags_active
 from profiler.kernel.mappings import JIT_MODULE
@@ -33,6 +34,7 @@ class JitSources:
         janitor: JitFileJanitor,
         ask_jvms: bool = True,
         injected: bool = False,
+        v8_kernel: V8Kernel | None = None,
     ) -> None:
         # owner_uid: the user a spawned command runs as, for files of
         # processes gone before they could be asked who they were.
@@ -42,6 +44,7 @@ class JitSources:
         )
         self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid)
         self.jvms = JvmPerfMaps(self.perf_maps)
+        self.v8_heap = V8HeapSymbols(v8_kernel)  # v8_kernel: the kernel half, to send JS frames
         self._ask_jvms = ask_jvms  # --all does not make every JVM on the machine write files
         self._injected = injected  # jitprof gave the command's runtimes their JIT-symbol flags
         self._janitor = janitor
@@ -56,11 +59,12 @@ class JitSources:
     def symbol_sources(self) -> list[JitSymbolSource]:
         """Every source of names, in the order they are asked: the code log and
         jitdumps (exact by time, with inlined frames), then perf maps."""
-        return [self.v8_logs, self.jitdumps, self.perf_maps, self.jvms]
+        return [self.v8_heap, self.v8_logs, self.jitdumps, self.perf_maps, self.jvms]
 
     def watch(self, pid: int) -> None:
         """A process is followed (or has just exec'd): note what it runs."""
         self.perf_maps.watch(pid)
+        self.v8_heap.watch(pid)
         self.v8_logs.watch(pid)
         self.jitdumps.watch(pid)
         if self._ask_jvms:
@@ -81,6 +85,7 @@ class JitSources:
         perf_map = self.perf_maps.forget(pid, remove_as)
         if perf_map is not None and (perf_map.refused or perf_map.skipped_lines or perf_map.truncated):
             self._perf_map_reports.append(perf_map)
+        self.v8_heap.forget(pid)
         v8_log = self.v8_logs.forget(pid)
         if v8_log is not None and v8_log.bad_lines:
             self._v8_reports.append(v8_log)
@@ -168,6 +173,7 @@ class JitSources:
             remove_perf_map(f"/tmp/perf-{pid}.map", owner_uid)
 
     def close(self) -> None:
+        self.v8_heap.close()
         self.jvms.close()
         self.perf_maps.close()
         self.v8_logs.close()

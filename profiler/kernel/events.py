@@ -67,7 +67,8 @@ class _RawSampleHeader(ctypes.Structure):
         ("event_type", ctypes.c_uint32),
         ("pid", ctypes.c_uint32),
         ("tid", ctypes.c_uint32),
-        ("cpu", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint16),
+        ("v8_frame_count", ctypes.c_uint16),
         ("time_ns", ctypes.c_uint64),
         ("kernel_stack_id", ctypes.c_int32),
         ("frame_count", ctypes.c_uint16),
@@ -75,6 +76,21 @@ class _RawSampleHeader(ctypes.Structure):
         ("user_mode", ctypes.c_uint8),
         ("comm", ctypes.c_char * COMM_LEN),
     ]
+
+
+class _RawV8Frame(ctypes.Structure):
+    _fields_ = [
+        ("shared", ctypes.c_uint64),
+        ("code", ctypes.c_uint64),
+        ("bytecode_offset", ctypes.c_int32),
+        ("frame_index", ctypes.c_uint16),
+        ("flags", ctypes.c_uint16),
+    ]
+
+
+V8_NO_BYTECODE_OFFSET = -1
+V8_FRAME_INTERPRETER = 1
+V8_FUNCTION_WINDOW = 32
 
 
 class _RawStackCopy(ctypes.Structure):
@@ -116,6 +132,19 @@ class StackCopy:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class V8FrameSlots:
+    """What the kernel read of one JS frame (the target's words, unchecked):
+    its function's SharedFunctionInfo, and in the interpreter its bytecode
+    array and offset, else the function's code object."""
+
+    frame_index: int  # the address it belongs to, 0 the leaf
+    shared: int
+    code: int  # interpreter: the BytecodeArray
+    bytecode_offset: int  # V8_NO_BYTECODE_OFFSET: the slot held no Smi
+    interpreter: bool
+
+
 @dataclass(frozen=True)
 class RawSample:
     """One sample as the kernel took it: addresses leaf first. A deferred
@@ -131,6 +160,7 @@ class RawSample:
     kernel_stack_id: int
     user_mode: bool
     stack_copy: StackCopy | None = None
+    v8_frames: tuple[V8FrameSlots, ...] = ()  # by frame_index, each index at most once
 
 
 @dataclass(frozen=True)
@@ -187,6 +217,7 @@ def decode_event(data: int, size: int) -> RawSample | ProcessEvent:
 
 _HEADER_SIZE = ctypes.sizeof(_RawSampleHeader)
 _COPY_SIZE = ctypes.sizeof(_RawStackCopy)
+_V8_FRAME_SIZE = ctypes.sizeof(_RawV8Frame)
 
 
 def _decode_sample(data: int, size: int) -> RawSample:
@@ -201,6 +232,24 @@ def _decode_sample(data: int, size: int) -> RawSample:
         walk_end = WalkEnd(raw.walk_end)
     except ValueError as error:
         raise MalformedEvent(f"walk end {raw.walk_end}") from error
+    v8_frames: tuple[V8FrameSlots, ...] = ()
+    if raw.v8_frame_count:
+        v8_count = raw.v8_frame_count
+        if v8_count > count or size < addresses_end + v8_count * _V8_FRAME_SIZE:
+            raise MalformedEvent(f"sample of {size} bytes with {v8_count} V8 frames")
+        records = (_RawV8Frame * v8_count).from_address(data + addresses_end)
+        v8_frames = tuple(
+            V8FrameSlots(
+                record.frame_index,
+                record.shared,
+                record.code,
+                record.bytecode_offset,
+                bool(record.flags & V8_FRAME_INTERPRETER),
+            )
+            for record in records
+            if record.frame_index < count
+        )
+        addresses_end += v8_count * _V8_FRAME_SIZE
     stack_copy = None
     if walk_end is WalkEnd.DEFERRED:
         if size < addresses_end + _COPY_SIZE:
@@ -229,4 +278,5 @@ def _decode_sample(data: int, size: int) -> RawSample:
         kernel_stack_id=raw.kernel_stack_id,
         user_mode=bool(raw.user_mode),
         stack_copy=stack_copy,
+        v8_frames=v8_frames,
     )

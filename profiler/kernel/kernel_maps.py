@@ -40,6 +40,17 @@ class _MappingInfo(ctypes.Structure):
     _fields_ = [("kind", ctypes.c_uint32), ("table_id", ctypes.c_uint32), ("load_bias", ctypes.c_uint64)]
 
 
+class _V8Process(ctypes.Structure):
+    _fields_ = [
+        ("builtins_start", ctypes.c_uint64),
+        ("builtins_end", ctypes.c_uint64),
+        ("function_window", ctypes.c_uint32),
+        ("shared_at", ctypes.c_uint8),
+        ("code_at", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint16),
+    ]
+
+
 class _UnwindTable(ctypes.Structure):
     _fields_ = [("first_row", ctypes.c_uint32), ("row_count", ctypes.c_uint32)]
 
@@ -82,8 +93,20 @@ class KernelMaps:
         self.unfollow(pid)
 
     def unfollow(self, pid: int) -> None:
-        for name in ("followed", "maps_read", "fork_parents", "maps_stale"):
+        for name in ("followed", "maps_read", "fork_parents", "maps_stale", "v8_processes"):
             self._delete(self._maps[name], ctypes.c_uint32(pid))
+
+    def set_v8_process(
+        self, pid: int, builtins: tuple[int, int], function_window: int, shared_at: int, code_at: int
+    ) -> bool:
+        """pid runs V8 with its builtins at [start, end) of its address space,
+        its JSFunctions' shared info and code at function_window + shared_at
+        and + code_at: its JS frames are sent with what identifies them."""
+        value = _V8Process(builtins[0], builtins[1], function_window, shared_at, code_at, 0)
+        return self._update(self._maps["v8_processes"], ctypes.c_uint32(pid), value)
+
+    def clear_v8_process(self, pid: int) -> None:
+        self._delete(self._maps["v8_processes"], ctypes.c_uint32(pid))
 
     def begin_maps_read(self, pid: int) -> int | None:
         """pid's maps are about to be read: changes from now on are news (the

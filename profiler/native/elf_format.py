@@ -82,6 +82,7 @@ _HEADER = {ELFCLASS64: struct.Struct("<HHIQQQIHHHHHH"), ELFCLASS32: struct.Struc
 _PROGRAM = {ELFCLASS64: struct.Struct("<IIQQQQQQ"), ELFCLASS32: struct.Struct("<IIIIIIII")}
 _SECTION = {ELFCLASS64: struct.Struct("<IIQQQQIIQQ"), ELFCLASS32: struct.Struct("<IIIIIIIIII")}
 _NOTE = struct.Struct("<III")
+_SYMBOL = struct.Struct("<IBBHQQ")
 
 
 def read_exact(handle: BinaryIO, offset: int, length: int, file_size: int) -> bytes:
@@ -255,3 +256,48 @@ def dynamic_strings(handle: BinaryIO, max_bytes: int) -> bytes:
         if section.kind == SHT_DYNSYM and 0 < section.link < len(sections):
             return section_data(handle, header, sections[section.link], max_bytes)
     return b""
+
+
+@dataclass(frozen=True)
+class NamedSymbol:
+    name: str
+    value: int
+    size: int
+    section_index: int
+
+
+def symbols_named(handle: BinaryIO, prefixes: tuple[bytes, ...], max_matches: int) -> list[NamedSymbol]:
+    """The .symtab symbols whose names start with one of prefixes (data and
+    functions alike), at most max_matches of them; the table is read within
+    the usual caps. Empty for a file without .symtab."""
+    header = read_header(handle)
+    if header.elf_class != ELFCLASS64:
+        return []
+    sections = section_headers(handle, header)
+    found: list[NamedSymbol] = []
+    for section in sections:
+        if section.kind != SHT_SYMTAB or not 0 < section.link < len(sections):
+            continue
+        data = section_data(handle, header, section, MAX_SYMBOL_ENTRIES * ELF64_SYMBOL_SIZE)
+        strings = section_data(handle, header, sections[section.link], MAX_STRING_TABLE_BYTES)
+        usable = len(data) - len(data) % ELF64_SYMBOL_SIZE
+        for name_offset, _info, _other, section_index, value, size in _SYMBOL.iter_unpack(data[:usable]):
+            if not strings.startswith(prefixes, name_offset):
+                continue
+            found.append(NamedSymbol(_string_at(strings, name_offset), value, size, section_index))
+            if len(found) >= max_matches:
+                return found
+    return found
+
+
+def symbol_bytes(handle: BinaryIO, symbol: NamedSymbol, sections: list[SectionHeader], header: ElfHeader) -> bytes | None:
+    """The initial bytes of a data symbol (None: in no section with file bytes)."""
+    if not 0 < symbol.section_index < len(sections) or not 0 < symbol.size <= 64:
+        return None
+    section = sections[symbol.section_index]
+    if section.kind == SHT_NOBITS:
+        return bytes(symbol.size)  # .bss: zero
+    start = symbol.value - section.address
+    if start < 0 or start + symbol.size > section.size:
+        return None
+    return read_exact(handle, section.offset + start, symbol.size, header.file_size)

@@ -128,7 +128,12 @@ class Recording:
         )
         self._inject = self._injects(run_as)
         self._jit_sources = JitSources(
-            self._run_as_uid, self.options.inline, self._jit_files, ask_jvms=not self.options.all_processes, injected=self._inject
+            self._run_as_uid,
+            self.options.inline,
+            self._jit_files,
+            ask_jvms=not self.options.all_processes,
+            injected=self._inject,
+            v8_kernel=program.maps,
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
         self._mode = self._mode_for(run_as)

@@ -24,8 +24,8 @@ from typing import Protocol
 
 from profiler.jit import registry
 from profiler.jit.sources import JitSources
-from profiler.jit.symbol_source import JitSymbolSource
-from profiler.kernel.events import RawSample, WalkEnd
+from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
+from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import KnownMapping, MappingTracker
 from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, Sample
@@ -307,14 +307,22 @@ class Symbolizer:
         known = (revision, *epochs)
         settled = raw.time_ns >= max((latest for _revision, latest in epochs), default=0)
         stacks = self._stacks.setdefault(raw.pid, {})
-        stack_key = (generation, raw.addresses)
+        stack_key = (generation, raw.addresses, raw.v8_frames)
         remembered = stacks.get(stack_key) if settled else None
         if remembered is not None and remembered[0] == known:
             self.stack_hits += 1
             user_ids = list(remembered[1])
         else:
             user_ids = []
+            records = {record.frame_index: record for record in raw.v8_frames}
             for depth, address in enumerate(raw.addresses):  # leaf first
+                record = records.get(depth)
+                recorded = self._resolve_recorded(raw.pid, address, record, depth) if record is not None else None
+                if recorded is not None:
+                    if recorded.keep_native:
+                        user_ids.append(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, False)[-1])
+                    user_ids.extend(self._profile.intern(frame) for frame in reversed(recorded.frames))
+                    continue
                 user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park)))
             user_ids.reverse()  # root first
             if settled:
@@ -332,6 +340,15 @@ class Symbolizer:
         return Sample(
             raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(tuple(user_ids + kernel_ids)), raw.walk_end
         )
+
+    def _resolve_recorded(self, pid: int, address: int, record: V8FrameSlots, depth: int) -> RecordedFrames | None:
+        """A frame the kernel read a runtime's words for, named from them."""
+        lookup_address = address - 1 if depth > 0 else address
+        for source in self.jit_sources:
+            recorded = source.expand_recorded(pid, lookup_address, record, depth == 0)
+            if recorded is not None and recorded.frames:
+                return recorded
+        return None
 
     def _resolve_user(self, pid: int, time_ns: int, generation: int, address: int, caller: bool, may_park: bool) -> list[int]:
         """The frame ids at one return address, outermost first (more than

@@ -57,6 +57,15 @@ CONSTANTS = [
     "STACK_COPY_BYTES",
     "COMM_LEN",
     "SAMPLE_HEADER_BYTES",
+    "V8_FP_CONTEXT",
+    "V8_FP_FUNCTION",
+    "V8_FP_BYTECODE_ARRAY",
+    "V8_FP_BYTECODE_OFFSET",
+    "V8_SLOTS_BYTES",
+    "V8_NO_BYTECODE_OFFSET",
+    "MAX_V8_FRAMES",
+    "V8_FRAME_INTERPRETER",
+    "V8_FUNCTION_WINDOW",
 ]
 STRUCTS = {
     "sample_event": [
@@ -64,6 +73,7 @@ STRUCTS = {
         "pid",
         "tid",
         "cpu",
+        "v8_frame_count",
         "time_ns",
         "kernel_stack_id",
         "frame_count",
@@ -74,6 +84,8 @@ STRUCTS = {
         "copy_space",
     ],
     "stack_copy": ["pc", "sp", "fp", "copy_length", "flags"],
+    "v8_frame": ["shared", "code", "bytecode_offset", "frame_index", "flags"],
+    "v8_process": ["builtins_start", "builtins_end", "function_window", "shared_at", "code_at", "reserved"],
     "process_event": ["event_type", "pid", "tid", "parent_pid", "time_ns", "comm", "address", "length"],
     "trie_key": ["prefixlen", "pid_be", "address_be"],
     "mapping_info": ["kind", "table_id", "load_bias"],
@@ -148,13 +160,19 @@ def test_limits_are_the_headers(abi):
     assert events.COMM_LEN == abi["COMM_LEN"]
     assert bpf_program.STACK_COPY_BYTES == abi["STACK_COPY_BYTES"]
     assert abi["sample_event.addresses"] == [abi["SAMPLE_HEADER_BYTES"], 8 * (abi["MAX_FRAMES"] + 1)]
-    assert abi["sample_event.copy_space"][1] == abi["sizeof stack_copy"] + abi["STACK_COPY_BYTES"]
+    assert abi["sample_event.copy_space"][1] == (
+        abi["MAX_V8_FRAMES"] * abi["sizeof v8_frame"] + abi["sizeof stack_copy"] + abi["STACK_COPY_BYTES"]
+    )
+    assert events.V8_NO_BYTECODE_OFFSET == abi["V8_NO_BYTECODE_OFFSET"] - (1 << 64)
+    assert (events.V8_FRAME_INTERPRETER, events.V8_FUNCTION_WINDOW) == (abi["V8_FRAME_INTERPRETER"], abi["V8_FUNCTION_WINDOW"])
 
 
 def test_records_are_laid_out_as_the_header_says(abi):
     for structure, name in [
         (events._RawSampleHeader, "sample_event"),
         (events._RawStackCopy, "stack_copy"),
+        (events._RawV8Frame, "v8_frame"),
+        (kernel_maps._V8Process, "v8_process"),
         (events._RawProcessEvent, "process_event"),
         (kernel_maps._TrieKey, "trie_key"),
         (kernel_maps._MappingInfo, "mapping_info"),

@@ -74,7 +74,7 @@ def parse_v8_name(raw: str) -> V8Name | None:
         if rest[:1] == "'":
             context_specialized, rest = True, rest[1:]
     function, script, line, column = _split_function_and_script(rest)
-    display = f"{function or '(anonymous)'} {_short_script(script)}"
+    display = f"{function or '(anonymous)'} {short_script(script)}"
     if line:
         display += f":{line}"
     return V8Name(display.strip(), function, script, line, column, tier, context_specialized, on_stack_replacement)
@@ -98,7 +98,7 @@ def _split_function_and_script(text: str) -> tuple[str, str, int, int]:
     return (function, script, line, column) if function else ("", script, line, column)
 
 
-def _short_script(script: str) -> str:
+def short_script(script: str) -> str:
     """view.js for a path or URL; node: builtins keep their module name."""
     if not script or script.startswith("node:"):
         return script

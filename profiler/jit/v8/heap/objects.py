@@ -1,0 +1,333 @@
+"""V8's objects as read from a live process: type tags, strings, functions'
+shared info, scripts, bytecode and code. Everything here is the target's
+memory: each pointer's tag and each object's type is checked before it is
+followed, each length is capped, each loop bounded. What does not check
+out reads as None (the frame stays unnamed): never a guess."""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from array import array
+from dataclasses import dataclass
+
+from profiler.jit.v8.heap.layout import POINTER, V8Layout
+from profiler.jit.v8.heap.memory import ProcessMemory
+
+HEAP_OBJECT_TAG = 1
+TAG_MASK = 3
+MAX_NAME_CHARS = 1024  # a function's or script's name
+MAX_SOURCE_CHARS = 64 << 20  # a script's source, read to find its lines
+MAX_STRING_DEPTH = 32  # cons and sliced strings within strings
+MAX_TABLE_BYTES = 4 << 20  # a position table, or the line ends of a script
+MAX_SCOPE_SLOTS = 24  # ScopeInfo slots searched for the name and positions
+MAX_INLINED_LOCAL_NAMES = 75  # past this V8 keeps a scope's local names in a hash table (one slot)
+EXTERNAL_RESOURCE_DATA = 24
+MAX_CODE_SCAN = 512 << 10  # how far before a pc its code object's header is looked for
+CODE_STEP = 32  # instructions start at least this aligned
+MAX_MAPS_SEEN = 4096  # an external string's cached pointer to its characters
+_U16 = struct.Struct("<H")
+_U32 = struct.Struct("<I")
+_S32 = struct.Struct("<i")
+_U64 = struct.Struct("<Q")
+
+
+def is_heap_object(tagged: int) -> bool:
+    return tagged & TAG_MASK == HEAP_OBJECT_TAG and tagged > 0xFFFF
+
+
+def is_smi(word: int) -> bool:
+    return word & 0xFFFFFFFF == 0  # 64-bit Smis (node has no pointer compression): the value in the upper half
+
+
+def smi_value(word: int) -> int:
+    return _S32.unpack(_U32.pack(word >> 32))[0]
+
+
+@dataclass(frozen=True)
+class Script:
+    name: str
+    line_ends: array | None  # offset of each line's end (its newline), ascending; None: not known
+
+    def position(self, offset: int) -> tuple[int, int] | None:
+        """(line, column), both 1-based, of a source offset."""
+        if self.line_ends is None or offset < 0:
+            return None
+        line = bisect.bisect_left(self.line_ends, offset)
+        if line >= len(self.line_ends) and (not self.line_ends or offset > self.line_ends[-1]):
+            return None
+        start = self.line_ends[line - 1] + 1 if line > 0 else 0
+        return line + 1, offset - start + 1
+
+
+@dataclass(frozen=True)
+class SharedInfo:
+    """A JS function as V8 shares it among its closures."""
+
+    name: str
+    script: Script | None
+    start: int  # source offset where the function begins, -1 if unknown
+
+
+@dataclass(frozen=True)
+class CodeInfo:
+    kind: int
+    instruction_start: int
+    instruction_size: int
+    positions: bytes  # source-position table (baseline: pc to bytecode offsets)
+    deoptimization_data: int  # tagged; 0 if none
+
+
+class HeapReader:
+    def __init__(self, memory: ProcessMemory, layout: V8Layout) -> None:
+        self.memory = memory
+        self.layout = layout
+
+    # Objects -----------------------------------------------------------
+
+    def instance_type(self, tagged: int) -> int | None:
+        if not is_heap_object(tagged):
+            return None
+        map_word = self.memory.word(tagged - HEAP_OBJECT_TAG)
+        if map_word is None or not is_heap_object(map_word):
+            return None
+        data = self.memory.read(map_word - HEAP_OBJECT_TAG + self.layout.map_instance_type, 2)
+        return _U16.unpack(data)[0] if data is not None else None
+
+    def field(self, tagged: int, offset: int) -> int | None:
+        return self.memory.word(tagged - HEAP_OBJECT_TAG + offset)
+
+    def array_bytes(self, tagged: int, types: frozenset[int], header: int, element_size: int) -> bytes | None:
+        """The elements of a (byte or fixed) array of one of types."""
+        if self.instance_type(tagged) not in types:
+            return None
+        length_word = self.field(tagged, self.layout.array_length)
+        if length_word is None or not is_smi(length_word):
+            return None
+        length = smi_value(length_word) * element_size
+        if not 0 <= length <= MAX_TABLE_BYTES:
+            return None
+        if length == 0:
+            return b""
+        return self.memory.read(tagged - HEAP_OBJECT_TAG + header, length)
+
+    def byte_array(self, tagged: int) -> bytes | None:
+        return self.array_bytes(tagged, self.layout.type_byte_arrays, self.layout.array_data, 1)
+
+    def fixed_array(self, tagged: int) -> list[int] | None:
+        data = self.array_bytes(tagged, self.layout.type_fixed_arrays, self.layout.array_data, POINTER)
+        return [word for (word,) in _U64.iter_unpack(data)] if data is not None else None
+
+    # Strings -----------------------------------------------------------
+
+    def string(self, tagged: int, max_chars: int = MAX_NAME_CHARS) -> str | None:
+        """A String's text (one-byte, two-byte, cons, sliced, thin or
+        external with cached data), cut at max_chars."""
+        pieces: list[str] = []
+        if not self._append_string(tagged, max_chars, pieces, 0):
+            return None
+        return "".join(pieces)[:max_chars]
+
+    def _append_string(self, tagged: int, max_chars: int, pieces: list[str], depth: int) -> bool:
+        layout = self.layout
+        if depth > MAX_STRING_DEPTH:
+            return False
+        kind = self.instance_type(tagged)
+        if kind is None or kind >= layout.first_nonstring_type:
+            return False
+        length_data = self.memory.read(tagged - HEAP_OBJECT_TAG + layout.string_length, 4)
+        if length_data is None:
+            return False
+        length = _U32.unpack(length_data)[0]
+        if length > MAX_SOURCE_CHARS:
+            return False
+        wanted = min(length, max_chars - sum(len(piece) for piece in pieces))
+        if wanted <= 0:
+            return True
+        representation = kind & layout.string_representation_mask
+        one_byte = kind & layout.string_encoding_mask == layout.one_byte_string_tag
+        if representation == 0:  # sequential
+            return self._append_chars(tagged - HEAP_OBJECT_TAG + layout.seq_string_chars, wanted, one_byte, pieces)
+        if representation == layout.cons_string_tag:
+            first, second = self.field(tagged, layout.cons_first), self.field(tagged, layout.cons_second)
+            if first is None or second is None or not self._append_string(first, max_chars, pieces, depth + 1):
+                return False
+            return self._append_string(second, max_chars, pieces, depth + 1)
+        if representation == layout.thin_string_tag:
+            actual = self.field(tagged, layout.thin_actual)
+            return actual is not None and self._append_string(actual, max_chars, pieces, depth + 1)
+        if representation == layout.sliced_string_tag:
+            parent, offset_word = self.field(tagged, layout.sliced_parent), self.field(tagged, layout.sliced_offset)
+            if parent is None or offset_word is None or not is_smi(offset_word):
+                return False
+            whole = self.string(parent, smi_value(offset_word) + wanted) if depth < MAX_STRING_DEPTH else None
+            if whole is None:
+                return False
+            pieces.append(whole[smi_value(offset_word) :][:wanted])
+            return True
+        if representation == layout.external_string_tag:
+            data = self.field(tagged, EXTERNAL_RESOURCE_DATA)
+            return data is not None and data != 0 and self._append_chars(data, wanted, one_byte, pieces)
+        return False
+
+    def _append_chars(self, address: int, count: int, one_byte: bool, pieces: list[str]) -> bool:
+        data = self.memory.read(address, count if one_byte else 2 * count)
+        if data is None:
+            return False
+        pieces.append(data.decode("latin-1") if one_byte else data.decode("utf-16-le", "replace"))
+        return True
+
+    def string_line_ends(self, tagged: int) -> array | None:
+        """Where each line of a source String ends, in UTF-16 units, as V8 counts them."""
+        text = self.string(tagged, MAX_SOURCE_CHARS)
+        if text is None:
+            return None
+        ends = array("I")
+        position = text.find("\n")
+        while position >= 0:
+            ends.append(position)
+            position = text.find("\n", position + 1)
+        ends.append(len(text))
+        return ends
+
+    # Functions ---------------------------------------------------------
+
+    def shared_info(self, tagged: int, scripts: dict[int, Script]) -> SharedInfo | None:
+        """A SharedFunctionInfo's name, script and start; scripts caches
+        what was read of each script (by its address)."""
+        layout = self.layout
+        if self.instance_type(tagged) != layout.type_shared_function_info:
+            return None
+        name_or_scope = self.field(tagged, layout.shared_name_or_scope_info)
+        if name_or_scope is None:
+            return None
+        name, start = "", -1
+        kind = self.instance_type(name_or_scope)
+        if kind == layout.type_scope_info:
+            name, start = self._scope_name_and_start(name_or_scope)
+        elif kind is not None and kind < layout.first_nonstring_type:
+            name = self.string(name_or_scope) or ""
+        script = None
+        script_tagged = self.field(tagged, layout.shared_script)
+        if script_tagged is not None and self.instance_type(script_tagged) == layout.type_script:
+            script = scripts.get(script_tagged)
+            if script is None:
+                script = scripts[script_tagged] = self._script(script_tagged)
+        return SharedInfo(name, script, start)
+
+    def _scope_name_and_start(self, scope_info: int) -> tuple[str, int]:
+        """A ScopeInfo's function name and start position. Its layout varies
+        with the flags in it and V8's version; past the context locals, the
+        first string is the name, and the positions are at fixed slots (V8
+        12.8 on) or the first ascending pair of Smis after it."""
+        layout = self.layout
+        data = self.memory.read(scope_info - HEAP_OBJECT_TAG + POINTER, MAX_SCOPE_SLOTS * POINTER)
+        if data is None:
+            return "", -1
+        slots = [word for (word,) in _U64.iter_unpack(data)]
+        locals_word = slots[layout.scope_info_context_locals]
+        if not is_smi(locals_word):
+            return "", -1
+        local_count = smi_value(locals_word)
+        if not 0 <= local_count <= 1 << 16:
+            return "", -1
+        names_slots = 1 if local_count > MAX_INLINED_LOCAL_NAMES else local_count
+        index = layout.scope_info_first_vars + names_slots + local_count
+        start = -1
+        if layout.scope_info_fixed_positions and is_smi(slots[3]) and is_smi(slots[4]):
+            start = smi_value(slots[3])
+        name = ""
+        previous = 0
+        for index in range(index, MAX_SCOPE_SLOTS):
+            word = slots[index]
+            if not name and is_heap_object(word):
+                kind = self.instance_type(word)
+                if kind is not None and kind < layout.first_nonstring_type:
+                    name = self.string(word) or ""
+                    if layout.scope_info_fixed_positions:
+                        break
+            if not layout.scope_info_fixed_positions and is_smi(word) and is_smi(previous) and index > 0:
+                low, high = smi_value(previous), smi_value(word)
+                if 0 <= low < high:
+                    start = low
+                    break
+            previous = word if index > 0 else 1
+        return name, start
+
+    def _script(self, tagged: int) -> Script:
+        layout = self.layout
+        name_tagged = self.field(tagged, layout.script_name)
+        name = (self.string(name_tagged) if name_tagged is not None else None) or ""
+        line_ends = None
+        ends_tagged = self.field(tagged, layout.script_line_ends)
+        if ends_tagged is not None:
+            words = self.fixed_array(ends_tagged)
+            if words and all(is_smi(word) for word in words):
+                line_ends = array("I", (smi_value(word) for word in words))
+        if line_ends is None:
+            source = self.field(tagged, layout.script_source)
+            if source is not None:
+                line_ends = self.string_line_ends(source)
+        return Script(name, line_ends)
+
+    # Code --------------------------------------------------------------
+
+    def code(self, tagged: int) -> CodeInfo | None:
+        layout = self.layout
+        if self.instance_type(tagged) != layout.type_code:
+            return None
+        size = max(layout.code_flags, layout.code_instruction_size, layout.code_instruction_start) + 8
+        data = self.memory.read(tagged - HEAP_OBJECT_TAG, size)
+        if data is None:
+            return None
+        flags = _U32.unpack_from(data, layout.code_flags)[0]
+        start = _U64.unpack_from(data, layout.code_instruction_start)[0]
+        instruction_size = _U32.unpack_from(data, layout.code_instruction_size)[0]
+        positions_tagged = _U64.unpack_from(data, layout.code_source_positions)[0]
+        positions = self.byte_array(positions_tagged) or b""
+        deoptimization = _U64.unpack_from(data, layout.code_deoptimization_data)[0]
+        return CodeInfo(flags & layout.code_kind_mask, start, instruction_size, positions, deoptimization)
+
+    def code_containing(self, pc: int, maps_seen: dict[int, int]) -> int | None:
+        """The Code (tagged) whose instructions hold pc, found by its
+        InstructionStream's header somewhere before pc: for code no function
+        points to (on-stack replacement, say). maps_seen caches the type of
+        each map word met (a process has few)."""
+        layout = self.layout
+        header = layout.instruction_stream_header
+        window_start = max(pc - MAX_CODE_SCAN, 0) & ~(CODE_STEP - 1)
+        data = None
+        while data is None and window_start < pc:
+            data = self.memory.read(window_start, pc - window_start)  # the range may start before the mapping
+            if data is None:
+                window_start = (window_start + (pc - window_start) // 2 + CODE_STEP - 1) & ~(CODE_STEP - 1)
+        if data is None:
+            return None
+        # Instructions start CODE_STEP-aligned; the stream's header precedes them.
+        candidate = (pc & ~(CODE_STEP - 1)) - window_start
+        for _ in range(MAX_CODE_SCAN // CODE_STEP):
+            object_offset = candidate - header
+            if object_offset < 0:
+                return None
+            map_word = _U64.unpack_from(data, object_offset)[0]
+            if is_heap_object(map_word):
+                kind = maps_seen.get(map_word)
+                if kind is None and len(maps_seen) < MAX_MAPS_SEEN:
+                    type_data = self.memory.read(map_word - HEAP_OBJECT_TAG + layout.map_instance_type, 2)
+                    kind = maps_seen[map_word] = _U16.unpack(type_data)[0] if type_data is not None else -1
+                if kind == layout.type_instruction_stream:
+                    code = _U64.unpack_from(data, object_offset + layout.instruction_stream_code)[0]
+                    info = self.code(code)
+                    start = window_start + candidate
+                    if info is not None and info.instruction_start == start and start <= pc < start + info.instruction_size:
+                        return code
+                    return None  # the nearest stream does not hold pc
+            candidate -= CODE_STEP
+        return None
+
+    def bytecode_positions(self, tagged: int) -> bytes | None:
+        """A BytecodeArray's source-position table."""
+        if self.instance_type(tagged) != self.layout.type_bytecode_array:
+            return None
+        table = self.field(tagged, self.layout.bytecode_source_positions)
+        return self.byte_array(table) if table is not None else None
