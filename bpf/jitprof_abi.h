@@ -103,7 +103,7 @@ struct unwind_row {
 #define V8_NO_BYTECODE_OFFSET (-1)
 /* JS frames sent per sample, leaf first: the per-CPU walk state must stay
  * within 32 KiB (the kernel's largest per-CPU map value) beside the stack copy. */
-#define MAX_V8_FRAMES 96
+#define MAX_V8_FRAMES 80
 
 /* A file's slice of the row array. */
 struct unwind_table {
@@ -154,21 +154,25 @@ struct stack_copy {
  * reads: these are the target's words. */
 struct v8_frame {
     __u64 shared;          /* the JSFunction's SharedFunctionInfo (tagged) */
-    __u64 code;            /* in the interpreter: the frame's BytecodeArray; else the JSFunction's code (tagged) */
-    __s32 bytecode_offset; /* the Smi at fp - 40, V8_NO_BYTECODE_OFFSET when the slot holds no Smi */
+    __u64 code;            /* the JSFunction's code (tagged; from V8 13, a dispatch handle) */
+    __u64 bytecode_array;  /* fp - 32: interpreted and baseline frames' BytecodeArray (tagged) */
+    __s32 bytecode_offset; /* the Smi at fp - 40 (interpreted frames), V8_NO_BYTECODE_OFFSET when the slot holds no Smi */
     __u16 frame_index;     /* the address it belongs to, 0 the leaf */
     __u16 flags;           /* V8_FRAME_* */
 };
-#define V8_FRAME_INTERPRETER 1 /* the pc is in V8's builtins (code is the bytecode array) */
+#define V8_FRAME_INTERPRETER 1 /* the pc is in V8's builtins (the interpreter among them) */
 
 /* A followed V8 process (the v8_processes map): where its builtins are (the
- * interpreter among them), and where a JSFunction keeps its shared info and
- * code, inside V8_FUNCTION_WINDOW bytes from function_window. Its anonymous
+ * interpreter among them: V8 may map them twice, the copy near its JIT code
+ * for short calls), and where a JSFunction keeps its shared info and code,
+ * inside V8_FUNCTION_WINDOW bytes from function_window. Its anonymous
  * executable mappings are V8's JIT code. */
 #define V8_FUNCTION_WINDOW 32
 struct v8_process {
     __u64 builtins_start;
     __u64 builtins_end;
+    __u64 copy_start; /* the second mapping of the builtins; 0, 0: none */
+    __u64 copy_end;
     __u32 function_window; /* from the untagged JSFunction */
     __u8 shared_at;        /* offsets inside the window, multiples of 8 */
     __u8 code_at;

@@ -224,7 +224,8 @@ static __always_inline void submit_sample(struct walk_scratch *scratch) {
 static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u64 lookup_pc, u64 fp,
                                           u32 depth) {
     if (scratch->v8.builtins_end == 0) return;
-    u8 interpreter = lookup_pc >= scratch->v8.builtins_start && lookup_pc < scratch->v8.builtins_end;
+    u8 interpreter = (lookup_pc >= scratch->v8.builtins_start && lookup_pc < scratch->v8.builtins_end) ||
+                     (lookup_pc >= scratch->v8.copy_start && lookup_pc < scratch->v8.copy_end);
     if (mapping->kind != MAPPING_JIT && !interpreter) return;
     u32 index = scratch->v8_count;
     if (index >= MAX_V8_FRAMES || fp < V8_SLOTS_BYTES) return;
@@ -240,13 +241,9 @@ static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct m
     // An interpreted frame's offset slot holds a Smi; other frames' may too (a spill slot): user space checks.
     u64 offset = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_OFFSET) / 8];
     frame->bytecode_offset = (offset & 0xffffffffULL) == 0 ? (s32)(offset >> 32) : V8_NO_BYTECODE_OFFSET;
-    if (interpreter) {
-        frame->code = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_ARRAY) / 8];
-        frame->flags = V8_FRAME_INTERPRETER;
-    } else {
-        frame->code = window[(scratch->v8.code_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
-        frame->flags = 0;
-    }
+    frame->bytecode_array = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_ARRAY) / 8];
+    frame->code = window[(scratch->v8.code_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
+    frame->flags = interpreter ? V8_FRAME_INTERPRETER : 0;
     frame->frame_index = depth;
     scratch->v8_count = index + 1;
 }

@@ -105,6 +105,15 @@ if [ ! -d .nodes/tools/node_modules/speedscope ] || [ ! -d .nodes/tools/node_mod
         || say "warning: could not install speedscope/pprof-format; their format checks will be skipped"
 fi
 
+# --- Real programs to profile: tsc, eslint, prettier ---------------------------
+# For the e2e test of what jitprof costs a spawned program, and the benchmarks.
+# TypeScript 5 (7 is a native port); each at a fixed version.
+if [ ! -d .nodes/apps/node_modules/typescript ] || [ ! -d .nodes/apps/node_modules/eslint ] || [ ! -d .nodes/apps/node_modules/prettier ]; then
+    say "installing typescript, eslint and prettier from the npm registry"
+    npm install --silent --no-save --no-audit --no-fund --prefix .nodes/apps typescript@5.9.3 eslint@9.9.1 prettier@3.6.2 >/dev/null 2>&1 \
+        || say "warning: could not install typescript/eslint/prettier; the tests and benchmarks on them will be skipped"
+fi
+
 # --- native/: our C library (through cffi) -----------------------------------
 if ! make -s -C native >/dev/null; then
     say "error: could not build native/ (jitprof's C library) with $(command -v gcc || echo 'no gcc')"

@@ -82,6 +82,7 @@ class _RawV8Frame(ctypes.Structure):
     _fields_ = [
         ("shared", ctypes.c_uint64),
         ("code", ctypes.c_uint64),
+        ("bytecode_array", ctypes.c_uint64),
         ("bytecode_offset", ctypes.c_int32),
         ("frame_index", ctypes.c_uint16),
         ("flags", ctypes.c_uint16),
@@ -135,14 +136,15 @@ class StackCopy:
 @dataclass(frozen=True, slots=True)
 class V8FrameSlots:
     """What the kernel read of one JS frame (the target's words, unchecked):
-    its function's SharedFunctionInfo, and in the interpreter its bytecode
-    array and offset, else the function's code object."""
+    its function's SharedFunctionInfo and code, and the frame's bytecode
+    array and offset slots (meaningful for interpreted and baseline frames)."""
 
     frame_index: int  # the address it belongs to, 0 the leaf
     shared: int
-    code: int  # interpreter: the BytecodeArray
+    code: int  # from V8 13 a dispatch handle, not a pointer
+    bytecode_array: int
     bytecode_offset: int  # V8_NO_BYTECODE_OFFSET: the slot held no Smi
-    interpreter: bool
+    interpreter: bool  # the pc is in V8's builtins
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,7 @@ def _decode_sample(data: int, size: int) -> RawSample:
                 record.frame_index,
                 record.shared,
                 record.code,
+                record.bytecode_array,
                 record.bytecode_offset,
                 bool(record.flags & V8_FRAME_INTERPRETER),
             )

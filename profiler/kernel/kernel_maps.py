@@ -44,6 +44,8 @@ class _V8Process(ctypes.Structure):
     _fields_ = [
         ("builtins_start", ctypes.c_uint64),
         ("builtins_end", ctypes.c_uint64),
+        ("copy_start", ctypes.c_uint64),
+        ("copy_end", ctypes.c_uint64),
         ("function_window", ctypes.c_uint32),
         ("shared_at", ctypes.c_uint8),
         ("code_at", ctypes.c_uint8),
@@ -97,12 +99,14 @@ class KernelMaps:
             self._delete(self._maps[name], ctypes.c_uint32(pid))
 
     def set_v8_process(
-        self, pid: int, builtins: tuple[int, int], function_window: int, shared_at: int, code_at: int
+        self, pid: int, builtins: list[tuple[int, int]], function_window: int, shared_at: int, code_at: int
     ) -> bool:
-        """pid runs V8 with its builtins at [start, end) of its address space,
-        its JSFunctions' shared info and code at function_window + shared_at
-        and + code_at: its JS frames are sent with what identifies them."""
-        value = _V8Process(builtins[0], builtins[1], function_window, shared_at, code_at, 0)
+        """pid runs V8 with its builtins at these [start, end) of its address
+        space (one or two), its JSFunctions' shared info and code at
+        function_window + shared_at and + code_at: its JS frames are sent
+        with what identifies them."""
+        (start, end), (copy_start, copy_end) = builtins[0], (builtins[1:] or [(0, 0)])[0]
+        value = _V8Process(start, end, copy_start, copy_end, function_window, shared_at, code_at, 0)
         return self._update(self._maps["v8_processes"], ctypes.c_uint32(pid), value)
 
     def clear_v8_process(self, pid: int) -> None:

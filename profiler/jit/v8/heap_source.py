@@ -25,7 +25,7 @@ from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.jit.v8.heap import positions
 from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
 from profiler.jit.v8.heap.memory import ProcessMemory
-from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo
+from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
 from profiler.jit.v8.names import Tier, short_script
 from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
 from profiler.kernel.mappings import JIT_MODULE
@@ -37,13 +37,18 @@ from profiler.safety import files
 
 MAX_CACHED = 200_000  # objects remembered per process (a big app has ~50 k functions)
 CACHE_LIFETIME_S = 60.0  # then what was read is read again: a full GC may reuse an address
+RETRY_FAILED_S = 0.5  # a frame that could not be named is tried again after this
 MAX_INLINE_DEPTH = 64
+MAX_INLINED_FUNCTIONS = 4096
+INLINING_POSITION_BYTES = 16
 
 
 class V8Kernel:
     """What this source asks of the kernel half: to send a process's JS frames."""
 
-    def set_v8_process(self, pid: int, builtins: tuple[int, int], function_window: int, shared_at: int, code_at: int) -> bool: ...
+    def set_v8_process(
+        self, pid: int, builtins: list[tuple[int, int]], function_window: int, shared_at: int, code_at: int
+    ) -> bool: ...
 
     def clear_v8_process(self, pid: int) -> None: ...
 
@@ -53,7 +58,7 @@ class _Process:
     pid: int
     layout: V8Layout
     reader: HeapReader
-    interpreter_entry: tuple[int, int]  # in the process's addresses
+    interpreter_entries: list[tuple[int, int]]  # in the process's addresses (each copy of the builtins)
     shared: dict[int, SharedInfo | None] = field(default_factory=dict)
     scripts: dict[int, Script] = field(default_factory=dict)
     codes: dict[int, CodeInfo | None] = field(default_factory=dict)
@@ -61,21 +66,34 @@ class _Process:
     code_starts: list[int] = field(default_factory=list)  # code found by address, sorted by start
     code_ranges: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, Code)
     maps_seen: dict[int, int] = field(default_factory=dict)
-    frames: dict[tuple[object, ...], RecordedFrames | None] = field(default_factory=dict)
+    inlinings: dict[int, _Inlining | None] = field(default_factory=dict)
+    frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
+    failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
     cached_since: float = field(default_factory=time.monotonic)
     named: int = 0
     unnamed: int = 0
+    generation: int = 0  # of the caches
 
     def expire(self, now: float) -> None:
-        if now - self.cached_since > CACHE_LIFETIME_S or len(self.frames) + len(self.shared) > MAX_CACHED:
+        if now - self.cached_since > CACHE_LIFETIME_S or len(self.frames) + len(self.shared) + len(self.failed) > MAX_CACHED:
+            self.generation += 1
             self.shared.clear()
             self.scripts.clear()
             self.codes.clear()
             self.bytecode_tables.clear()
             self.frames.clear()
+            self.failed.clear()
             self.code_starts.clear()
             self.code_ranges.clear()
+            self.inlinings.clear()
             self.cached_since = now
+
+
+@dataclass(frozen=True)
+class _Inlining:
+    shared: int  # the code's own function (tagged SharedFunctionInfo)
+    functions: tuple[SharedInfo | None, ...]  # inlined, by the ids the positions table uses
+    positions: bytes  # 16 bytes each: the caller's position, the function's index
 
 
 @dataclass(frozen=True)
@@ -109,7 +127,7 @@ class V8HeapSymbols(JitSymbolSource):
             return ""
         try:
             layout = layout_of_file(f"/proc/{pid}/map_files/{entries[0].start:x}-{entries[0].end:x}")
-            bias = _builtins_bias(pid, entries, layout.builtins)
+            biases = _builtins_biases(pid, entries, layout.builtins)
             memory = ProcessMemory(pid)
         except LayoutError as error:
             self._refused[pid] = str(error)
@@ -119,14 +137,21 @@ class V8HeapSymbols(JitSymbolSource):
         reader = HeapReader(memory, layout)
         start, end = layout.builtins
         entry_start, entry_end = layout.interpreter_entry
-        process = _Process(pid, layout, reader, (entry_start + bias, entry_end + bias))
+        process = _Process(pid, layout, reader, [(entry_start + bias, entry_end + bias) for bias in biases])
         window, shared_at, code_at = layout.kernel_window()
-        if not self._kernel.set_v8_process(pid, (start + bias, end + bias), window, shared_at, code_at):
+        if not self._kernel.set_v8_process(pid, [(start + bias, end + bias) for bias in biases], window, shared_at, code_at):
             memory.close()
             return "the kernel's table of V8 processes is full"
         with self._lock:
             self._processes[pid] = process
         return ""
+
+    def epoch(self, pid: int) -> tuple[int, int]:
+        """What was read is dropped every CACHE_LIFETIME_S: what was named
+        from it is named anew after that."""
+        with self._lock:
+            process = self._processes.get(pid)
+        return (process.generation, 0) if process is not None else (0, 0)
 
     def refused(self, pid: int) -> str:
         return self._refused.get(pid, "")
@@ -157,15 +182,19 @@ class V8HeapSymbols(JitSymbolSource):
             return None
         now = time.monotonic()
         process.expire(now)
-        key = (record.shared, record.code, record.bytecode_offset, record.interpreter, address, leaf)
-        if key in process.frames:
-            return process.frames[key]
+        key = (record.shared, record.code, record.bytecode_array, record.bytecode_offset, record.interpreter, address, leaf)
+        known = process.frames.get(key)
+        if known is not None:
+            return known
+        if process.failed.get(key, -RETRY_FAILED_S) > now - RETRY_FAILED_S:
+            return None  # tried a moment ago (code being made, or moved, may read right soon)
         found = self._frames(process, address, record, leaf)
-        process.frames[key] = found
         if found is None:
             process.unnamed += 1
+            process.failed[key] = now
         else:
             process.named += 1
+            process.frames[key] = found
         return found
 
     def _frames(self, process: _Process, address: int, record: V8FrameSlots, leaf: bool) -> RecordedFrames | None:
@@ -173,89 +202,121 @@ class V8HeapSymbols(JitSymbolSource):
         if shared is None:
             return None
         if record.interpreter:
-            in_entry = process.interpreter_entry[0] <= address < process.interpreter_entry[1]
+            in_entry = any(start <= address < end for start, end in process.interpreter_entries)
             if leaf and in_entry:
                 return None  # maybe before the frame is built: its slots may be the caller's
-            offset = record.bytecode_offset
-            if offset == V8_NO_BYTECODE_OFFSET:
-                return None
-            table = self._bytecode_table(process, record.code)
-            if table is None:
-                return None
-            bytecode_offset = offset - (process.layout.bytecode_data - HEAP_OBJECT_TAG)
-            position = positions.position_at(table, bytecode_offset, process.layout.position_statement_bit) if bytecode_offset >= 0 else None
-            frame = _frame(shared, Tier.INTERPRETED, position, inlined=False)
+            frame = self._interpreted(process, shared, record)
             # In a bytecode handler (or another builtin the interpreter called
             # without a frame) that stays the leaf, under its function.
-            return RecordedFrames((frame,), keep_native=not in_entry)
+            return RecordedFrames((frame,), keep_native=not in_entry) if frame is not None else None
         code = self._code(process, record.code, address)
         if code is None:
             return None
         layout = process.layout
-        tier = {
-            layout.code_kind_baseline: Tier.BASELINE,
-            layout.code_kind_maglev: Tier.MAGLEV,
-            layout.code_kind_turbofan: Tier.TURBOFAN,
-        }.get(code.kind)
-        if tier is None:
-            return None
-        if tier is Tier.BASELINE:
-            return RecordedFrames((_frame(shared, tier, None, inlined=False),), keep_native=False)
-        position = positions.position_at(code.positions, address - code.instruction_start, layout.position_statement_bit)
-        return RecordedFrames(self._inlined(process, shared, code, position, tier), keep_native=False)
+        if code.kind == layout.code_kind_baseline:
+            # Its bytecode is the frame's: else the frame is not this code's (a callee's prologue).
+            if not self._same_bytecode(process, code.deoptimization_data, record.bytecode_array):
+                return None
+            return RecordedFrames((_frame(shared, Tier.BASELINE, None, inlined=False),), keep_native=False)
+        if code.kind in (layout.code_kind_maglev, layout.code_kind_turbofan):
+            tier = Tier.MAGLEV if code.kind == layout.code_kind_maglev else Tier.TURBOFAN
+            inlining = self._inlining(process, code)
+            if inlining is None or inlining.shared != record.shared:
+                return None  # not the frame's function: a callee that has not built its frame yet
+            position = positions.position_at(code.positions, address - code.instruction_start, layout.position_statement_bit)
+            return RecordedFrames(self._inlined(shared, inlining, position, tier), keep_native=False)
+        # The interpreter's trampoline, copied per function (node run with
+        # --interpreted-frames-native-stack): an interpreted frame.
+        frame = self._interpreted(process, shared, record)
+        return RecordedFrames((frame,), keep_native=False) if frame is not None else None
 
-    def _inlined(self, process: _Process, shared: SharedInfo, code: CodeInfo, position: int | None, tier: Tier) -> tuple[Frame, ...]:
-        """The frames at a position of optimized code: the functions inlined
-        there (innermost last), from its deoptimization data."""
-        if position is None or positions.inlining_id(position) == 0:
-            return (_frame(shared, tier, position, inlined=False),)
-        inlining = self._inlining(process, code)
-        if inlining is None:
-            return (_frame(shared, tier, None, inlined=False),)
-        functions, table = inlining
+    def _same_bytecode(self, process: _Process, held: int, bytecode_array: int) -> bool:
+        """Is what baseline code holds (its BytecodeArray, or an InterpreterData
+        wrapping it) the frame's bytecode?"""
+        if held == bytecode_array:
+            return True
+        reader = process.reader
+        if reader.instance_type(held) != process.layout.type_interpreter_data:
+            return False
+        # Its BytecodeArray comes first (after a self pointer, in V8 13 on).
+        return bytecode_array in (reader.field(held, 8), reader.field(held, 16))
+
+    def _interpreted(self, process: _Process, shared: SharedInfo, record: V8FrameSlots) -> Frame | None:
+        if record.bytecode_offset == V8_NO_BYTECODE_OFFSET:
+            return None
+        table = self._bytecode_table(process, record.bytecode_array)
+        if table is None:
+            return None
+        bytecode_offset = record.bytecode_offset - (process.layout.bytecode_data - HEAP_OBJECT_TAG)
+        if bytecode_offset < 0:
+            return None
+        position = positions.position_at(table, bytecode_offset, process.layout.position_statement_bit)
+        return _frame(shared, Tier.INTERPRETED, position, inlined=False)
+
+    def _inlined(self, shared: SharedInfo, inlining: _Inlining, position: int | None, tier: Tier) -> tuple[Frame, ...]:
+        """The frames at a position of optimized code: the function and those
+        inlined there (innermost last), from its deoptimization data."""
         chain: list[Frame] = []
-        seen = 0
-        while position is not None and positions.inlining_id(position) != 0 and seen < MAX_INLINE_DEPTH:
-            seen += 1
-            index = positions.inlining_id(position) - 1
-            if (index + 1) * 16 > len(table):
+        depth = 0
+        table = inlining.positions
+        while position is not None and positions.inlining_id(position) != 0:
+            inlining_id = positions.inlining_id(position)
+            index = inlining_id - 1
+            if depth >= MAX_INLINE_DEPTH or (index + 1) * INLINING_POSITION_BYTES > len(table):
                 return (_frame(shared, tier, None, inlined=False),)
-            caller_position = int.from_bytes(table[index * 16 : index * 16 + 8], "little")
-            function_index = int.from_bytes(table[index * 16 + 8 : index * 16 + 12], "little", signed=True)
-            inlined_shared = functions[function_index] if 0 <= function_index < len(functions) else None
-            if inlined_shared is None:
-                return (_frame(shared, tier, None, inlined=False),)
-            chain.append(_frame(inlined_shared, tier, position, inlined=True))
-            if positions.inlining_id(caller_position) >= index + 1:
+            depth += 1
+            entry = index * INLINING_POSITION_BYTES
+            caller_position = int.from_bytes(table[entry : entry + 8], "little")
+            function_index = int.from_bytes(table[entry + 8 : entry + 12], "little", signed=True)
+            inlined_shared = inlining.functions[function_index] if 0 <= function_index < len(inlining.functions) else None
+            if inlined_shared is None or positions.inlining_id(caller_position) >= inlining_id:
                 return (_frame(shared, tier, None, inlined=False),)  # ids only go down: a loop is forged
+            chain.append(_frame(inlined_shared, tier, position, inlined=True))
             position = caller_position
         chain.append(_frame(shared, tier, position, inlined=False))
         chain.reverse()
         return tuple(chain)
 
-    def _inlining(self, process: _Process, code: CodeInfo) -> tuple[list[SharedInfo | None], bytes] | None:
+    def _inlining(self, process: _Process, code: CodeInfo) -> _Inlining | None:
+        """What optimized code's deoptimization data says: its function, and
+        the functions inlined into it with where."""
+        if code.deoptimization_data in process.inlinings:
+            return process.inlinings[code.deoptimization_data]
+        found = self._read_inlining(process, code)
+        process.inlinings[code.deoptimization_data] = found
+        return found
+
+    def _read_inlining(self, process: _Process, code: CodeInfo) -> _Inlining | None:
         reader, layout = process.reader, process.layout
         if not code.deoptimization_data:
             return None
         data = reader.array_bytes(code.deoptimization_data, layout.type_fixed_arrays, layout.array_data, 8)
-        needed = max(layout.deopt_inlined_count, layout.deopt_literals, layout.deopt_inlining_positions) + 1
+        needed = max(layout.deopt_inlined_count, layout.deopt_literals, layout.deopt_inlining_positions, layout.deopt_shared) + 1
         if data is None or len(data) < needed * 8:
             return None
         words = [int.from_bytes(data[index * 8 : index * 8 + 8], "little") for index in range(needed)]
+        shared = words[layout.deopt_shared]
+        if layout.deopt_shared_wrapped:
+            if reader.instance_type(shared) != layout.type_shared_function_info_wrapper:
+                return None
+            shared = reader.field(shared, 8) or 0
         count_word = words[layout.deopt_inlined_count]
-        if count_word & 0xFFFFFFFF:
+        if not is_smi(count_word) or not 0 <= smi_value(count_word) <= MAX_INLINED_FUNCTIONS:
             return None
-        count = count_word >> 32
+        count = smi_value(count_word)
+        if count == 0:
+            return _Inlining(shared, (), b"")
         literals = reader.array_bytes(
             words[layout.deopt_literals], layout.type_weak_fixed_arrays | layout.type_fixed_arrays, layout.array_data, 8
         )
         table = reader.byte_array(words[layout.deopt_inlining_positions])
         if literals is None or table is None or count * 8 > len(literals):
             return None
-        functions = [
-            self._shared(process, int.from_bytes(literals[index * 8 : index * 8 + 8], "little")) for index in range(count)
-        ]
-        return functions, table
+        functions = tuple(
+            self._shared(process, _wrapped(reader, layout, int.from_bytes(literals[index * 8 : index * 8 + 8], "little")))
+            for index in range(count)
+        )
+        return _Inlining(shared, functions, table)
 
     def _shared(self, process: _Process, tagged: int) -> SharedInfo | None:
         if tagged not in process.shared:
@@ -273,7 +334,13 @@ class V8HeapSymbols(JitSymbolSource):
         if index >= 0:
             start, end, known = process.code_ranges[index]
             if start <= address < end:
-                return self._code_object(process, known)
+                # Code found here before: still there (it may have died since,
+                # and its memory gone to other code)?
+                fresh = process.reader.code(known)
+                if fresh is not None and fresh.instruction_start == start and fresh.instruction_size == end - start:
+                    process.codes[known] = fresh
+                    return fresh
+                del process.code_starts[index], process.code_ranges[index]
         found = process.reader.code_containing(address, process.maps_seen)
         if found is None:
             return None
@@ -302,6 +369,13 @@ class V8HeapSymbols(JitSymbolSource):
         return [V8HeapReport(process.pid, "") for process in reading] + [
             V8HeapReport(pid, problem) for pid, problem in self._refused.items()
         ]
+
+
+def _wrapped(reader: HeapReader, layout: V8Layout, tagged: int) -> int:
+    """A SharedFunctionInfo, unwrapped if it is behind a wrapper (V8 12.5 on)."""
+    if layout.type_shared_function_info_wrapper >= 0 and reader.instance_type(tagged) == layout.type_shared_function_info_wrapper:
+        return reader.field(tagged, 8) or 0
+    return tagged
 
 
 def _frame(shared: SharedInfo, tier: Tier, position: int | None, inlined: bool) -> Frame:
@@ -337,10 +411,10 @@ def _v8_mappings(pid: int, maps: list[MapEntry]) -> list[MapEntry]:
     return [entry for entry in candidates if entry.path == executable]
 
 
-def _builtins_bias(pid: int, entries: list[MapEntry], builtins: tuple[int, int]) -> int:
+def _builtins_biases(pid: int, entries: list[MapEntry], builtins: tuple[int, int]) -> list[int]:
     """What to add to the file's addresses of the builtins for the addresses
-    they run at. V8 may map them a second time, apart from the rest of the
-    text (near its JIT code, for short calls): that copy is the one that runs."""
+    they run at: the file's own mapping, and the second mapping V8 may make
+    of them near its JIT code (for short calls; both run)."""
     with files.open_regular(f"/proc/{pid}/map_files/{entries[0].start:x}-{entries[0].end:x}", MAX_ELF_BYTES) as handle:
         segments, _build_id = elf_format.read_load_segments_and_build_id(handle)
     segment = next(
@@ -352,5 +426,5 @@ def _builtins_bias(pid: int, entries: list[MapEntry], builtins: tuple[int, int])
     holding = [entry for entry in entries if entry.offset <= file_start < entry.offset + entry.end - entry.start]
     if not holding:
         raise ValueError("its builtins are not mapped")
-    entry = min(holding, key=lambda entry: entry.end - entry.start)  # the builtins' own mapping, if any
-    return entry.start + file_start - entry.offset - builtins[0]
+    holding.sort(key=lambda entry: entry.end - entry.start, reverse=True)  # the file's text first, then the copy
+    return [entry.start + file_start - entry.offset - builtins[0] for entry in holding[:2]]

@@ -48,6 +48,7 @@ class V8Layout:
     type_scope_info: int
     type_code: int
     type_bytecode_array: int
+    type_interpreter_data: int  # wraps a BytecodeArray with its own trampoline (--interpreted-frames-native-stack)
     type_byte_arrays: frozenset[int]  # ByteArray, TrustedByteArray
     type_fixed_arrays: frozenset[int]  # FixedArray, TrustedFixedArray, ProtectedFixedArray
     type_weak_fixed_arrays: frozenset[int]
@@ -96,6 +97,9 @@ class V8Layout:
     bytecode_data: int
     array_length: int
     array_data: int
+    deopt_shared: int  # index of the code's own function
+    deopt_shared_wrapped: bool  # ... behind a SharedFunctionInfoWrapper (V8 12.5 on)
+    type_shared_function_info_wrapper: int
     deopt_inlined_count: int
     deopt_literals: int
     deopt_inlining_positions: int
@@ -221,7 +225,8 @@ def _layout(values: dict[str, int], version: tuple[int, int], builtins: tuple[in
     byte_arrays = {meta.type_id("ByteArray"), meta.type_id("TrustedByteArray")}
     fixed_arrays = {meta.type_id("FixedArray"), meta.type_id("TrustedFixedArray"), meta.type_id("ProtectedFixedArray")}
     weak_arrays = {meta.type_id("WeakFixedArray"), meta.type_id("TrustedWeakFixedArray"), meta.type_id("ProtectedWeakFixedArray")}
-    shared_index = meta.get("DeoptimizationDataSharedFunctionInfoIndex", "DeoptimizationDataWrappedSharedFunctionInfoIndex") or 6
+    wrapped_index = meta.get("DeoptimizationDataWrappedSharedFunctionInfoIndex")
+    shared_index = wrapped_index or meta.get("DeoptimizationDataSharedFunctionInfoIndex") or 6
     bytecode_source_positions = meta.get("class_BytecodeArray__source_position_table__")
     if bytecode_source_positions is None:
         # length, then (V8 12 on) the wrapper, then the position table; V8 11: constant pool, handler table first.
@@ -235,6 +240,7 @@ def _layout(values: dict[str, int], version: tuple[int, int], builtins: tuple[in
         type_scope_info=meta.need("type_ScopeInfo__"),
         type_code=meta.need("type_Code__"),
         type_bytecode_array=meta.need("type_BytecodeArray__"),
+        type_interpreter_data=meta.type_id("InterpreterData") or -1,
         type_byte_arrays=frozenset(value for value in byte_arrays if value is not None),
         type_fixed_arrays=frozenset(value for value in fixed_arrays if value is not None),
         type_weak_fixed_arrays=frozenset(value for value in weak_arrays if value is not None),
@@ -285,6 +291,9 @@ def _layout(values: dict[str, int], version: tuple[int, int], builtins: tuple[in
         bytecode_data=meta.need("class_BytecodeArray__data__"),
         array_length=array_length,
         array_data=meta.need("class_FixedArray__data__"),
+        deopt_shared=shared_index,
+        deopt_shared_wrapped=wrapped_index is not None,
+        type_shared_function_info_wrapper=meta.type_id("SharedFunctionInfoWrapper") or -1,
         deopt_inlined_count=meta.get("DeoptimizationDataInlinedFunctionCountIndex") or 1,
         deopt_literals=meta.get("DeoptimizationDataLiteralArrayIndex") or 2,
         deopt_inlining_positions=meta.get("DeoptimizationDataInliningPositionsIndex") or shared_index + 1,

@@ -20,7 +20,12 @@ MAX_NAME_CHARS = 1024  # a function's or script's name
 MAX_SOURCE_CHARS = 64 << 20  # a script's source, read to find its lines
 MAX_STRING_DEPTH = 32  # cons and sliced strings within strings
 MAX_TABLE_BYTES = 4 << 20  # a position table, or the line ends of a script
-MAX_SCOPE_SLOTS = 24  # ScopeInfo slots searched for the name and positions
+MAX_SCOPE_SLOTS = 16  # ScopeInfo slots searched for the name and positions, past the locals
+SCOPE_HEAD_SLOTS = 8
+INFERRED_NAME_DISTANCE = 2  # slots from the function's name to its inferred name  # flags, counts and (V8 12.8 on) positions
+MAX_CONTEXT_LOCALS = 1 << 20
+SCOPE_TYPE_MASK = 0xF  # a ScopeInfo's flags begin with its scope type
+TOP_LEVEL_SCOPES = (1, 3, 4)  # eval, module, script: their code begins at 0
 MAX_INLINED_LOCAL_NAMES = 75  # past this V8 keeps a scope's local names in a hash table (one slot)
 EXTERNAL_RESOURCE_DATA = 24
 MAX_CODE_SCAN = 512 << 10  # how far before a pc its code object's header is looked for
@@ -219,39 +224,50 @@ class HeapReader:
         """A ScopeInfo's function name and start position. Its layout varies
         with the flags in it and V8's version; past the context locals, the
         first string is the name, and the positions are at fixed slots (V8
-        12.8 on) or the first ascending pair of Smis after it."""
+        12.8 on) or the first ascending pair of Smis after it. A script's
+        own scope begins at 0."""
         layout = self.layout
-        data = self.memory.read(scope_info - HEAP_OBJECT_TAG + POINTER, MAX_SCOPE_SLOTS * POINTER)
-        if data is None:
+        base = scope_info - HEAP_OBJECT_TAG + POINTER
+        head = self.memory.read(base, SCOPE_HEAD_SLOTS * POINTER)
+        if head is None:
             return "", -1
-        slots = [word for (word,) in _U64.iter_unpack(data)]
-        locals_word = slots[layout.scope_info_context_locals]
-        if not is_smi(locals_word):
+        slots = [word for (word,) in _U64.iter_unpack(head)]
+        flags, locals_word = slots[0], slots[layout.scope_info_context_locals]
+        # V8 12.8 on keeps the flags as a raw word; before, as a Smi.
+        if not is_smi(locals_word) or not (layout.scope_info_fixed_positions or is_smi(flags)):
             return "", -1
         local_count = smi_value(locals_word)
-        if not 0 <= local_count <= 1 << 16:
+        if not 0 <= local_count <= MAX_CONTEXT_LOCALS:
             return "", -1
-        names_slots = 1 if local_count > MAX_INLINED_LOCAL_NAMES else local_count
-        index = layout.scope_info_first_vars + names_slots + local_count
         start = -1
         if layout.scope_info_fixed_positions and is_smi(slots[3]) and is_smi(slots[4]):
             start = smi_value(slots[3])
+        elif smi_value(flags) & SCOPE_TYPE_MASK in TOP_LEVEL_SCOPES:
+            start = 0
+        names_slots = 1 if local_count > MAX_INLINED_LOCAL_NAMES else local_count
+        first = layout.scope_info_first_vars + names_slots + local_count
+        data = self.memory.read(base + first * POINTER, MAX_SCOPE_SLOTS * POINTER)
+        if data is None:
+            return "", start
         name = ""
-        previous = 0
-        for index in range(index, MAX_SCOPE_SLOTS):
-            word = slots[index]
-            if not name and is_heap_object(word):
+        previous = 1  # not a Smi
+        name_slot = -1
+        for index, (word,) in enumerate(_U64.iter_unpack(data)):
+            if not name and is_heap_object(word) and (name_slot < 0 or index - name_slot <= INFERRED_NAME_DISTANCE):
                 kind = self.instance_type(word)
                 if kind is not None and kind < layout.first_nonstring_type:
+                    # The function's own name, then (when that is empty) the
+                    # name inferred from where it was defined: "obj.method".
                     name = self.string(word) or ""
-                    if layout.scope_info_fixed_positions:
+                    name_slot = index if name_slot < 0 else name_slot
+                    if name and (layout.scope_info_fixed_positions or start == 0):
                         break
-            if not layout.scope_info_fixed_positions and is_smi(word) and is_smi(previous) and index > 0:
+            if not layout.scope_info_fixed_positions and start < 0 and is_smi(word) and is_smi(previous):
                 low, high = smi_value(previous), smi_value(word)
                 if 0 <= low < high:
                     start = low
                     break
-            previous = word if index > 0 else 1
+            previous = word
         return name, start
 
     def _script(self, tagged: int) -> Script:
