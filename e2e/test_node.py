@@ -116,17 +116,24 @@ def test_worker_thread_and_child_process(jitprof, tmp_path):
     no_stray_perf_maps({root.rsplit("-", 1)[1] for root in set().union(*roots.values())})
 
 
-def test_keep_jit_files(jitprof, tmp_path):
-    run = jitprof("--by-pid", "--keep-jit-files", "-o", "out.folded", "--", "node", str(JS / "chain.js"), "1")
+@pytest.mark.parametrize("code_log", [False, True])
+def test_keep_jit_files(jitprof, tmp_path, code_log):
+    """The perf map (for processes gone before their heap is read) is kept;
+    V8's code log is asked for only when the heap is not read."""
+    flags = ["--no-v8-heap"] if code_log else []
+    run = jitprof("--by-pid", "--keep-jit-files", *flags, "-o", "out.folded", "--", "node", str(JS / "chain.js"), "1")
     assert run.returncode == 0, run.stderr
     pids = {line.frames[0].rsplit("-", 1)[1] for line in read_folded(tmp_path / "out.folded")}
     kept = [Path(f"/tmp/perf-{pid}.map") for pid in pids if Path(f"/tmp/perf-{pid}.map").exists()]
     try:
         assert kept and "chain.js" in kept[0].read_text()
-        assert list(tmp_path.glob("isolate-*-v8.log"))
+        logs = list(tmp_path.glob("isolate-*-v8.log"))  # --perf-basic-prof makes one too, with no code in it
+        assert any("code-creation" in log.read_text(errors="replace") for log in logs) == code_log
     finally:
         for path in kept:
             path.unlink()
+        for log in tmp_path.glob("isolate-*-v8.log"):
+            log.unlink()
 
 
 def start_node(background, workdir: Path, *flags: str) -> subprocess.Popen:
@@ -138,8 +145,9 @@ def start_node(background, workdir: Path, *flags: str) -> subprocess.Popen:
 
 
 def test_attach_without_perf_map_warns_with_the_fix(jitprof, tmp_path, background):
+    """Not reading V8's heap, a node without flags has nothing to name its JIT code."""
     node = start_node(background, tmp_path)
-    run = jitprof("--pid", str(node.pid), "-d", "1", "-o", "out.folded")
+    run = jitprof("--no-v8-heap", "--pid", str(node.pid), "-d", "1", "-o", "out.folded")
     assert run.returncode == 0, run.stderr
     warning = [line for line in run.stderr.splitlines() if "has no perf map" in line]
     assert len(warning) == 1 and str(node.pid) in warning[0]
@@ -167,7 +175,7 @@ def test_hostile_perf_map_is_refused(jitprof, tmp_path, background):
     link = Path(f"/tmp/perf-{node.pid}.map")
     link.symlink_to("/etc/shadow")
     try:
-        run = jitprof("--pid", str(node.pid), "-d", "1", "-o", "out.folded")
+        run = jitprof("--no-v8-heap", "--pid", str(node.pid), "-d", "1", "-o", "out.folded")
     finally:
         link.unlink()
     assert run.returncode == 0, run.stderr

@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-inject",
         action="store_true",
         help="do not add the JIT flags to a spawned command (NODE_OPTIONS: --perf-basic-prof "
-        "--interpreted-frames-native-stack and the V8 code-log preload)",
+        "--interpreted-frames-native-stack; with --no-v8-heap, the V8 code-log preload too)",
     )
     parser.add_argument(
         "--keep-jit-files",
@@ -145,6 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-inline",
         action="store_true",
         help="count code that the JIT inlined in its caller, as perf and --cpu-prof do (for comparison)",
+    )
+    parser.add_argument(
+        "--no-v8-heap",
+        action="store_true",
+        help="do not read V8's objects from node processes' memory: name JavaScript only from perf maps and V8's "
+        "code log (a spawned node is then given the code log, which costs it 4-8 %% of its main thread)",
     )
     parser.add_argument("--user", metavar="NAME", help="run the command as this user (default: the sudo caller)")
     parser.add_argument("--as-root", action="store_true", help="run the command as root even under sudo")
@@ -235,6 +241,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         inject=not args.no_inject,
         keep_jit_files=args.keep_jit_files,
         inline=not args.no_inline,
+        v8_heap=not args.no_v8_heap,
         js_only=args.js_only,
         debuginfod=not args.no_debuginfod,
         live_view=not args.no_tui and args.push is None and sys.stdin.isatty() and sys.stdout.isatty(),

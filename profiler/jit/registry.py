@@ -17,10 +17,11 @@ from profiler.model.profile import Frame, FrameKind, Profile
 V8_EMBEDDED_BUILTIN = "Builtins_"
 
 
-def spawn_environment(environ: dict[str, str]) -> dict[str, str]:
+def spawn_environment(environ: dict[str, str], code_log: bool) -> dict[str, str]:
     """The environment a spawned command gets: every runtime's flags for
-    describing its JIT code (inherited by all it starts)."""
-    return runtimes.inject_environment(environ, preload.install())
+    describing its JIT code (inherited by all it starts); code_log: node
+    writes V8's code log too (when its heap is not read)."""
+    return runtimes.inject_environment(environ, preload.install() if code_log else None)
 
 
 def native_symbol_frame(symbol: str, module: str) -> Frame:

@@ -44,7 +44,7 @@ class JitSources:
         )
         self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid)
         self.jvms = JvmPerfMaps(self.perf_maps)
-        self.v8_heap = V8HeapSymbols(v8_kernel)  # v8_kernel: the kernel half, to send JS frames
+        self.v8_heap = V8HeapSymbols(v8_kernel, expand_inlining)  # v8_kernel: the kernel half, to send JS frames
         self._ask_jvms = ask_jvms  # --all does not make every JVM on the machine write files
         self._injected = injected  # jitprof gave the command's runtimes their JIT-symbol flags
         self._janitor = janitor
@@ -71,14 +71,20 @@ class JitSources:
             self.jvms.watch(pid)
 
     def has_source(self, pid: int) -> bool:
-        return pid in self._had_source or self.perf_maps.has_map(pid) or self.v8_logs.has_log(pid) or self.jitdumps.has_dump(pid)
+        return (
+            pid in self._had_source
+            or self.v8_heap.reads(pid)
+            or self.perf_maps.has_map(pid)
+            or self.v8_logs.has_log(pid)
+            or self.jitdumps.has_dump(pid)
+        )
 
     def forget(self, pid: int, remove_as: int | None) -> None:
         """A process gone long enough that none of its samples wait: close its
         files and let its code go, so a long run with processes coming and
         going stays flat; remove_as: remove the files jitprof asked it to
         write (as their owner). What the end-of-run warnings need is kept."""
-        if self.has_source(pid):
+        if self.has_source(pid):  # before its sources let it go
             self._had_source[pid] = None
             if len(self._had_source) > MAX_HAD_SOURCE:
                 del self._had_source[next(iter(self._had_source))]
@@ -98,7 +104,14 @@ class JitSources:
         """Attaching to a runtime that cannot name its JIT code: say so, with the fix."""
         runtime = runtimes.runtime_of(pid)
         has_map = any(os.path.exists(path) for path in candidate_paths(pid))
-        if runtime is runtimes.NODE:
+        if runtime is runtimes.NODE and self.v8_heap.reads(pid):
+            return  # named from V8's own objects: nothing to restart
+        if runtime is runtimes.NODE and self.v8_heap.refused(pid) and not has_map:
+            say(
+                f"jitprof: warning: cannot read V8's objects in node (pid {pid}): {self.v8_heap.refused(pid)}; so its "
+                f"JavaScript frames will show as addresses; {runtime.fix}"
+            )
+        elif runtime is runtimes.NODE:
             if not has_map and not node_flags_active(pid):
                 say(
                     f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as "

@@ -17,10 +17,13 @@ TERM_GRACE_S = 5.0
 
 
 class Child:
-    def __init__(self, command: list[str], run_as: RunAs, environ: dict[str, str], inject: bool, capture: bool) -> None:
+    def __init__(
+        self, command: list[str], run_as: RunAs, environ: dict[str, str], inject: bool, capture: bool, code_log: bool = False
+    ) -> None:
         """Fork the command, stopped before exec. With capture, its output
-        goes to a pane of the live view instead of the terminal."""
-        environment = registry.spawn_environment(environ) if inject else environ
+        goes to a pane of the live view instead of the terminal; inject: its
+        runtimes get their JIT-symbol flags (code_log: and node its code log)."""
+        environment = registry.spawn_environment(environ, code_log) if inject else environ
         self.output: CapturedOutput | None = None
         stdio = None
         if capture:

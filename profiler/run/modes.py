@@ -107,8 +107,10 @@ class Spawn:
     """jitprof -- COMMAND: the command, held before exec until sampling is
     live; its exit status is the run's."""
 
-    def __init__(self, command: list[str], run_as: RunAs, environ: dict[str, str], inject: bool, capture: bool) -> None:
-        self._arguments = (command, run_as, environ, inject, capture)
+    def __init__(
+        self, command: list[str], run_as: RunAs, environ: dict[str, str], inject: bool, capture: bool, code_log: bool = False
+    ) -> None:
+        self._arguments = (command, run_as, environ, inject, capture, code_log)
         self.child: Child | None = None
 
     @property

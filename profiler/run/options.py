@@ -34,7 +34,8 @@ class RecordingOptions:
     dwarf: bool = True
     inject: bool = True  # add the runtimes' JIT-symbol flags to a spawned command
     keep_jit_files: bool = False
-    inline: bool = True  # expand inlined JS functions from V8's code log
+    inline: bool = True  # expand inlined JS functions (V8's heap, or its code log)
+    v8_heap: bool = True  # name JS frames from V8's objects in the process's memory
     debuginfod: bool = True  # ask DEBUGINFOD_URLS for the debug files of stripped binaries
     js_only: bool = False  # outputs show the language view (profiler/jit/registry.py: the JS view)
     live_view: bool = False  # the terminal view (the caller checks for a TTY)

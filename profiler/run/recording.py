@@ -133,7 +133,7 @@ class Recording:
             self._jit_files,
             ask_jvms=not self.options.all_processes,
             injected=self._inject,
-            v8_kernel=program.maps,
+            v8_kernel=program.maps if self.options.v8_heap else None,
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
         self._mode = self._mode_for(run_as)
@@ -221,7 +221,9 @@ class Recording:
             return WholeMachine()
         if self.options.command:
             assert run_as is not None
-            return Spawn(self.options.command, run_as, self.environ, self._inject, self.options.live_view)
+            return Spawn(
+                self.options.command, run_as, self.environ, self._inject, self.options.live_view, code_log=not self.options.v8_heap
+            )
         return Attach(self.options.pids, self._jit_sources, self.options.inline)
 
     def _followed_live(self) -> set[int]:

@@ -103,8 +103,9 @@ class V8HeapReport:
 
 
 class V8HeapSymbols(JitSymbolSource):
-    def __init__(self, kernel: V8Kernel | None) -> None:
+    def __init__(self, kernel: V8Kernel | None, expand_inlining: bool = True) -> None:
         self._kernel = kernel
+        self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
         self._processes: dict[int, _Process] = {}
         self._refused: dict[int, str] = {}  # pid -> why its V8 cannot be read
         self._lock = threading.Lock()
@@ -224,7 +225,10 @@ class V8HeapSymbols(JitSymbolSource):
             if inlining is None or inlining.shared != record.shared:
                 return None  # not the frame's function: a callee that has not built its frame yet
             position = positions.position_at(code.positions, address - code.instruction_start, layout.position_statement_bit)
-            return RecordedFrames(self._inlined(shared, inlining, position, tier), keep_native=False)
+            frames = self._inlined(shared, inlining, position, tier)
+            if not self._expand_inlining:
+                frames = frames[:1]
+            return RecordedFrames(frames, keep_native=False)
         # The interpreter's trampoline, copied per function (node run with
         # --interpreted-frames-native-stack): an interpreted frame.
         frame = self._interpreted(process, shared, record)

@@ -1,0 +1,185 @@
+"""JavaScript named from V8's own objects, in node processes started
+without any flag: attached with --pid and seen under --all, on Node 20, 22,
+24 and 26. What the frames must say is what the code log says (the tests
+compare the two), what `node --cpu-prof` says, and where the time goes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import read_folded, total
+from e2e.test_inlining import chain_share, inclusive_share, own_share, phase_share, svg_titles
+from e2e.test_node import JS, js_chain, node_binary
+from profiler.model.profile import Frame, Profile
+from profiler.model.raw import read_raw
+
+MAJORS = ["20", "22", "24", "26"]
+HOT_LINE = next(number for number, text in enumerate((JS / "inline_chain.js").read_text().splitlines(), 1) if "// HOT" in text)
+
+
+def flagless(background, node: Path, *arguments: str, cwd: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:  # noqa: ANN001
+    """node with no flag of jitprof's (nor NODE_OPTIONS): as services run."""
+    environment = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
+    return background(str(node), *arguments, env=environment, cwd=cwd, stdout=stdout)
+
+
+def unnamed_js_share(lines) -> float:  # noqa: ANN001
+    unnamed = sum(line.count for line in lines if any(frame.startswith("[unknown] ([jit])") for frame in line.frames))
+    return unnamed / total(lines)
+
+
+def hottest_line(svg: Path, function: str) -> int:
+    titles = svg_titles(svg, function)
+    biggest = max(titles, key=lambda title: int(re.search(r"\(([\d,]+) samples", title).group(1).replace(",", "")))
+    found = re.search(r"hottest line (\d+)", biggest)
+    assert found is not None, biggest
+    return int(found.group(1))
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_attach_names_inlined_chain_without_flags(jitprof, tmp_path, background, major):
+    node = node_binary(major)
+    target = flagless(background, node, str(JS / "inline_chain.js"), "30", cwd=tmp_path)
+    time.sleep(1.5)  # past start-up: top is optimized with mid and leaf inlined
+    run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "out.folded", "-o", "out.svg")
+    assert run.returncode == 0, run.stderr
+    assert "perf map" not in run.stderr and "restart" not in run.stderr, run.stderr  # nothing to fix
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 500
+    assert unnamed_js_share(lines) <= 0.05
+    share, inlined = chain_share(lines, ["top", "mid", "leaf"])
+    assert share >= 0.9 and inlined >= 0.9, (share, inlined)
+    assert hottest_line(tmp_path / "out.svg", "leaf") == HOT_LINE
+    assert not list(tmp_path.glob("*.log")) and not Path(f"/tmp/perf-{target.pid}.map").exists()  # nothing written
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_all_processes_names_a_node_started_without_flags(jitprof, tmp_path, background, major):
+    node = node_binary(major)
+    target = flagless(background, node, str(JS / "chain.js"), "30", cwd=tmp_path)
+    time.sleep(1.5)
+    run = jitprof("--all", "--by-pid", "-d", "3", "-o", "out.folded")
+    assert run.returncode == 0, run.stderr
+    mine = [line for line in read_folded(tmp_path / "out.folded") if line.frames[0].endswith(f"-{target.pid}")]
+    assert total(mine) >= 150
+    assert sum(line.count for line in mine if js_chain(line.frames)) / total(mine) >= 0.9
+    assert unnamed_js_share(mine) <= 0.05
+
+
+@pytest.mark.parametrize("major", MAJORS)
+def test_identical_functions_attached(jitprof, tmp_path, background, major):
+    """CPUpro's a/b case, attached: the shares follow the main thread's CPU
+    time in each phase, which the fixture measures itself."""
+    node = node_binary(major)
+    output = tmp_path / "phases.txt"
+    with output.open("w") as stdout:
+        target = flagless(background, node, str(JS / "identical.js"), "1", "2", cwd=tmp_path, stdout=stdout)
+        run = jitprof("-F", "499", "--pid", str(target.pid), "-o", "out.folded")  # until it exits
+        target.wait(timeout=60)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    a, b = inclusive_share(lines, "a"), inclusive_share(lines, "b")
+    truth = phase_share(output.read_text())
+    assert a + b > 0.85, (a, b)
+    assert abs(a / (a + b) - truth) <= 0.05, (a, b, truth)
+    if 0.4875 <= truth <= 0.5125:
+        assert abs(a - b) / max(a, b) <= 0.10, (a, b, truth)
+    assert own_share(lines, "test") < 0.05
+
+
+def js_frames(profile: Profile, script: str) -> list[Frame]:
+    return [frame for frame in profile.frames if frame.file.endswith(script)]
+
+
+def test_function_lines_are_cpu_profs(jitprof, tmp_path, background):
+    """The line each function begins on and the line it spends most time on
+    are what node's own profiler says."""
+    target = flagless(background, node_binary("22"), "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(JS / "chain.js"), "4", cwd=tmp_path)
+    time.sleep(1.0)
+    run = jitprof("-F", "499", "--pid", str(target.pid), "-o", "out.jitprof", "-o", "out.svg")
+    target.wait(timeout=60)
+    assert run.returncode == 0, run.stderr
+    (cpu_profile,) = tmp_path.glob("*.cpuprofile")
+    nodes = json.loads(cpu_profile.read_text())["nodes"]
+    theirs: dict[str, int] = {}
+    hot_lines: dict[str, dict[int, int]] = {}
+    for node in nodes:
+        frame = node["callFrame"]
+        if frame["url"].endswith("chain.js") and frame["functionName"] in ("outer", "middle", "inner"):
+            theirs[frame["functionName"]] = frame["lineNumber"] + 1
+            for tick in node.get("positionTicks", []):
+                lines = hot_lines.setdefault(frame["functionName"], {})
+                lines[tick["line"]] = lines.get(tick["line"], 0) + tick["ticks"]
+    ours = {frame.name.split(" ")[0]: frame.function_line for frame in js_frames(read_raw(tmp_path / "out.jitprof"), "chain.js")}
+    assert theirs and all(ours.get(name) == line for name, line in theirs.items()), (ours, theirs)
+    assert hottest_line(tmp_path / "out.svg", "inner") == max(hot_lines["inner"].items(), key=lambda item: item[1])[0]
+
+
+@pytest.mark.parametrize("major", ["20", "26"])
+def test_jitless_interpreter_frames_named_with_lines(jitprof, tmp_path, background, major):
+    target = flagless(background, node_binary(major), "--jitless", str(JS / "chain.js"), "30", cwd=tmp_path)
+    time.sleep(1.0)
+    run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "out.folded", "-o", "out.jitprof")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert sum(line.count for line in lines if js_chain(line.frames)) / total(lines) >= 0.95
+    frames = js_frames(read_raw(tmp_path / "out.jitprof"), "chain.js")
+    assert frames and all(frame.tier == "interpreted" for frame in frames)
+    assert sum(frame.line_exact for frame in frames) / len(frames) >= 0.95
+
+
+def stacks_with_lines(path: Path, script: str) -> dict[tuple[tuple[str, int, int, bool], ...], int]:
+    """Each stack's compiled frames of script (interpreted ones the code log
+    cannot name without --interpreted-frames-native-stack): (function, its
+    line, the line, inlined), with sample counts."""
+    profile = read_raw(path)
+    counts: dict[tuple[tuple[str, int, int, bool], ...], int] = {}
+    for sample in profile.samples:
+        frames = [
+            profile.frames[index]
+            for index in sample.frame_ids
+            if profile.frames[index].file.endswith(script) and profile.frames[index].tier != "interpreted"
+        ]
+        key = tuple((frame.name.split(" ")[0], frame.function_line, frame.line, frame.inlined) for frame in frames)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("major", ["20", "24"])
+def test_heap_and_code_log_agree(jitprof, tmp_path, background, major):
+    """A node that writes V8's code log, named from the log and from its heap:
+    the hottest stacks are the same functions, lines and inline chains."""
+    target = background(
+        str(node_binary(major)),
+        "--perf-basic-prof",
+        "--log-code",
+        "--no-logfile-per-isolate",
+        f"--logfile={tmp_path / 'v8.log'}",
+        str(JS / "inline_chain.js"),
+        "30",
+        cwd=tmp_path,
+    )
+    time.sleep(1.5)
+    try:
+        from_log = jitprof("-F", "499", "--pid", str(target.pid), "-d", "2", "--no-v8-heap", "-o", "log.jitprof")
+        from_heap = jitprof("-F", "499", "--pid", str(target.pid), "-d", "2", "-o", "heap.jitprof")
+    finally:
+        target.kill()
+        target.wait()
+        Path(f"/tmp/perf-{target.pid}.map").unlink(missing_ok=True)
+    assert from_log.returncode == 0 and from_heap.returncode == 0, from_log.stderr + from_heap.stderr
+    log_stacks = stacks_with_lines(tmp_path / "log.jitprof", "inline_chain.js")
+    heap_stacks = stacks_with_lines(tmp_path / "heap.jitprof", "inline_chain.js")
+    hottest = max(log_stacks, key=log_stacks.get)
+    assert [frame[0] for frame in hottest][-3:] == ["top", "mid", "leaf"], hottest
+    assert hottest == max(heap_stacks, key=heap_stacks.get)
+    # Every stack the heap names that the log names too is the same.
+    shared = set(log_stacks) & set(heap_stacks)
+    assert sum(heap_stacks[stack] for stack in shared) / sum(heap_stacks.values()) >= 0.9
