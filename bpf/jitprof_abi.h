@@ -78,8 +78,8 @@
 #define MAX_FRAMES 127
 #define STACK_COPY_BYTES 28672 /* 28 KiB of stack copied for a deferred walk */
 #define COMM_LEN 16
-#define SAMPLE_HEADER_BYTES 48 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
-
+#define SAMPLE_HEADER_BYTES                                                                                                      \
+    48 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
 
 /* One unwind row (16 bytes): rows of a file are sorted by pc. */
 struct unwind_row {
@@ -97,9 +97,9 @@ struct unwind_row {
  * v8dbg_off_fp_* before it asks for V8 frames (profiler/jit/v8/heap/). */
 #define V8_FP_CONTEXT (-8) /* a JS frame's context (a tagged pointer); other frames' type marker */
 #define V8_FP_FUNCTION (-16)
-#define V8_FP_BYTECODE_ARRAY (-32) /* interpreted and baseline frames */
+#define V8_FP_BYTECODE_ARRAY (-32)  /* interpreted and baseline frames */
 #define V8_FP_BYTECODE_OFFSET (-40) /* interpreted frames: a Smi */
-#define V8_SLOTS_BYTES 40          /* read at fp - 40: the slots above */
+#define V8_SLOTS_BYTES 40           /* read at fp - 40: the slots above */
 #define V8_NO_BYTECODE_OFFSET (-1)
 /* JS frames sent per sample, leaf first: the per-CPU walk state must stay
  * within 32 KiB (the kernel's largest per-CPU map value) beside the stack copy. */

@@ -101,7 +101,9 @@ def js_frames(profile: Profile, script: str) -> list[Frame]:
 def test_function_lines_are_cpu_profs(jitprof, tmp_path, background):
     """The line each function begins on and the line it spends most time on
     are what node's own profiler says."""
-    target = flagless(background, node_binary("22"), "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(JS / "chain.js"), "4", cwd=tmp_path)
+    target = flagless(
+        background, node_binary("22"), "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(JS / "chain.js"), "4", cwd=tmp_path
+    )
     time.sleep(1.0)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-o", "out.jitprof", "-o", "out.svg")
     target.wait(timeout=60)
@@ -183,3 +185,26 @@ def test_heap_and_code_log_agree(jitprof, tmp_path, background, major):
     # Every stack the heap names that the log names too is the same.
     shared = set(log_stacks) & set(heap_stacks)
     assert sum(heap_stacks[stack] for stack in shared) / sum(heap_stacks.values()) >= 0.9
+
+
+APPS = Path(__file__).resolve().parent.parent / ".nodes" / "apps" / "node_modules"
+V8_LOGGING = re.compile(r"V8FileLogger|LogFile::|EnsureLogScriptSource|PerfBasicLogger|CodeEventLogger|ExistingCodeLogger")
+
+
+def test_spawned_tsc_pays_little_for_being_profiled(jitprof, tmp_path):
+    """What jitprof asks V8 to do for a spawned program (a perf map, for
+    processes gone before their heap is read) costs it under 1 % of its
+    samples, and its JavaScript is named all the same."""
+    tsc = APPS / "typescript" / "bin" / "tsc"
+    if not tsc.exists():
+        pytest.skip("typescript is not installed (make setup installs it)")
+    declarations = APPS / "typescript" / "lib" / "typescript.d.ts"
+    run = jitprof("-F", "499", "-o", "out.folded", "--", "node", str(tsc), "--noEmit", "--target", "es2020", str(declarations))
+    assert run.returncode == 0, run.stderr + run.stdout
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 500
+    logging = sum(line.count for line in lines if any(V8_LOGGING.search(frame) for frame in line.frames))
+    assert logging / total(lines) <= 0.01, logging
+    assert unnamed_js_share(lines) <= 0.02
+    checker = sum(line.count for line in lines if any(frame.startswith("checkSourceElement ") for frame in line.frames))
+    assert checker / total(lines) >= 0.1  # the type checker's work is where it is

@@ -222,7 +222,12 @@ class Recording:
         if self.options.command:
             assert run_as is not None
             return Spawn(
-                self.options.command, run_as, self.environ, self._inject, self.options.live_view, code_log=not self.options.v8_heap
+                self.options.command,
+                run_as,
+                self.environ,
+                self._inject,
+                self.options.live_view,
+                code_log=not self.options.v8_heap,
             )
         return Attach(self.options.pids, self._jit_sources, self.options.inline)
 

