@@ -25,7 +25,7 @@ from typing import Protocol
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.jit.v8.heap import positions
 from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
-from profiler.jit.v8.heap.memory import ProcessMemory
+from profiler.jit.v8.heap.memory import MemoryThread, ProcessMemory
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
 from profiler.jit.v8.names import Tier, short_script
 from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
@@ -59,6 +59,7 @@ class _Process:
     pid: int
     layout: V8Layout
     reader: HeapReader
+    thread: MemoryThread  # all reading of its memory is done here
     interpreter_entries: list[tuple[int, int]]  # in the process's addresses (each copy of the builtins)
     shared: dict[int, SharedInfo | None] = field(default_factory=dict)
     scripts: dict[int, Script] = field(default_factory=dict)
@@ -66,7 +67,6 @@ class _Process:
     bytecode_tables: dict[int, bytes | None] = field(default_factory=dict)
     code_starts: list[int] = field(default_factory=list)  # code found by address, sorted by start
     code_ranges: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, Code)
-    maps_seen: dict[int, int] = field(default_factory=dict)
     inlinings: dict[int, _Inlining | None] = field(default_factory=dict)
     frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
     failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
@@ -139,7 +139,7 @@ class V8HeapSymbols(JitSymbolSource):
         reader = HeapReader(memory, layout)
         start, end = layout.builtins
         entry_start, entry_end = layout.interpreter_entry
-        process = _Process(pid, layout, reader, [(entry_start + bias, entry_end + bias) for bias in biases])
+        process = _Process(pid, layout, reader, MemoryThread(memory), [(entry_start + bias, entry_end + bias) for bias in biases])
         window, shared_at, code_at = layout.kernel_window()
         if not self._kernel.set_v8_process(pid, [(start + bias, end + bias) for bias in biases], window, shared_at, code_at):
             memory.close()
@@ -167,7 +167,7 @@ class V8HeapSymbols(JitSymbolSource):
             process = self._processes.pop(pid, None)
         self._refused.pop(pid, None)
         if process is not None:
-            process.reader.memory.close()
+            process.thread.close()
             if self._kernel is not None:
                 self._kernel.clear_v8_process(pid)
 
@@ -190,7 +190,7 @@ class V8HeapSymbols(JitSymbolSource):
             return known
         if process.failed.get(key, -RETRY_FAILED_S) > now - RETRY_FAILED_S:
             return None  # tried a moment ago (code being made, or moved, may read right soon)
-        found = self._frames(process, address, record, leaf)
+        found = process.thread.run(lambda: self._frames(process, address, record, leaf))
         if found is None:
             process.unnamed += 1
             process.failed[key] = now
@@ -346,7 +346,7 @@ class V8HeapSymbols(JitSymbolSource):
                     process.codes[known] = fresh
                     return fresh
                 del process.code_starts[index], process.code_ranges[index]
-        found = process.reader.code_containing(address, process.maps_seen)
+        found = process.reader.code_containing(address)
         if found is None:
             return None
         code = self._code_object(process, found)

@@ -256,3 +256,24 @@ def test_frames_say_where_the_function_begins_and_where_it_was():
     assert (frame.line, frame.column, frame.line_exact, frame.tier) == (3, 5, True, "maglev")
     anonymous = _frame(SharedInfo("", script, 0), Tier.INTERPRETED, None, inlined=False)
     assert anonymous.name == "(anonymous) main.js:1" and not anonymous.line_exact
+
+
+def test_a_process_whose_memory_does_not_answer_is_left_behind(monkeypatch):
+    """A read the target can block (userfaultfd, FUSE) holds one thread of
+    jitprof's, never the symbolizer: past the timeout the process is stalled
+    and asked nothing more."""
+    from profiler.jit.v8.heap import memory  # noqa: PLC0415
+
+    monkeypatch.setattr(memory, "OPERATION_TIMEOUT_S", 0.2)
+    import os  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    thread = memory.MemoryThread(memory.ProcessMemory(os.getpid()))
+    assert thread.run(lambda: 42) == 42
+    never = threading.Event()
+    started = time.monotonic()
+    assert thread.run(never.wait) is None
+    assert time.monotonic() - started < 1.0 and thread.stalled
+    assert thread.run(lambda: 42) is None  # asked nothing more
+    never.set()

@@ -28,7 +28,7 @@ SCOPE_TYPE_MASK = 0xF  # a ScopeInfo's flags begin with its scope type
 TOP_LEVEL_SCOPES = (1, 3, 4)  # eval, module, script: their code begins at 0
 MAX_INLINED_LOCAL_NAMES = 75  # past this V8 keeps a scope's local names in a hash table (one slot)
 EXTERNAL_RESOURCE_DATA = 24
-MAX_CODE_SCAN = 512 << 10  # how far before a pc its code object's header is looked for
+CODE_SCAN_SPANS = (4 << 10, 64 << 10, 512 << 10)  # how far before a pc its code's header is looked for
 CODE_STEP = 32  # instructions start at least this aligned
 MAX_MAPS_SEEN = 4096  # an external string's cached pointer to its characters
 _U16 = struct.Struct("<H")
@@ -87,6 +87,10 @@ class HeapReader:
     def __init__(self, memory: ProcessMemory, layout: V8Layout) -> None:
         self.memory = memory
         self.layout = layout
+        # Map -> instance type: a process has a few thousand maps, and a map
+        # never changes its type (a map that died and whose place another
+        # object took reads as a wrong type at worst: every use checks more).
+        self._map_types: dict[int, int | None] = {}
 
     # Objects -----------------------------------------------------------
 
@@ -96,8 +100,18 @@ class HeapReader:
         map_word = self.memory.word(tagged - HEAP_OBJECT_TAG)
         if map_word is None or not is_heap_object(map_word):
             return None
+        return self.map_type(map_word)
+
+    def map_type(self, map_word: int) -> int | None:
+        """The instance type a Map (tagged) gives its objects."""
+        if map_word in self._map_types:
+            return self._map_types[map_word]
         data = self.memory.read(map_word - HEAP_OBJECT_TAG + self.layout.map_instance_type, 2)
-        return _U16.unpack(data)[0] if data is not None else None
+        kind = _U16.unpack(data)[0] if data is not None else None
+        if len(self._map_types) >= MAX_MAPS_SEEN:
+            self._map_types.clear()
+        self._map_types[map_word] = kind
+        return kind
 
     def field(self, tagged: int, offset: int) -> int | None:
         return self.memory.word(tagged - HEAP_OBJECT_TAG + offset)
@@ -304,42 +318,45 @@ class HeapReader:
         deoptimization = _U64.unpack_from(data, layout.code_deoptimization_data)[0]
         return CodeInfo(flags & layout.code_kind_mask, start, instruction_size, positions, deoptimization)
 
-    def code_containing(self, pc: int, maps_seen: dict[int, int]) -> int | None:
+    def code_containing(self, pc: int) -> int | None:
         """The Code (tagged) whose instructions hold pc, found by its
         InstructionStream's header somewhere before pc: for code no function
-        points to (on-stack replacement, say). maps_seen caches the type of
-        each map word met (a process has few)."""
+        points to (on-stack replacement, say). Looked for in a few KiB
+        first (most functions are smaller), then further."""
+        for span in CODE_SCAN_SPANS:
+            found = self._code_within(pc, span)
+            if found is not None:
+                return found or None
+        return None
+
+    def _code_within(self, pc: int, span: int) -> int | None:
+        """The Code holding pc if its header is within span bytes before it;
+        0: a header was found and its code does not hold pc (look no further);
+        None: no header within span."""
         layout = self.layout
         header = layout.instruction_stream_header
-        window_start = max(pc - MAX_CODE_SCAN, 0) & ~(CODE_STEP - 1)
+        window_start = max(pc - span, 0) & ~(CODE_STEP - 1)
         data = None
         while data is None and window_start < pc:
-            data = self.memory.read(window_start, pc - window_start)  # the range may start before the mapping
+            data = self.memory.read(window_start, pc - window_start)  # the span may start before the mapping
             if data is None:
                 window_start = (window_start + (pc - window_start) // 2 + CODE_STEP - 1) & ~(CODE_STEP - 1)
         if data is None:
-            return None
+            return 0
         # Instructions start CODE_STEP-aligned; the stream's header precedes them.
         candidate = (pc & ~(CODE_STEP - 1)) - window_start
-        for _ in range(MAX_CODE_SCAN // CODE_STEP):
+        while candidate - header >= 0:
             object_offset = candidate - header
-            if object_offset < 0:
-                return None
             map_word = _U64.unpack_from(data, object_offset)[0]
-            if is_heap_object(map_word):
-                kind = maps_seen.get(map_word)
-                if kind is None and len(maps_seen) < MAX_MAPS_SEEN:
-                    type_data = self.memory.read(map_word - HEAP_OBJECT_TAG + layout.map_instance_type, 2)
-                    kind = maps_seen[map_word] = _U16.unpack(type_data)[0] if type_data is not None else -1
-                if kind == layout.type_instruction_stream:
-                    code = _U64.unpack_from(data, object_offset + layout.instruction_stream_code)[0]
-                    info = self.code(code)
-                    start = window_start + candidate
-                    if info is not None and info.instruction_start == start and start <= pc < start + info.instruction_size:
-                        return code
-                    return None  # the nearest stream does not hold pc
+            if is_heap_object(map_word) and self.map_type(map_word) == layout.type_instruction_stream:
+                code = _U64.unpack_from(data, object_offset + layout.instruction_stream_code)[0]
+                info = self.code(code)
+                start = window_start + candidate
+                if info is not None and info.instruction_start == start and start <= pc < start + info.instruction_size:
+                    return code
+                return 0  # the nearest stream does not hold pc
             candidate -= CODE_STEP
-        return None
+        return None if window_start > 0 and pc - window_start >= span - CODE_STEP else 0
 
     def bytecode_positions(self, tagged: int) -> bytes | None:
         """A BytecodeArray's source-position table."""
