@@ -27,11 +27,13 @@ from benchmarks.perf_map_tailing import perf_map_tailing
 from benchmarks.run_cost import run_cost
 from benchmarks.sampling_cost import sampling_cost
 from benchmarks.table_build import table_build
+from benchmarks.v8_heap_cost import v8_heap_cost
 
 SECTIONS = {
     "run_cost": lambda repeats, perf, workdir: run_cost(repeats, perf, workdir),
     "sampling_cost": lambda repeats, perf, workdir: sampling_cost(repeats, perf, workdir),
     "node_cost": lambda repeats, perf, workdir: node_cost(max(repeats - 2, 3), perf, workdir),
+    "v8_heap_cost": lambda repeats, perf, workdir: v8_heap_cost(max(repeats - 2, 3), workdir),
     "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
     "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),
     "code_log_parsing": lambda repeats, perf, workdir: code_log_parsing(workdir, 5),

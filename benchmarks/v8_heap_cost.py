@@ -1,0 +1,195 @@
+"""What naming JavaScript from V8's objects costs, beside the code-log path:
+the program's time and the share of its samples V8's logging takes (tsc,
+spawned), the BPF time per sample, the symbolizer's CPU per new JS frame,
+and jitprof's own CPU while attached to a busy node."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import JITPROF, ROOT
+from benchmarks.kernel_cost import _bpf_fdinfo
+
+APPS = ROOT / ".nodes" / "apps" / "node_modules"
+TSC = [
+    str(APPS / "typescript" / "bin" / "tsc"),
+    "--noEmit",
+    "--target",
+    "es2020",
+    str(APPS / "typescript" / "lib" / "typescript.d.ts"),
+]
+BUSY = ROOT / "fixtures" / "js" / "inline_chain.js"
+V8_LOGGING = re.compile(r"V8FileLogger|LogFile::|EnsureLogScriptSource|PerfBasicLogger|CodeEventLogger|ExistingCodeLogger")
+PLAIN = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
+
+
+def _timed(command: list[str], workdir: Path, env: dict[str, str] | None = None) -> tuple[float, str]:
+    started = time.monotonic()
+    completed = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env=env or PLAIN, check=True)
+    return time.monotonic() - started, completed.stderr
+
+
+def _logging_share(folded: Path) -> float:
+    total = hit = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        hit += int(count) if V8_LOGGING.search(stack) else 0
+    return hit / max(total, 1)
+
+
+def _tsc_runs(repeats: int, workdir: Path) -> list[str]:
+    setups = {
+        "tsc alone": ["node", *TSC],
+        "jitprof -F 99 (V8's objects; a perf map)": [*JITPROF, "--no-tui", "-F", "99", "-o", "heap.folded", "--", "node", *TSC],
+        "jitprof -F 99 --no-v8-heap (the code log)": [
+            *JITPROF,
+            "--no-tui",
+            "-F",
+            "99",
+            "--no-v8-heap",
+            "-o",
+            "log.folded",
+            "--",
+            "node",
+            *TSC,
+        ],
+    }
+    times: dict[str, list[float]] = {name: [] for name in setups}
+    shares: dict[str, list[float]] = {name: [] for name in setups}
+    _timed(setups["jitprof -F 99 (V8's objects; a perf map)"], workdir)  # caches
+    for repeat in range(repeats):
+        for name, command in setups.items():
+            elapsed, _ = _timed(command, workdir)
+            times[name].append(elapsed)
+            output = "heap.folded" if "objects" in name else "log.folded" if "code log" in name else ""
+            if output:
+                shares[name].append(_logging_share(workdir / output))
+        print(f"bench: v8 heap cost, tsc round {repeat + 1}/{repeats}", file=sys.stderr)
+    alone = statistics.median(times["tsc alone"])
+    lines = ["| setup | tsc wall time (s) | vs tsc alone | V8's logging, share of samples |", "| --- | --- | --- | --- |"]
+    for name in setups:
+        median = statistics.median(times[name])
+        share = f"{100 * statistics.median(shares[name]):.2f} %" if shares[name] else "–"
+        lines.append(f"| {name} | {median:.2f} | {100 * (median / alone - 1):+.1f} % | {share} |")
+    return lines
+
+
+def _bpf_ns_per_sample(flags: list[str], workdir: Path) -> tuple[float, int]:
+    process = subprocess.Popen(
+        [*JITPROF, "--no-tui", "-F", "999", *flags, "-o", "bpf.folded", "--", "node", str(BUSY), "5"],
+        cwd=workdir,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=PLAIN,
+    )
+    infos: list[dict[str, str]] = []
+    while process.poll() is None:
+        reading = _bpf_fdinfo(process.pid)
+        if any(info.get("prog_type") == "7" and int(info.get("run_cnt", 0)) for info in reading):
+            infos = reading
+        time.sleep(0.2)
+    _, stderr = process.communicate(timeout=120)
+    samples = int(re.search(r"jitprof: ([\d,]+) samples", stderr).group(1).replace(",", ""))
+    sampler_ns = sum(int(info.get("run_time_ns", 0)) for info in infos if info.get("prog_type") == "7")
+    return sampler_ns / max(samples, 1), samples
+
+
+def _symbolizer_cost(workdir: Path) -> tuple[int, float]:
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.v8_heap_probe", "--no-tui", "-F", "199", "-o", "probe.folded", "--", "node", *TSC],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        env=dict(PLAIN, PYTHONPATH=str(ROOT)),
+        check=True,
+    )
+    meter = json.loads(completed.stderr.split("v8-heap-probe ", 1)[1].splitlines()[0])
+    return meter["frames"], meter["cpu_ns"] / max(meter["frames"], 1) / 1000
+
+
+def _attached_cpu(flags: list[str], node_flags: list[str], seconds: float, workdir: Path) -> float:
+    """jitprof's own CPU time (user + system) attached to a busy node for seconds."""
+    target = subprocess.Popen(
+        ["node", *node_flags, str(BUSY), str(seconds + 15)], cwd=workdir, env=PLAIN, stdout=subprocess.DEVNULL
+    )
+    try:
+        time.sleep(1.5)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run(
+            [*JITPROF, "--no-tui", *flags, "--pid", str(target.pid), "-d", str(seconds), "-o", "attached.folded"],
+            cwd=workdir,
+            capture_output=True,
+            check=True,
+        )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    finally:
+        target.kill()
+        target.wait()
+        Path(f"/tmp/perf-{target.pid}.map").unlink(missing_ok=True)
+        for log in workdir.glob("*.log"):
+            log.unlink()
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def _steady_share(flags: list[str], node_flags: list[str], workdir: Path) -> float:
+    """CPU per second of attachment, start-up (imports, BPF load, tables) taken out: two lengths' difference."""
+    short = statistics.median(_attached_cpu(flags, node_flags, 5, workdir) for _ in range(3))
+    long = statistics.median(_attached_cpu(flags, node_flags, 25, workdir) for _ in range(3))
+    return (long - short) / 20
+
+
+def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
+    if not (APPS / "typescript").exists():
+        return ["## Naming JavaScript from V8's objects", "", "Skipped: typescript is not installed (`make setup`).", ""]
+    tsc_lines = _tsc_runs(repeats, workdir)
+    previous = Path("/proc/sys/kernel/bpf_stats_enabled").read_text().strip()
+    Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
+    try:
+        heap_ns, heap_samples = _bpf_ns_per_sample([], workdir)
+        log_ns, log_samples = _bpf_ns_per_sample(["--no-v8-heap"], workdir)
+    finally:
+        Path("/proc/sys/kernel/bpf_stats_enabled").write_text(previous)
+    frames, per_frame_us = _symbolizer_cost(workdir)
+    heap_share = _steady_share([], [], workdir)
+    log_share = _steady_share(["--no-v8-heap"], ["--perf-basic-prof", "--interpreted-frames-native-stack", "--log-code"], workdir)
+    return [
+        "## Naming JavaScript from V8's objects",
+        "",
+        f"Spawned: `jitprof -- node tsc --noEmit typescript.d.ts` (TypeScript 5.9, system Node); wall time, medians of {repeats} "
+        "interleaved runs; the share of samples in V8's logging (`V8FileLogger`, `LogFile`, `EnsureLogScriptSource`, ...), "
+        "from each run's own profile.",
+        "",
+        *tsc_lines,
+        "",
+        "In the kernel, `jitprof -F 999 -- node inline_chain.js 5` (a JS stack of ~10 frames, 4 of them V8's): BPF time per sample "
+        "with the JS frames' words read and sent, and without (`--no-v8-heap`).",
+        "",
+        "| JS frames | BPF time per sample | samples |",
+        "| --- | --- | --- |",
+        f"| read (default) | {heap_ns / 1000:.1f} µs | {heap_samples:,} |",
+        f"| not read (`--no-v8-heap`) | {log_ns / 1000:.1f} µs | {log_samples:,} |",
+        "",
+        f"Symbolizer: {per_frame_us:.0f} µs of CPU per JS frame named from V8's objects the first time ({frames:,} such frames "
+        "in a tsc run at 199 Hz; later samples of the same code are served from the cache).",
+        "",
+        "Attached (`--pid`) to a busy node (`inline_chain.js`) at 99 Hz, jitprof's own CPU per second of attachment "
+        "(25 s and 5 s runs, the difference: start-up taken out):",
+        "",
+        "| names from | jitprof CPU, share of one core |",
+        "| --- | --- |",
+        f"| V8's objects (node without flags) | {100 * heap_share:.2f} % |",
+        f"| its code log (`--no-v8-heap`; node with `--log-code`) | {100 * log_share:.2f} % |",
+        "",
+        "Targets: V8's logging ≤ 1 % of a spawned program's samples; BPF time within 10 % of the code-log path's; "
+        "≤ 2 % of a core attached.",
+        "",
+    ]
