@@ -8,7 +8,10 @@ above JS frames, and below the last one until native code of something else
 (an addon, a library the JS called) begins, which stays visible with
 everything it calls. Their time goes to the JS frame that called them. A
 stack with no JS frame at all becomes `(garbage collector)` when V8's heap
-was collecting, else `(program)`, as in V8's own profiles.
+was collecting, else `(program)`, as in V8's own profiles. A stack in V8's
+code-event logging (a perf map or code log being written, which only a
+profiler asks for) becomes `(profiling)`: the observer's cost is not charged
+to the program's functions.
 """
 
 from __future__ import annotations
@@ -18,6 +21,18 @@ from profiler.model.profile import Frame, FrameKind, Profile, Sample
 
 PROGRAM = Frame("(program)", "", FrameKind.NATIVE)
 GARBAGE_COLLECTOR = Frame("(garbage collector)", "", FrameKind.NATIVE)
+PROFILING = Frame("(profiling)", "", FrameKind.NATIVE)
+# V8's code-event logging: perf maps, the code log, jitdump.
+PROFILING_MARKERS = (
+    "v8::internal::V8FileLogger::",
+    "v8::internal::LogFile::",
+    "v8::internal::CodeEventLogger::",
+    "v8::internal::ExistingCodeLogger::",
+    "v8::internal::LinuxPerfBasicLogger::",
+    "v8::internal::LinuxPerfJitLogger::",
+    "v8::internal::PerfBasicLogger::",
+    "v8::internal::PerfJitLogger::",
+)
 # The runtime's files besides the node binary itself (matched by name start).
 RUNTIME_LIBRARIES = (
     "libc.so",
@@ -74,6 +89,8 @@ def js_stack(frames: list[Frame]) -> list[Frame] | None:
 
 def shown_in_js_view(frames: list[Frame]) -> list[Frame]:
     """One stack as the JS view shows it (the live view's `j`)."""
+    if any(frame.kind is FrameKind.NATIVE and frame.name.startswith(PROFILING_MARKERS) for frame in frames):
+        return [PROFILING]
     shown = js_stack(frames)
     if shown is not None:
         return shown
@@ -81,7 +98,7 @@ def shown_in_js_view(frames: list[Frame]) -> list[Frame]:
 
 
 def js_only(profile: Profile) -> Profile:
-    """A copy of the profile in the JS view (the frames list grows by two)."""
+    """A copy of the profile in the JS view (the frames list grows by three)."""
     view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic, modules=profile.modules)
     view.frames = list(profile.frames)
     view.reindex_frames()

@@ -67,3 +67,14 @@ def test_stacks_without_js_become_program_or_garbage_collector():
     assert view.samples[2].frame_ids is view.samples[3].frame_ids  # each distinct stack worked out once
     assert len(profile.frames) == len(set(profile.frames))  # the original is untouched
     assert all(names(profile.stack(sample))[0] == "_start" for sample in profile.samples)
+
+
+def test_v8_logging_for_a_profiler_is_not_charged_to_the_js_that_compiled():
+    """Writing a perf map or code log happens only because a profiler asked:
+    the JS function whose compilation triggered it is not charged."""
+    from profiler.jit.v8.js_view import PROFILING, shown_in_js_view
+
+    stack = START + ENTRY + [js("main"), native("v8::internal::Compiler::Compile(...)")]
+    logging = stack + [native("v8::internal::CodeEventLogger::CodeCreateEvent(...)"), native("write", "libc.so.6")]
+    assert shown_in_js_view(logging) == [PROFILING]
+    assert names(shown_in_js_view(stack)) == ["main"]
