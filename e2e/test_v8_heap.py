@@ -61,16 +61,29 @@ def test_attach_names_inlined_chain_without_flags(jitprof, tmp_path, background,
 
 
 @pytest.mark.parametrize("major", MAJORS)
-def test_all_processes_names_a_node_started_without_flags(jitprof, tmp_path, background, major):
+def test_all_processes_names_nodes_started_without_flags(jitprof, tmp_path, background, major):
+    """--all, with two flagless nodes: the inlined chain, and the a/b case."""
     node = node_binary(major)
-    target = flagless(background, node, str(JS / "chain.js"), "30", cwd=tmp_path)
-    time.sleep(1.5)
-    run = jitprof("--all", "--by-pid", "-d", "3", "-o", "out.folded")
+    chain = flagless(background, node, str(JS / "inline_chain.js"), "30", cwd=tmp_path)
+    output = tmp_path / "phases.txt"
+    with output.open("w") as stdout:
+        phases = flagless(background, node, str(JS / "identical.js"), "1", "3", cwd=tmp_path, stdout=stdout)
+        time.sleep(1.5)
+        run = jitprof("--all", "--by-pid", "-F", "499", "-d", "6", "-o", "out.folded")
+        phases.wait(timeout=60)
     assert run.returncode == 0, run.stderr
-    mine = [line for line in read_folded(tmp_path / "out.folded") if line.frames[0].endswith(f"-{target.pid}")]
-    assert total(mine) >= 150
-    assert sum(line.count for line in mine if js_chain(line.frames)) / total(mine) >= 0.9
-    assert unnamed_js_share(mine) <= 0.05
+    lines = read_folded(tmp_path / "out.folded")
+    of_chain = [line for line in lines if line.frames[0].endswith(f"-{chain.pid}")]
+    assert total(of_chain) >= 1000
+    share, inlined = chain_share(of_chain, ["top", "mid", "leaf"])
+    assert share >= 0.9 and inlined >= 0.9, (share, inlined)
+    assert unnamed_js_share(of_chain) <= 0.05
+    of_phases = [line for line in lines if line.frames[0].endswith(f"-{phases.pid}")]
+    a, b = inclusive_share(of_phases, "a"), inclusive_share(of_phases, "b")
+    truth = phase_share(output.read_text())
+    assert abs(a / (a + b) - truth) <= 0.05, (a, b, truth)
+    if 0.4875 <= truth <= 0.5125:
+        assert abs(a - b) / max(a, b) <= 0.10, (a, b, truth)
 
 
 @pytest.mark.parametrize("major", MAJORS)
@@ -98,11 +111,12 @@ def js_frames(profile: Profile, script: str) -> list[Frame]:
     return [frame for frame in profile.frames if frame.file.endswith(script)]
 
 
-def test_function_lines_are_cpu_profs(jitprof, tmp_path, background):
+@pytest.mark.parametrize("major", MAJORS)
+def test_function_lines_are_cpu_profs(jitprof, tmp_path, background, major):
     """The line each function begins on and the line it spends most time on
     are what node's own profiler says."""
     target = flagless(
-        background, node_binary("22"), "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(JS / "chain.js"), "4", cwd=tmp_path
+        background, node_binary(major), "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(JS / "chain.js"), "4", cwd=tmp_path
     )
     time.sleep(1.0)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-o", "out.jitprof", "-o", "out.svg")
@@ -124,7 +138,7 @@ def test_function_lines_are_cpu_profs(jitprof, tmp_path, background):
     assert hottest_line(tmp_path / "out.svg", "inner") == max(hot_lines["inner"].items(), key=lambda item: item[1])[0]
 
 
-@pytest.mark.parametrize("major", ["20", "26"])
+@pytest.mark.parametrize("major", MAJORS)
 def test_jitless_interpreter_frames_named_with_lines(jitprof, tmp_path, background, major):
     target = flagless(background, node_binary(major), "--jitless", str(JS / "chain.js"), "30", cwd=tmp_path)
     time.sleep(1.0)
