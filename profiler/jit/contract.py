@@ -8,11 +8,40 @@ jit/runtimes.py lists them: adding a runtime touches its module and that list.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.model.profile import Frame
+
+
+class WorkingDirectoryFiles(Protocol):
+    """The run's janitor (jit/files.py), as a runtime's sources use it."""
+
+    def open_v8_logs(self, pid: int) -> list[int]: ...
+
+
+class PerfMapReader(Protocol):
+    """The run's generic perf-map source (jit/perfmap_source.py), as a runtime's sources use it."""
+
+    def reload(self, pid: int) -> int: ...
+
+    def remove_file(self, pid: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """What a runtime's symbol sources are built with, for one run."""
+
+    owner_uid: int | None  # the user a spawned command runs as (files of processes gone before they were asked)
+    expand_inlining: bool
+    janitor: WorkingDirectoryFiles  # files the injected flags make programs write
+    ask_processes: bool  # jitprof may ask processes to write files (not under --all)
+    kernel: Any  # the BPF program's maps, for a source that has the kernel read more of a frame; None: not asked
+    perf_maps: PerfMapReader  # the run's generic perf-map source
+    runtime_of: Callable[[int], Runtime | None]  # which runtime a live process runs
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: one record per runtime
@@ -34,3 +63,10 @@ class Runtime:
     own_names_only: bool = False
     # The application a process of it is (a package, a main class); None: unknown.
     application: Callable[[int, list[str]], str | None] | None = None
+    # The symbol sources it brings to a run, asked before the generic ones
+    # (jitdumps, perf maps).
+    symbol_sources: Callable[[SourceSettings], list[JitSymbolSource]] | None = None
+    # What to tell a user who attaches to a process of it, given the run's
+    # sources and whether inlined frames are wanted; None: the generic "writes
+    # no perf map" warning, when it writes none.
+    attach_notes: Callable[[int, Sequence[JitSymbolSource], bool], list[str]] | None = None

@@ -7,7 +7,7 @@ import re
 
 from profiler.jit.contract import Runtime
 from profiler.jit.name_forms import base_name
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
 
 _PYTHON_FRAME = re.compile(r"^py::(.+?):(.+)$")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from profiler.jit.jitdump import CodeLoad, JitdumpFile
 from profiler.jit.names import frame_for_name
 from profiler.jit.symbol_source import JitSymbolSource
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import process_uid
 from profiler.kernel.procmaps import read_maps
 from profiler.model.profile import Frame, FrameKind
@@ -48,6 +48,9 @@ class JitdumpReport:
     loads: int
     error: str
     insane_debug_records: int
+
+    def warning(self) -> str:
+        return f"jitprof: warning: jitdump of pid {self.pid} ({self.path or 'not read'}): {self.error}"
 
 
 class JitdumpSymbols(JitSymbolSource):
@@ -161,7 +164,7 @@ class JitdumpSymbols(JitSymbolSource):
                 continue
             state.dumps.append(JitdumpFile(os.readlink(map_file), descriptor))
 
-    def forget(self, pid: int) -> list[JitdumpReport]:
+    def forget(self, pid: int, remove_as: int | None = None) -> list[str]:
         """A process long gone: close its dumps and let its code go."""
         with self._lock:
             state = self._processes.pop(pid, None)
@@ -172,9 +175,12 @@ class JitdumpSymbols(JitSymbolSource):
         reports = _reports_of(state)
         for dump in state.dumps:
             dump.close()
-        return reports
+        return [report.warning() for report in reports if report.error]
 
-    def has_dump(self, pid: int) -> bool:
+    def warnings(self) -> list[str]:
+        return [report.warning() for report in self.reports() if report.error]
+
+    def has_source(self, pid: int) -> bool:
         with self._lock:
             state = self._processes.get(pid)
         return state is not None and bool(state.dumps)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from profiler.jit.contract import Runtime
 from profiler.jit.name_forms import base_name
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
 
 MOARVM_PERF_MAP = "MVM_JIT_PERF_MAP"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from profiler.jit.contract import Runtime
 from profiler.jit.cpython import PYTHON
 from profiler.jit.v8.runtime import NODE
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
 
 

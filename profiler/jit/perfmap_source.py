@@ -18,7 +18,7 @@ from profiler.jit import runtimes
 from profiler.jit.names import frame_for_name
 from profiler.jit.perfmap import EntryBudget, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map
 from profiler.jit.symbol_source import JitSymbolSource
-from profiler.kernel.mappings import KnownMapping
+from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.proc_status import process_uid
 from profiler.model.profile import Frame
 
@@ -47,6 +47,19 @@ class PerfMapReport:
     skipped_lines: int
     truncated: str  # why reading stopped early, if it did
     refused: str
+
+    def warnings(self) -> list[str]:
+        found = []
+        if self.refused:
+            found.append(f"jitprof: warning: not reading the perf map of pid {self.pid}: {self.refused}")
+        if self.skipped_lines:
+            found.append(f"jitprof: warning: skipped {self.skipped_lines:,} malformed lines in {self.path}")
+        if self.truncated:
+            found.append(
+                f"jitprof: warning: stopped reading the perf map of pid {self.pid} ({self.path}) at "
+                f"{self.truncated}; its later JIT code is unnamed"
+            )
+        return found
 
 
 class PerfMapSymbols(JitSymbolSource):
@@ -125,7 +138,7 @@ class PerfMapSymbols(JitSymbolSource):
             old.close()
         return len(fresh.index)
 
-    def has_map(self, pid: int) -> bool:
+    def has_source(self, pid: int) -> bool:
         return self._state(pid).file is not None
 
     def _state(self, pid: int) -> _ProcessMap:
@@ -152,19 +165,22 @@ class PerfMapSymbols(JitSymbolSource):
                 if state.file is not None:
                     state.file.remove(owner_uid)
 
-    def forget(self, pid: int, remove_as: int | None) -> PerfMapReport | None:
+    def forget(self, pid: int, remove_as: int | None) -> list[str]:
         """A process long gone: remove its map (remove_as: the owner, when
-        jitprof asked for it) and close it; its report, if it has one."""
+        jitprof asked for it) and close it; what went wrong with it."""
         with self._lock:
             state = self._maps.pop(pid, None)
         if state is None:
-            return None
+            return []
         report = _report_of(state)
         if state.file is not None:
             if remove_as is not None:
                 state.file.remove(remove_as)
             state.file.close()
-        return report
+        return report.warnings()
+
+    def warnings(self) -> list[str]:
+        return [warning for report in self.reports() for warning in report.warnings()]
 
     def remove_file(self, pid: int) -> bool:
         """Delete one process's perf map, if it is still the file read."""

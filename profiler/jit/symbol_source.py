@@ -1,14 +1,17 @@
-"""What the symbolizer asks of a source of names for JIT code (V8's code log,
-jitdumps, perf maps, the JVM's maps), in one interface: a source is added
-once, with all of it, and cannot be half-registered. What a source has no
-use for it inherits from here."""
+"""What a run asks of a source of names for JIT code (V8's objects, V8's
+code log, jitdumps, perf maps, the JVM's maps), in one interface: a source is
+added once, with all of it, and cannot be half-registered. The symbolizer
+asks for frames and for what the whole-stack cache needs (epoch); the run
+tells it which processes to watch and forget, and asks what to tell the user
+and which files to remove. What a source has no use for it inherits from
+here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.events import V8FrameSlots
-from profiler.kernel.mappings import KnownMapping
 from profiler.model.profile import Frame
 
 
@@ -49,4 +52,35 @@ class JitSymbolSource:
 
     def read_all(self) -> None:
         """The run is over and the runtimes have flushed: read once more, to the end."""
+        return None
+
+    # The run's side ---------------------------------------------------------
+
+    def watch(self, pid: int) -> None:
+        """A process is followed, or has just exec'd: note what it runs."""
+        return None
+
+    def has_source(self, pid: int) -> bool:
+        """Does this source name some of pid's JIT code?"""
+        return False
+
+    def forget(self, pid: int, remove_as: int | None) -> list[str]:
+        """A process long gone: let what is known of it go (remove_as: remove
+        the files jitprof made it write, as their owner). Returns the warnings
+        about it to give at the end of the run."""
+        return []
+
+    def warnings(self) -> list[str]:
+        """At the end of the run: what went wrong with the processes still known."""
+        return []
+
+    def remove_files(self, owner_uid: int) -> None:
+        """The run is over: remove the files the injected flags made its processes write."""
+        return None
+
+    def remove_asked_files(self) -> None:
+        """The run is over: remove the files jitprof itself asked processes to write (attached ones too)."""
+        return None
+
+    def close(self) -> None:
         return None

@@ -17,8 +17,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.events import MAX_FRAMES, RawSample, WalkEnd
-from profiler.kernel.mappings import KnownMapping, MappingTracker
+from profiler.kernel.mappings import MappingTracker
 from profiler.native import library
 from profiler.native.unwind_tables import RowsState, TableRows
 

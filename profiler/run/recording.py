@@ -131,9 +131,9 @@ class Recording:
             self._run_as_uid,
             self.options.inline,
             self._jit_files,
-            ask_jvms=not self.options.all_processes,
+            ask_processes=not self.options.all_processes,
             injected=self._inject,
-            v8_kernel=program.maps if self.options.v8_heap else None,
+            kernel=program.maps if self.options.v8_heap else None,
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
         self._mode = self._mode_for(run_as)
@@ -345,7 +345,7 @@ class Recording:
         """Perf maps exist because jitprof asked for them: remove them."""
         if self.options.keep_jit_files or self._jit_sources is None:
             return
-        self._jit_sources.jvms.remove_files()  # asked for when attached too
+        self._jit_sources.remove_asked_files()  # asked for when attached too
         if not self._removes_jit_files():
             return
         assert self._followed is not None and self._run_as_uid is not None

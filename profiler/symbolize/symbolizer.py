@@ -25,9 +25,10 @@ from typing import Protocol
 from profiler.jit import registry
 from profiler.jit.sources import JitSources
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
+from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd
 from profiler.kernel.late_walks import LateWalks
-from profiler.kernel.mappings import KnownMapping, MappingTracker
+from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, Sample
 from profiler.native.elf import UnreadableElf
 

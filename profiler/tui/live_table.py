@@ -11,7 +11,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
 
 DEFAULT_WINDOW_S = 5.0

@@ -39,7 +39,7 @@ def test_dump_found_through_its_mapping_and_samples_wait_for_late_records(tmp_pa
     try:
         symbolizer.submit(jit_sample(address + 8, sample_time))
         time.sleep(0.5)  # well past PARK_MAX_S: the dump has nothing as new as the sample yet
-        assert dumps.has_dump(os.getpid()) and profile.samples == []
+        assert dumps.has_source(os.getpid()) and profile.samples == []
         with open(dump_path, "ab") as handle:  # the runtime's buffer is flushed
             handle.write(load(sample_time - 1000, address, 64, "JS:*late /app/late.js:7:3"))
             handle.write(load(sample_time + 10**6, 0x2000, 0x10, "newer, elsewhere"))

@@ -96,7 +96,7 @@ def test_the_final_snapshots_share_one_short_budget(dribbling_jvm, monkeypatch):
         def reload(self, pid: int) -> bool:
             return False
 
-    jvms = perfmap_source.JvmPerfMaps(NoMaps())  # type: ignore[arg-type]
+    jvms = perfmap_source.JvmPerfMaps(NoMaps(), lambda pid: True)  # type: ignore[arg-type]
     for key in range(3):  # three JVMs, all answering through the same dribbling socket
         jvms._jvms[key] = perfmap_source._Jvm(os.getpid(), map_was_there=True)
     started = time.monotonic()

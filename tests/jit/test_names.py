@@ -2,7 +2,7 @@
 
 from profiler.jit import runtimes
 from profiler.jit.names import frame_for_name
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import FrameKind
 
 

@@ -131,3 +131,20 @@ def test_a_renamed_node_is_recognised_by_what_it_exports(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_each_runtime_brings_its_own_sources_and_the_generic_ones_come_last():
+    """A runtime's sources are declared by its record (jit/contract.py), so
+    the run builds, watches, forgets and asks them all alike."""
+    from profiler.jit.files import JitFileJanitor  # noqa: PLC0415
+    from profiler.jit.sources import JitSources  # noqa: PLC0415
+
+    spawned = JitSources(None, True, JitFileJanitor())
+    names = [type(source).__name__ for source in spawned.symbol_sources()]
+    assert names == ["V8HeapSymbols", "V8LogSymbols", "JvmPerfMaps", "JitdumpSymbols", "PerfMapSymbols"]
+    whole_machine = JitSources(None, True, JitFileJanitor(), ask_processes=False)
+    assert "JvmPerfMaps" not in [type(source).__name__ for source in whole_machine.symbol_sources()]
+    for source in spawned.symbol_sources():
+        assert source.forget(1 << 30, None) == [] and not source.has_source(1 << 30)
+    spawned.close()
+    whole_machine.close()

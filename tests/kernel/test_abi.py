@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from profiler.kernel import bpf_program, events, kernel_maps, mappings
+from profiler.kernel import address_spaces, bpf_program, events, kernel_maps
 from profiler.native import library, unwind_rows, unwind_tables
 from tests.helpers import ROOT
 
@@ -147,7 +147,7 @@ def test_codes_are_the_headers(abi):
     assert {f"RBP_{rule.name}": int(rule) for rule in unwind_rows.RbpRule} == {
         name: value for name, value in abi.items() if name.startswith("RBP_")
     }
-    assert (mappings.MAPPING_ELF, mappings.MAPPING_JIT, mappings.MAPPING_ELF_PENDING) == (
+    assert (library.MAPPING_ELF, library.MAPPING_JIT, address_spaces.MAPPING_ELF_PENDING) == (
         abi["MAPPING_ELF"],
         abi["MAPPING_JIT"],
         abi["MAPPING_ELF_PENDING"],

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
+from profiler.kernel.address_spaces import MAPPING_ELF_PENDING
 from profiler.kernel.events import RawSample, StackCopy, WalkEnd
 from profiler.kernel.late_walks import LateWalks
-from profiler.kernel.mappings import MAPPING_ELF_PENDING, MappingTracker
+from profiler.kernel.mappings import MappingTracker
 from profiler.native.unwind_tables import RowsState, TableRows
 from tests.symbolize.test_symbolize import RecordingTrie
 

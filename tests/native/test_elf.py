@@ -109,7 +109,7 @@ def test_the_vdso_is_read_from_memory_with_its_symbols_and_unwind_rows():
 
 
 def test_functions_of_a_stripped_file_are_kept_apart_by_their_start(tmp_path, chain_binary):
-    from profiler.kernel.mappings import KnownMapping
+    from profiler.kernel.address_spaces import KnownMapping
     from profiler.kernel.procmaps import MapEntry
     from profiler.symbolize.symbolizer import ElfSymbols
 

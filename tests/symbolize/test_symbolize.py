@@ -8,8 +8,9 @@ import time
 
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.events import RawSample, WalkEnd
-from profiler.kernel.mappings import MAPPING_ELF, MAPPING_JIT, MappingTracker
+from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import FrameKind, Profile, RunInfo
+from profiler.native.library import MAPPING_ELF, MAPPING_JIT
 from profiler.symbolize.symbolizer import Symbolizer
 
 

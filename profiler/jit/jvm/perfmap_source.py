@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from profiler.jit import runtimes
+from profiler.jit.contract import PerfMapReader
 from profiler.jit.jvm.attach import EXCHANGE_TIMEOUT_S, AttachError, Budget, run_jcmd
 from profiler.jit.perfmap import candidate_paths
-from profiler.jit.perfmap_source import PerfMapSymbols
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.proc_status import process_alive
 
@@ -48,7 +48,8 @@ class JvmReport:
 
 @dataclass
 class JvmPerfMaps(JitSymbolSource):
-    perf_maps: PerfMapSymbols
+    perf_maps: PerfMapReader
+    is_jvm: Callable[[int], bool]  # does this live process run a JVM?
     _jvms: dict[int, _Jvm] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -56,7 +57,7 @@ class JvmPerfMaps(JitSymbolSource):
 
     def watch(self, pid: int) -> None:
         """Note a process; JVMs among them are asked for their maps from now on."""
-        if runtimes.runtime_of(pid) is not runtimes.JAVA:
+        if not self.is_jvm(pid):
             return
         with self._lock:
             if pid not in self._jvms:
@@ -130,13 +131,25 @@ class JvmPerfMaps(JitSymbolSource):
                 jvm.snapshots += 1
                 jvm.last_error = ""
 
+    def warnings(self) -> list[str]:
+        found = []
+        for jvm in self.reports():
+            if jvm.last_error and not jvm.snapshots:
+                found.append(f"jitprof: warning: the JVM (pid {jvm.pid}) gave no perf map: {jvm.last_error}")
+            if jvm.preserves_frame_pointers is False:
+                found.append(
+                    f"jitprof: warning: the JVM (pid {jvm.pid}) runs without -XX:+PreserveFramePointer, so stacks "
+                    "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
+                )
+        return found
+
     def reports(self) -> list[JvmReport]:
         with self._lock:
             return [
                 JvmReport(jvm.pid, jvm.snapshots, jvm.last_error, jvm.preserves_frame_pointers) for jvm in self._jvms.values()
             ]
 
-    def remove_files(self) -> None:
+    def remove_asked_files(self) -> None:
         """Delete the maps the JVMs wrote because jitprof asked."""
         with self._lock:
             jvms = list(self._jvms.values())

@@ -8,12 +8,15 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
-from profiler.jit.contract import Runtime
+from profiler.jit.contract import Runtime, SourceSettings
 from profiler.jit.jvm.application import java_main
+from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
 from profiler.jit.options import merge_options
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.jit.symbol_source import JitSymbolSource
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
 from profiler.safety import processes
 
@@ -72,6 +75,17 @@ def _frame_for_name(name: str) -> Frame:
     return Frame(f"[stub] {name}", JIT_MODULE, FrameKind.JIT, tier="stub")
 
 
+def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
+    """Under --all no JVM is asked to write a map (root would write into every JVM's /tmp)."""
+    if not settings.ask_processes:
+        return []
+    return [JvmPerfMaps(settings.perf_maps, lambda pid: settings.runtime_of(pid) is JAVA)]
+
+
+def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) -> list[str]:
+    return [f"jitprof: note: asking the JVM (pid {pid}) for its perf map every {REFRESH_S:g} s"]
+
+
 JAVA = Runtime(
     "the JVM",
     "jitprof asks the JVM for its perf map; for whole stacks start it with -XX:+PreserveFramePointer "
@@ -83,4 +97,6 @@ JAVA = Runtime(
     frame_for_name=_frame_for_name,
     own_names_only=True,
     application=lambda pid, arguments: java_main(arguments),
+    symbol_sources=_symbol_sources,
+    attach_notes=_attach_notes,
 )

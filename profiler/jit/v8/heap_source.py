@@ -28,8 +28,8 @@ from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
 from profiler.jit.v8.heap.memory import MemoryThread, ProcessMemory
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
 from profiler.jit.v8.names import Tier, short_script
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
-from profiler.kernel.mappings import JIT_MODULE
 from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.model.profile import Frame, FrameKind
 from profiler.native import elf_format
@@ -113,11 +113,13 @@ class V8HeapSymbols(JitSymbolSource):
 
     # Which processes -------------------------------------------------
 
-    def watch(self, pid: int) -> str:
+    def watch(self, pid: int) -> None:
         """A followed process (or one that exec'd): if it runs a V8 jitprof
-        can read, have the kernel send its JS frames. Returns why not ("" if
-        it can, or runs no V8)."""
-        self.forget(pid)
+        can read, have the kernel send its JS frames (else refused(pid) says why)."""
+        self._watch(pid)
+
+    def _watch(self, pid: int) -> str:
+        self.forget(pid)  # an exec: what was known is another program's
         if self._kernel is None:
             return ""
         try:
@@ -162,7 +164,10 @@ class V8HeapSymbols(JitSymbolSource):
         with self._lock:
             return pid in self._processes
 
-    def forget(self, pid: int) -> None:
+    def has_source(self, pid: int) -> bool:
+        return self.reads(pid)
+
+    def forget(self, pid: int, remove_as: int | None = None) -> list[str]:
         with self._lock:
             process = self._processes.pop(pid, None)
         self._refused.pop(pid, None)
@@ -170,6 +175,7 @@ class V8HeapSymbols(JitSymbolSource):
             process.thread.close()
             if self._kernel is not None:
                 self._kernel.clear_v8_process(pid)
+        return []
 
     def close(self) -> None:
         for pid in list(self._processes):

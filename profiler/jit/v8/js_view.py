@@ -16,7 +16,7 @@ to the program's functions.
 
 from __future__ import annotations
 
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind, Profile, Sample
 
 PROGRAM = Frame("(program)", "", FrameKind.NATIVE)

@@ -25,7 +25,7 @@ from profiler.jit.symbol_source import JitSymbolSource
 from profiler.jit.v8.code_map import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack
 from profiler.jit.v8.log_parser import CodeCreation, V8LogReader
 from profiler.jit.v8.names import JS_TAGS, Tier, parse_v8_name
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import process_uid
 from profiler.model.profile import Frame, FrameKind
 
@@ -69,6 +69,11 @@ class V8LogReport:
     code_objects: int
     bad_lines: int
     bytes_read: int
+
+    def warnings(self) -> list[str]:
+        if not self.bad_lines:
+            return []
+        return [f"jitprof: warning: skipped {self.bad_lines:,} malformed lines in the V8 code log of pid {self.pid}"]
 
 
 class V8LogSymbols(JitSymbolSource):
@@ -248,23 +253,26 @@ class V8LogSymbols(JitSymbolSource):
             states = list(self._processes.values())
         return [_report_of(state) for state in states]
 
-    def forget(self, pid: int) -> V8LogReport | None:
+    def forget(self, pid: int, remove_as: int | None = None) -> list[str]:
         """A process long gone: close its logs and let its code go."""
         with self._lock:
             state = self._processes.pop(pid, None)
             if state is not None:
                 self._memo = {key: frames for key, frames in self._memo.items() if key[0] != pid}
         if state is None:
-            return None
+            return []
         report = _report_of(state)
         for log in state.logs:
             try:
                 os.close(log.descriptor)
             except OSError:
                 pass
-        return report
+        return report.warnings()
 
-    def has_log(self, pid: int) -> bool:
+    def warnings(self) -> list[str]:
+        return [warning for report in self.reports() for warning in report.warnings()]
+
+    def has_source(self, pid: int) -> bool:
         with self._lock:
             state = self._processes.get(pid)
         return state is not None and bool(state.logs)

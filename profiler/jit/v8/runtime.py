@@ -1,17 +1,25 @@
 """Node.js (V8) as jitprof knows it: recognised by its name, libnode.so or
-the N-API names its executable exports; given the perf-map flags and the
-code-log preload when spawned; its perf-map and jitdump names read as V8
-writes them; named in a store by its package or main script."""
+the N-API names its executable exports; its JS frames named from V8's objects
+(and its code log, when it writes one); given the perf-map flags (and with
+--no-v8-heap the code-log preload) when spawned; its perf-map and jitdump
+names read as V8 writes them; named in a store by its package or main
+script; what to tell a user attaching to it."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from profiler.jit.contract import Runtime
+from profiler.jit.contract import Runtime, SourceSettings
 from profiler.jit.options import merge_options
+from profiler.jit.perfmap import candidate_paths
+from profiler.jit.symbol_source import JitSymbolSource
 from profiler.jit.v8.application import node_application
+from profiler.jit.v8.heap_source import V8HeapSymbols
+from profiler.jit.v8.log_source import V8LogSymbols
 from profiler.jit.v8.names import parse_v8_name
-from profiler.kernel.mappings import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import command_line_and_environment
 from profiler.model.profile import Frame, FrameKind
 
@@ -68,6 +76,43 @@ def node_flags_active(pid: int) -> bool:
     return False
 
 
+def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
+    """V8's objects (the kernel sends what identifies each JS frame), then its
+    code log: both exact by time, with inlined frames."""
+    return [
+        V8HeapSymbols(settings.kernel, settings.expand_inlining),
+        V8LogSymbols(
+            expand_inlining=settings.expand_inlining,
+            default_owner_uid=settings.owner_uid,
+            working_directory_logs=settings.janitor.open_v8_logs,
+        ),
+    ]
+
+
+def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) -> list[str]:
+    """Only what cannot be had: V8's objects name everything they can read."""
+    heap = next((source for source in sources if isinstance(source, V8HeapSymbols)), None)
+    if heap is not None and heap.reads(pid):
+        return []
+    has_map = any(os.path.exists(path) for path in candidate_paths(pid))
+    refused = heap.refused(pid) if heap is not None else ""
+    if refused and not has_map:
+        return [
+            f"jitprof: warning: cannot read V8's objects in node (pid {pid}): {refused}; so its JavaScript frames "
+            f"will show as addresses; {NODE.fix}"
+        ]
+    if not has_map and not node_flags_active(pid):
+        return [
+            f"jitprof: warning: node (pid {pid}) has no perf map, so its JavaScript frames will show as addresses; {NODE.fix}"
+        ]
+    if inline and not node_code_log_active(pid):
+        return [
+            f"jitprof: note: node (pid {pid}) does not write V8's code log, so functions inlined by the JIT are counted "
+            f"in their callers and lines are per function; {NODE_CODE_LOG_FIX}"
+        ]
+    return []
+
+
 NODE = Runtime(
     "Node.js",
     f'restart it with NODE_OPTIONS="{" ".join(NODE_FLAGS)}" (or start it with jitprof -- node ...)',
@@ -78,4 +123,6 @@ NODE = Runtime(
     spawn_environment=_spawn_environment,
     frame_for_name=_frame_for_name,
     application=node_application,
+    symbol_sources=_symbol_sources,
+    attach_notes=_attach_notes,
 )
