@@ -40,12 +40,12 @@ def _bpf_fdinfo(pid: int) -> list[dict[str, str]]:
 
 def kernel_cost(flags: list[str], workdir: Path) -> KernelCost:
     """BPF run time per collected sample (kernel.bpf_stats_enabled), map memory."""
-    process = subprocess.Popen(
-        [*JITPROF, "-F", "999", *flags, "-o", "cost.folded", "--", str(DWARF_CASES), "recursion", "5"],
-        cwd=workdir,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return measured_run([*JITPROF, "-F", "999", *flags, "-o", "cost.folded", "--", str(DWARF_CASES), "recursion", "5"], workdir)
+
+
+def measured_run(command: list[str], workdir: Path, env: dict[str, str] | None = None) -> KernelCost:
+    """Run a jitprof command line; its sampler's BPF time per sample and its map memory."""
+    process = subprocess.Popen(command, cwd=workdir, stderr=subprocess.PIPE, text=True, env=env)
     # The kernel's counts are read while jitprof runs (its descriptors go
     # with it): the last reading before it ends.
     infos: list[dict[str, str]] = []

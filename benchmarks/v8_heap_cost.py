@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import JITPROF, ROOT
-from benchmarks.kernel_cost import _bpf_fdinfo
+from benchmarks.kernel_cost import measured_run
 
 APPS = ROOT / ".nodes" / "apps" / "node_modules"
 TSC = [
@@ -84,23 +84,10 @@ def _tsc_runs(repeats: int, workdir: Path) -> list[str]:
 
 
 def _bpf_ns_per_sample(flags: list[str], workdir: Path) -> tuple[float, int]:
-    process = subprocess.Popen(
-        [*JITPROF, "--no-tui", "-F", "999", *flags, "-o", "bpf.folded", "--", "node", str(BUSY), "5"],
-        cwd=workdir,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=PLAIN,
+    cost = measured_run(
+        [*JITPROF, "--no-tui", "-F", "999", *flags, "-o", "bpf.folded", "--", "node", str(BUSY), "5"], workdir, PLAIN
     )
-    infos: list[dict[str, str]] = []
-    while process.poll() is None:
-        reading = _bpf_fdinfo(process.pid)
-        if any(info.get("prog_type") == "7" and int(info.get("run_cnt", 0)) for info in reading):
-            infos = reading
-        time.sleep(0.2)
-    _, stderr = process.communicate(timeout=120)
-    samples = int(re.search(r"jitprof: ([\d,]+) samples", stderr).group(1).replace(",", ""))
-    sampler_ns = sum(int(info.get("run_time_ns", 0)) for info in infos if info.get("prog_type") == "7")
-    return sampler_ns / max(samples, 1), samples
+    return cost.bpf_ns_per_sample, cost.samples
 
 
 def _symbolizer_cost(workdir: Path) -> tuple[int, float]:
