@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
     uint64_t seed = 0x9E3779B97F4A7C15ULL;
     uint64_t ends[256] = {0};
     uint64_t frames[127];
+    uint64_t frame_pointers[127];
     for (long round = 0; round < rounds; round++) {
         uint64_t length = next_random(&seed) % 4096 + (next_random(&seed) % 2 ? 0 : next_random(&seed) % 8);
         uint8_t *stack = malloc(length ? length : 1);
@@ -76,7 +77,7 @@ int main(int argc, char **argv) {
         };
         uint32_t max_frames = (uint32_t)(next_random(&seed) % 128);
         uint32_t count = 0;
-        int end = jp_walk_copy(mappings, MAPPINGS, &copy, &start, frames, max_frames, &count);
+        int end = jp_walk_copy(mappings, MAPPINGS, &copy, &start, frames, frame_pointers, max_frames, &count);
         if (count > max_frames || end < 0 || end > 255) {
             fprintf(stderr, "bad result: end %d, %u frames of %u\n", end, count, max_frames);
             return 3;

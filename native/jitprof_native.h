@@ -84,9 +84,12 @@ enum {
 };
 
 /* Walk from start over the copy, writing up to max_frames addresses (leaf
- * first) into frames; returns how the walk ended. */
+ * first) into frames, and (when frame_pointers is not NULL) each frame's
+ * frame pointer into frame_pointers (for reading a JIT frame's slots);
+ * returns how the walk ended. */
 int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count, const struct jp_walk_stack *stack,
-                 const struct jp_walk_registers *start, uint64_t *frames, uint32_t max_frames, uint32_t *frame_count);
+                 const struct jp_walk_registers *start, uint64_t *frames, uint64_t *frame_pointers, uint32_t max_frames,
+                 uint32_t *frame_count);
 /* cffi-end */
 
 #endif

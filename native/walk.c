@@ -72,7 +72,8 @@ static int dwarf_step(const struct jp_walk_mapping *mapping, uint64_t lookup_pc,
 }
 
 int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count, const struct jp_walk_stack *stack,
-                 const struct jp_walk_registers *start, uint64_t *frames, uint32_t max_frames, uint32_t *frame_count) {
+                 const struct jp_walk_registers *start, uint64_t *frames, uint64_t *frame_pointers, uint32_t max_frames,
+                 uint32_t *frame_count) {
     struct walk_reader reader = {stack, 0};
     __u64 pc = start->pc, sp = start->sp, fp = start->fp;
     int exact_pc = start->exact_pc != 0;
@@ -83,6 +84,7 @@ int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count,
             *frame_count = depth;
             return WALK_TRUNCATED;
         }
+        if (frame_pointers != NULL) frame_pointers[depth] = fp;
         frames[depth++] = pc;
         *frame_count = depth;
         /* Caller frames hold return addresses: look up pc - 1, inside the call. */

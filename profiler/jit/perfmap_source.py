@@ -102,10 +102,18 @@ class PerfMapSymbols(JitSymbolSource):
             return frame
 
     def epoch(self, pid: int) -> tuple[int, int]:
-        """(revision, 0) of pid's map: lines carry no times (see V8LogSymbols.epoch)."""
+        """(revision, 0) of pid's map: lines carry no times (see V8LogSymbols.epoch).
+        A watched process's map is opened here while it lives, even when other
+        sources name its code: its samples after it exits, and removing the
+        map (in a container, found only through the live process), need it."""
         with self._lock:
             state = self._maps.get(pid)
-            if state is None or state.file is None:
+        if state is None:
+            return (0, 0)
+        if state.file is None:
+            state = self._state(pid)  # at most every RETRY_OPEN_S
+        with self._lock:
+            if state.file is None:
                 return (0, 0)
             self._tail_if_due(state, state.file)
             return ((state.reloads << 40) + len(state.file.index), 0)

@@ -18,6 +18,8 @@ from profiler.jit.perfmap import candidate_paths, remove_perf_map
 from profiler.jit.perfmap_source import PerfMapSymbols
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.kernel.events import StackCopy, V8FrameSlots
+from profiler.kernel.late_walks import WalkedFrame
 from profiler.model.profile import FrameKind, Profile
 from profiler.safety.terminal import say
 
@@ -51,6 +53,10 @@ class JitSources:
         # the hints at the end of a run (about samples still held) ask.
         self._had_source: dict[int, None] = {}
         self._warnings: list[str] = []
+
+    def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
+        """(For late walks.) The runtimes' records of frames walked in user space."""
+        return tuple(record for source in self._sources for record in source.record_walked_frames(pid, frames, stack))
 
     def symbol_sources(self) -> list[JitSymbolSource]:
         """Every source of names, in the order they are asked."""

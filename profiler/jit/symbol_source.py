@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from profiler.kernel.address_spaces import KnownMapping
-from profiler.kernel.events import V8FrameSlots
+from profiler.kernel.events import RawSample, StackCopy, V8FrameSlots
+from profiler.kernel.late_walks import WalkedFrame
 from profiler.model.profile import Frame
 
 
@@ -36,6 +37,16 @@ class JitSymbolSource:
         sample (address: a leaf's pc, or a caller's call instruction); None:
         not known here."""
         return None
+
+    def note_sample(self, sample: RawSample) -> None:
+        """(Sampling thread: must not block.) A sample was just taken: a
+        source that can only read while the process lives may start on it."""
+        return None
+
+    def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
+        """Frames walked in user space (from a stack copy): the records the
+        kernel would have sent for those of this source's runtime."""
+        return ()
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         """One frame for the code at an address of any mapping (after the ELF file's own names)."""

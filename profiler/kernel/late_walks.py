@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.kernel.address_spaces import KnownMapping
-from profiler.kernel.events import MAX_FRAMES, RawSample, WalkEnd
+from profiler.kernel.events import MAX_FRAMES, RawSample, StackCopy, V8FrameSlots, WalkEnd
 from profiler.kernel.mappings import MappingTracker
 from profiler.native import library
 from profiler.native.unwind_tables import RowsState, TableRows
@@ -26,6 +26,23 @@ from profiler.native.unwind_tables import RowsState, TableRows
 
 class RowSource(Protocol):
     def rows_for_walk(self, cache_key: str) -> TableRows: ...
+
+
+@dataclass(frozen=True)
+class WalkedFrame:
+    """A frame the walk in user space found: where its words may be read."""
+
+    index: int  # in the sample's addresses
+    pc: int
+    fp: int
+    in_jit_code: bool  # anonymous executable memory
+
+
+class FrameRecorder(Protocol):
+    def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
+        """What the kernel would have sent of these frames, read from the copy
+        (and the live process): the runtime's frame records."""
+        ...
 
 
 @dataclass
@@ -43,6 +60,7 @@ class LateWalks:
         self._tracker = tracker
         self._tables = tables  # None: frame pointers only (--no-dwarf)
         self.stats = LateWalkStats()
+        self.recorder: FrameRecorder | None = None  # the runtimes' frame records, for frames walked here
 
     def finish(self, sample: RawSample, final: bool) -> RawSample | None:
         """The sample with its walk finished, or None when what it needs is not
@@ -73,7 +91,16 @@ class LateWalks:
         self.stats.finished += 1
         self.stats.copy_bytes += len(copy.data)
         self.stats.ends[end] += 1
-        return dataclasses.replace(sample, addresses=sample.addresses + result.frames, walk_end=end, stack_copy=None)
+        records = sample.v8_frames
+        if self.recorder is not None and view is not None and result.frames:
+            walked = [
+                WalkedFrame(len(sample.addresses) + index, pc, fp, _in_jit_code(view.mappings, pc if index == 0 else pc - 1))
+                for index, (pc, fp) in enumerate(zip(result.frames, result.frame_pointers, strict=False))
+            ]
+            records = records + self.recorder.record_walked_frames(sample.pid, walked, copy)
+        return dataclasses.replace(
+            sample, addresses=sample.addresses + result.frames, walk_end=end, stack_copy=None, v8_frames=records
+        )
 
     def _want_table_at(self, pid: int, mappings: list[KnownMapping], address: int) -> None:
         """The walk waits for the file at address (a return address: the call is
@@ -97,3 +124,7 @@ class LateWalks:
                 return library.WalkMapping(entry.start, entry.end, 0, library.MAPPING_PENDING)
             rows = table.packed
         return library.WalkMapping(entry.start, entry.end, mapping.load_bias, library.MAPPING_ELF, rows)
+
+
+def _in_jit_code(mappings: list[KnownMapping], address: int) -> bool:
+    return any(mapping.entry.is_anonymous_exec and mapping.entry.start <= address < mapping.entry.end for mapping in mappings)

@@ -171,6 +171,7 @@ class WalkResult:
     frames: tuple[int, ...]
     end: int  # a WalkEnd value, or WALK_PENDING
     pending_address: int | None = None  # WALK_PENDING: the address in the mapping it waits for
+    frame_pointers: tuple[int, ...] = ()  # each frame's frame pointer
 
 
 def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegisters, max_frames: int) -> WalkResult:
@@ -204,10 +205,11 @@ def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegister
     )
     limit = max(max_frames, 0)
     frames = ffi.new("uint64_t[]", max(limit, 1))
+    frame_pointers = ffi.new("uint64_t[]", max(limit, 1))
     count = ffi.new("uint32_t *")
-    end = lib.jp_walk_copy(table, len(mappings), copy, registers, frames, limit, count)
+    end = lib.jp_walk_copy(table, len(mappings), copy, registers, frames, frame_pointers, limit, count)
     pending = int(frames[count[0]]) if end == WALK_PENDING and count[0] < limit else None
-    return WalkResult(tuple(frames[0 : count[0]]), end, pending)
+    return WalkResult(tuple(frames[0 : count[0]]), end, pending, tuple(frame_pointers[0 : count[0]]))
 
 
 def compile_unwind_rows_of(path: str | os.PathLike[str]) -> CompiledRows:

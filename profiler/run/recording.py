@@ -118,13 +118,14 @@ class Recording:
             )
             self._unwind_tables.start()
         self._tracker = MappingTracker(program.maps, self._unwind_tables, lazy_tables=self.options.all_processes)
+        self._late_walks = LateWalks(self._tracker, self._unwind_tables)
         self._run_as_uid = run_as.uid if run_as is not None else None
         self._symbolizer = Symbolizer(
             self.profile,
             self._tracker,
             kernel_stack=program.maps.kernel_stack if self.options.kernel_stacks else None,
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
-            late_walks=LateWalks(self._tracker, self._unwind_tables),
+            late_walks=self._late_walks,
         )
         self._inject = self._injects(run_as)
         self._jit_sources = JitSources(
@@ -136,6 +137,7 @@ class Recording:
             kernel=program.maps if self.options.v8_heap else None,
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
+        self._late_walks.recorder = self._jit_sources
         self._mode = self._mode_for(run_as)
         self._followed = FollowedProcesses(
             program.maps,

@@ -154,6 +154,8 @@ class Symbolizer:
         self._thread.start()
 
     def submit(self, sample: RawSample) -> None:
+        for source in self.jit_sources:
+            source.note_sample(sample)
         self._queue.put(sample)
 
     def retire(self, pid: int, forget: Callable[[], None]) -> None:

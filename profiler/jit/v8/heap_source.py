@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import bisect
 import os
+import queue
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,7 +31,16 @@ from profiler.jit.v8.heap.memory import MemoryThread, ProcessMemory
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
 from profiler.jit.v8.names import Tier, short_script
 from profiler.kernel.address_spaces import JIT_MODULE
-from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
+from profiler.kernel.events import (
+    MAX_V8_FRAMES,
+    V8_FUNCTION_WINDOW,
+    V8_NO_BYTECODE_OFFSET,
+    V8_SLOTS_BYTES,
+    RawSample,
+    StackCopy,
+    V8FrameSlots,
+)
+from profiler.kernel.late_walks import WalkedFrame
 from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.model.profile import Frame, FrameKind
 from profiler.native import elf_format
@@ -39,6 +50,10 @@ from profiler.safety import files
 MAX_CACHED = 200_000  # objects remembered per process (a big app has ~50 k functions)
 CACHE_LIFETIME_S = 60.0  # then what was read is read again: a full GC may reuse an address
 RETRY_FAILED_S = 0.5  # a frame that could not be named is tried again after this
+MAX_AHEAD = 100_000  # frames waiting to be named ahead of the symbolizer
+_SLOTS = struct.Struct("<5Q")  # bytecode offset, bytecode array, argument count, function, context
+_U32 = struct.Struct("<I")
+_S32 = struct.Struct("<i")
 MAX_INLINE_DEPTH = 64
 MAX_INLINED_FUNCTIONS = 4096
 INLINING_POSITION_BYTES = 16
@@ -61,6 +76,7 @@ class _Process:
     reader: HeapReader
     thread: MemoryThread  # all reading of its memory is done here
     interpreter_entries: list[tuple[int, int]]  # in the process's addresses (each copy of the builtins)
+    builtins: list[tuple[int, int]]  # the builtins' own ranges (each copy)
     shared: dict[int, SharedInfo | None] = field(default_factory=dict)
     scripts: dict[int, Script] = field(default_factory=dict)
     codes: dict[int, CodeInfo | None] = field(default_factory=dict)
@@ -107,6 +123,12 @@ class V8HeapSymbols(JitSymbolSource):
     def __init__(self, kernel: V8Kernel | None, expand_inlining: bool = True) -> None:
         self._kernel = kernel
         self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
+        # JS frames are named as their samples arrive, on a thread of their
+        # own, while the process lives: the symbolizer may be seconds behind
+        # (a cold start), and a short-lived process gone by then.
+        self._ahead: queue.SimpleQueue[tuple[int, int, V8FrameSlots, bool] | None] = queue.SimpleQueue()
+        self._ahead_count = 0
+        self._ahead_thread: threading.Thread | None = None
         self._processes: dict[int, _Process] = {}
         self._refused: dict[int, str] = {}  # pid -> why its V8 cannot be read
         self._lock = threading.Lock()
@@ -141,9 +163,12 @@ class V8HeapSymbols(JitSymbolSource):
         reader = HeapReader(memory, layout)
         start, end = layout.builtins
         entry_start, entry_end = layout.interpreter_entry
-        process = _Process(pid, layout, reader, MemoryThread(memory), [(entry_start + bias, entry_end + bias) for bias in biases])
+        builtins = [(start + bias, end + bias) for bias in biases]
+        process = _Process(
+            pid, layout, reader, MemoryThread(memory), [(entry_start + bias, entry_end + bias) for bias in biases], builtins
+        )
         window, shared_at, code_at = layout.kernel_window()
-        if not self._kernel.set_v8_process(pid, [(start + bias, end + bias) for bias in biases], window, shared_at, code_at):
+        if not self._kernel.set_v8_process(pid, builtins, window, shared_at, code_at):
             memory.close()
             return "the kernel's table of V8 processes is full"
         with self._lock:
@@ -178,8 +203,76 @@ class V8HeapSymbols(JitSymbolSource):
         return []
 
     def close(self) -> None:
+        if self._ahead_thread is not None:
+            self._ahead.put(None)
         for pid in list(self._processes):
             self.forget(pid)
+
+    def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
+        """What the kernel sends of a JS frame, for frames walked in user space
+        from a stack copy (the first moments of a process, code just mapped):
+        the frame's slots from the copy, its function's shared info and code
+        from the live process."""
+        with self._lock:
+            process = self._processes.get(pid)
+        if process is None:
+            return ()
+        records: list[V8FrameSlots] = []
+        for frame in frames:
+            if len(records) >= MAX_V8_FRAMES:
+                break
+            lookup = frame.pc if frame.index == 0 and stack.exact_pc else frame.pc - 1
+            interpreter = any(start <= lookup < end for start, end in process.builtins)
+            if not (frame.in_jit_code or interpreter):
+                continue
+            offset = frame.fp - V8_SLOTS_BYTES - stack.sp
+            if offset < 0 or offset + V8_SLOTS_BYTES > len(stack.data):
+                continue
+            bytecode_offset, bytecode_array, _arguments, function, context = _SLOTS.unpack_from(stack.data, offset)
+            if not context & 1 or not function & 1:
+                continue  # a stub's frame: its marker
+            window_start, shared_at, code_at = process.layout.kernel_window()
+            window = process.thread.run(lambda: process.reader.memory.read(function - 1 + window_start, V8_FUNCTION_WINDOW))
+            if window is None:
+                continue
+            records.append(
+                V8FrameSlots(
+                    frame.index,
+                    int.from_bytes(window[shared_at : shared_at + 8], "little"),
+                    int.from_bytes(window[code_at : code_at + 8], "little"),
+                    bytecode_array,
+                    _S32.unpack(_U32.pack(bytecode_offset >> 32))[0]
+                    if bytecode_offset & 0xFFFFFFFF == 0
+                    else V8_NO_BYTECODE_OFFSET,
+                    interpreter,
+                )
+            )
+        return tuple(records)
+
+    def note_sample(self, sample: RawSample) -> None:
+        """Name the sample's JS frames ahead of the symbolizer (see __init__)."""
+        if not sample.v8_frames or sample.pid not in self._processes or self._ahead_count >= MAX_AHEAD:
+            return
+        if self._ahead_thread is None:
+            self._ahead_thread = threading.Thread(target=self._name_ahead, name="jitprof-v8-ahead", daemon=True)
+            self._ahead_thread.start()
+        for record in sample.v8_frames:
+            address = sample.addresses[record.frame_index]
+            leaf = record.frame_index == 0
+            self._ahead_count += 1
+            self._ahead.put((sample.pid, address if leaf else address - 1, record, leaf))
+
+    def _name_ahead(self) -> None:
+        while True:
+            item = self._ahead.get()
+            if item is None:
+                return
+            self._ahead_count -= 1
+            pid, address, record, leaf = item
+            try:
+                self.expand_recorded(pid, address, record, leaf)
+            except Exception:  # a bug: the symbolizer meets it again, and reports it
+                continue
 
     # Frames --------------------------------------------------------------
 

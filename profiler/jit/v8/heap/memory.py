@@ -71,11 +71,16 @@ class MemoryThread:
         self._requests: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
         self._answers: queue.SimpleQueue[tuple[object, BaseException | None]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._callers = threading.Lock()  # the symbolizer and the prefetcher: one operation at a time
         self.stalled = False
 
     def run(self, operation: Callable[[], Result]) -> Result | None:
         """operation's result, or None when the process's memory did not
         answer in time (then, and from then on, nothing more is asked of it)."""
+        with self._callers:
+            return self._run(operation)
+
+    def _run(self, operation: Callable[[], Result]) -> Result | None:
         if self.stalled:
             return None
         if self._thread is None:
