@@ -16,6 +16,7 @@ cached per object, so a steady program costs a few reads per new function.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import queue
 import struct
@@ -232,7 +233,9 @@ class V8HeapSymbols(JitSymbolSource):
             if not context & 1 or not function & 1:
                 continue  # a stub's frame: its marker
             window_start, shared_at, code_at = process.layout.kernel_window()
-            window = process.thread.run(lambda: process.reader.memory.read(function - 1 + window_start, V8_FUNCTION_WINDOW))
+            window = process.thread.run(
+                functools.partial(process.reader.memory.read, function - 1 + window_start, V8_FUNCTION_WINDOW)
+            )
             if window is None:
                 continue
             records.append(
