@@ -7,8 +7,10 @@ builtins, stubs and bytecode handlers) are hidden where they sit between and
 above JS frames, and below the last one until native code of something else
 (an addon, a library the JS called) begins, which stays visible with
 everything it calls. Their time goes to the JS frame that called them. A
-stack with no JS frame at all becomes `(garbage collector)` when V8's heap
-was collecting, else `(program)`, as in V8's own profiles. A stack in V8's
+stack in V8's garbage collector becomes `(garbage collector)`, whoever
+allocated (as in DevTools and `--cpu-prof`: the JS function that happened to
+allocate did not do that work); a stack with no JS frame at all becomes
+`(program)`. A stack in V8's
 code-event logging (a perf map or code log being written, which only a
 profiler asks for) becomes `(profiling)`: the observer's cost is not charged
 to the program's functions.
@@ -46,7 +48,19 @@ RUNTIME_LIBRARIES = (
     "[vdso]",
 )
 NODE_BINARIES = ("node", "nodejs")
-# V8's collectors, as they appear in node's own symbols.
+# V8's collectors, as they appear in node's own symbols: a stack with any of
+# these is collecting, whatever else is on it.
+COLLECTING_MARKERS = (
+    "v8::internal::Heap::CollectGarbage",
+    "v8::internal::Heap::PerformGarbageCollection",
+    "v8::internal::Heap::CollectAllGarbage",
+    "v8::internal::Heap::CollectAllAvailableGarbage",
+    "v8::internal::ScavengerCollector::",
+    "v8::internal::MarkCompactCollector::",
+    "v8::internal::MinorMarkSweepCollector::",
+    "v8::internal::MinorMarkCompactCollector::",
+)
+# ... and the markers of a stack with no JS that is the heap's own work.
 GC_MARKERS = (
     "v8::internal::Heap::",
     "v8::internal::ScavengeJob",
@@ -91,6 +105,8 @@ def shown_in_js_view(frames: list[Frame]) -> list[Frame]:
     """One stack as the JS view shows it (the live view's `j`)."""
     if any(frame.kind is FrameKind.NATIVE and frame.name.startswith(PROFILING_MARKERS) for frame in frames):
         return [PROFILING]
+    if any(frame.kind is FrameKind.NATIVE and frame.name.startswith(COLLECTING_MARKERS) for frame in frames):
+        return [GARBAGE_COLLECTOR]
     shown = js_stack(frames)
     if shown is not None:
         return shown

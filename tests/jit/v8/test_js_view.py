@@ -78,3 +78,16 @@ def test_v8_logging_for_a_profiler_is_not_charged_to_the_js_that_compiled():
     logging = stack + [native("v8::internal::CodeEventLogger::CodeCreateEvent(...)"), native("write", "libc.so.6")]
     assert shown_in_js_view(logging) == [PROFILING]
     assert names(shown_in_js_view(stack)) == ["main"]
+
+
+def test_the_garbage_collector_is_apart_whoever_allocated():
+    """As DevTools shows it: the JS function that allocated did not collect."""
+    from profiler.jit.v8.js_view import shown_in_js_view  # noqa: PLC0415
+
+    allocating = START + ENTRY + [js("main"), native("v8::internal::Factory::NewFixedArray(int)")]
+    collecting = allocating + [
+        native("v8::internal::Heap::CollectGarbage(v8::internal::AllocationSpace, ...)"),
+        native("v8::internal::ScavengerCollector::CollectGarbage()"),
+    ]
+    assert shown_in_js_view(collecting) == [GARBAGE_COLLECTOR]
+    assert names(shown_in_js_view(allocating)) == ["main"]  # allocating is the function's own work
