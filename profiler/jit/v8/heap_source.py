@@ -22,6 +22,7 @@ import queue
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -121,8 +122,11 @@ class V8HeapReport:
 
 
 class V8HeapSymbols(JitSymbolSource):
-    def __init__(self, kernel: V8Kernel | None, expand_inlining: bool = True) -> None:
+    def __init__(
+        self, kernel: V8Kernel | None, expand_inlining: bool = True, runs_v8: Callable[[int], bool] = lambda _pid: True
+    ) -> None:
         self._kernel = kernel
+        self._runs_v8 = runs_v8  # is a live process one of V8's (node)? Others are not looked at
         self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
         # JS frames are named as their samples arrive, on a thread of their
         # own, while the process lives: the symbolizer may be seconds behind
@@ -139,28 +143,26 @@ class V8HeapSymbols(JitSymbolSource):
     def watch(self, pid: int) -> None:
         """A followed process (or one that exec'd): if it runs a V8 jitprof
         can read, have the kernel send its JS frames (else refused(pid) says why)."""
-        self._watch(pid)
-
-    def _watch(self, pid: int) -> str:
         self.forget(pid)  # an exec: what was known is another program's
-        if self._kernel is None:
-            return ""
+        if self._kernel is None or not self._runs_v8(pid):
+            return
         try:
             maps = read_maps(pid)
         except OSError:
-            return ""
+            return
         entries = _v8_mappings(pid, maps)
         if not entries:
-            return ""
+            return
         try:
             layout = layout_of_file(f"/proc/{pid}/map_files/{entries[0].start:x}-{entries[0].end:x}")
             biases = _builtins_biases(pid, entries, layout.builtins)
             memory = ProcessMemory(pid)
         except LayoutError as error:
             self._refused[pid] = str(error)
-            return str(error)
+            return
         except (OSError, ValueError) as error:
-            return f"cannot read its memory ({error})"
+            self._refused[pid] = f"cannot read its memory ({error})"
+            return
         reader = HeapReader(memory, layout)
         start, end = layout.builtins
         entry_start, entry_end = layout.interpreter_entry
@@ -171,10 +173,10 @@ class V8HeapSymbols(JitSymbolSource):
         window, shared_at, code_at = layout.kernel_window()
         if not self._kernel.set_v8_process(pid, builtins, window, shared_at, code_at):
             memory.close()
-            return "the kernel's table of V8 processes is full"
+            self._refused[pid] = "the kernel's table of V8 processes is full"
+            return
         with self._lock:
             self._processes[pid] = process
-        return ""
 
     def epoch(self, pid: int) -> tuple[int, int]:
         """What was read is dropped every CACHE_LIFETIME_S: what was named

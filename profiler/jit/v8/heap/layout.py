@@ -12,7 +12,6 @@ are named as before (perf map, code log) or not at all.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -325,6 +324,3 @@ def layout_of_file(path: str) -> V8Layout:
     if isinstance(known, LayoutError):
         raise known
     return known
-
-
-_INT = struct.Struct("<i")
