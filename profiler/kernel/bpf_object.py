@@ -201,30 +201,10 @@ def load(spec: BpfObject) -> LoadedObject:
             for index, map_name in program.map_references:
                 struct.pack_into("<i", code, index * INSTRUCTION.size + 4, loaded.map_fds[map_name])
             buffer = ctypes.create_string_buffer(bytes(code), len(code))
-            descriptor = lib.bcc_prog_load(
-                program.program_type,
-                program.name.encode()[:15],
-                buffer,
-                len(code),
-                spec.license.encode(),
-                spec.kernel_version,
-                0,
-                None,
-                0,
-            )
+            descriptor = _load_program(lib, spec, program, buffer, 0, None)
             if descriptor < 0:
                 log = ctypes.create_string_buffer(1 << 20)
-                lib.bcc_prog_load(
-                    program.program_type,
-                    program.name.encode()[:15],
-                    buffer,
-                    len(code),
-                    spec.license.encode(),
-                    spec.kernel_version,
-                    1,
-                    log,
-                    len(log),
-                )
+                _load_program(lib, spec, program, buffer, 1, log)  # again, for the verifier's reason
                 last_line = log.value.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no verifier log"]
                 raise BpfLoadError(f"failed to load BPF program {program.name}: {last_line[0]}")
             loaded.program_fds[program.name] = descriptor
@@ -232,6 +212,31 @@ def load(spec: BpfObject) -> LoadedObject:
         loaded.close()
         raise
     return loaded
+
+
+def _load_program(
+    lib: Any,
+    spec: BpfObject,
+    program: ProgramSpec,
+    code: ctypes.Array[ctypes.c_char],
+    log_level: int,
+    log: ctypes.Array[ctypes.c_char] | None,
+) -> int:
+    """One program into the kernel (bcc_prog_load): its descriptor, or < 0;
+    with log, the verifier's words land there."""
+    return int(
+        lib.bcc_prog_load(
+            program.program_type,
+            program.name.encode()[:15],
+            code,
+            len(code),
+            spec.license.encode(),
+            spec.kernel_version,
+            log_level,
+            log,
+            len(log) if log is not None else 0,
+        )
+    )
 
 
 # The cache ---------------------------------------------------------------
