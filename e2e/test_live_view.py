@@ -125,7 +125,11 @@ def test_live_view_keys(tmux, tmp_path, symbol_cache):
     session.wait_for(lambda screen: "filter:" not in screen and len(table_rows(screen)) > 3, 3, "the filter cleared")
 
     session.keys("p")
-    first = session.wait_for(lambda screen: "PAUSED" in screen, 3, "pause")
+    session.wait_for(lambda screen: "PAUSED" in screen, 3, "pause")
+    # A capture can catch the terminal mid-frame (the paused header over the
+    # last frame's rows): take the screen once the frame is whole.
+    time.sleep(0.5)
+    first = session.screen()
     time.sleep(2.5)
     assert session.screen() == first  # numbers frozen, elapsed time too
     session.keys("p")

@@ -54,11 +54,14 @@ class FollowedProcesses:
         self.live.add(pid)
         if self._jit_files is not None:
             self.seen.add(pid)
-        self._tracker.add_process(pid, parent, read_maps_now)
         if read_maps_now:
+            # The runtime's sources first: once the trie knows the process the
+            # kernel walks its stacks, and a JS frame walked before the kernel
+            # knows it runs V8 would stay unnamed.
             self._jit_sources.watch(pid)
-            if self._on_new_process is not None:
-                self._on_new_process(pid, comm)
+        self._tracker.add_process(pid, parent, read_maps_now)
+        if read_maps_now and self._on_new_process is not None:
+            self._on_new_process(pid, comm)
 
     def add_spawned(self, pid: int) -> None:
         """Until exec the child is a copy of jitprof: nothing of it to map."""
@@ -115,8 +118,8 @@ class FollowedProcesses:
             self.awaiting_exec.discard(event.pid)
             if self._jit_files is not None:  # first: whatever happens next, its files are removed at the end
                 self._jit_files.note_process(event.pid)
+            self._jit_sources.watch(event.pid)  # before the trie: see add
             self._tracker.process_exec(event.pid, event.time_ns)
-            self._jit_sources.watch(event.pid)
             if self._on_new_process is not None:
                 self._on_new_process(event.pid, event.comm)
         elif event.event_type is EventType.EXIT and event.tid in self.live:
