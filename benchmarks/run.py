@@ -22,6 +22,7 @@ from benchmarks.kernel_cost import kernel_costs
 from benchmarks.live_view_cost import live_view_cost
 from benchmarks.load import load
 from benchmarks.long_runs import long_runs
+from benchmarks.native_symbols import native_symbols
 from benchmarks.node_cost import node_cost
 from benchmarks.perf_map_tailing import perf_map_tailing
 from benchmarks.run_cost import run_cost
@@ -44,6 +45,7 @@ SECTIONS = {
     "first_samples": lambda repeats, perf, workdir: first_samples(3, perf, workdir),
     "load": lambda repeats, perf, workdir: load(workdir),
     "table_build": lambda repeats, perf, workdir: table_build(workdir / "table-cache"),
+    "native_symbols": lambda repeats, perf, workdir: native_symbols(),
     "long_runs": lambda repeats, perf, workdir: long_runs(),
 }
 

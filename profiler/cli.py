@@ -144,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-inline",
         action="store_true",
-        help="count code that the JIT inlined in its caller, as perf and --cpu-prof do (for comparison)",
+        help="count inlined code in its caller (JIT and native), as perf without --inline and --cpu-prof do",
     )
     parser.add_argument(
         "--no-v8-heap",

@@ -116,7 +116,7 @@ fi
 
 # --- native/: our C library (through cffi) -----------------------------------
 if ! make -s -C native >/dev/null; then
-    say "error: could not build native/ (jitprof's C library) with $(command -v gcc || echo 'no gcc')"
+    say "error: could not build native/ (jitprof's C library with $(command -v gcc || echo "no gcc"), blazesym with $(command -v cargo || echo "no cargo")): make -C native says why"
     exit 1
 fi
 

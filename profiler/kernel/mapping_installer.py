@@ -72,7 +72,7 @@ class MappingInstaller:
         image = self._files.image_for(pid, entry)
         if image is not None:
             mapping.image = image
-            vaddr = image.vaddr_for_file_offset(entry.offset)
+            vaddr = image.vaddr_for_mapping(entry.offset, entry.end - entry.start)
             mapping.load_bias = entry.start - vaddr if vaddr is not None else 0
         return image
 

@@ -9,6 +9,23 @@ import threading
 from typing import Any
 
 _RUST_HASH = re.compile(r"::h[0-9a-f]{16}$")
+PLT_SUFFIX = "@plt"
+_RUST_ESCAPES = {"SP": "@", "BP": "*", "RF": "&", "LT": "<", "GT": ">", "LP": "(", "RP": ")", "C": ","}
+_RUST_ESCAPE = re.compile(r"\$(SP|BP|RF|LT|GT|LP|RP|C|u[0-9a-f]{1,6})\$")
+
+
+def _rust_legacy(text: str) -> str:
+    """A legacy Rust path's escapes ($LT$, $u20$, ..) as Rust writes them."""
+    parts = []
+    for part in text.split("::"):
+        if part.startswith("_$"):
+            part = part[1:]
+        part = part.replace("..", "::")
+        part = _RUST_ESCAPE.sub(lambda match: _RUST_ESCAPES.get(match.group(1)) or chr(int(match.group(1)[1:], 16)), part)
+        parts.append(part)
+    return "::".join(parts)
+
+
 _lock = threading.Lock()
 _demangler: Any = None  # the C function, or False when libstdc++ is absent
 _free: Any = None
@@ -39,6 +56,8 @@ def demangle(name: str) -> str:
     """Readable form of a mangled C++ or legacy Rust name; others unchanged."""
     if not name.startswith("_Z"):
         return name
+    if name.endswith(PLT_SUFFIX):  # a PLT stub of a C++ function
+        return demangle(name[: -len(PLT_SUFFIX)]) + PLT_SUFFIX
     with _lock:
         _load()
     if not _demangler:
@@ -52,4 +71,6 @@ def demangle(name: str) -> str:
     finally:
         _free(pointer)
     # Legacy Rust symbols are Itanium-mangled with a trailing hash segment.
-    return _RUST_HASH.sub("", text)
+    if _RUST_HASH.search(text):
+        return _rust_legacy(_RUST_HASH.sub("", text))
+    return text

@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from profiler.native import cache, debuginfod, elf_format
 from profiler.native.elf_format import MAX_STRING_TABLE_BYTES, MAX_SYMBOL_ENTRIES, LoadSegment
+from profiler.native.linkage import linkage_symbols
 from profiler.native.symbol_table import SymbolTable
 from profiler.safety import files
 
@@ -55,6 +56,9 @@ class ElfImage:
     debug_root: str = ""  # the target's filesystem root the debug file is inside, if any
     _symbols: SymbolTable | None = field(default=None, repr=False)
     _function_starts: array.array | None = field(default=None, repr=False)
+    _debug_handle: BinaryIO | None = field(default=None, repr=False)
+    _linkage: SymbolTable | None = field(default=None, repr=False)
+    _debug_tried: bool = field(default=False, repr=False)
 
     def vaddr_for_file_offset(self, file_offset: int) -> int | None:
         for segment in self.segments:
@@ -62,12 +66,24 @@ class ElfImage:
                 return file_offset - segment.file_offset + segment.vaddr
         return None
 
+    def vaddr_for_mapping(self, file_offset: int, length: int) -> int | None:
+        """The address the first byte of a mapping of the file has: by the
+        segment most of the mapping holds. Linkers may start a segment in the
+        page where the one before ends with another address-offset delta
+        (rustc's and lld's executables: text at offset 0x169c0, address
+        0x179c0), so the mapping's first byte may belong to the other one."""
+        best, best_overlap = None, 0
+        for segment in self.segments:
+            overlap = min(file_offset + length, segment.file_offset + segment.file_size) - max(file_offset, segment.file_offset)
+            if overlap > best_overlap:
+                best, best_overlap = segment, overlap
+        if best is None:
+            return self.vaddr_for_file_offset(file_offset)
+        return file_offset - best.file_offset + best.vaddr
+
     def symbols(self) -> SymbolTable:
         if self._symbols is None:
-            if not self.debug_file and self.build_id and debuginfod.configured() and not self._has_symtab():
-                fetched = debuginfod.debug_file(self.build_id, _build_id_of)
-                if fetched is not None:
-                    self.debug_file, self.debug_root = str(fetched), ""
+            self._fetch_debug_file()
             key = self.cache_key + ("-d" if self.debug_file else "")
             cached = cache.load(key)
             if cached is None:
@@ -114,8 +130,54 @@ class ElfImage:
                 continue
         return read_symbols(self.handle), False
 
+    def linkage(self) -> SymbolTable:
+        """PLT stubs (`func@plt`) and a program's entry point (`_start`):
+        names symbol tables do not give."""
+        if self._linkage is None:
+            try:
+                found = sorted(linkage_symbols(self.handle))
+            except PARSE_ERRORS:
+                found = []
+            self._linkage = SymbolTable.of(
+                [start for start, _size, _name in found],
+                [size for _start, size, _name in found],
+                [name for _start, _size, name in found],
+            )
+        return self._linkage
+
+    def debug_handle(self) -> BinaryIO | None:
+        """The separate debug file, opened (safely, once) and kept open with
+        the image: DWARF lines and inlined functions are read from it."""
+        if not self._debug_tried:
+            self._debug_tried = True
+            self._fetch_debug_file()
+            for root in dict.fromkeys([self.debug_root, ""]) if self.debug_file else ():
+                try:
+                    handle = _open_elf_file(self.debug_file, root)
+                except OSError:
+                    continue
+                try:
+                    same_build = root == self.debug_root or _build_id_of(handle) == self.build_id
+                except ValueError:
+                    same_build = False
+                if same_build:
+                    handle.seek(0)
+                    self._debug_handle = handle
+                    break
+                handle.close()
+        return self._debug_handle
+
+    def _fetch_debug_file(self) -> None:
+        """A stripped file's debug file from debuginfod, when one is configured."""
+        if not self.debug_file and self.build_id and debuginfod.configured() and not self._has_symtab():
+            fetched = debuginfod.debug_file(self.build_id, _build_id_of)
+            if fetched is not None:
+                self.debug_file, self.debug_root = str(fetched), ""
+
     def close(self) -> None:
         self.handle.close()
+        if self._debug_handle is not None:
+            self._debug_handle.close()
 
 
 def open_elf(candidates: list[str], display_path: str, root: str = "") -> ElfImage:

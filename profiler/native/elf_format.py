@@ -19,7 +19,9 @@ ELF_MAGIC = b"\x7fELF"
 ELFCLASS32, ELFCLASS64 = 1, 2
 ELFDATA2LSB = 1
 PT_LOAD = 1
+PT_INTERP = 3
 PT_NOTE = 4
+ET_EXEC = 2
 NT_GNU_BUILD_ID = 3
 SHT_SYMTAB = 2
 SHT_DYNSYM = 11
@@ -76,6 +78,7 @@ class ElfHeader:
     section_count: int
     names_index: int
     file_size: int
+    file_type: int = 0  # ET_EXEC, ET_DYN, ...
 
 
 _HEADER = {ELFCLASS64: struct.Struct("<HHIQQQIHHHHHH"), ELFCLASS32: struct.Struct("<HHIIIIIHHHHHH")}
@@ -129,6 +132,7 @@ def read_header(handle: BinaryIO) -> ElfHeader:
         section_count,
         names_index,
         file_size,
+        _type,
     )
 
 
@@ -165,6 +169,11 @@ def _program_headers(handle: BinaryIO, header: ElfHeader) -> list[tuple[int, int
             kind, offset, vaddr, _paddr, file_size, _memory_size, _flags, align = fields
         result.append((kind, offset, vaddr, file_size, align))
     return result
+
+
+def program_header_types(handle: BinaryIO, header: ElfHeader) -> set[int]:
+    """Which kinds of program header the file has (PT_INTERP: a program)."""
+    return {kind for kind, *_rest in _program_headers(handle, header)}
 
 
 def _build_id_in_notes(handle: BinaryIO, header: ElfHeader, offset: int, size: int, align: int) -> str:

@@ -26,6 +26,7 @@ from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Profile, RunInfo
 from profiler.native import debuginfod, library
+from profiler.native.blazesym import CodeLocator
 from profiler.native.heap import give_back_freed_memory
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
@@ -126,6 +127,8 @@ class Recording:
             kernel_stack=program.maps.kernel_stack if self.options.kernel_stacks else None,
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
             late_walks=self._late_walks,
+            locator=CodeLocator(),
+            expand_inlining=self.options.inline,
         )
         self._inject = self._injects(run_as)
         self._jit_sources = JitSources(

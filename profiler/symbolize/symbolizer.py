@@ -30,7 +30,9 @@ from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, Sample
-from profiler.native.elf import UnreadableElf
+from profiler.native.blazesym import CodeLocator, NativeSymbol, SourcePlace
+from profiler.native.demangle import PLT_SUFFIX
+from profiler.native.elf import ElfImage, UnreadableElf
 
 KERNEL_SUFFIX_MODULE = "[kernel]"
 PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
@@ -46,6 +48,7 @@ class SymbolSource(Protocol):
 
 MAX_STACKS = 100_000  # whole stacks remembered (see resolve_sample)
 MAX_MEMO = 1_000_000  # named addresses remembered
+MAX_FUNCTION_LINES = 100_000
 
 
 class _NotNamedYet(Exception):
@@ -74,18 +77,64 @@ class _Parked:
 
 
 class ElfSymbols:
-    """Function names from the mapped file's .symtab/.dynsym."""
+    """Native code's functions, from the mapped file: through blazesym, with
+    source lines and the functions the compiler inlined (from DWARF, in the
+    file or its debug file); else from the file's .symtab/.dynsym."""
 
-    def __init__(self, profile: Profile | None = None) -> None:
+    def __init__(self, profile: Profile | None = None, locator: CodeLocator | None = None, expand_inlining: bool = True) -> None:
         self._profile = profile  # told which files had unnamed functions
+        self._locator = locator
+        self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
+        self._function_lines: dict[tuple[int, int], int] = {}
 
-    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+    def resolve_chain(self, pid: int, mapping: KnownMapping, address: int) -> list[Frame] | None:
+        """The frames at an address, outermost first: the function, then what
+        was inlined into it there."""
         image = mapping.image
         if image is None:
             return None
         vaddr = image.vaddr_for_file_offset(address - mapping.entry.start + mapping.entry.offset)
         if vaddr is None:
             return None
+        linkage = image.linkage().lookup(vaddr)
+        if linkage is not None and linkage.name.endswith(PLT_SUFFIX):
+            return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]
+        if self._locator is not None:
+            try:
+                located = self._locator.locate(image.debug_handle() or image.handle, [vaddr])[0]
+            except (OSError, ValueError):
+                located = None
+            if located is not None and located.name:
+                frames = _located_frames(located, mapping.module_name)
+                frames[0] = dataclasses.replace(frames[0], function_line=self._function_line(image, located.start))
+                return frames if self._expand_inlining else frames[:1]
+        if linkage is not None:  # a stripped program's entry point
+            return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]
+        frame = self._from_symbol_table(image, vaddr, mapping)
+        return [frame] if frame is not None else None
+
+    def _function_line(self, image: ElfImage, start: int) -> int:
+        """The line a function begins on: its first address's (for formats
+        that show one line per function: speedscope, .cpuprofile)."""
+        key = (id(image.handle), start)
+        line = self._function_lines.get(key)
+        if line is None:
+            assert self._locator is not None
+            try:
+                located = self._locator.locate(image.debug_handle() or image.handle, [start])[0]
+            except (OSError, ValueError):
+                located = None
+            line = located.place.line if located is not None and located.place is not None else 0
+            if len(self._function_lines) >= MAX_FUNCTION_LINES:
+                self._function_lines.clear()
+            self._function_lines[key] = line
+        return line
+
+    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+        frames = self.resolve_chain(pid, mapping, address)
+        return frames[-1] if frames else None
+
+    def _from_symbol_table(self, image: ElfImage, vaddr: int, mapping: KnownMapping) -> Frame | None:
         try:
             hit = image.symbols().lookup(vaddr)
         except (UnreadableElf, OSError):
@@ -105,6 +154,25 @@ class ElfSymbols:
             return Frame(f"{mapping.module_name}+{start:#x}", mapping.module_name, FrameKind.UNKNOWN)
         return registry.native_symbol_frame(hit.name, mapping.module_name)
 
+    def close(self) -> None:
+        if self._locator is not None:
+            self._locator.close()
+
+
+def _located_frames(located: NativeSymbol, module: str) -> list[Frame]:
+    """blazesym's answer as frames: each function at the line it is on
+    (the call of the next one in, or the line executing)."""
+    frames = [_at_place(registry.native_symbol_frame(located.name, module), located.place)]
+    for call in located.inlined:
+        frames.append(_at_place(Frame(call.name or "[inlined]", module, FrameKind.NATIVE, inlined=True), call.place))
+    return frames
+
+
+def _at_place(frame: Frame, place: SourcePlace | None) -> Frame:
+    if place is None:
+        return frame
+    return dataclasses.replace(frame, file=place.file, line=place.line, column=place.column, line_exact=True)
+
 
 class Symbolizer:
     """Runs on its own thread; the main thread only submits."""
@@ -116,16 +184,19 @@ class Symbolizer:
         kernel_stack: Callable[[int], list[int]] | None = None,
         kernel_symbol: Callable[[int], str] | None = None,
         late_walks: LateWalks | None = None,
+        locator: CodeLocator | None = None,
+        expand_inlining: bool = True,
     ) -> None:
         self._profile = profile
         self._tracker = tracker
         self._late_walks = late_walks  # finishes the walks the kernel deferred
         self._kernel_stack = kernel_stack
         self._kernel_symbol = kernel_symbol
-        self.sources: list[SymbolSource] = [ElfSymbols(profile)]  # names of native code, first
+        self.elf = ElfSymbols(profile, locator, expand_inlining)  # names native code, first
+        self.sources: list[SymbolSource] = []  # more namers of code in files
         self.jit_sources: list[JitSymbolSource] = []
-        # By process, so that a process's entries go with it: (generation, address) -> frame id
-        self._memo: dict[int, dict[tuple[int, int], int]] = {}
+        # By process, so that a process's entries go with it: (generation, address) -> frame ids
+        self._memo: dict[int, dict[tuple[int, int], tuple[int, ...]]] = {}
         self._memo_entries = 0
         # pid -> (generation, addresses) -> (what was known then, user frame ids)
         self._stacks: dict[
@@ -193,7 +264,9 @@ class Symbolizer:
             if abandon() or (deadline is not None and time.monotonic() > deadline):
                 self._abandoned.set()
                 self._thread.join(1.0)  # it stops between two samples
-                return
+                break
+        if not self._thread.is_alive():
+            self.elf.close()  # what blazesym parsed goes; a thread still naming keeps it
 
     @property
     def given_up(self) -> int:
@@ -363,9 +436,9 @@ class Symbolizer:
         # The memo comes first: a native frame seen before costs no mapping search.
         memo = self._memo.setdefault(pid, {})
         key = (generation, lookup_address)
-        frame_id = memo.get(key)
-        if frame_id is not None:
-            return [frame_id]
+        remembered = memo.get(key)
+        if remembered is not None:
+            return list(remembered)
         mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
         if mapping is not None and mapping.entry.is_anonymous_exec:
             # JIT code: addresses are reused, so no memo here; the JIT
@@ -378,25 +451,33 @@ class Symbolizer:
             if not frame.symbolized and may_park and len(self._parked) < MAX_PARKED:
                 raise _NotNamedYet()
             return [self._profile.intern(frame)]
-        frame = self._name(pid, mapping, lookup_address)
-        if caller and not frame.symbolized and mapping is not None:
+        chain = self._name_chain(pid, mapping, lookup_address)
+        if caller and not chain[-1].symbolized and mapping is not None:
             # A signal trampoline is "returned" to at its first byte: the
             # byte before belongs to no function.
-            frame = self._name(pid, mapping, address)
-        frame_id = self._profile.intern(frame)
+            chain = self._name_chain(pid, mapping, address)
+        frame_ids = tuple(self._profile.intern(frame) for frame in chain)
         if mapping is not None:  # no mapping yet may only mean its maps are not read yet
             if self._memo_entries >= MAX_MEMO:
                 self._memo.clear()
                 self._memo_entries = 0
                 memo = self._memo.setdefault(pid, {})
-            memo[key] = frame_id
+            memo[key] = frame_ids
             self._memo_entries += 1
-        return [frame_id]
+        return list(frame_ids)
+
+    def _name_chain(self, pid: int, mapping: KnownMapping | None, address: int) -> list[Frame]:
+        """Native code: its function and what was inlined there, outermost first."""
+        if mapping is not None:
+            frames = self.elf.resolve_chain(pid, mapping, address)
+            if frames:
+                return frames
+        return [self._name(pid, mapping, address)]
 
     def _name(self, pid: int, mapping: KnownMapping | None, address: int) -> Frame:
         if mapping is None:
             return Frame("[unknown]", "", FrameKind.UNKNOWN)
-        for named in (*self.sources, *self.jit_sources):
+        for named in (self.elf, *self.sources, *self.jit_sources):
             frame = named.resolve(pid, mapping, address)
             if frame is not None:
                 return frame

@@ -218,6 +218,9 @@ class StallingSource:
         self.release.wait(20)
         return None
 
+    def resolve_chain(self, pid, mapping, address):
+        return self.resolve(pid, mapping, address)
+
 
 def stalled_symbolizer(samples: int):
     """A running symbolizer whose first source stalls, with samples queued."""
@@ -226,7 +229,7 @@ def stalled_symbolizer(samples: int):
     tracker.add_process(os.getpid())
     symbolizer = Symbolizer(profile, tracker)
     stalling = StallingSource()
-    symbolizer.sources.insert(0, stalling)
+    symbolizer.elf = stalling
     symbolizer.start()
     qsort = libc_function_address("qsort")
     for index in range(samples):
@@ -305,3 +308,54 @@ def _text_address(pid, suffix):
         if "x" in fields[1] and fields[-1].endswith(suffix):
             return int(fields[0].split("-")[0], 16)
     raise AssertionError(f"no {suffix} text in {pid}")
+
+
+def libc_mapping_base():
+    """libc's load bias in this process: its first mapping's start minus offset 0."""
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        if len(fields) >= 6 and fields[5].endswith("/libc.so.6") and int(fields[2], 16) == 0:
+            return int(fields[0].split("-")[0], 16)
+    raise AssertionError("no libc mapping")
+
+
+def test_native_frames_through_blazesym_inlined_and_plt():
+    """libc's PLT stub is named `func@plt`; an address of qsort_r where glibc
+    inlined msort_with_tmp is two frames, the inner one marked inlined, with
+    libc6-dbg's file and line."""
+    from profiler.native.blazesym import CodeLocator  # noqa: PLC0415
+    from profiler.native.linkage import linkage_symbols  # noqa: PLC0415
+
+    libc_path = next(
+        line.split()[5] for line in open("/proc/self/maps") if line.split()[-1].endswith("/libc.so.6") and len(line.split()) >= 6
+    )
+    with open(libc_path, "rb") as handle:
+        stub_vaddr, _size, stub_name = next(entry for entry in linkage_symbols(handle) if entry[2].endswith("@plt"))
+    base = libc_mapping_base()
+    locator = CodeLocator()
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker, locator=locator)
+    symbolizer.start()
+    qsort_r = libc_function_address("qsort_r")
+    inner = None
+    image = tracker.find(os.getpid(), time.monotonic_ns(), qsort_r).mapping.image
+    vaddr = qsort_r - base
+    for offset in range(0, 0x400):
+        located = locator.locate(image.debug_handle() or image.handle, [vaddr + offset])[0]
+        if located is not None and located.inlined:
+            inner = qsort_r + offset
+            break
+    assert inner is not None
+    symbolizer.submit(
+        RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (base + stub_vaddr + 2,), WalkEnd.COMPLETE, -1, True)
+    )
+    symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (inner,), WalkEnd.COMPLETE, -1, True))
+    symbolizer.finish()
+    tracker.close()
+    assert symbolizer.errors == []
+    assert [frame.name for frame in profile.stack(profile.samples[0])] == [stub_name]
+    chain = profile.stack(profile.samples[1])
+    assert len(chain) >= 2 and not chain[0].inlined and all(frame.inlined for frame in chain[1:])
+    assert chain[0].name in ("qsort_r", "__qsort_r") and chain[-1].line_exact and chain[-1].file.endswith(".c")
