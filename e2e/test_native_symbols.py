@@ -11,6 +11,8 @@ import re
 import subprocess
 from collections import Counter
 
+import pytest
+
 from e2e.conftest import ROOT, has_chain, read_folded, total
 from profiler.output.report import load
 from tests.output.test_formats import TOOLS
@@ -122,3 +124,22 @@ def test_cpp_and_rust_names_demangled(jitprof, fixtures_built, tmp_path):
     assert share(rust, lambda frames: has_chain(frames, chain)) >= 0.9, rust
     # std is built with v0 mangling, the program with the legacy one: both read as Rust.
     assert not any(re.search(r"\$LT\$|::h[0-9a-f]{16}$|^_R", frame) for line in rust for frame in line.frames)
+
+
+ESBUILD = ROOT / ".nodes" / "apps" / "node_modules" / "@esbuild" / "linux-x64" / "bin" / "esbuild"
+TYPESCRIPT = ROOT / ".nodes" / "apps" / "node_modules" / "typescript" / "lib" / "typescript.js"
+
+
+@pytest.mark.skipif(not ESBUILD.exists() or not TYPESCRIPT.exists(), reason="esbuild and typescript are installed by make setup")
+def test_stripped_go_program_named_from_gopclntab(jitprof, tmp_path):
+    """esbuild from npm: a stripped Go binary, minifying TypeScript's compiler."""
+    assert ".symtab" not in subprocess.run(["readelf", "-S", str(ESBUILD)], capture_output=True, text=True).stdout
+    loop = f'end=$(($(date +%s) + 3)); while [ "$(date +%s)" -lt "$end" ]; do "{ESBUILD}" --minify --log-level=error --outfile=/dev/null "{TYPESCRIPT}" || exit 1; done'
+    run = jitprof("-F", "499", "-o", "go.folded", "--", "sh", "-c", loop)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in read_folded(tmp_path / "go.folded") if line.frames[0] == "esbuild"]
+    assert total(lines) >= 300
+    unnamed = share(lines, lambda frames: any(frame.startswith(("esbuild+0x", "[unknown]")) for frame in frames[1:]))
+    assert unnamed <= 0.10, lines
+    assert share(lines, lambda frames: "github.com/evanw/esbuild/internal/js_parser.Parse" in frames) >= 0.2
+    assert share(lines, lambda frames: frames[1] == "runtime.goexit" or frames[1] == "_rt0_amd64_linux") >= 0.9

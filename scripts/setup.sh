@@ -108,10 +108,12 @@ fi
 # --- Real programs to profile: tsc, eslint, prettier ---------------------------
 # For the e2e test of what jitprof costs a spawned program, and the benchmarks.
 # TypeScript 5 (7 is a native port); each at a fixed version.
-if [ ! -d .nodes/apps/node_modules/typescript ] || [ ! -d .nodes/apps/node_modules/eslint ] || [ ! -d .nodes/apps/node_modules/prettier ]; then
-    say "installing typescript, eslint and prettier from the npm registry"
-    npm install --silent --no-save --no-audit --no-fund --prefix .nodes/apps typescript@5.9.3 eslint@9.9.1 prettier@3.6.2 >/dev/null 2>&1 \
-        || say "warning: could not install typescript/eslint/prettier; the tests and benchmarks on them will be skipped"
+# esbuild: a stripped Go program (its names only in .gopclntab).
+if [ ! -d .nodes/apps/node_modules/typescript ] || [ ! -d .nodes/apps/node_modules/eslint ] || [ ! -d .nodes/apps/node_modules/prettier ] \
+    || [ ! -x .nodes/apps/node_modules/@esbuild/linux-x64/bin/esbuild ]; then
+    say "installing typescript, eslint, prettier and esbuild from the npm registry"
+    npm install --silent --no-save --no-audit --no-fund --prefix .nodes/apps typescript@5.9.3 eslint@9.9.1 prettier@3.6.2 esbuild@0.25.12 >/dev/null 2>&1 \
+        || say "warning: could not install typescript/eslint/prettier/esbuild; the tests and benchmarks on them will be skipped"
 fi
 
 # --- native/: our C library (through cffi) -----------------------------------

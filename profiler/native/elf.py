@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 from profiler.native import cache, debuginfod, elf_format
 from profiler.native.elf_format import MAX_STRING_TABLE_BYTES, MAX_SYMBOL_ENTRIES, LoadSegment
+from profiler.native.gopclntab import GoFunctions, read_go_functions
 from profiler.native.linkage import linkage_symbols
 from profiler.native.symbol_table import SymbolTable
 from profiler.safety import files
@@ -58,6 +59,8 @@ class ElfImage:
     _function_starts: array.array | None = field(default=None, repr=False)
     _debug_handle: BinaryIO | None = field(default=None, repr=False)
     _linkage: SymbolTable | None = field(default=None, repr=False)
+    _go_functions: GoFunctions | None = field(default=None, repr=False)
+    _go_read: bool = field(default=False, repr=False)
     _debug_tried: bool = field(default=False, repr=False)
 
     def vaddr_for_file_offset(self, file_offset: int) -> int | None:
@@ -144,6 +147,16 @@ class ElfImage:
                 [name for _start, _size, name in found],
             )
         return self._linkage
+
+    def go_functions(self) -> GoFunctions | None:
+        """A Go program's functions from .gopclntab (kept when stripped)."""
+        if not self._go_read:
+            self._go_read = True
+            try:
+                self._go_functions = read_go_functions(self.handle)
+            except PARSE_ERRORS:
+                self._go_functions = None
+        return self._go_functions
 
     def debug_handle(self) -> BinaryIO | None:
         """The separate debug file, opened (safely, once) and kept open with

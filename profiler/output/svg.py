@@ -65,6 +65,8 @@ def _colour(label: str, frame: Frame | None) -> str:
         return f"rgb({int(40 + 40 * vary[0])},{int(160 + 50 * vary[1])},{int(190 + 50 * vary[0])})"
     if frame.kind is FrameKind.JIT:
         return f"rgb({int(50 + 60 * vary[0])},{int(170 + 60 * vary[1])},{int(50 + 60 * vary[0])})"
+    if frame.inlined:  # a native function the compiler inlined: paler than the functions around it
+        return f"rgb({int(235 + 20 * vary[0])},{int(190 + 40 * vary[1])},{int(120 + 40 * vary[0])})"
     return f"rgb({int(205 + 50 * vary[0])},{int(50 + 180 * vary[1])},{int(50 * vary[0])})"
 
 

@@ -110,6 +110,10 @@ class ElfSymbols:
                 return frames if self._expand_inlining else frames[:1]
         if linkage is not None:  # a stripped program's entry point
             return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]
+        go_functions = image.go_functions()
+        found = go_functions.lookup(vaddr) if go_functions is not None else None
+        if found is not None:
+            return [Frame(found[1], mapping.module_name, FrameKind.NATIVE)]
         frame = self._from_symbol_table(image, vaddr, mapping)
         return [frame] if frame is not None else None
 
