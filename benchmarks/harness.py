@@ -180,3 +180,14 @@ def daemon_cpu_on_a_terminal(args: list[str], workdir: Path) -> DaemonCpu:
         (last_cpu - steady[1]) / (last_seen - steady[0]) if steady is not None and last_seen > steady[0] else float("nan")
     )
     return DaemonCpu((last_cpu - first_cpu) / (last_seen - started), last_seen - started, steady_share)
+
+
+def rss_kib(pid: int) -> int:
+    """A process's resident memory now, 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

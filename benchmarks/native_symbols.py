@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness import NODE
+from benchmarks.harness import NODE, rss_kib
 from profiler.native import elf
 from profiler.native.blazesym import CodeLocator
 
@@ -110,13 +110,6 @@ def _measure(label: str, path: Path) -> Measured | None:
     )
 
 
-def _rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def _memory_over_rounds(path: Path, rounds: int) -> tuple[float, float, int]:
     """RSS (MiB) after the first and the last of `rounds` rounds of opening a
     file anew, naming addresses in it and closing it (as files come and go
@@ -130,7 +123,7 @@ def _memory_over_rounds(path: Path, rounds: int) -> tuple[float, float, int]:
             locator.locate(image.debug_handle() or image.handle, _addresses(table, ADDRESSES))
         finally:
             image.close()
-        after.append(_rss_mib())
+        after.append(rss_kib(os.getpid()) / 1024)
     renewals = locator.renewals
     locator.close()
     return after[0], after[-1], renewals

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness import JITPROF, JS_WORKLOAD, NODE
+from benchmarks.harness import JITPROF, JS_WORKLOAD, NODE, rss_kib
 
 ROUNDS = "40"  # about 1.2 s of work: short runs are where start and end show
 
@@ -31,16 +31,6 @@ class RunCost:
     tool_peak_rss_mib: float  # the tool's own process, not the program
 
 
-def _rss_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def measure(prefix: list[str], workdir: Path, env: dict[str, str], watch: bool) -> RunCost:
     """prefix: the command up to the script (node itself, or a tool and node)."""
     command = [*prefix, str(JS_WORKLOAD), ROUNDS]
@@ -52,7 +42,7 @@ def measure(prefix: list[str], workdir: Path, env: dict[str, str], watch: bool) 
 
     def watch_memory() -> None:
         while not done.wait(0.02):
-            peak[0] = max(peak[0], _rss_kib(process.pid))
+            peak[0] = max(peak[0], rss_kib(process.pid))
 
     watcher = threading.Thread(target=watch_memory, daemon=True)
     if watch:

@@ -63,7 +63,7 @@ class PerfMapReport:
 
 
 class PerfMapSymbols(JitSymbolSource):
-    """A symbol source for the symbolizer thread (see symbolizer.SymbolSource)."""
+    """A symbol source for the symbolizer thread."""
 
     def __init__(self, default_owner_uid: int | None = None) -> None:
         # The uid a perf map must belong to when the process has gone before

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from profiler.native.library import NATIVE_DIR, NativeUnavailable
@@ -130,14 +129,6 @@ def _load() -> tuple[Any, Any]:
         return _loaded
 
 
-def available() -> bool:
-    try:
-        _load()
-    except NativeUnavailable:
-        return False
-    return True
-
-
 def _text(ffi: Any, pointer: Any) -> str:
     if pointer == ffi.NULL:
         return ""
@@ -157,16 +148,15 @@ class CodeLocator:
     """Names addresses of opened ELF files; one caller at a time (blazesym's
     objects do no locking)."""
 
-    def __init__(self, code_info: bool = True) -> None:
+    def __init__(self) -> None:
         self._ffi, self._library = _load()
-        self._code_info = code_info
         self._symbolizer: Any = None
-        self._read: dict[int, BinaryIO] = {}  # id -> handle, of the files the current symbolizer parsed
+        self._read: set[BinaryIO] = set()  # the files the current symbolizer parsed
         self._lock = threading.Lock()
         self.renewals = 0
 
     def _current(self) -> Any:
-        closed = sum(1 for handle in self._read.values() if handle.closed)
+        closed = sum(1 for handle in self._read if handle.closed)
         if self._symbolizer is not None and closed and (closed >= MAX_FILES_BEFORE_RENEW or closed * 2 >= len(self._read)):
             self._library.blaze_symbolizer_free(self._symbolizer)
             self._symbolizer = None
@@ -176,8 +166,8 @@ class CodeLocator:
             options = self._ffi.new("blaze_symbolizer_opts *")
             options.type_size = self._ffi.sizeof("blaze_symbolizer_opts")
             options.auto_reload = False
-            options.code_info = self._code_info
-            options.inlined_fns = self._code_info
+            options.code_info = True
+            options.inlined_fns = True
             options.demangle = True  # C++ (Itanium) and Rust (legacy and v0)
             self._symbolizer = self._library.blaze_symbolizer_new_opts(options)
             if self._symbolizer == self._ffi.NULL:
@@ -199,7 +189,7 @@ class CodeLocator:
             return []
         with self._lock:
             named = self._symbolize(handle, vaddrs, debug_syms=False)
-            placed = self._symbolize(handle, vaddrs, debug_syms=True) if self._code_info else named
+            placed = self._symbolize(handle, vaddrs, debug_syms=True)
         located: list[NativeSymbol | None] = []
         for by_symbol, by_dwarf in zip(named, placed, strict=True):
             if by_symbol is not None and by_dwarf is not None:
@@ -210,7 +200,7 @@ class CodeLocator:
     def _symbolize(self, handle: BinaryIO, vaddrs: list[int], debug_syms: bool) -> list[NativeSymbol | None]:
         ffi, library = self._ffi, self._library
         symbolizer = self._current()
-        self._read[id(handle)] = handle
+        self._read.add(handle)
         source = ffi.new("blaze_symbolize_src_elf *")
         source.type_size = ffi.sizeof("blaze_symbolize_src_elf")
         path = ffi.new("char[]", f"/proc/self/fd/{handle.fileno()}".encode())
@@ -242,7 +232,3 @@ class CodeLocator:
                 self._library.blaze_symbolizer_free(self._symbolizer)
                 self._symbolizer = None
             self._read.clear()
-
-
-def header_path() -> Path:
-    return HEADER_PATH

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from profiler.native import cache, debuginfod, elf_format
-from profiler.native.elf_format import MAX_STRING_TABLE_BYTES, MAX_SYMBOL_ENTRIES, LoadSegment
+from profiler.native.elf_format import ELF64_SYMBOL, MAX_STRING_TABLE_BYTES, MAX_SYMBOL_ENTRIES, LoadSegment
 from profiler.native.gopclntab import GoFunctions, read_go_functions
 from profiler.native.linkage import linkage_symbols
 from profiler.native.symbol_table import SymbolTable
@@ -27,7 +27,6 @@ MAX_ELF_BYTES = 4 << 30  # refuse larger files: a target could map anything
 STT_FUNC = 2
 STT_GNU_IFUNC = 10
 BINDING_RANK = {1: 2, 2: 1}  # STB_GLOBAL, STB_WEAK; STB_LOCAL ranks 0
-ELF64_SYMBOL = struct.Struct("<IBBHQQ")
 
 # What reading a damaged file raises (ElfFormatError is a ValueError).
 PARSE_ERRORS = (ValueError, OSError, struct.error)

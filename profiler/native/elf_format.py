@@ -42,7 +42,6 @@ MAX_BUILD_ID_BYTES = 64  # GNU's are 20 (SHA-1) or 16 (MD5)
 MAX_SECTIONS = SHN_LORESERVE
 MAX_SYMBOL_ENTRIES = 4_000_000
 MAX_STRING_TABLE_BYTES = 256 << 20
-ELF64_SYMBOL_SIZE = 24
 
 
 class ElfFormatError(ValueError):
@@ -85,7 +84,7 @@ _HEADER = {ELFCLASS64: struct.Struct("<HHIQQQIHHHHHH"), ELFCLASS32: struct.Struc
 _PROGRAM = {ELFCLASS64: struct.Struct("<IIQQQQQQ"), ELFCLASS32: struct.Struct("<IIIIIIII")}
 _SECTION = {ELFCLASS64: struct.Struct("<IIQQQQIIQQ"), ELFCLASS32: struct.Struct("<IIIIIIIIII")}
 _NOTE = struct.Struct("<III")
-_SYMBOL = struct.Struct("<IBBHQQ")
+ELF64_SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, section, value, size
 
 
 def read_exact(handle: BinaryIO, offset: int, length: int, file_size: int) -> bytes:
@@ -238,7 +237,7 @@ def section_headers(handle: BinaryIO, header: ElfHeader | None = None) -> list[S
     result = []
     for fields in raw:
         name_offset, kind, _flags, address, offset, size, link = fields[:7]
-        result.append(SectionHeader(_string_at(names, name_offset), kind, address, offset, size, link))
+        result.append(SectionHeader(string_at(names, name_offset), kind, address, offset, size, link))
     return result
 
 
@@ -249,7 +248,7 @@ def section_data(handle: BinaryIO, header: ElfHeader, section: SectionHeader, ma
     return read_exact(handle, section.offset, min(section.size, max_bytes), header.file_size)
 
 
-def _string_at(table: bytes, offset: int) -> str:
+def string_at(table: bytes, offset: int) -> str:
     if offset >= len(table):
         return ""
     end = table.find(b"\0", offset)
@@ -287,13 +286,13 @@ def symbols_named(handle: BinaryIO, prefixes: tuple[bytes, ...], max_matches: in
     for section in sections:
         if section.kind != SHT_SYMTAB or not 0 < section.link < len(sections):
             continue
-        data = section_data(handle, header, section, MAX_SYMBOL_ENTRIES * ELF64_SYMBOL_SIZE)
+        data = section_data(handle, header, section, MAX_SYMBOL_ENTRIES * ELF64_SYMBOL.size)
         strings = section_data(handle, header, sections[section.link], MAX_STRING_TABLE_BYTES)
-        usable = len(data) - len(data) % ELF64_SYMBOL_SIZE
-        for name_offset, _info, _other, section_index, value, size in _SYMBOL.iter_unpack(data[:usable]):
+        usable = len(data) - len(data) % ELF64_SYMBOL.size
+        for name_offset, _info, _other, section_index, value, size in ELF64_SYMBOL.iter_unpack(data[:usable]):
             if not strings.startswith(prefixes, name_offset):
                 continue
-            found.append(NamedSymbol(_string_at(strings, name_offset), value, size, section_index))
+            found.append(NamedSymbol(string_at(strings, name_offset), value, size, section_index))
             if len(found) >= max_matches:
                 return found
     return found

@@ -75,24 +75,8 @@ def parse_go_functions(data: bytes, text_address: int = 0) -> GoFunctions | None
     table's text start is 0 in the file (the loader relocates it)."""
     if len(data) < _HEADER.size:
         return None
-    (
-        magic,
-        _pad1,
-        _pad2,
-        _quantum,
-        pointer_size,
-        functions,
-        _files,
-        text_start,
-        name_at,
-        _cu_at,
-        _file_at,
-        _pc_at,
-        table_at,
-        *_rest,
-    ) = (
-        *_HEADER.unpack_from(data),
-        None,
+    magic, _pad1, _pad2, _quantum, pointer_size, functions, _files, text_start, name_at, *_offsets, table_at = (
+        _HEADER.unpack_from(data)
     )
     if magic not in MAGICS:
         return None  # an older Go (before 1.18): not read

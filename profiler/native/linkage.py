@@ -18,7 +18,6 @@ SHT_RELA = 4
 R_X86_64_JUMP_SLOT = 7
 R_X86_64_GLOB_DAT = 6
 _RELA = struct.Struct("<QQq")
-_SYMBOL = struct.Struct("<IBBHQQ")
 _JUMP_INDIRECT = b"\xff\x25"  # jmp *disp32(%rip)
 _BOUND_JUMP_INDIRECT = b"\xf2\xff\x25"  # bnd jmp *disp32(%rip)
 _END_BRANCH = b"\xf3\x0f\x1e\xfa"  # endbr64
@@ -35,10 +34,15 @@ def linkage_symbols(handle: BinaryIO) -> list[tuple[int, int, str]]:
     found: list[tuple[int, int, str]] = []
     relocations = by_name.get(".rela.plt")
     if relocations is not None and relocations.kind == SHT_RELA and 0 < relocations.link < len(sections):
-        names = _symbol_names(handle, header, sections, sections[relocations.link])
+        names = _DynamicSymbols(handle, header, sections, sections[relocations.link])
         slots = _relocated_slots(handle, header, relocations, names, R_X86_64_JUMP_SLOT)
-        stubs = by_name.get(".plt.sec")
-        first = stubs.address if stubs is not None else by_name[".plt"].address + PLT_ENTRY_BYTES if ".plt" in by_name else 0
+        # With IBT the stubs are in .plt.sec; else in .plt, after its resolver entry.
+        if ".plt.sec" in by_name:
+            first = by_name[".plt.sec"].address
+        elif ".plt" in by_name:
+            first = by_name[".plt"].address + PLT_ENTRY_BYTES
+        else:
+            first = 0
         if first:
             found += [
                 (first + index * PLT_ENTRY_BYTES, PLT_ENTRY_BYTES, f"{name}@plt")
@@ -56,24 +60,26 @@ def linkage_symbols(handle: BinaryIO) -> list[tuple[int, int, str]]:
     return found
 
 
-def _symbol_names(handle: BinaryIO, header: elf_format.ElfHeader, sections: list, table: elf_format.SectionHeader) -> list[str]:
-    if not 0 < table.link < len(sections):
-        return []
-    data = elf_format.section_data(handle, header, table, MAX_DYNAMIC_SYMBOLS_BYTES)
-    strings = elf_format.section_data(handle, header, sections[table.link], MAX_DYNAMIC_SYMBOLS_BYTES)
-    names = []
-    for name_offset, *_rest in _SYMBOL.iter_unpack(data[: len(data) - len(data) % _SYMBOL.size]):
-        end = strings.find(b"\0", name_offset)
-        names.append(
-            strings[name_offset : end if end >= 0 else len(strings)].decode("utf-8", "replace")
-            if name_offset < len(strings)
-            else ""
-        )
-    return names
+class _DynamicSymbols:
+    """The names of a .dynsym, decoded as asked: node's has 75,000, its PLT
+    names 500 of them."""
+
+    def __init__(self, handle: BinaryIO, header: elf_format.ElfHeader, sections: list, table: elf_format.SectionHeader) -> None:
+        self._symbols = b""
+        self._strings = b""
+        if 0 < table.link < len(sections):
+            self._symbols = elf_format.section_data(handle, header, table, MAX_DYNAMIC_SYMBOLS_BYTES)
+            self._strings = elf_format.section_data(handle, header, sections[table.link], MAX_DYNAMIC_SYMBOLS_BYTES)
+
+    def name(self, index: int) -> str:
+        at = index * elf_format.ELF64_SYMBOL.size
+        if at + elf_format.ELF64_SYMBOL.size > len(self._symbols):
+            return ""
+        return elf_format.string_at(self._strings, elf_format.ELF64_SYMBOL.unpack_from(self._symbols, at)[0])
 
 
 def _relocated_slots(
-    handle: BinaryIO, header: elf_format.ElfHeader, section: elf_format.SectionHeader, names: list[str], kind: int
+    handle: BinaryIO, header: elf_format.ElfHeader, section: elf_format.SectionHeader, names: _DynamicSymbols, kind: int
 ) -> list[tuple[int, str]]:
     """(GOT slot, symbol name) of each relocation of that kind, in order."""
     data = elf_format.section_data(handle, header, section, MAX_PLT_ENTRIES * _RELA.size)
@@ -81,8 +87,7 @@ def _relocated_slots(
     for offset, info, _addend in _RELA.iter_unpack(data[: len(data) - len(data) % _RELA.size]):
         if info & 0xFFFFFFFF != kind:
             continue
-        symbol = info >> 32
-        slots.append((offset, names[symbol] if symbol < len(names) else ""))
+        slots.append((offset, names.name(info >> 32)))
     return slots
 
 

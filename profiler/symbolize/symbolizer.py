@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from profiler.jit import registry
 from profiler.jit.sources import JitSources
@@ -38,12 +37,6 @@ KERNEL_SUFFIX_MODULE = "[kernel]"
 PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
 PARK_RETRY_S = 0.2
 MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
-
-
-class SymbolSource(Protocol):
-    """Names the code at an address of a mapping, or says it cannot."""
-
-    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None: ...
 
 
 MAX_STACKS = 100_000  # whole stacks remembered (see resolve_sample)
@@ -85,7 +78,7 @@ class ElfSymbols:
         self._profile = profile  # told which files had unnamed functions
         self._locator = locator
         self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
-        self._function_lines: dict[tuple[int, int], int] = {}
+        self._function_lines: dict[tuple[str, int], int] = {}
 
     def resolve_chain(self, pid: int, mapping: KnownMapping, address: int) -> list[Frame] | None:
         """The frames at an address, outermost first: the function, then what
@@ -120,7 +113,7 @@ class ElfSymbols:
     def _function_line(self, image: ElfImage, start: int) -> int:
         """The line a function begins on: its first address's (for formats
         that show one line per function: speedscope, .cpuprofile)."""
-        key = (id(image.handle), start)
+        key = (image.cache_key, start)
         line = self._function_lines.get(key)
         if line is None:
             assert self._locator is not None
@@ -197,7 +190,6 @@ class Symbolizer:
         self._kernel_stack = kernel_stack
         self._kernel_symbol = kernel_symbol
         self.elf = ElfSymbols(profile, locator, expand_inlining)  # names native code, first
-        self.sources: list[SymbolSource] = []  # more namers of code in files
         self.jit_sources: list[JitSymbolSource] = []
         # By process, so that a process's entries go with it: (generation, address) -> frame ids
         self._memo: dict[int, dict[tuple[int, int], tuple[int, ...]]] = {}
@@ -479,9 +471,10 @@ class Symbolizer:
         return [self._name(pid, mapping, address)]
 
     def _name(self, pid: int, mapping: KnownMapping | None, address: int) -> Frame:
+        """What the JIT sources call the code (a file's was asked for first)."""
         if mapping is None:
             return Frame("[unknown]", "", FrameKind.UNKNOWN)
-        for named in (self.elf, *self.sources, *self.jit_sources):
+        for named in self.jit_sources:
             frame = named.resolve(pid, mapping, address)
             if frame is not None:
                 return frame
