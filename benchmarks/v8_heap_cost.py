@@ -26,6 +26,17 @@ TSC = [
     "es2020",
     str(APPS / "typescript" / "lib" / "typescript.d.ts"),
 ]
+# tsc checking typescript.js as JavaScript: its checker recurses 60 to 120 JS frames deep.
+DEEP_TSC = [
+    str(APPS / "typescript" / "bin" / "tsc"),
+    "--noEmit",
+    "--allowJs",
+    "--checkJs",
+    "--skipLibCheck",
+    "--target",
+    "es2020",
+    str(APPS / "typescript" / "lib" / "typescript.js"),
+]
 BUSY = ROOT / "fixtures" / "js" / "inline_chain.js"
 V8_LOGGING = re.compile(r"V8FileLogger|LogFile::|EnsureLogScriptSource|PerfBasicLogger|CodeEventLogger|ExistingCodeLogger")
 PLAIN = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
@@ -83,10 +94,8 @@ def _tsc_runs(repeats: int, workdir: Path) -> list[str]:
     return lines
 
 
-def _bpf_ns_per_sample(flags: list[str], workdir: Path) -> tuple[float, int]:
-    cost = measured_run(
-        [*JITPROF, "--no-tui", "-F", "999", *flags, "-o", "bpf.folded", "--", "node", str(BUSY), "5"], workdir, PLAIN
-    )
+def _bpf_ns_per_sample(flags: list[str], program: list[str], workdir: Path) -> tuple[float, int]:
+    cost = measured_run([*JITPROF, "--no-tui", "-F", "999", *flags, "-o", "bpf.folded", "--", "node", *program], workdir, PLAIN)
     return cost.bpf_ns_per_sample, cost.samples
 
 
@@ -141,8 +150,14 @@ def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
     previous = Path("/proc/sys/kernel/bpf_stats_enabled").read_text().strip()
     Path("/proc/sys/kernel/bpf_stats_enabled").write_text("1")
     try:
-        heap_ns, heap_samples = _bpf_ns_per_sample([], workdir)
-        log_ns, log_samples = _bpf_ns_per_sample(["--no-v8-heap"], workdir)
+        kernel_rows = []
+        for program, label in [([str(BUSY), "5"], "inline_chain.js"), (DEEP_TSC, "tsc, deep stacks")]:
+            heap_ns, heap_samples = _bpf_ns_per_sample([], program, workdir)
+            log_ns, log_samples = _bpf_ns_per_sample(["--no-v8-heap"], program, workdir)
+            kernel_rows += [
+                f"| {label} | read (default) | {heap_ns / 1000:.1f} µs | {heap_samples:,} |",
+                f"| {label} | not read (`--no-v8-heap`) | {log_ns / 1000:.1f} µs | {log_samples:,} |",
+            ]
     finally:
         Path("/proc/sys/kernel/bpf_stats_enabled").write_text(previous)
     frames, per_frame_us = _symbolizer_cost(workdir)
@@ -157,13 +172,13 @@ def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
         "",
         *tsc_lines,
         "",
-        "In the kernel, `jitprof -F 999 -- node inline_chain.js 5` (a JS stack of ~10 frames, 4 of them V8's): BPF time per sample "
-        "with the JS frames' words read and sent, and without (`--no-v8-heap`).",
+        "In the kernel, `jitprof -F 999 -- node PROGRAM`: BPF time per sample with the JS frames' words read and sent, and "
+        "without (`--no-v8-heap`). inline_chain.js 5: a JS stack of ~10 frames, 4 of them V8's; tsc checking typescript.js "
+        "(`--allowJs --checkJs`): 60 to 120 JS frames, every one read.",
         "",
-        "| JS frames | BPF time per sample | samples |",
-        "| --- | --- | --- |",
-        f"| read (default) | {heap_ns / 1000:.1f} µs | {heap_samples:,} |",
-        f"| not read (`--no-v8-heap`) | {log_ns / 1000:.1f} µs | {log_samples:,} |",
+        "| program | JS frames | BPF time per sample | samples |",
+        "| --- | --- | --- | --- |",
+        *kernel_rows,
         "",
         f"Symbolizer: {per_frame_us:.0f} µs of CPU per JS frame named from V8's objects the first time ({frames:,} such frames "
         "in a tsc run at 199 Hz; later samples of the same code are served from the cache).",

@@ -76,7 +76,7 @@
 
 /* Limits of a sample record. */
 #define MAX_FRAMES 127
-#define STACK_COPY_BYTES 28672 /* 28 KiB of stack copied for a deferred walk */
+#define STACK_COPY_BYTES 27136 /* 26.5 KiB of stack copied for a deferred walk */
 #define COMM_LEN 16
 #define SAMPLE_HEADER_BYTES                                                                                                      \
     48 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
@@ -101,9 +101,11 @@ struct unwind_row {
 #define V8_FP_BYTECODE_OFFSET (-40) /* interpreted frames: a Smi */
 #define V8_SLOTS_BYTES 40           /* read at fp - 40: the slots above */
 #define V8_NO_BYTECODE_OFFSET (-1)
-/* JS frames sent per sample, leaf first: the per-CPU walk state must stay
- * within 32 KiB (the kernel's largest per-CPU map value) beside the stack copy. */
-#define MAX_V8_FRAMES 80
+/* JS frames sent per sample, leaf first: one for every frame the kernel can
+ * walk, since an attached node has no perf map to name a frame without one.
+ * The per-CPU walk state holds them beside the stack copy within 32 KiB (the
+ * kernel's largest per-CPU map value): hence the copy's 26.5 KiB. */
+#define MAX_V8_FRAMES MAX_FRAMES
 
 /* A file's slice of the row array. */
 struct unwind_table {

@@ -219,13 +219,19 @@ static __always_inline void submit_sample(struct walk_scratch *scratch) {
         count(COUNTER_RINGBUF_FULL);
 }
 
+// Is pc in a followed V8 process's builtins (the interpreter among them)?
+static __always_inline u8 in_v8_builtins(struct walk_scratch *scratch, u64 pc) {
+    if (scratch->v8.builtins_end == 0) return 0;
+    return (pc >= scratch->v8.builtins_start && pc < scratch->v8.builtins_end) ||
+           (pc >= scratch->v8.copy_start && pc < scratch->v8.copy_end);
+}
+
 // A frame of V8's JIT code or builtins: if its context slot holds a tagged
 // pointer (a JS frame), keep what says which function it runs and where.
 static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u64 lookup_pc, u64 fp,
                                           u32 depth) {
     if (scratch->v8.builtins_end == 0) return;
-    u8 interpreter = (lookup_pc >= scratch->v8.builtins_start && lookup_pc < scratch->v8.builtins_end) ||
-                     (lookup_pc >= scratch->v8.copy_start && lookup_pc < scratch->v8.copy_end);
+    u8 interpreter = in_v8_builtins(scratch, lookup_pc);
     if (mapping->kind != MAPPING_JIT && !interpreter) return;
     u32 index = scratch->v8_count;
     if (index >= MAX_V8_FRAMES || fp < V8_SLOTS_BYTES) return;
@@ -272,7 +278,12 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     // No entry yet (code mapped since the maps were read), a file whose
     // table is not attached, memory just made executable: user space knows
     // more later, and says "no mapping" if it still does not know the address.
-    if (!mapping || mapping->kind == MAPPING_ELF_PENDING || mapping->kind == MAPPING_PROVISIONAL)
+    // V8's builtins have no unwind rows (the table would send them to the
+    // frame-pointer step): walked now, a node whose binary's table is not
+    // attached yet (a cold start) still has its JS frames noted here, while
+    // their objects are where the slots say.
+    if (!mapping || mapping->kind == MAPPING_PROVISIONAL ||
+        (mapping->kind == MAPPING_ELF_PENDING && !in_v8_builtins(scratch, lookup_pc)))
         return defer_walk(scratch, exact_pc);
     scratch->event.addresses[depth] = pc;
     scratch->depth = depth + 1;

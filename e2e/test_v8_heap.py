@@ -222,3 +222,38 @@ def test_spawned_tsc_pays_little_for_being_profiled(jitprof, tmp_path):
     assert unnamed_js_share(lines) <= 0.02
     checker = sum(line.count for line in lines if any(frame.startswith("checkSourceElement ") for frame in line.frames))
     assert checker / total(lines) >= 0.1  # the type checker's work is where it is
+
+
+def js_frame_counts(lines) -> tuple[int, int]:  # noqa: ANN001
+    """(named, unnamed) JavaScript frames over all samples."""
+    named = sum(line.count * sum(1 for frame in line.frames if ".js:" in frame) for line in lines)
+    unnamed = sum(line.count * sum(1 for frame in line.frames if frame.startswith("[unknown] ([jit])")) for line in lines)
+    return named, unnamed
+
+
+@pytest.mark.parametrize(("major", "cache"), [("20", "warm"), ("26", "warm"), ("26", "cold")])
+def test_attached_real_program_with_deep_stacks_is_named(jitprof, tmp_path, background, major, cache):
+    """tsc checking TypeScript's own compiler as JavaScript, started without
+    flags and attached while it runs: its checker recurses 60 to 120 JS frames
+    deep, every one of them named from V8's objects (an attached node has no
+    perf map to fall back on), with jitprof's caches empty or not."""
+    tsc = APPS / "typescript" / "bin" / "tsc"
+    if not tsc.exists():
+        pytest.skip("typescript is not installed (make setup installs it)")
+    source = APPS / "typescript" / "lib" / "typescript.js"
+    arguments = ["--noEmit", "--allowJs", "--checkJs", "--target", "es2020", "--skipLibCheck", str(source)]
+    target = flagless(background, node_binary(major), str(tsc), *arguments, cwd=tmp_path)
+    time.sleep(2.5)  # into the type checker
+    environment = {"JITPROF_CACHE_DIR": str(tmp_path / "empty-cache")} if cache == "cold" else None
+    run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "2", "-o", "out.folded", env=environment)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 500
+    named, unnamed = js_frame_counts(lines)
+    assert unnamed / (named + unnamed) <= 0.04, (named, unnamed)  # measured: 0.0-2.2 %
+    deep = [line for line in lines if sum(".js:" in frame for frame in line.frames) >= 80]
+    assert total(deep) / total(lines) >= 0.1  # the stacks the test is about (17-40 % of samples)
+    deep_named, deep_unnamed = js_frame_counts(deep)
+    assert deep_unnamed / (deep_named + deep_unnamed) <= 0.04, (deep_named, deep_unnamed)
+    checker = sum(line.count for line in lines if any(frame.startswith("checkSourceElement ") for frame in line.frames))
+    assert checker / total(lines) >= 0.3  # where its time goes (the rest: parsing, binding, GC)

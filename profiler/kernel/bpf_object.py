@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import errno
 import hashlib
 import json
 import os
@@ -34,6 +35,7 @@ PROG_TYPE_TRACEPOINT = 5
 PROG_TYPE_PERF_EVENT = 7
 TRACEPOINT_PREFIX = "tracepoint__"
 MAX_OBJECT_BYTES = 16 << 20
+LOAD_RETRIES = 5  # a program's load interrupted by a signal
 INSTALLED_DIR = Path(__file__).resolve().parents[2] / "native" / "build" / "bpf"
 
 
@@ -202,6 +204,12 @@ def load(spec: BpfObject) -> LoadedObject:
                 struct.pack_into("<i", code, index * INSTRUCTION.size + 4, loaded.map_fds[map_name])
             buffer = ctypes.create_string_buffer(bytes(code), len(code))
             descriptor = _load_program(lib, spec, program, buffer, 0, None)
+            for _attempt in range(LOAD_RETRIES):
+                # The verifier gives up with EAGAIN when a signal arrives (a
+                # child's exit, a resized terminal, a debugger): libbpf retries too.
+                if descriptor >= 0 or errno.EAGAIN not in (-descriptor, ctypes.get_errno()):
+                    break
+                descriptor = _load_program(lib, spec, program, buffer, 0, None)
             if descriptor < 0:
                 log = ctypes.create_string_buffer(1 << 20)
                 _load_program(lib, spec, program, buffer, 1, log)  # again, for the verifier's reason

@@ -37,7 +37,7 @@ FRAMES_PER_CALL = 8  # frames per tail call of the walker: 16 calls cover MAX_FR
 # samples, 11 KiB at the 99th percentile, 22 KiB at the 99.9th (startup and
 # workload.js); perf --call-graph dwarf copies 8 KiB. The walk's per-CPU
 # scratch, which holds the copy, must stay under 32 KiB.
-STACK_COPY_BYTES = 28 << 10  # (jitprof_abi.h)
+STACK_COPY_BYTES = 27136  # 26.5 KiB (jitprof_abi.h)
 WALKER_PROGRAM = 0
 COPIER_PROGRAM = 1
 

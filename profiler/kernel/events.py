@@ -93,7 +93,7 @@ V8_NO_BYTECODE_OFFSET = -1
 V8_FRAME_INTERPRETER = 1
 V8_FUNCTION_WINDOW = 32
 V8_SLOTS_BYTES = 40  # a JS frame's slots read below its frame pointer
-MAX_V8_FRAMES = 80  # JS frames sent per sample
+MAX_V8_FRAMES = MAX_FRAMES  # JS frames sent per sample
 
 
 class _RawStackCopy(ctypes.Structure):

@@ -389,9 +389,13 @@ class Symbolizer:
         else:
             user_ids = []
             records = {record.frame_index: record for record in raw.v8_frames}
+            # A frame whose words could not be read now may read right soon
+            # (code being made): its stack is not remembered unnamed.
+            all_read = True
             for depth, address in enumerate(raw.addresses):  # leaf first
                 record = records.get(depth)
                 recorded = self._resolve_recorded(raw.pid, address, record, depth) if record is not None else None
+                all_read = all_read and (record is None or recorded is not None)
                 if recorded is not None:
                     if recorded.keep_native:
                         user_ids.append(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, False)[-1])
@@ -399,7 +403,7 @@ class Symbolizer:
                     continue
                 user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park)))
             user_ids.reverse()  # root first
-            if settled:
+            if settled and all_read:
                 if self._stack_entries >= MAX_STACKS:
                     self._stacks.clear()
                     self._stack_entries = 0

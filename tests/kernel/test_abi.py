@@ -175,6 +175,10 @@ def test_limits_are_the_headers(abi):
     assert events.V8_NO_BYTECODE_OFFSET == abi["V8_NO_BYTECODE_OFFSET"] - (1 << 64)
     assert (events.V8_FRAME_INTERPRETER, events.V8_FUNCTION_WINDOW) == (abi["V8_FRAME_INTERPRETER"], abi["V8_FUNCTION_WINDOW"])
     assert (events.V8_SLOTS_BYTES, events.MAX_V8_FRAMES) == (abi["V8_SLOTS_BYTES"], abi["MAX_V8_FRAMES"])
+    # Every walked frame can carry its JS record, and the sample is built in a
+    # per-CPU value beside 80 bytes of walk state: the kernel allows 32 KiB.
+    assert abi["MAX_V8_FRAMES"] == abi["MAX_FRAMES"]
+    assert abi["sizeof sample_event"] + 80 <= 32768
 
 
 def test_records_are_laid_out_as_the_header_says(abi):

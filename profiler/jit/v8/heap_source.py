@@ -71,6 +71,11 @@ class V8Kernel(Protocol):
     def clear_v8_process(self, pid: int) -> None: ...
 
 
+def _frame_key(record: V8FrameSlots, address: int, leaf: bool) -> tuple[object, ...]:
+    """What names a frame: the same words at the same address name it the same."""
+    return (record.shared, record.code, record.bytecode_array, record.bytecode_offset, record.interpreter, address, leaf)
+
+
 @dataclass
 class _Process:
     pid: int
@@ -88,6 +93,7 @@ class _Process:
     inlinings: dict[int, _Inlining | None] = field(default_factory=dict)
     frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
     failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
+    ahead: set[tuple[object, ...]] = field(default_factory=set)  # frames queued to be named ahead
     cached_since: float = field(default_factory=time.monotonic)
     named: int = 0
     unnamed: int = 0
@@ -261,11 +267,21 @@ class V8HeapSymbols(JitSymbolSource):
         if self._ahead_thread is None:
             self._ahead_thread = threading.Thread(target=self._name_ahead, name="jitprof-v8-ahead", daemon=True)
             self._ahead_thread.start()
+        process = self._processes.get(sample.pid)
+        if process is None:
+            return
+        # A deep program repeats its frames sample after sample: each is queued
+        # once, so the queue keeps pace with what is new (a cold start, with the
+        # symbolizer far behind, depends on it).
         for record in sample.v8_frames:
-            address = sample.addresses[record.frame_index]
             leaf = record.frame_index == 0
+            address = sample.addresses[record.frame_index] - (0 if leaf else 1)
+            key = _frame_key(record, address, leaf)
+            if key in process.frames or key in process.ahead:
+                continue
+            process.ahead.add(key)
             self._ahead_count += 1
-            self._ahead.put((sample.pid, address if leaf else address - 1, record, leaf))
+            self._ahead.put((sample.pid, address, record, leaf))
 
     def _name_ahead(self) -> None:
         while True:
@@ -277,7 +293,10 @@ class V8HeapSymbols(JitSymbolSource):
             try:
                 self.expand_recorded(pid, address, record, leaf)
             except Exception:  # a bug: the symbolizer meets it again, and reports it
-                continue
+                pass
+            process = self._processes.get(pid)
+            if process is not None:
+                process.ahead.discard(_frame_key(record, address, leaf))
 
     # Frames --------------------------------------------------------------
 
@@ -288,7 +307,7 @@ class V8HeapSymbols(JitSymbolSource):
             return None
         now = time.monotonic()
         process.expire(now)
-        key = (record.shared, record.code, record.bytecode_array, record.bytecode_offset, record.interpreter, address, leaf)
+        key = _frame_key(record, address, leaf)
         known = process.frames.get(key)
         if known is not None:
             return known

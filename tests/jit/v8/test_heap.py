@@ -258,6 +258,42 @@ def test_frames_say_where_the_function_begins_and_where_it_was():
     assert anonymous.name == "(anonymous) main.js:1" and not anonymous.line_exact
 
 
+def test_code_is_looked_for_before_a_pc_in_a_few_reads():
+    """A pc whose code's header is near is found; one in memory that reads
+    nothing (code freed since the sample, or a forged address) costs a
+    bounded number of reads, whatever its alignment."""
+    reader, heap = reader_and_heap("26")
+    layout = heap.layout
+    stream_at = 0x20000000
+    start = stream_at + layout.instruction_stream_header
+    fields = {
+        layout.code_instruction_start: struct.pack("<Q", start),
+        layout.code_instruction_size: struct.pack("<I", 0x800),
+    }
+    code = heap.object(layout.type_code, fields, size=0x100)
+    header = bytearray(layout.instruction_stream_header)
+    struct.pack_into("<QQ", header, 0, heap.map_of(layout.type_instruction_stream), code)
+    heap.memory.put(stream_at, bytes(header) + b"\xcc" * 0x800)
+    assert reader.code_containing(start + 0x123) == code
+    for pc in (0x30000000, 0x30000001, 0x30000021, 0x3000001F):
+        heap.memory.reads = 0
+        assert reader.code_containing(pc) is None
+        assert heap.memory.reads <= 6, (hex(pc), heap.memory.reads)  # a read and a probe per span
+    # Its header right at the mapping's start, pc 300 KiB in: the mapping's
+    # start is found, not skipped, in a few reads.
+    far_code = heap.object(layout.type_code, {**fields, layout.code_instruction_size: struct.pack("<I", 0x60000)}, size=0x100)
+    struct.pack_into("<QQ", header, 0, heap.map_of(layout.type_instruction_stream), far_code)
+    far_stream = 0x40000000
+    struct.pack_into(
+        "<Q", body := bytearray(heap.memory.read(far_code - 1, 0x100)), layout.code_instruction_start, far_stream + len(header)
+    )
+    heap.memory.put(far_code - 1, bytes(body))
+    heap.memory.put(far_stream, bytes(header) + b"\xcc" * 0x60000)
+    heap.memory.reads = 0
+    assert reader.code_containing(far_stream + len(header) + 300_000) == far_code
+    assert heap.memory.reads < 40
+
+
 def test_a_process_whose_memory_does_not_answer_is_left_behind(monkeypatch):
     """A read the target can block (userfaultfd, FUSE) holds one thread of
     jitprof's, never the symbolizer: past the timeout the process is stalled
@@ -276,4 +312,40 @@ def test_a_process_whose_memory_does_not_answer_is_left_behind(monkeypatch):
     assert thread.run(never.wait) is None
     assert time.monotonic() - started < 1.0 and thread.stalled
     assert thread.run(lambda: 42) is None  # asked nothing more
+    never.set()
+
+
+def test_a_slow_operation_is_waited_for_while_its_reads_return(monkeypatch):
+    """A busy machine makes reads slow, not stuck: an operation whose reads
+    go on is waited for past the timeout; one whose read stops answering is
+    left behind; and none is waited for past MAX_OPERATION_S."""
+    import os  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from profiler.jit.v8.heap import memory  # noqa: PLC0415
+
+    monkeypatch.setattr(memory, "OPERATION_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(memory, "MAX_OPERATION_S", 1.5)
+    process_memory = memory.ProcessMemory(os.getpid())
+    address = id(process_memory)  # some mapped memory of this process
+
+    def slow_reads(count: int) -> int:
+        for _ in range(count):
+            assert process_memory.read(address, 8) is not None
+            time.sleep(0.1)
+        return count
+
+    thread = memory.MemoryThread(process_memory)
+    assert thread.run(lambda: slow_reads(6)) == 6  # 0.6 s, three timeouts' worth
+    assert not thread.stalled
+    started = time.monotonic()
+    assert thread.run(lambda: slow_reads(30)) is None  # reads go on, but for 3 s
+    assert 1.4 < time.monotonic() - started < 2.0 and thread.stalled
+
+    stuck_thread = memory.MemoryThread(memory.ProcessMemory(os.getpid()))
+    never = threading.Event()
+    started = time.monotonic()
+    assert stuck_thread.run(lambda: (slow_reads(2), never.wait())) is None
+    assert time.monotonic() - started < 1.0 and stuck_thread.stalled
     never.set()

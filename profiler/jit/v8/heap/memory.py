@@ -5,10 +5,12 @@ written, the process never stopped.
 
 A read can block: the target may back the address with userfaultfd or a
 FUSE file and never answer. So all reading of a process's memory is done by
-a thread of its own (MemoryThread) and waited for OPERATION_TIMEOUT_S at
-most; an operation that takes longer marks the process stalled, its later
-operations fail at once, and only that thread stays behind (MAX_STALLED of
-them at most: past that, no process's memory is read)."""
+a thread of its own (MemoryThread), waited for while its reads go on: an
+operation none of whose reads returns for OPERATION_TIMEOUT_S, or that takes
+MAX_OPERATION_S in all, marks the process stalled, its later operations fail
+at once, and only that thread stays behind (MAX_STALLED of them at most: past
+that, no process's memory is read). A slow operation is not a stuck one: on a
+busy machine (jitprof's own cold start among it) reads are slow, not blocked."""
 
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ import os
 import queue
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 MAX_READ = 64 << 20  # one read: a script's source at most
 USER_SPACE_END = 1 << 47
-OPERATION_TIMEOUT_S = 2.0  # naming a frame: a few reads, or a script's source
+OPERATION_TIMEOUT_S = 2.0  # without a read returning: a read the target blocks
+MAX_OPERATION_S = 10.0  # naming a frame: a few reads, or a script's source
 MAX_STALLED = 16
 _WORD = struct.Struct("<Q")
 _stalled_lock = threading.Lock()
@@ -64,7 +68,7 @@ class ProcessMemory:
 
 class MemoryThread:
     """Runs what reads a process's memory on a thread of its own, and waits
-    for it within OPERATION_TIMEOUT_S."""
+    for it while its reads return (see above)."""
 
     def __init__(self, memory: ProcessMemory) -> None:
         self.memory = memory
@@ -90,11 +94,17 @@ class MemoryThread:
             self._thread = threading.Thread(target=self._serve, name=f"jitprof-mem-{self.memory.pid}", daemon=True)
             self._thread.start()
         self._requests.put(operation)
-        try:
-            result, error = self._answers.get(timeout=OPERATION_TIMEOUT_S)
-        except queue.Empty:
-            self._stall()
-            return None
+        given_up_at = time.monotonic() + MAX_OPERATION_S
+        reads = self.memory.reads
+        while True:
+            try:
+                result, error = self._answers.get(timeout=OPERATION_TIMEOUT_S)
+                break
+            except queue.Empty:
+                if self.memory.reads == reads or time.monotonic() >= given_up_at:
+                    self._stall()
+                    return None
+                reads = self.memory.reads
         if error is not None:
             raise error
         return result  # type: ignore[return-value]

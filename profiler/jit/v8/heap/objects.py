@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass
 
 from profiler.jit.v8.heap.layout import POINTER, V8Layout
-from profiler.jit.v8.heap.memory import ProcessMemory
+from profiler.jit.v8.heap.memory import USER_SPACE_END, ProcessMemory
 
 HEAP_OBJECT_TAG = 1
 TAG_MASK = 3
@@ -30,6 +30,7 @@ MAX_INLINED_LOCAL_NAMES = 75  # past this V8 keeps a scope's local names in a ha
 EXTERNAL_RESOURCE_DATA = 24
 CODE_SCAN_SPANS = (4 << 10, 64 << 10, 512 << 10)  # how far before a pc its code's header is looked for
 CODE_STEP = 32  # instructions start at least this aligned
+PAGE_BYTES = 4096  # what memory is mapped by
 MAX_MAPS_SEEN = 4096  # an external string's cached pointer to its characters
 _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
@@ -39,6 +40,11 @@ _U64 = struct.Struct("<Q")
 
 def is_heap_object(tagged: int) -> bool:
     return tagged & TAG_MASK == HEAP_OBJECT_TAG and tagged > 0xFFFF
+
+
+def _may_be_object(word: int) -> bool:
+    """Can word point to an object (8-aligned, tagged, in user space)?"""
+    return word & 7 == HEAP_OBJECT_TAG and 0xFFFF < word < USER_SPACE_END
 
 
 def is_smi(word: int) -> bool:
@@ -335,21 +341,24 @@ class HeapReader:
         None: no header within span."""
         layout = self.layout
         header = layout.instruction_stream_header
+        if header < layout.instruction_stream_code + 8:
+            return 0  # metadata that cannot be: the map and the Code pointer come before the instructions
         window_start = max(pc - span, 0) & ~(CODE_STEP - 1)
-        data = None
-        while data is None and window_start < pc:
-            data = self.memory.read(window_start, pc - window_start)  # the span may start before the mapping
-            if data is None:
-                window_start = (window_start + (pc - window_start) // 2 + CODE_STEP - 1) & ~(CODE_STEP - 1)
+        data = self.memory.read(window_start, pc - window_start)
         if data is None:
-            return 0
+            window_start = self._mapping_start(window_start, pc)
+            data = self.memory.read(window_start, pc - window_start) if window_start < pc else None
+            if data is None:
+                return 0  # nothing mapped at pc (code freed since, or a forged address)
         # Instructions start CODE_STEP-aligned; the stream's header precedes them.
         candidate = (pc & ~(CODE_STEP - 1)) - window_start
         while candidate - header >= 0:
             object_offset = candidate - header
             map_word = _U64.unpack_from(data, object_offset)[0]
-            if is_heap_object(map_word) and self.map_type(map_word) == layout.type_instruction_stream:
-                code = _U64.unpack_from(data, object_offset + layout.instruction_stream_code)[0]
+            code = _U64.unpack_from(data, object_offset + layout.instruction_stream_code)[0]
+            # Most of the words scanned are instructions: only a pair that can
+            # be a map and a Code pointer costs a read.
+            if _may_be_object(map_word) and _may_be_object(code) and self.map_type(map_word) == layout.type_instruction_stream:
                 info = self.code(code)
                 start = window_start + candidate
                 if info is not None and info.instruction_start == start and start <= pc < start + info.instruction_size:
@@ -357,6 +366,22 @@ class HeapReader:
                 return 0  # the nearest stream does not hold pc
             candidate -= CODE_STEP
         return None if window_start > 0 and pc - window_start >= span - CODE_STEP else 0
+
+    def _mapping_start(self, unreadable: int, pc: int) -> int:
+        """The lowest page from which memory reads up to pc, above an address
+        that does not: in log2(pages) one-byte reads."""
+        readable = pc & ~(PAGE_BYTES - 1)
+        if self.memory.read(readable, 1) is None:
+            return pc
+        while readable - unreadable > PAGE_BYTES:
+            middle = ((unreadable + readable) // 2) & ~(PAGE_BYTES - 1)
+            if middle <= unreadable:
+                break
+            if self.memory.read(middle, 1) is None:
+                unreadable = middle
+            else:
+                readable = middle
+        return readable
 
     def bytecode_positions(self, tagged: int) -> bytes | None:
         """A BytecodeArray's source-position table."""

@@ -8,7 +8,15 @@ V8 14 its lowest bit does (the delta is shifted up by one)."""
 
 from __future__ import annotations
 
+import bisect
+import threading
+from array import array
+
 MAX_ENTRIES = 1 << 20  # a table of a target's: the walk ends
+MAX_CACHED_ENTRIES = 1 << 20  # decoded entries kept (16 bytes each)
+_cache: dict[tuple[bytes, bool], tuple[array, array]] = {}
+_cache_lock = threading.Lock()
+_cached_entries = 0
 
 
 def _vlq(table: bytes, index: int) -> tuple[int, int] | None:
@@ -26,26 +34,43 @@ def _vlq(table: bytes, index: int) -> tuple[int, int] | None:
 def position_at(table: bytes, code_offset: int, statement_bit: bool = False) -> int | None:
     """The source position (V8's packed form) in effect at code_offset;
     statement_bit: the table is V8 14's form."""
+    offsets, found = _decoded(table, statement_bit)
+    index = bisect.bisect_right(offsets, code_offset) - 1
+    return found[index] if index >= 0 else None
+
+
+def _decoded(table: bytes, statement_bit: bool) -> tuple[array, array]:
+    """The table's entries, code offsets ascending: decoded once, since a hot
+    function's frames look it up sample after sample (and a big function's
+    table is long)."""
+    key = (table, statement_bit)
+    with _cache_lock:
+        known = _cache.get(key)
+    if known is not None:
+        return known
+    offsets, found = array("q"), array("q")
     code, position, index = -1, 0, 0
-    found: int | None = None
     for _ in range(MAX_ENTRIES):
         decoded = _vlq(table, index)
         if decoded is None:
-            return found
+            break
         delta, index = decoded
-        if statement_bit:
-            code += delta >> 1
-        else:
-            code += delta if delta >= 0 else -delta - 1  # the sign marks statement positions
-        if code > code_offset:
-            return found
+        code += delta >> 1 if statement_bit else delta if delta >= 0 else -delta - 1  # the sign marks statements
         decoded = _vlq(table, index)
-        if decoded is None:
-            return found
+        if decoded is None or (offsets and code < offsets[-1]):
+            break  # offsets only go up: a forged table ends here
         source_delta, index = decoded
         position += source_delta
-        found = position
-    return found
+        offsets.append(code)
+        found.append(position)
+    global _cached_entries
+    with _cache_lock:
+        if _cached_entries + len(offsets) > MAX_CACHED_ENTRIES:
+            _cache.clear()
+            _cached_entries = 0
+        _cache[key] = (offsets, found)
+        _cached_entries += len(offsets)
+    return offsets, found
 
 
 def script_offset(position: int) -> int:
