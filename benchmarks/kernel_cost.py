@@ -45,7 +45,7 @@ def kernel_cost(flags: list[str], workdir: Path) -> KernelCost:
 
 def measured_run(command: list[str], workdir: Path, env: dict[str, str] | None = None) -> KernelCost:
     """Run a jitprof command line; its sampler's BPF time per sample and its map memory."""
-    process = subprocess.Popen(command, cwd=workdir, stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
     # The kernel's counts are read while jitprof runs (its descriptors go
     # with it): the last reading before it ends.
     infos: list[dict[str, str]] = []

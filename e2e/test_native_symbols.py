@@ -135,7 +135,7 @@ def test_stripped_go_program_named_from_gopclntab(jitprof, tmp_path):
     """esbuild from npm: a stripped Go binary, minifying TypeScript's compiler."""
     assert ".symtab" not in subprocess.run(["readelf", "-S", str(ESBUILD)], capture_output=True, text=True).stdout
     loop = f'end=$(($(date +%s) + 3)); while [ "$(date +%s)" -lt "$end" ]; do "{ESBUILD}" --minify --log-level=error --outfile=/dev/null "{TYPESCRIPT}" || exit 1; done'
-    run = jitprof("-F", "499", "-o", "go.folded", "--", "sh", "-c", loop)
+    run = jitprof("-F", "499", "-o", "go.folded", "-o", "go.speedscope.json", "--", "sh", "-c", loop)
     assert run.returncode == 0, run.stderr
     lines = [line for line in read_folded(tmp_path / "go.folded") if line.frames[0] == "esbuild"]
     assert total(lines) >= 300
@@ -143,3 +143,11 @@ def test_stripped_go_program_named_from_gopclntab(jitprof, tmp_path):
     assert unnamed <= 0.10, lines
     assert share(lines, lambda frames: "github.com/evanw/esbuild/internal/js_parser.Parse" in frames) >= 0.2
     assert share(lines, lambda frames: frames[1] == "runtime.goexit" or frames[1] == "_rt0_amd64_linux") >= 0.9
+    # The calls Go inlined, from the table's inline tree, marked as inlined.
+    assert share(lines, lambda frames: any(frame.endswith("_[i]") for frame in frames)) >= 0.3
+    # Every esbuild function at its file and line.
+    frames = json.loads((tmp_path / "go.speedscope.json").read_text())["shared"]["frames"]
+    esbuild_frames = [frame for frame in frames if frame["name"].startswith("github.com/evanw/esbuild/")]
+    assert len(esbuild_frames) >= 50
+    with_lines = [frame for frame in esbuild_frames if frame.get("file", "").endswith(".go") and frame.get("line", 0) > 0]
+    assert len(with_lines) / len(esbuild_frames) >= 0.95

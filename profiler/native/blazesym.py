@@ -39,6 +39,7 @@ class SourcePlace:
 class InlinedCall:
     name: str
     place: SourcePlace | None  # where in this function the next one in (or the address) is
+    start_line: int = 0  # the line the function begins on, where known (Go's inline tree has it)
 
 
 @dataclass(frozen=True)

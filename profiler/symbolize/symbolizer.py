@@ -104,9 +104,11 @@ class ElfSymbols:
         if linkage is not None:  # a stripped program's entry point
             return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]
         go_functions = image.go_functions()
-        found = go_functions.lookup(vaddr) if go_functions is not None else None
-        if found is not None:
-            return [Frame(found[1], mapping.module_name, FrameKind.NATIVE)]
+        go_located = go_functions.locate(vaddr) if go_functions is not None else None
+        if go_functions is not None and go_located is not None:
+            frames = _located_frames(go_located, mapping.module_name)
+            frames[0] = dataclasses.replace(frames[0], function_line=go_functions.function_line(go_located.start))
+            return frames if self._expand_inlining else frames[:1]
         frame = self._from_symbol_table(image, vaddr, mapping)
         return [frame] if frame is not None else None
 
@@ -161,7 +163,8 @@ def _located_frames(located: NativeSymbol, module: str) -> list[Frame]:
     (the call of the next one in, or the line executing)."""
     frames = [_at_place(registry.native_symbol_frame(located.name, module), located.place)]
     for call in located.inlined:
-        frames.append(_at_place(Frame(call.name or "[inlined]", module, FrameKind.NATIVE, inlined=True), call.place))
+        frame = Frame(call.name or "[inlined]", module, FrameKind.NATIVE, inlined=True, function_line=call.start_line)
+        frames.append(_at_place(frame, call.place))
     return frames
 
 

@@ -5,7 +5,6 @@ programs, checked against binutils."""
 from __future__ import annotations
 
 import re
-import struct
 import subprocess
 from pathlib import Path
 
@@ -153,51 +152,6 @@ def test_symbol_names_as_people_know_them():
     assert _symbol_name("__GI___pthread_mutex_lock") == "__pthread_mutex_lock"
     assert _symbol_name("signed char") == "a"  # blazesym's reading of C's `a`
     assert _symbol_name("std::vector<int>::at(unsigned long)") == "std::vector<int>::at(unsigned long)"
-
-
-def test_go_functions_from_gopclntab_agree_with_the_symbol_table(tmp_path):
-    """A stripped Go binary keeps .gopclntab: its functions are named from it
-    as the unstripped binary's symbol table names them."""
-    import shutil  # noqa: PLC0415
-
-    from profiler.native.gopclntab import read_go_functions  # noqa: PLC0415
-
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        pytest.skip("no Go toolchain")
-    source = Path(__file__).resolve().parents[2] / "fixtures" / "gowork.go"
-    environment = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "GOCACHE": str(tmp_path / "cache"), "GOFLAGS": "-mod=mod"}
-    full, stripped = tmp_path / "full", tmp_path / "stripped"
-    subprocess.run([go, "build", "-o", str(full), str(source)], check=True, env=environment, cwd=tmp_path)
-    subprocess.run([go, "build", "-ldflags=-s -w", "-o", str(stripped), str(source)], check=True, env=environment, cwd=tmp_path)
-    assert ".symtab" not in subprocess.run(["readelf", "-S", str(stripped)], capture_output=True, text=True).stdout
-    symbols = {}
-    for line in subprocess.run(["nm", str(full)], capture_output=True, text=True, check=True).stdout.splitlines():
-        fields = line.split(maxsplit=2)
-        if len(fields) == 3 and fields[1] in "tT":
-            symbols[int(fields[0], 16)] = fields[2].removesuffix(".abi0")  # assembly's ABI mark: tracebacks omit it
-    with full.open("rb") as handle:
-        functions = read_go_functions(handle)
-    assert functions is not None and len(functions) > 500
-    agreed = sum(1 for start in functions.starts if symbols.get(start) == functions.lookup(start)[1])
-    assert agreed / len(functions) >= 0.99
-    with stripped.open("rb") as handle:
-        stripped_functions = read_go_functions(handle)
-    assert stripped_functions is not None
-    crunch = next(start for start in stripped_functions.starts if stripped_functions.lookup(start)[1] == "main.crunch")
-    assert stripped_functions.lookup(crunch + 3) == (crunch, "main.crunch")
-
-
-def test_damaged_gopclntab_is_refused_not_trusted():
-    from profiler.native.gopclntab import GoTableError, parse_go_functions  # noqa: PLC0415
-
-    header = struct.pack("<IBBBBqqQQQQQQ", 0xFFFFFFF1, 0, 0, 1, 8, 10**9, 0, 0x401000, 64, 0, 0, 0, 72)
-    with pytest.raises(GoTableError):
-        parse_go_functions(header + b"\0" * 64)
-    header = struct.pack("<IBBBBqqQQQQQQ", 0xFFFFFFF1, 0, 0, 1, 8, 5, 0, 0x401000, 64, 0, 0, 0, 72)
-    with pytest.raises(GoTableError):
-        parse_go_functions(header + b"\0" * 16)  # the function table runs past the end
-    assert parse_go_functions(b"\x00" * 80) is None  # no magic: not a table this reads
 
 
 def test_ld_so_entry_is_start_up_to_the_next_symbol():
