@@ -47,6 +47,18 @@ class GoTableError(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class _TableParts:
+    """Where the header says the table's parts are (offsets into it)."""
+
+    names: int
+    compile_units: int
+    files: int
+    pc_tables: int
+    functions: int
+    quantum: int  # the pc deltas' unit
+
+
 @dataclass
 class _InlineData:
     """Go 1.20 on: where the inline trees are (gofunc) and the section holding them."""
@@ -59,7 +71,6 @@ class _InlineData:
 @dataclass
 class _Function:
     entry: int  # offset from the text start
-    name_offset: int
     pcfile: int
     pcln: int
     cu_offset: int
@@ -77,11 +88,11 @@ class GoFunctions:
     name_offsets: array.array
     names: bytes  # the name table
     text_end: int
-    table: bytes = b""  # the whole .gopclntab
-    function_data: array.array | None = None  # each function's _func, from the function table's start
-    offsets: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # cu table, file table, pc tables, function table, quantum
-    text_start: int = 0
-    go120: bool = False
+    table: bytes  # the whole .gopclntab
+    function_data: array.array  # each function's _func, from the function table's start
+    parts: _TableParts
+    text_start: int
+    go120: bool
     inline: _InlineData | None = None
 
     def lookup(self, vaddr: int) -> tuple[int, str] | None:
@@ -135,33 +146,26 @@ class GoFunctions:
         return index
 
     def _name(self, offset: int) -> str | None:
-        end = self.names.find(b"\0", offset, offset + MAX_NAME_BYTES)
-        if offset < 0 or offset >= len(self.names) or end < 0:
-            return None
-        return self.names[offset:end].decode("utf-8", "replace")
+        return _c_string(self.names, offset)
 
     def _function(self, index: int) -> _Function | None:
-        if self.function_data is None:
-            return None
-        table_at = self.offsets[3]
-        at = table_at + self.function_data[index]
+        at = self.parts.functions + self.function_data[index]
         layout = _FUNC_120 if self.go120 else _FUNC_118
         if at + layout.size > len(self.table):
             return None
         fields = layout.unpack_from(self.table, at)
-        entry, name_offset, _args, _deferreturn, _pcsp, pcfile, pcln, pcdata_count, cu_offset = fields[:9]
+        entry, _name_offset, _args, _deferreturn, _pcsp, pcfile, pcln, pcdata_count, cu_offset = fields[:9]
         start_line = fields[9] if self.go120 else 0
         funcdata_count = fields[-1]
         pcdata_at = at + layout.size
         funcdata_at = pcdata_at + 4 * pcdata_count
         inline_index, inline_tree = 0, -1
         has_tree = pcdata_count > PCDATA_INLINE_TREE_INDEX and funcdata_count > FUNCDATA_INLINE_TREE
-        if self.go120 and self.inline is not None and has_tree:
-            if funcdata_at + 4 * funcdata_count <= len(self.table):
-                inline_index = struct.unpack_from("<I", self.table, pcdata_at + 4 * PCDATA_INLINE_TREE_INDEX)[0]
-                tree = struct.unpack_from("<I", self.table, funcdata_at + 4 * FUNCDATA_INLINE_TREE)[0]
-                inline_tree = tree if tree != 0xFFFFFFFF else -1
-        return _Function(entry, name_offset, pcfile, pcln, cu_offset, start_line, inline_index, inline_tree)
+        if self.go120 and self.inline is not None and has_tree and funcdata_at + 4 * funcdata_count <= len(self.table):
+            inline_index = struct.unpack_from("<I", self.table, pcdata_at + 4 * PCDATA_INLINE_TREE_INDEX)[0]
+            tree = struct.unpack_from("<I", self.table, funcdata_at + 4 * FUNCDATA_INLINE_TREE)[0]
+            inline_tree = tree if tree != 0xFFFFFFFF else -1
+        return _Function(entry, pcfile, pcln, cu_offset, start_line, inline_index, inline_tree)
 
     def _pc_value(self, table_offset: int, entry: int, pc: int) -> int | None:
         """The value a pc-value table gives pc (runtime.pcvalue): pairs of a
@@ -170,8 +174,8 @@ class GoFunctions:
         if table_offset == 0:
             return None
         data = self.table
-        at = self.offsets[2] + table_offset
-        value, current, quantum = -1, entry, self.offsets[4]
+        at = self.parts.pc_tables + table_offset
+        value, current, quantum = -1, entry, self.parts.quantum
         for step in range(MAX_PC_VALUE_STEPS):
             decoded = _uvarint(data, at)
             if decoded is None:
@@ -194,16 +198,12 @@ class GoFunctions:
         file_index = self._pc_value(function.pcfile, function.entry, pc)
         if line is None or line <= 0 or file_index is None or file_index < 0:
             return None
-        cu_at, files_at = self.offsets[0], self.offsets[1]
-        entry_at = cu_at + 4 * (function.cu_offset + file_index)
+        entry_at = self.parts.compile_units + 4 * (function.cu_offset + file_index)
         if entry_at + 4 > len(self.table):
             return None
         file_offset = struct.unpack_from("<I", self.table, entry_at)[0]
-        start = files_at + file_offset
-        end = self.table.find(b"\0", start, start + MAX_NAME_BYTES)
-        if file_offset == 0xFFFFFFFF or start >= len(self.table) or end < 0:
-            return None
-        return SourcePlace(self.table[start:end].decode("utf-8", "replace"), line, 0)
+        file = _c_string(self.table, self.parts.files + file_offset) if file_offset != 0xFFFFFFFF else None
+        return SourcePlace(file, line, 0) if file is not None else None
 
     def _inlined_call(self, function: _Function, pc: int) -> tuple[str, int, int] | None:
         """The inlined call pc is in (its name, its call's pc offset, the line
@@ -222,6 +222,15 @@ class GoFunctions:
         if name is None or parent_pc < 0:
             return None
         return name, parent_pc, max(start_line, 0)
+
+
+def _c_string(data: bytes, offset: int) -> str | None:
+    """The NUL-terminated string at offset, MAX_NAME_BYTES at most; None
+    when there is none there."""
+    if not 0 <= offset < len(data):
+        return None
+    end = data.find(b"\0", offset, offset + MAX_NAME_BYTES)
+    return data[offset:end].decode("utf-8", "replace") if end >= 0 else None
 
 
 def _uvarint(data: bytes, at: int) -> tuple[int, int] | None:
@@ -252,18 +261,21 @@ def read_go_functions(handle: BinaryIO) -> GoFunctions | None:
     text = next((entry for entry in sections if entry.name == ".text"), None)
     functions = parse_go_functions(data, text.address if text is not None else 0)
     if functions is not None and functions.go120:
-        functions.inline = _inline_data(handle, header, sections, section.address, data)
+        functions.inline = _inline_data(handle, header, sections, section.address, functions.parts)
     return functions
 
 
 def _inline_data(
-    handle: BinaryIO, header: elf_format.ElfHeader, sections: list[elf_format.SectionHeader], table_address: int, table: bytes
+    handle: BinaryIO,
+    header: elf_format.ElfHeader,
+    sections: list[elf_format.SectionHeader],
+    table_address: int,
+    parts: _TableParts,
 ) -> _InlineData | None:
     """Where the inline trees are: the module data (its own section, or in
     .noptrdata before Go 1.26) points to
     the table, to its parts, and to gofunc. None when it is not found (a
     position-independent build, whose pointers the loader writes)."""
-    _magic, *_counts, _text, names_at, cu_at = _HEADER.unpack_from(table)[:10]
     for name in (".go.module", ".noptrdata", ".data"):  # .go.module: Go 1.26 on
         holder = next((entry for entry in sections if entry.name == name), None)
         if holder is None:
@@ -277,7 +289,7 @@ def _inline_data(
                     struct.unpack_from("<Q", data, at + offset)[0]
                     for offset in (_MODULE_FUNCNAMES, _MODULE_CUTAB, _MODULE_GOFUNC)
                 )
-                if funcnames == table_address + names_at and cutab == table_address + cu_at:
+                if funcnames == table_address + parts.names and cutab == table_address + parts.compile_units:
                     return _section_holding(handle, header, sections, gofunc)
             at = data.find(needle, at + 1)
     return None
@@ -335,7 +347,7 @@ def parse_go_functions(data: bytes, text_address: int = 0) -> GoFunctions | None
         text_start + entries[functions],
         data,
         function_data,
-        (cu_at, files_at, pc_at, table_at, quantum),
+        _TableParts(name_at, cu_at, files_at, pc_at, table_at, quantum),
         text_start,
         magic == MAGIC_GO120,
     )

@@ -118,7 +118,7 @@ def test_forged_line_and_inline_tables_end_without_a_wrong_answer(go_builds):
     for _round in range(20):
         damaged = bytearray(original)
         for _ in range(2000):
-            damaged[generator.randrange(functions.offsets[2], len(damaged))] = generator.randrange(256)
+            damaged[generator.randrange(functions.parts.pc_tables, len(damaged))] = generator.randrange(256)
         functions.table = bytes(damaged)
         for _ in range(200):
             index = generator.randrange(len(functions.starts) - 1)

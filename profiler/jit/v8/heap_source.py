@@ -137,7 +137,7 @@ class V8HeapSymbols(JitSymbolSource):
         # JS frames are named as their samples arrive, on a thread of their
         # own, while the process lives: the symbolizer may be seconds behind
         # (a cold start), and a short-lived process gone by then.
-        self._ahead: queue.SimpleQueue[tuple[int, int, V8FrameSlots, bool] | None] = queue.SimpleQueue()
+        self._ahead: queue.SimpleQueue[tuple[int, int, V8FrameSlots, bool, tuple[object, ...]] | None] = queue.SimpleQueue()
         self._ahead_count = 0
         self._ahead_thread: threading.Thread | None = None
         self._processes: dict[int, _Process] = {}
@@ -281,7 +281,7 @@ class V8HeapSymbols(JitSymbolSource):
                 continue
             process.ahead.add(key)
             self._ahead_count += 1
-            self._ahead.put((sample.pid, address, record, leaf))
+            self._ahead.put((sample.pid, address, record, leaf, key))
 
     def _name_ahead(self) -> None:
         while True:
@@ -289,14 +289,14 @@ class V8HeapSymbols(JitSymbolSource):
             if item is None:
                 return
             self._ahead_count -= 1
-            pid, address, record, leaf = item
+            pid, address, record, leaf, key = item
             try:
                 self.expand_recorded(pid, address, record, leaf)
             except Exception:  # a bug: the symbolizer meets it again, and reports it
                 pass
             process = self._processes.get(pid)
             if process is not None:
-                process.ahead.discard(_frame_key(record, address, leaf))
+                process.ahead.discard(key)
 
     # Frames --------------------------------------------------------------
 

@@ -13,10 +13,10 @@ import threading
 from array import array
 
 MAX_ENTRIES = 1 << 20  # a table of a target's: the walk ends
-MAX_CACHED_ENTRIES = 1 << 20  # decoded entries kept (16 bytes each)
+MAX_CACHED_BYTES = 16 << 20  # decoded tables kept: their entries (16 bytes each) and the tables they key by
 _cache: dict[tuple[bytes, bool], tuple[array, array]] = {}
 _cache_lock = threading.Lock()
-_cached_entries = 0
+_cached_bytes = 0
 
 
 def _vlq(table: bytes, index: int) -> tuple[int, int] | None:
@@ -63,13 +63,14 @@ def _decoded(table: bytes, statement_bit: bool) -> tuple[array, array]:
         position += source_delta
         offsets.append(code)
         found.append(position)
-    global _cached_entries
+    global _cached_bytes
+    cost = 16 * len(offsets) + len(table)
     with _cache_lock:
-        if _cached_entries + len(offsets) > MAX_CACHED_ENTRIES:
+        if _cached_bytes + cost > MAX_CACHED_BYTES:
             _cache.clear()
-            _cached_entries = 0
+            _cached_bytes = 0
         _cache[key] = (offsets, found)
-        _cached_entries += len(offsets)
+        _cached_bytes += cost
     return offsets, found
 
 
