@@ -12,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from benchmarks.harness import NODE, rss_kib
 from profiler.native import elf
@@ -30,6 +31,8 @@ class Measured:
     blazesym_cold_s: float
     blazesym_warm_s: float
     addr2line_s: float
+    first_cold_s: float  # a new symbolizer's first name, the file out of the page cache
+    first_warm_s: float  # the same, the file in the page cache
     names_agree: float  # blazesym vs jitprof's table, outer function
     lines_agree: float  # blazesym vs addr2line -i, innermost file:line, where addr2line has one
     with_inlined: float  # addresses with at least one inlined function
@@ -61,6 +64,22 @@ def _addr2line(binary: str, addresses: list[int]) -> tuple[list[tuple[str, int]]
     return innermost, elapsed
 
 
+def _first_name(source: BinaryIO, address: int, evict: bool) -> float:
+    """How long a new symbolizer takes to name one address of the file (its
+    symbol table and DWARF parsed): what a run waits for a file's first
+    frame. Cold: the file's pages dropped from the page cache first."""
+    times = []
+    for _ in range(3):
+        if evict:
+            os.posix_fadvise(source.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        locator = CodeLocator()  # the library is loaded before the clock starts
+        started = time.monotonic()
+        locator.locate(source, [address])
+        times.append(time.monotonic() - started)
+        locator.close()
+    return statistics.median(times)
+
+
 def _measure(label: str, path: Path) -> Measured | None:
     if not path.exists():
         return None
@@ -81,6 +100,8 @@ def _measure(label: str, path: Path) -> Measured | None:
             locator.locate(source, addresses)
             warm.append(time.monotonic() - started)
         locator.close()
+        first_cold = _first_name(source, addresses[0], evict=True)
+        first_warm = _first_name(source, addresses[0], evict=False)
         debug = image.debug_file if image.debug_file else str(path)
         innermost, addr2line_time = _addr2line(debug, addresses)
     finally:
@@ -104,6 +125,8 @@ def _measure(label: str, path: Path) -> Measured | None:
         blazesym_cold,
         statistics.median(warm),
         addr2line_time,
+        first_cold,
+        first_warm,
         names / len(addresses),
         agreed / compared if compared else float("nan"),
         sum(1 for symbol in located if symbol is not None and symbol.inlined) / len(addresses),
@@ -149,14 +172,18 @@ def native_symbols() -> list[str]:
         "symbolizer (the file parsed); warm: the same addresses again (median of 3). jitprof's own reader of",
         "the symbol table, cold (no cache), is what named native frames before. Names: blazesym's outer",
         "function equals that reader's; lines: blazesym's innermost file:line equals `addr2line -i`'s first.",
+        "First name: a new symbolizer naming one address (the file's symbols and DWARF parsed), median of 3,",
+        "the file's pages dropped from the page cache first (cold) or not (warm).",
         "",
-        "| file | symbols | own reader, cold | blazesym cold | blazesym warm | addr2line -i | names agree | lines agree | with inlined |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| file | symbols | own reader, cold | blazesym cold | blazesym warm | first name cold | first name warm "
+        "| addr2line -i | names agree | lines agree | with inlined |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for result in results:
         rows.append(
             f"| {result.label} | {result.symbols:,} | {result.table_cold_s * 1000:.0f} ms | {result.blazesym_cold_s * 1000:.0f} ms "
-            f"| {result.blazesym_warm_s * 1000:.1f} ms | {result.addr2line_s * 1000:.0f} ms | {result.names_agree:.1%} "
+            f"| {result.blazesym_warm_s * 1000:.1f} ms | {result.first_cold_s * 1000:.1f} ms | {result.first_warm_s * 1000:.1f} ms "
+            f"| {result.addr2line_s * 1000:.0f} ms | {result.names_agree:.1%} "
             f"| {result.lines_agree:.1%} | {result.with_inlined:.1%} |"
         )
     rows.append("")

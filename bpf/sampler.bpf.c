@@ -12,8 +12,13 @@
 #include "jitprof_abi.h"
 
 // The walk's memory reads: the thread's own user memory.
+// A frame-pointer step reads the 16 bytes at fp. A JS frame's slots below fp
+// are read with them in one read (note_v8_frame): the step then takes them
+// from here, one read per JS frame instead of two.
 struct walk_reader {
-    u8 unused;
+    u64 frame_fp; // 0: nothing read ahead
+    u64 saved_fp;
+    u64 return_address;
 };
 
 static __always_inline int walk_read_word(struct walk_reader *reader, u64 address, __u64 *value) {
@@ -21,6 +26,11 @@ static __always_inline int walk_read_word(struct walk_reader *reader, u64 addres
 }
 
 static __always_inline int walk_read_frame(struct walk_reader *reader, u64 fp, __u64 *saved_fp, __u64 *return_address) {
+    if (reader->frame_fp != 0 && reader->frame_fp == fp) {
+        *saved_fp = reader->saved_fp;
+        *return_address = reader->return_address;
+        return 0;
+    }
     u64 frame[2];
     if (bpf_probe_read_user(frame, sizeof(frame), (void *)fp) != 0) return 1;
     *saved_fp = frame[0];
@@ -167,7 +177,7 @@ struct walk_scratch {
     u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
     u8 reserved8;
     u16 v8_count;
-    u32 reserved32;
+    u32 sample_serial; // tells this sample's entries in v8_functions_seen from older ones
     struct v8_process v8; // builtins_end 0: not a V8 process
     struct sample_event event;
 };
@@ -181,6 +191,22 @@ static __always_inline struct v8_frame *v8_notes(struct walk_scratch *scratch) {
 }
 
 BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 1);
+
+// The JSFunctions met in this CPU's current sample, with their shared info
+// and code: a deep stack calls the same functions again and again (a parser's
+// or a checker's recursion), and each is read once per sample.
+#define V8_FUNCTIONS_SEEN 64
+struct v8_function_seen {
+    u64 function;
+    u64 shared;
+    u64 code;
+    u32 sample_serial;
+    u32 reserved;
+};
+struct v8_functions_seen {
+    struct v8_function_seen entries[V8_FUNCTIONS_SEEN];
+};
+BPF_PERCPU_ARRAY(v8_functions_seen, struct v8_functions_seen, 1);
 // The walker tail-calls itself, FRAMES_PER_CALL frames at a time: each call
 // is verified on its own, so the per-frame binary search stays within the
 // verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls stay under the
@@ -227,29 +253,49 @@ static __always_inline u8 in_v8_builtins(struct walk_scratch *scratch, u64 pc) {
 }
 
 // A frame of V8's JIT code or builtins: if its context slot holds a tagged
-// pointer (a JS frame), keep what says which function it runs and where.
-static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u64 lookup_pc, u64 fp,
-                                          u32 depth) {
+// pointer (a JS frame), keep what says which function it runs and where. The
+// slots are read with the frame's saved fp and return address, which the
+// frame-pointer step then takes from the reader.
+static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u8 in_builtins, u64 fp,
+                                          u32 depth, struct walk_reader *reader) {
     if (scratch->v8.builtins_end == 0) return;
-    u8 interpreter = in_v8_builtins(scratch, lookup_pc);
-    if (mapping->kind != MAPPING_JIT && !interpreter) return;
+    if (mapping->kind != MAPPING_JIT && !in_builtins) return;
     u32 index = scratch->v8_count;
     if (index >= MAX_V8_FRAMES || fp < V8_SLOTS_BYTES) return;
-    u64 slots[V8_SLOTS_BYTES / 8];
+    u64 slots[V8_SLOTS_BYTES / 8 + 2];
     if (bpf_probe_read_user(slots, sizeof(slots), (void *)(fp - V8_SLOTS_BYTES)) != 0) return;
+    reader->frame_fp = fp;
+    reader->saved_fp = slots[V8_SLOTS_BYTES / 8];
+    reader->return_address = slots[V8_SLOTS_BYTES / 8 + 1];
     u64 context = slots[(V8_SLOTS_BYTES + V8_FP_CONTEXT) / 8];
     u64 function = slots[(V8_SLOTS_BYTES + V8_FP_FUNCTION) / 8];
     if ((context & 1) == 0 || (function & 1) == 0) return; // a type marker: a stub's or an entry frame
-    u64 window[V8_FUNCTION_WINDOW / 8];
-    if (bpf_probe_read_user(window, sizeof(window), (void *)(function - 1 + scratch->v8.function_window)) != 0) return;
+    u64 shared = 0, code = 0;
+    u32 zero = 0;
+    struct v8_functions_seen *seen = v8_functions_seen.lookup(&zero);
+    if (!seen) return;
+    struct v8_function_seen *entry = &seen->entries[((function >> 3) ^ (function >> 10)) & (V8_FUNCTIONS_SEEN - 1)];
+    if (entry->function == function && entry->sample_serial == scratch->sample_serial) {
+        shared = entry->shared;
+        code = entry->code;
+    } else {
+        u64 window[V8_FUNCTION_WINDOW / 8];
+        if (bpf_probe_read_user(window, sizeof(window), (void *)(function - 1 + scratch->v8.function_window)) != 0) return;
+        shared = window[(scratch->v8.shared_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
+        code = window[(scratch->v8.code_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
+        entry->function = function;
+        entry->shared = shared;
+        entry->code = code;
+        entry->sample_serial = scratch->sample_serial;
+    }
     struct v8_frame *frame = &v8_notes(scratch)[index];
-    frame->shared = window[(scratch->v8.shared_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
+    frame->shared = shared;
+    frame->code = code;
     // An interpreted frame's offset slot holds a Smi; other frames' may too (a spill slot): user space checks.
     u64 offset = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_OFFSET) / 8];
     frame->bytecode_offset = (offset & 0xffffffffULL) == 0 ? (s32)(offset >> 32) : V8_NO_BYTECODE_OFFSET;
     frame->bytecode_array = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_ARRAY) / 8];
-    frame->code = window[(scratch->v8.code_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
-    frame->flags = interpreter ? V8_FRAME_INTERPRETER : 0;
+    frame->flags = in_builtins ? V8_FRAME_INTERPRETER : 0;
     frame->frame_index = depth;
     scratch->v8_count = index + 1;
 }
@@ -278,19 +324,22 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     // No entry yet (code mapped since the maps were read), a file whose
     // table is not attached, memory just made executable: user space knows
     // more later, and says "no mapping" if it still does not know the address.
-    // V8's builtins have no unwind rows (the table would send them to the
-    // frame-pointer step): walked now, a node whose binary's table is not
-    // attached yet (a cold start) still has its JS frames noted here, while
-    // their objects are where the slots say.
-    if (!mapping || mapping->kind == MAPPING_PROVISIONAL ||
-        (mapping->kind == MAPPING_ELF_PENDING && !in_v8_builtins(scratch, lookup_pc)))
+    // V8's builtins (the interpreter among them) have no unwind rows: every
+    // address of theirs falls in a gap of node's table, which sends it to the
+    // frame-pointer step. They take that step at once, without the search
+    // through the table, and while the table is not attached yet (a cold
+    // start), so that their JS frames are noted now, while their objects
+    // are where the slots say.
+    u8 builtins = in_v8_builtins(scratch, lookup_pc);
+    if (!mapping || mapping->kind == MAPPING_PROVISIONAL || (mapping->kind == MAPPING_ELF_PENDING && !builtins))
         return defer_walk(scratch, exact_pc);
     scratch->event.addresses[depth] = pc;
     scratch->depth = depth + 1;
     scratch->exact_pc = 0;
-    note_v8_frame(scratch, mapping, lookup_pc, fp, depth);
+    struct walk_reader reader = {};
+    note_v8_frame(scratch, mapping, builtins, fp, depth, &reader);
 #ifdef WITH_DWARF
-    if (mapping->kind == MAPPING_ELF) {
+    if (mapping->kind == MAPPING_ELF && !builtins) {
         int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
         if (step == STEP_PENDING) {
             scratch->depth = depth; // user space records this frame again
@@ -318,7 +367,6 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     }
 #endif
     // Frame-pointer step: JIT code, files without a table, gaps.
-    struct walk_reader reader = {};
     int end = walk_frame_pointer_step(&pc, &sp, &fp, &reader);
     if (end >= 0) {
         scratch->event.walk_end = end;
@@ -479,6 +527,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     }
     scratch->depth = 0;
     scratch->v8_count = 0;
+    scratch->sample_serial++;
     ev->v8_frame_count = 0;
     struct v8_process *v8 = v8_processes.lookup(&tgid);
     if (v8) {

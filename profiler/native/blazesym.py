@@ -112,6 +112,14 @@ def _declarations(header: str) -> str:
     return "\n".join(kept)
 
 
+# What native/blazesym exports beside the C API: blazesym's demangler, for
+# names that do not come from a symbolization.
+_JITPROF_DECLARATIONS = """
+char *jitprof_demangle(const char *name);
+void jitprof_demangle_free(char *text);
+"""
+
+
 def _load() -> tuple[Any, Any]:
     global _loaded
     with _lock:
@@ -121,7 +129,7 @@ def _load() -> tuple[Any, Any]:
             if not LIBRARY_PATH.exists() or not HEADER_PATH.exists():
                 raise NativeUnavailable(f"{LIBRARY_PATH} is not built; run `make setup` (it builds native/ with cargo)")
             ffi = FFI()
-            ffi.cdef(_declarations(HEADER_PATH.read_text()))
+            ffi.cdef(_declarations(HEADER_PATH.read_text()) + _JITPROF_DECLARATIONS)
             try:
                 library = ffi.dlopen(str(LIBRARY_PATH))
             except OSError as error:
@@ -143,6 +151,20 @@ def _place(ffi: Any, info: Any) -> SourcePlace | None:
     directory = _text(ffi, info.dir)
     path = f"{directory.rstrip('/')}/{file}" if directory and not file.startswith("/") else file
     return SourcePlace(path, int(info.line), int(info.column))
+
+
+def demangle(name: str) -> str | None:
+    """A mangled C++ or Rust name as blazesym writes it when it symbolizes
+    (Rust without its hash); None when it is not one. NativeUnavailable when
+    the library is not built."""
+    ffi, library = _load()
+    text = library.jitprof_demangle(name.encode("utf-8", "surrogateescape"))
+    if text == ffi.NULL:
+        return None
+    try:
+        return ffi.string(text).decode("utf-8", "replace")
+    finally:
+        library.jitprof_demangle_free(text)
 
 
 class CodeLocator:

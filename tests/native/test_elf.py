@@ -87,6 +87,35 @@ def test_demangles_cpp_and_legacy_rust():
     assert demangle("_Znot_valid!") == "_Znot_valid!"
 
 
+def test_demangles_rust_v0_and_leaves_c_names_alone():
+    assert demangle("_RNvCs1234_7mycrate3foo") == "mycrate::foo"
+    # The demangler reads a one-letter name as a builtin type's code: C's
+    # functions `a` and `b` are not "signed char" and "bool".
+    assert [demangle(name) for name in ("a", "b", "v", "_start", "R")] == ["a", "b", "v", "_start", "R"]
+
+
+def test_hostile_names_stay_as_they_are():
+    """A target's file names its symbols: no name makes the demangler fail
+    loudly, run long or answer with more than a bounded text."""
+    assert demangle("_Z" + "N3foo" * 5000 + "Ev") == "_Z" + "N3foo" * 5000 + "Ev"  # over the length cap
+
+    # g(P<int, int>, P<P<int, int>, P<int, int> >, ...): each parameter refers
+    # twice to the one before, doubling the text (30 of them: gigabytes).
+    # Beyond 16 KiB the demangler stops and the name stays as it is.
+    def doubling(levels: int) -> str:
+        return "_Z1g1PIiiE" + "".join(f"S_IS{level}_S{level}_E" for level in range(levels))
+
+    assert demangle(doubling(3)).startswith("g(P<int, int>, P<P<int, int>, P<int, int> >, ")
+    assert demangle(doubling(10)) == doubling(10)
+    random = __import__("random").Random(7)
+    seed = "_ZNSt6vectorIiSaIiEE9push_backERKi"
+    for _round in range(3000):
+        name = list(seed)
+        for _change in range(random.randint(1, 6)):
+            name[random.randrange(2, len(name))] = chr(random.choice([random.randint(32, 126), random.randint(0x80, 0x2FF)]))
+        assert isinstance(demangle("".join(name)), str)
+
+
 def test_cxx_filt_agrees_when_available():
     if shutil.which("c++filt") is None:
         return
