@@ -177,7 +177,7 @@ struct walk_scratch {
     u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
     u8 reserved8;
     u16 v8_count;
-    u32 sample_serial; // tells this sample's entries in v8_functions_seen from older ones
+    u32 sample_serial;    // tells this sample's entries in v8_functions_seen from older ones
     struct v8_process v8; // builtins_end 0: not a V8 process
     struct sample_event event;
 };
