@@ -39,6 +39,7 @@ DEEP_TSC = [
 ]
 BUSY = ROOT / "fixtures" / "js" / "inline_chain.js"
 V8_LOGGING = re.compile(r"V8FileLogger|LogFile::|EnsureLogScriptSource|PerfBasicLogger|CodeEventLogger|ExistingCodeLogger")
+KERNEL_ROUNDS = 5  # tsc's BPF time varies by a fifth from run to run: medians of 5
 PLAIN = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
 
 
@@ -153,7 +154,7 @@ def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
         kernel_rows = []
         for program, label in [([str(BUSY), "5"], "inline_chain.js"), (DEEP_TSC, "tsc, deep stacks")]:
             runs: dict[str, list[tuple[float, int]]] = {"read (default)": [], "not read (`--no-v8-heap`)": []}
-            for _round in range(3):  # interleaved: the machine's drift falls on both
+            for _round in range(KERNEL_ROUNDS):  # interleaved: the machine's drift falls on both
                 runs["read (default)"].append(_bpf_ns_per_sample([], program, workdir))
                 runs["not read (`--no-v8-heap`)"].append(_bpf_ns_per_sample(["--no-v8-heap"], program, workdir))
             for name, measured in runs.items():
@@ -175,7 +176,7 @@ def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
         *tsc_lines,
         "",
         "In the kernel, `jitprof -F 999 -- node PROGRAM`: BPF time per sample with the JS frames' words read and sent, and "
-        "without (`--no-v8-heap`), medians of 3 interleaved runs. inline_chain.js 5: a JS stack of ~10 frames, 4 of them V8's; tsc checking typescript.js "
+        f"without (`--no-v8-heap`), medians of {KERNEL_ROUNDS} interleaved runs. inline_chain.js 5: a JS stack of ~10 frames, 4 of them V8's; tsc checking typescript.js "
         "(`--allowJs --checkJs`): 60 to 120 JS frames, every one read.",
         "",
         "| program | JS frames | BPF time per sample | samples |",
