@@ -149,6 +149,11 @@ def test_jitless_interpreter_frames_named_with_lines(jitprof, tmp_path, backgrou
     frames = js_frames(read_raw(tmp_path / "out.jitprof"), "chain.js")
     assert frames and all(frame.tier == "interpreted" for frame in frames)
     assert sum(frame.line_exact for frame in frames) / len(frames) >= 0.95
+    # The interpreter's bytecode handlers, named as V8's code log names them
+    # (in node's own text on Node 20, `Builtins_ReturnHandler` there).
+    leaves = {line.frames[-1] for line in lines}
+    assert any(leaf.startswith("[bytecode] ") for leaf in leaves), sorted(leaves)[:20]
+    assert not [leaf for leaf in leaves if re.fullmatch(r"\[builtin\] \w+Handler", leaf)]
 
 
 def stacks_with_lines(path: Path, script: str) -> dict[tuple[tuple[str, int, int, bool], ...], int]:
@@ -257,3 +262,17 @@ def test_attached_real_program_with_deep_stacks_is_named(jitprof, tmp_path, back
     assert deep_unnamed / (deep_named + deep_unnamed) <= 0.04, (deep_named, deep_unnamed)
     checker = sum(line.count for line in lines if any(frame.startswith("checkSourceElement ") for frame in line.frames))
     assert checker / total(lines) >= 0.3  # where its time goes (the rest: parsing, binding, GC)
+
+
+@pytest.mark.parametrize("major", ["20", "26"])
+def test_code_made_by_new_function_is_named(jitprof, tmp_path, background, major):
+    """Its script has no name: the frame says <anonymous> where a file would
+    be, as V8's stack traces do, not `anonymous :1`."""
+    target = flagless(background, node_binary(major), str(JS / "new_function.js"), "30", cwd=tmp_path)
+    time.sleep(1.0)
+    run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "2", "-o", "out.folded")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    made = sum(line.count for line in lines if any(" <anonymous>:" in frame for frame in line.frames))
+    assert made / total(lines) >= 0.5, (made, total(lines))
+    assert not [frame for line in lines for frame in line.frames if re.search(r" :\d+", frame)]

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from profiler.jit import runtimes
 from profiler.jit.v8 import js_view, preload
+from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.model.profile import Frame, FrameKind, Profile
-
-# V8's builtins embedded in node's own text, named as its JIT code names them.
-V8_EMBEDDED_BUILTIN = "Builtins_"
 
 
 def spawn_environment(environ: dict[str, str], code_log: bool) -> dict[str, str]:
@@ -26,8 +24,9 @@ def spawn_environment(environ: dict[str, str], code_log: bool) -> dict[str, str]
 
 def native_symbol_frame(symbol: str, module: str) -> Frame:
     """The frame of a native function symbol, as its runtime names it."""
-    if symbol.startswith(V8_EMBEDDED_BUILTIN):
-        return Frame(f"[builtin] {symbol[len(V8_EMBEDDED_BUILTIN) :]}", module, FrameKind.NATIVE, tier="builtin")
+    if symbol.startswith(EMBEDDED_BUILTIN_PREFIX):  # V8's builtins in node's text, named as its JIT code names them
+        display, tier = embedded_builtin_name(symbol)
+        return Frame(display, module, FrameKind.NATIVE, tier=tier.value)
     return Frame(symbol, module, FrameKind.NATIVE)
 
 

@@ -31,7 +31,7 @@ from profiler.jit.v8.heap import positions
 from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
 from profiler.jit.v8.heap.memory import MemoryThread, ProcessMemory
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
-from profiler.jit.v8.names import Tier, short_script
+from profiler.jit.v8.names import Tier, js_display
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import (
     MAX_V8_FRAMES,
@@ -520,10 +520,18 @@ def _frame(shared: SharedInfo, tier: Tier, position: int | None, inlined: bool) 
         where = script.position(offset) if offset >= 0 else None
         if where is not None:
             (line, column), exact = where, True
-    display = f"{shared.name or '(anonymous)'} {short_script(file)}"
-    if function_line:
-        display += f":{function_line}"
-    return Frame(display.strip(), JIT_MODULE, FrameKind.JIT, file, line, column, tier.value, inlined, exact, function_line)
+    return Frame(
+        js_display(shared.name, file, function_line),
+        JIT_MODULE,
+        FrameKind.JIT,
+        file,
+        line,
+        column,
+        tier.value,
+        inlined,
+        exact,
+        function_line,
+    )
 
 
 def _v8_mappings(pid: int, maps: list[MapEntry]) -> list[MapEntry]:

@@ -74,10 +74,9 @@ def parse_v8_name(raw: str) -> V8Name | None:
         if rest[:1] == "'":
             context_specialized, rest = True, rest[1:]
     function, script, line, column = _split_function_and_script(rest)
-    display = f"{function or '(anonymous)'} {short_script(script)}"
-    if line:
-        display += f":{line}"
-    return V8Name(display.strip(), function, script, line, column, tier, context_specialized, on_stack_replacement)
+    return V8Name(
+        js_display(function, script, line), function, script, line, column, tier, context_specialized, on_stack_replacement
+    )
 
 
 def _split_function_and_script(text: str) -> tuple[str, str, int, int]:
@@ -96,6 +95,47 @@ def _split_function_and_script(text: str) -> tuple[str, str, int, int]:
         return text, "", 0, 0  # no script at all
     function, _, script = text.rpartition(" ")
     return (function, script, line, column) if function else ("", script, line, column)
+
+
+# V8's builtins embedded in node's own text are named Builtins_<name>; its
+# bytecode handlers among them <bytecode>Handler, <bytecode>WideHandler and
+# <bytecode>ExtraWideHandler (node's own symbols carry no other builtin so
+# named). The prefix bytecodes are named Wide and ExtraWide themselves.
+EMBEDDED_BUILTIN_PREFIX = "Builtins_"
+_HANDLER_SUFFIX = "Handler"
+_OPERAND_SCALES = ("ExtraWide", "Wide")
+_PREFIX_BYTECODES = {"Wide", "ExtraWide", "DebugBreakWide", "DebugBreakExtraWide"}
+
+
+def embedded_builtin_name(symbol: str) -> tuple[str, Tier]:
+    """How V8's code log names an embedded builtin, from its symbol:
+    `[builtin] ArrayPrototypePush`, and a bytecode handler as
+    `[bytecode] Add.Wide` (as Node 22 on name the same code)."""
+    name = symbol[len(EMBEDDED_BUILTIN_PREFIX) :] if symbol.startswith(EMBEDDED_BUILTIN_PREFIX) else symbol
+    if not name.endswith(_HANDLER_SUFFIX) or len(name) == len(_HANDLER_SUFFIX):
+        return f"[builtin] {name}", Tier.BUILTIN
+    bytecode = name[: -len(_HANDLER_SUFFIX)]
+    if bytecode not in _PREFIX_BYTECODES:
+        for scale in _OPERAND_SCALES:
+            if bytecode.endswith(scale) and len(bytecode) > len(scale):
+                bytecode = f"{bytecode[: -len(scale)]}.{scale}"
+                break
+    return f"[bytecode] {bytecode}", Tier.BYTECODE_HANDLER
+
+
+# A script without a name (code made by `new Function`, or eval): V8's own
+# stack traces call it <anonymous>.
+UNNAMED_SCRIPT = "<anonymous>"
+
+
+def js_display(function: str, script: str, line: int) -> str:
+    """A JS frame as it is shown: `render view.js:42`, `(anonymous) view.js:12`,
+    and `anonymous <anonymous>:3` for a `new Function`'s code."""
+    place = short_script(script) or (UNNAMED_SCRIPT if line else "")
+    display = f"{function or '(anonymous)'} {place}"
+    if line:
+        display += f":{line}"
+    return display.strip()
 
 
 def short_script(script: str) -> str:

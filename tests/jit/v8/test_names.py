@@ -2,7 +2,8 @@
 
 import pytest
 
-from profiler.jit.v8.names import Tier, parse_v8_name
+from profiler.jit.registry import native_symbol_frame
+from profiler.jit.v8.names import Tier, embedded_builtin_name, parse_v8_name
 from tests.helpers import DATA
 
 DATA = DATA
@@ -91,3 +92,26 @@ def test_labels_and_non_v8_names():
     assert parse_v8_name("RegExp:^a,b$").display == "[regexp] ^a,b$"
     assert parse_v8_name("Interpreter") is None
     assert parse_v8_name("java.lang.String::hashCode") is None
+
+
+def test_embedded_builtins_named_as_the_code_log_names_them():
+    """Node 20 runs its interpreter from node's own text: its bytecode
+    handlers' symbols read as Node 22's code log names the same code."""
+    assert embedded_builtin_name("Builtins_ReturnHandler") == ("[bytecode] Return", Tier.BYTECODE_HANDLER)
+    assert embedded_builtin_name("Builtins_AddWideHandler")[0] == "[bytecode] Add.Wide"
+    assert embedded_builtin_name("Builtins_AddSmiExtraWideHandler")[0] == "[bytecode] AddSmi.ExtraWide"
+    # The prefix bytecodes are named Wide and ExtraWide themselves.
+    assert embedded_builtin_name("Builtins_WideHandler")[0] == "[bytecode] Wide"
+    assert embedded_builtin_name("Builtins_DebugBreakExtraWideHandler")[0] == "[bytecode] DebugBreakExtraWide"
+    assert embedded_builtin_name("Builtins_ArrayPrototypePush") == ("[builtin] ArrayPrototypePush", Tier.BUILTIN)
+    assert embedded_builtin_name("Builtins_Handler")[0] == "[builtin] Handler"
+    assert native_symbol_frame("Builtins_LdaZeroHandler", "node").name == "[bytecode] LdaZero"
+    assert native_symbol_frame("Builtins_JSEntry", "node").name == "[builtin] JSEntry"
+
+
+def test_code_without_a_script_name():
+    """`new Function` code: V8 writes an empty script name; V8's own stack
+    traces say <anonymous>, so does the frame (not `anonymous :3`)."""
+    name = parse_v8_name("JS:~anonymous :3:10")
+    assert (name.display, name.function, name.script, name.line) == ("anonymous <anonymous>:3", "anonymous", "", 3)
+    assert parse_v8_name("JS:~ :1:1").display == "(anonymous) <anonymous>:1"
