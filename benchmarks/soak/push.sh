@@ -16,7 +16,7 @@ trap cleanup EXIT
 store=$!
 while [ ! -s "$work/store" ]; do sleep 0.1; done
 url=$(cut -d' ' -f1 "$work/store")
-.venv/bin/python -m profiler --all -F 99 --push "$url" --interval 15 --spool-dir "$work/spool" -d $((seconds + 90)) \
+.venv/bin/python -m profiler --all -F 99 --push "$url" --interval 15 --spool-dir "$work/spool" -d $((seconds + every + 90)) \
     >/dev/null 2>"$work/run.err" &
 jitprof=$!
 sleep 3

@@ -7,7 +7,7 @@ soak_row() {
   local rss cpu fds state extra=""
   rss=$(awk '/VmRSS/{printf "%.0f", $2/1024}' /proc/$jitprof/status 2>/dev/null || true)
   cpu=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f", ($14+$15)/hz}' /proc/$jitprof/stat 2>/dev/null || true)
-  fds=$(ls /proc/$jitprof/fd 2>/dev/null | wc -l)
+  fds=$(ls /proc/$jitprof/fd 2>/dev/null | wc -l || true)  # gone: pipefail must not end the soak
   state=$(.venv/bin/python -m benchmarks.bpf_state "$jitprof" 2>/dev/null | tr ' ' '|' || true)
   [ -n "${1:-}" ] && extra=" | $($1)"
   [ -n "$rss" ] && [ -n "$state" ] && echo "| $(( $(date +%s) - start )) | $rss | $cpu | $fds | ${state//|/ | }$extra |" >> "$work/soak.md"
