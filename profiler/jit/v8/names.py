@@ -111,7 +111,7 @@ def embedded_builtin_name(symbol: str) -> tuple[str, Tier]:
     """How V8's code log names an embedded builtin, from its symbol:
     `[builtin] ArrayPrototypePush`, and a bytecode handler as
     `[bytecode] Add.Wide` (as Node 22 on name the same code)."""
-    name = symbol[len(EMBEDDED_BUILTIN_PREFIX) :] if symbol.startswith(EMBEDDED_BUILTIN_PREFIX) else symbol
+    name = symbol.removeprefix(EMBEDDED_BUILTIN_PREFIX)
     if not name.endswith(_HANDLER_SUFFIX) or len(name) == len(_HANDLER_SUFFIX):
         return f"[builtin] {name}", Tier.BUILTIN
     bytecode = name[: -len(_HANDLER_SUFFIX)]
