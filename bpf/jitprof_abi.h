@@ -151,7 +151,9 @@ struct stack_copy {
 /* What identifies one JavaScript frame, for a frame in a V8 process's JIT
  * code or its builtins whose context slot holds a tagged pointer (a JS frame,
  * not a stub's type marker). The function's SharedFunctionInfo and code are
- * read at sample time: a JSFunction may move at the next scavenge, they stay.
+ * read at sample time, or at an earlier sample of the same function slot at
+ * the same pc (and bytecode array, in the builtins): a JSFunction may move at
+ * the next scavenge, they stay.
  * User space reads the objects from the process's memory and checks all it
  * reads: these are the target's words. */
 struct v8_frame {

@@ -177,7 +177,6 @@ struct walk_scratch {
     u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
     u8 reserved8;
     u16 v8_count;
-    u32 sample_serial;    // tells this sample's entries in v8_functions_seen from older ones
     struct v8_process v8; // builtins_end 0: not a V8 process
     struct sample_event event;
 };
@@ -192,21 +191,29 @@ static __always_inline struct v8_frame *v8_notes(struct walk_scratch *scratch) {
 
 BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 1);
 
-// The JSFunctions met in this CPU's current sample, with their shared info
-// and code: a deep stack calls the same functions again and again (a parser's
-// or a checker's recursion), and each is read once per sample.
-#define V8_FUNCTIONS_SEEN 64
-struct v8_function_seen {
+// The JSFunctions this CPU has read, with their shared info and code: the
+// same functions run at the same places sample after sample (a parser's or a
+// checker's recursion), and a JSFunction is a heap object, cold in the
+// cache, where the stack is hot. An entry answers only a frame of the same
+// process, function slot and pc, and (in V8's builtins, the interpreter's
+// among them) the same BytecodeArray slot. A JSFunction moved by a scavenge
+// leaves its address to another, but that one's frames run other code: a pc
+// in JIT code belongs to one function's code, and an interpreted frame's
+// BytecodeArray to one function. Direct-mapped: a collision replaces.
+#define V8_FUNCTIONS_KNOWN 512
+struct v8_function_known {
     u64 function;
+    u64 pc;
+    u64 bytecode_array; // 0 for JIT code: its fp - 32 is a spill slot there
     u64 shared;
     u64 code;
-    u32 sample_serial;
+    u32 tgid;
     u32 reserved;
 };
-struct v8_functions_seen {
-    struct v8_function_seen entries[V8_FUNCTIONS_SEEN];
+struct v8_functions_known {
+    struct v8_function_known entries[V8_FUNCTIONS_KNOWN];
 };
-BPF_PERCPU_ARRAY(v8_functions_seen, struct v8_functions_seen, 1);
+BPF_PERCPU_ARRAY(v8_functions_known, struct v8_functions_known, 1);
 // The walker tail-calls itself, FRAMES_PER_CALL frames at a time: each call
 // is verified on its own, so the per-frame binary search stays within the
 // verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls stay under the
@@ -256,8 +263,8 @@ static __always_inline u8 in_v8_builtins(struct walk_scratch *scratch, u64 pc) {
 // pointer (a JS frame), keep what says which function it runs and where. The
 // slots are read with the frame's saved fp and return address, which the
 // frame-pointer step then takes from the reader.
-static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u8 in_builtins, u64 fp,
-                                          u32 depth, struct walk_reader *reader) {
+static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u8 in_builtins, u64 pc,
+                                          u64 fp, u32 depth, struct walk_reader *reader) {
     if (scratch->v8.builtins_end == 0) return;
     if (mapping->kind != MAPPING_JIT && !in_builtins) return;
     u32 index = scratch->v8_count;
@@ -270,12 +277,16 @@ static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct m
     u64 context = slots[(V8_SLOTS_BYTES + V8_FP_CONTEXT) / 8];
     u64 function = slots[(V8_SLOTS_BYTES + V8_FP_FUNCTION) / 8];
     if ((context & 1) == 0 || (function & 1) == 0) return; // a type marker: a stub's or an entry frame
+    u64 bytecode_array = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_ARRAY) / 8];
+    u64 bytecode_key = in_builtins ? bytecode_array : 0;
+    u32 tgid = scratch->event.pid;
     u64 shared = 0, code = 0;
     u32 zero = 0;
-    struct v8_functions_seen *seen = v8_functions_seen.lookup(&zero);
-    if (!seen) return;
-    struct v8_function_seen *entry = &seen->entries[((function >> 3) ^ (function >> 10)) & (V8_FUNCTIONS_SEEN - 1)];
-    if (entry->function == function && entry->sample_serial == scratch->sample_serial) {
+    struct v8_functions_known *known = v8_functions_known.lookup(&zero);
+    if (!known) return;
+    u64 mixed = (function >> 3) ^ (function >> 13) ^ (pc >> 1) ^ (pc >> 11) ^ (bytecode_key >> 3) ^ tgid;
+    struct v8_function_known *entry = &known->entries[mixed & (V8_FUNCTIONS_KNOWN - 1)];
+    if (entry->function == function && entry->pc == pc && entry->bytecode_array == bytecode_key && entry->tgid == tgid) {
         shared = entry->shared;
         code = entry->code;
     } else {
@@ -284,9 +295,11 @@ static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct m
         shared = window[(scratch->v8.shared_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
         code = window[(scratch->v8.code_at / 8) & (V8_FUNCTION_WINDOW / 8 - 1)];
         entry->function = function;
+        entry->pc = pc;
+        entry->bytecode_array = bytecode_key;
         entry->shared = shared;
         entry->code = code;
-        entry->sample_serial = scratch->sample_serial;
+        entry->tgid = tgid;
     }
     struct v8_frame *frame = &v8_notes(scratch)[index];
     frame->shared = shared;
@@ -294,7 +307,7 @@ static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct m
     // An interpreted frame's offset slot holds a Smi; other frames' may too (a spill slot): user space checks.
     u64 offset = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_OFFSET) / 8];
     frame->bytecode_offset = (offset & 0xffffffffULL) == 0 ? (s32)(offset >> 32) : V8_NO_BYTECODE_OFFSET;
-    frame->bytecode_array = slots[(V8_SLOTS_BYTES + V8_FP_BYTECODE_ARRAY) / 8];
+    frame->bytecode_array = bytecode_array;
     frame->flags = in_builtins ? V8_FRAME_INTERPRETER : 0;
     frame->frame_index = depth;
     scratch->v8_count = index + 1;
@@ -337,7 +350,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     scratch->depth = depth + 1;
     scratch->exact_pc = 0;
     struct walk_reader reader = {};
-    note_v8_frame(scratch, mapping, builtins, fp, depth, &reader);
+    note_v8_frame(scratch, mapping, builtins, pc, fp, depth, &reader);
 #ifdef WITH_DWARF
     if (mapping->kind == MAPPING_ELF && !builtins) {
         int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
@@ -527,7 +540,6 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     }
     scratch->depth = 0;
     scratch->v8_count = 0;
-    scratch->sample_serial++;
     ev->v8_frame_count = 0;
     struct v8_process *v8 = v8_processes.lookup(&tgid);
     if (v8) {

@@ -276,3 +276,31 @@ def test_code_made_by_new_function_is_named(jitprof, tmp_path, background, major
     made = sum(line.count for line in lines if any(" <anonymous>:" in frame for frame in line.frames))
     assert made / total(lines) >= 0.5, (made, total(lines))
     assert not [frame for line in lines for frame in line.frames if re.search(r" :\d+", frame)]
+
+
+def callers_of(lines, callee: str) -> dict[str, int]:  # noqa: ANN001
+    """The frame above each `callee` frame, by name, with its samples."""
+    found: dict[str, int] = {}
+    for line in lines:
+        for above, frame in zip(line.frames, line.frames[1:]):
+            if frame.split(" ")[0] == callee:
+                name = above.split(" ")[0]
+                found[name] = found.get(name, 0) + line.count
+    return found
+
+
+@pytest.mark.parametrize("tier", ["jit", "jitless"])
+def test_functions_moved_by_the_scavenger_keep_their_names(jitprof, tmp_path, background, tier):
+    """alpha and beta are made anew on every call and scavenged ~50 times a
+    second, each reusing the other's addresses: the kernel's table of
+    functions read must never name one's frame by the other."""
+    flags = ["--jitless"] if tier == "jitless" else []
+    target = flagless(background, node_binary("22"), *flags, str(JS / "moving_closures.js"), "30", cwd=tmp_path)
+    time.sleep(1.0)
+    run = jitprof("-F", "999", "--pid", str(target.pid), "-d", "3", "-o", "out.folded")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    under_alpha, under_beta = callers_of(lines, "innerAlpha"), callers_of(lines, "innerBeta")
+    assert under_alpha.get("alpha", 0) / total(lines) >= 0.2, under_alpha
+    assert under_beta.get("beta", 0) / total(lines) >= 0.2, under_beta
+    assert "beta" not in under_alpha and "alpha" not in under_beta, (under_alpha, under_beta)
