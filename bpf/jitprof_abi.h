@@ -77,6 +77,11 @@
 /* Limits of a sample record. */
 #define MAX_FRAMES 127
 #define STACK_COPY_BYTES 27136 /* 26.5 KiB of stack copied for a deferred walk */
+/* A stack deeper than MAX_FRAMES: the rest of it, up to DEEP_COPY_BYTES,
+ * goes straight into the ring buffer in a record of DEEP_RECORD_BYTES, and
+ * user space walks it, up to MAX_STACK_FRAMES in all. */
+#define DEEP_COPY_BYTES 262144
+#define MAX_STACK_FRAMES 2048
 #define COMM_LEN 16
 #define SAMPLE_HEADER_BYTES                                                                                                      \
     48 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */

@@ -175,7 +175,7 @@ struct walk_scratch {
     u32 depth;
     u32 space_tgid; // whose trie entries the walk uses (address_space_of)
     u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
-    u8 reserved8;
+    u8 deep;        // past MAX_FRAMES: the rest is copied for user space to walk
     u16 v8_count;
     struct v8_process v8; // builtins_end 0: not a V8 process
     struct sample_event event;
@@ -326,8 +326,8 @@ static __always_inline int defer_walk(struct walk_scratch *scratch, u8 exact_pc)
 static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid) {
     u32 depth = scratch->depth;
     if (depth >= MAX_FRAMES) {
-        scratch->event.walk_end = WALK_TRUNCATED;
-        return 1;
+        scratch->deep = 1;
+        return defer_walk(scratch, scratch->exact_pc);
     }
     u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp;
     u8 exact_pc = scratch->exact_pc;
@@ -391,6 +391,66 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     return 0;
 }
 
+// The record of a stack deeper than the kernel walks: the header, the
+// addresses and V8 frames, where to resume, and the rest of the stack (up to
+// DEEP_COPY_BYTES), read straight into the ring buffer (the per-CPU state
+// holds 32 KiB). A reservation's size is a constant: the smallest of 32, 64,
+// 128 and 256 KiB that holds what is readable above sp.
+#define DEEP_PREFIX_BYTES (SAMPLE_HEADER_BYTES + MAX_FRAMES * 8 + MAX_V8_FRAMES * sizeof(struct v8_frame))
+
+// Returns 0 when the ring buffer has no room for it: the caller sends the
+// ordinary copy instead.
+static __always_inline int send_deep_copy_of(struct walk_scratch *scratch, u32 prefix, const u32 copy_bytes) {
+    u8 *record = events.ringbuf_reserve(DEEP_PREFIX_BYTES + sizeof(struct stack_copy) + copy_bytes);
+    if (!record) return 0;
+    if (prefix > DEEP_PREFIX_BYTES) {
+        events.ringbuf_discard(record, BPF_RB_NO_WAKEUP);
+        return 0;
+    }
+    u64 sp = scratch->sp;
+    u8 *copy = record + prefix + sizeof(struct stack_copy);
+    u32 copied = 0;
+    if (bpf_probe_read_user(copy, copy_bytes, (void *)sp) == 0) {
+        copied = copy_bytes;
+    } else {
+        // The readable prefix, to within 512 bytes.
+#pragma unroll
+        for (u32 chunk = DEEP_COPY_BYTES / 2; chunk >= 512; chunk /= 2) {
+            if (copied + chunk <= copy_bytes && bpf_probe_read_user(copy + copied, chunk, (void *)(sp + copied)) == 0)
+                copied += chunk;
+        }
+    }
+    struct stack_copy resume = {
+        .pc = scratch->pc,
+        .sp = sp,
+        .fp = scratch->fp,
+        .copy_length = copied,
+        .flags = (copied < copy_bytes ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0),
+    };
+    if (bpf_probe_read_kernel(record, prefix, &scratch->event) != 0 ||
+        bpf_probe_read_kernel(record + prefix, sizeof(resume), &resume) != 0) {
+        events.ringbuf_discard(record, BPF_RB_NO_WAKEUP);
+        return 1;
+    }
+    // Woken at once: records this big fill the ring between two polls.
+    events.ringbuf_submit(record, BPF_RB_FORCE_WAKEUP);
+    return 1;
+}
+
+static __always_inline u8 readable_at(u64 address) {
+    u64 word;
+    return bpf_probe_read_user(&word, sizeof(word), (void *)(address - sizeof(word))) == 0;
+}
+
+static __always_inline int send_deep_copy(struct walk_scratch *scratch, u32 depth, u32 v8_bytes) {
+    u32 prefix = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes;
+    u64 sp = scratch->sp;
+    if (!readable_at(sp + DEEP_COPY_BYTES / 8)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 8);
+    if (!readable_at(sp + DEEP_COPY_BYTES / 4)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 4);
+    if (!readable_at(sp + DEEP_COPY_BYTES / 2)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 2);
+    return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES);
+}
+
 // A deferred sample: the walked addresses, where to resume, and as much of
 // the stack from the resume sp up as is readable, STACK_COPY_BYTES at most:
 // the whole copy in one read, else the largest readable prefix in halves.
@@ -403,6 +463,7 @@ int copy_user_stack(struct bpf_perf_event_data *ctx) {
     scratch->event.frame_count = depth;
     u32 v8_bytes = place_v8_frames(scratch, depth);
     if (v8_bytes > MAX_V8_FRAMES * sizeof(struct v8_frame)) return 0;
+    if (scratch->deep && send_deep_copy(scratch, depth, v8_bytes)) return 0;
     u8 *payload = (u8 *)scratch->event.addresses + depth * 8 + v8_bytes;
     struct stack_copy *resume = (struct stack_copy *)payload;
     u8 *copy = payload + sizeof(struct stack_copy);
@@ -539,6 +600,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         }
     }
     scratch->depth = 0;
+    scratch->deep = 0;
     scratch->v8_count = 0;
     ev->v8_frame_count = 0;
     struct v8_process *v8 = v8_processes.lookup(&tgid);

@@ -304,3 +304,41 @@ def test_functions_moved_by_the_scavenger_keep_their_names(jitprof, tmp_path, ba
     assert under_alpha.get("alpha", 0) / total(lines) >= 0.2, under_alpha
     assert under_beta.get("beta", 0) / total(lines) >= 0.2, under_beta
     assert "beta" not in under_alpha and "alpha" not in under_beta, (under_alpha, under_beta)
+
+
+def descend_depths(lines) -> list[tuple[int, bool, int]]:  # noqa: ANN001
+    """Per folded line with the fixture's recursion: how many descend frames,
+    whether it reaches node's entry, and its samples."""
+    found = []
+    for line in lines:
+        depth = sum(frame.startswith("descend deep.js:") for frame in line.frames)
+        if depth:
+            found.append((depth, "node::Start(int, char**)" in line.frames, line.count))
+    return found
+
+
+@pytest.mark.parametrize(("mode", "depth"), [("attached", 400), ("attached", 1000), ("jitless", 400), ("spawned", 400)])
+def test_deep_stacks_reach_their_root(jitprof, tmp_path, background, mode, depth):
+    """Past the 127 frames the kernel walks, the rest of the stack is copied
+    and walked in user space: a 400- and a 1,000-deep JS recursion keep their
+    root, and every descend frame is named."""
+    script = [str(JS / "deep.js"), "30", str(depth)]
+    if mode in ("attached", "jitless"):
+        # --jitless: every frame interpreted, the deep ones named by their bytecode's owner.
+        flags = ["--jitless"] if mode == "jitless" else []
+        target = flagless(background, node_binary("22"), *flags, *script, cwd=tmp_path)
+        time.sleep(1.0)
+        run = jitprof("-F", "199", "--pid", str(target.pid), "-d", "3", "-o", "out.folded")
+    else:
+        script[1] = "3"
+        run = jitprof("-F", "199", "-o", "out.folded", "--", "node", *script)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    found = descend_depths(lines)
+    in_recursion = sum(count for _depth, _rooted, count in found)
+    assert in_recursion / total(lines) >= 0.5, (in_recursion, total(lines))
+    rooted = sum(count for _depth, rooted, count in found if rooted)
+    assert rooted / in_recursion >= 0.95, (rooted, in_recursion, sorted({depth for depth, _rooted, _count in found})[:10])
+    # At the bottom (in spin), all of the recursion is there and named.
+    bottom = [(frames_depth, count) for frames_depth, _rooted, count in found if frames_depth > depth]
+    assert sum(count for _frames, count in bottom) / in_recursion >= 0.9, sorted({frames for frames, _count in bottom})[:5]

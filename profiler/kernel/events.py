@@ -11,7 +11,8 @@ import enum
 import sys
 from dataclasses import dataclass
 
-MAX_FRAMES = 127
+MAX_FRAMES = 127  # walked by the kernel
+MAX_STACK_FRAMES = 2048  # in all, the rest walked from a copy of the stack
 COMM_LEN = 16
 
 
@@ -147,6 +148,7 @@ class V8FrameSlots:
     bytecode_array: int
     bytecode_offset: int  # V8_NO_BYTECODE_OFFSET: the slot held no Smi
     interpreter: bool  # the pc is in V8's builtins
+    late: bool = False  # read from a stack copy in user space, its function after the sample
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.kernel.address_spaces import KnownMapping
-from profiler.kernel.events import MAX_FRAMES, RawSample, StackCopy, V8FrameSlots, WalkEnd
+from profiler.kernel.events import MAX_STACK_FRAMES, RawSample, StackCopy, V8FrameSlots, WalkEnd
 from profiler.kernel.mappings import MappingTracker
 from profiler.native import library
 from profiler.native.unwind_tables import RowsState, TableRows
@@ -78,7 +78,7 @@ class LateWalks:
             mappings,
             library.WalkStack(copy.data, copy.sp, copy.reached_end),
             library.WalkRegisters(copy.pc, copy.sp, copy.fp, copy.exact_pc),
-            MAX_FRAMES - len(sample.addresses),
+            MAX_STACK_FRAMES - len(sample.addresses),
         )
         # Code mapped just before the sample is in the maps read after it.
         newer_maps_due = result.end == WalkEnd.NO_MAPPING and view is not None and view.maps_read_ns < sample.time_ns

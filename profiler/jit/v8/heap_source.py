@@ -16,6 +16,7 @@ cached per object, so a steady program costs a few reads per new function.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import os
 import queue
@@ -34,7 +35,7 @@ from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, 
 from profiler.jit.v8.names import Tier, js_display
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import (
-    MAX_V8_FRAMES,
+    MAX_STACK_FRAMES,
     V8_FUNCTION_WINDOW,
     V8_NO_BYTECODE_OFFSET,
     V8_SLOTS_BYTES,
@@ -91,6 +92,10 @@ class _Process:
     code_starts: list[int] = field(default_factory=list)  # code found by address, sorted by start
     code_ranges: list[tuple[int, int, int]] = field(default_factory=list)  # (start, end, Code)
     inlinings: dict[int, _Inlining | None] = field(default_factory=dict)
+    # Whose each BytecodeArray is, from interpreted frames the kernel read at
+    # sample time: a frame walked later from a stack copy is named by its
+    # bytecode, not by a function read after the sample (which may have moved).
+    bytecode_owners: dict[int, int] = field(default_factory=dict)
     frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
     failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
     ahead: set[tuple[object, ...]] = field(default_factory=set)  # frames queued to be named ahead
@@ -100,7 +105,8 @@ class _Process:
     generation: int = 0  # of the caches
 
     def expire(self, now: float) -> None:
-        if now - self.cached_since > CACHE_LIFETIME_S or len(self.frames) + len(self.shared) + len(self.failed) > MAX_CACHED:
+        cached = len(self.frames) + len(self.shared) + len(self.failed) + len(self.bytecode_owners)
+        if now - self.cached_since > CACHE_LIFETIME_S or cached > MAX_CACHED:
             self.generation += 1
             self.shared.clear()
             self.scripts.clear()
@@ -111,6 +117,7 @@ class _Process:
             self.code_starts.clear()
             self.code_ranges.clear()
             self.inlinings.clear()
+            self.bytecode_owners.clear()
             self.cached_since = now
 
 
@@ -219,16 +226,17 @@ class V8HeapSymbols(JitSymbolSource):
 
     def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
         """What the kernel sends of a JS frame, for frames walked in user space
-        from a stack copy (the first moments of a process, code just mapped):
-        the frame's slots from the copy, its function's shared info and code
-        from the live process."""
+        from a stack copy (the first moments of a process, code just mapped,
+        a stack deeper than the kernel walks): the frame's slots from the
+        copy; its function's shared info from the owner of its bytecode when
+        known, else read from the live process (once per function)."""
         with self._lock:
             process = self._processes.get(pid)
         if process is None:
             return ()
-        records: list[V8FrameSlots] = []
+        found: list[tuple[WalkedFrame, bool, int, int, int]] = []
         for frame in frames:
-            if len(records) >= MAX_V8_FRAMES:
+            if len(found) >= MAX_STACK_FRAMES:
                 break
             lookup = frame.pc if frame.index == 0 and stack.exact_pc else frame.pc - 1
             interpreter = any(start <= lookup < end for start, end in process.builtins)
@@ -240,25 +248,47 @@ class V8HeapSymbols(JitSymbolSource):
             bytecode_offset, bytecode_array, _arguments, function, context = _SLOTS.unpack_from(stack.data, offset)
             if not context & 1 or not function & 1:
                 continue  # a stub's frame: its marker
-            window_start, shared_at, code_at = process.layout.kernel_window()
-            window = process.thread.run(
-                functools.partial(process.reader.memory.read, function - 1 + window_start, V8_FUNCTION_WINDOW)
-            )
-            if window is None:
+            found.append((frame, interpreter, bytecode_offset, bytecode_array, function))
+        owners = process.bytecode_owners
+        unknown = {function for _frame, _interpreter, _offset, array, function in found if array not in owners}
+        windows = (process.thread.run(functools.partial(self._read_windows, process, unknown)) if unknown else None) or {}
+        records: list[V8FrameSlots] = []
+        for frame, interpreter, bytecode_offset, bytecode_array, function in found:
+            window = windows.get(function)
+            _window_start, shared_at, code_at = process.layout.kernel_window()
+            # (In optimized code the slot is a spill slot: its check of the function rejects a wrong owner.)
+            owner = owners.get(bytecode_array)  # (the cache may be cleared meanwhile)
+            if owner is not None:
+                shared, code = owner, 0
+            elif window is not None:
+                shared = int.from_bytes(window[shared_at : shared_at + 8], "little")
+                code = int.from_bytes(window[code_at : code_at + 8], "little")
+            else:
                 continue
             records.append(
                 V8FrameSlots(
                     frame.index,
-                    int.from_bytes(window[shared_at : shared_at + 8], "little"),
-                    int.from_bytes(window[code_at : code_at + 8], "little"),
+                    shared,
+                    code,
                     bytecode_array,
                     _S32.unpack(_U32.pack(bytecode_offset >> 32))[0]
                     if bytecode_offset & 0xFFFFFFFF == 0
                     else V8_NO_BYTECODE_OFFSET,
                     interpreter,
+                    late=True,
                 )
             )
         return tuple(records)
+
+    @staticmethod
+    def _read_windows(process: _Process, functions: set[int]) -> dict[int, bytes]:
+        window_start = process.layout.kernel_window()[0]
+        windows = {}
+        for function in functions:
+            window = process.reader.memory.read(function - 1 + window_start, V8_FUNCTION_WINDOW)
+            if window is not None:
+                windows[function] = window
+        return windows
 
     def note_sample(self, sample: RawSample) -> None:
         """Name the sample's JS frames ahead of the symbolizer (see __init__)."""
@@ -323,6 +353,8 @@ class V8HeapSymbols(JitSymbolSource):
         return found
 
     def _frames(self, process: _Process, address: int, record: V8FrameSlots, leaf: bool) -> RecordedFrames | None:
+        if record.late and not record.interpreter and not leaf:
+            record = self._owned_by_code(process, address, record)
         shared = self._shared(process, record.shared)
         if shared is None:
             return None
@@ -331,6 +363,8 @@ class V8HeapSymbols(JitSymbolSource):
             if leaf and in_entry:
                 return None  # maybe before the frame is built: its slots may be the caller's
             frame = self._interpreted(process, shared, record)
+            if frame is not None and not record.late:
+                process.bytecode_owners[record.bytecode_array] = record.shared
             # In a bytecode handler (or another builtin the interpreter called
             # without a frame) that stays the leaf, under its function.
             return RecordedFrames((frame,), keep_native=not in_entry) if frame is not None else None
@@ -357,6 +391,16 @@ class V8HeapSymbols(JitSymbolSource):
         # --interpreted-frames-native-stack): an interpreted frame.
         frame = self._interpreted(process, shared, record)
         return RecordedFrames((frame,), keep_native=False) if frame is not None else None
+
+    def _owned_by_code(self, process: _Process, address: int, record: V8FrameSlots) -> V8FrameSlots:
+        """A frame walked from a stack copy, not the leaf: its pc is a return
+        address in its own code, and optimized code names its function (the
+        function read after the sample may have moved)."""
+        code = self._code(process, record.code, address)
+        if code is None or code.kind not in (process.layout.code_kind_maglev, process.layout.code_kind_turbofan):
+            return record
+        inlining = self._inlining(process, code)
+        return record if inlining is None else dataclasses.replace(record, shared=inlining.shared)
 
     def _same_bytecode(self, process: _Process, held: int, bytecode_array: int) -> bool:
         """Is what baseline code holds (its BytecodeArray, or an InterpreterData
