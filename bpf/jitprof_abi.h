@@ -78,7 +78,7 @@
 #define MAX_FRAMES 127
 #define STACK_COPY_BYTES 27136 /* 26.5 KiB of stack copied for a deferred walk */
 /* A stack deeper than MAX_FRAMES: the rest of it, up to DEEP_COPY_BYTES,
- * goes straight into the ring buffer in a record of DEEP_RECORD_BYTES, and
+ * goes straight into the ring buffer in a record of its own size class, and
  * user space walks it, up to MAX_STACK_FRAMES in all. */
 #define DEEP_COPY_BYTES 262144
 #define MAX_STACK_FRAMES 2048

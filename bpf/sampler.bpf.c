@@ -391,6 +391,19 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     return 0;
 }
 
+// The readable prefix of the bytes of stack from sp up, to within 512 bytes
+// of where the stack's mapping ends: the whole in one read, else in halves
+// from first_chunk down. Returns how many bytes it read.
+static __always_inline u32 read_stack_prefix(u8 *copy, u64 sp, const u32 bytes, const u32 first_chunk) {
+    if (bpf_probe_read_user(copy, bytes, (void *)sp) == 0) return bytes;
+    u32 copied = 0;
+#pragma unroll
+    for (u32 chunk = first_chunk; chunk >= 512; chunk /= 2) {
+        if (copied + chunk <= bytes && bpf_probe_read_user(copy + copied, chunk, (void *)(sp + copied)) == 0) copied += chunk;
+    }
+    return copied;
+}
+
 // The record of a stack deeper than the kernel walks: the header, the
 // addresses and V8 frames, where to resume, and the rest of the stack (up to
 // DEEP_COPY_BYTES), read straight into the ring buffer (the per-CPU state
@@ -401,25 +414,11 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
 // Returns 0 when the ring buffer has no room for it: the caller sends the
 // ordinary copy instead.
 static __always_inline int send_deep_copy_of(struct walk_scratch *scratch, u32 prefix, const u32 copy_bytes) {
+    if (prefix > DEEP_PREFIX_BYTES) return 0;
     u8 *record = events.ringbuf_reserve(DEEP_PREFIX_BYTES + sizeof(struct stack_copy) + copy_bytes);
     if (!record) return 0;
-    if (prefix > DEEP_PREFIX_BYTES) {
-        events.ringbuf_discard(record, BPF_RB_NO_WAKEUP);
-        return 0;
-    }
     u64 sp = scratch->sp;
-    u8 *copy = record + prefix + sizeof(struct stack_copy);
-    u32 copied = 0;
-    if (bpf_probe_read_user(copy, copy_bytes, (void *)sp) == 0) {
-        copied = copy_bytes;
-    } else {
-        // The readable prefix, to within 512 bytes.
-#pragma unroll
-        for (u32 chunk = DEEP_COPY_BYTES / 2; chunk >= 512; chunk /= 2) {
-            if (copied + chunk <= copy_bytes && bpf_probe_read_user(copy + copied, chunk, (void *)(sp + copied)) == 0)
-                copied += chunk;
-        }
-    }
+    u32 copied = read_stack_prefix(record + prefix + sizeof(struct stack_copy), sp, copy_bytes, copy_bytes / 2);
     struct stack_copy resume = {
         .pc = scratch->pc,
         .sp = sp,
@@ -468,18 +467,7 @@ int copy_user_stack(struct bpf_perf_event_data *ctx) {
     struct stack_copy *resume = (struct stack_copy *)payload;
     u8 *copy = payload + sizeof(struct stack_copy);
     u64 sp = scratch->sp;
-    u32 copied = 0;
-    if (bpf_probe_read_user(copy, STACK_COPY_BYTES, (void *)sp) == 0) {
-        copied = STACK_COPY_BYTES;
-    } else {
-        // Chunks of 16 KiB down to 512 bytes: the readable prefix to within
-        // 512 bytes of where the stack's mapping ends.
-#pragma unroll
-        for (u32 chunk = 16384; chunk >= 512; chunk /= 2) {
-            if (copied + chunk <= STACK_COPY_BYTES && bpf_probe_read_user(copy + copied, chunk, (void *)(sp + copied)) == 0)
-                copied += chunk;
-        }
-    }
+    u32 copied = read_stack_prefix(copy, sp, STACK_COPY_BYTES, 16384);
     if (copied == 0 && user_memory_gone(scratch)) {
         scratch->event.walk_end = WALK_THREAD_EXITING;
         submit_sample(scratch);

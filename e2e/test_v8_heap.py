@@ -338,7 +338,7 @@ def test_deep_stacks_reach_their_root(jitprof, tmp_path, background, mode, depth
     in_recursion = sum(count for _depth, _rooted, count in found)
     assert in_recursion / total(lines) >= 0.5, (in_recursion, total(lines))
     rooted = sum(count for _depth, rooted, count in found if rooted)
-    assert rooted / in_recursion >= 0.95, (rooted, in_recursion, sorted({depth for depth, _rooted, _count in found})[:10])
+    assert rooted / in_recursion >= 0.95, (rooted, in_recursion, sorted({frames for frames, _rooted, _count in found})[:10])
     # At the bottom (in spin), all of the recursion is there and named.
     bottom = [(frames_depth, count) for frames_depth, _rooted, count in found if frames_depth > depth]
     assert sum(count for _frames, count in bottom) / in_recursion >= 0.9, sorted({frames for frames, _count in bottom})[:5]

@@ -252,12 +252,12 @@ class V8HeapSymbols(JitSymbolSource):
         owners = process.bytecode_owners
         unknown = {function for _frame, _interpreter, _offset, array, function in found if array not in owners}
         windows = (process.thread.run(functools.partial(self._read_windows, process, unknown)) if unknown else None) or {}
+        _window_start, shared_at, code_at = process.layout.kernel_window()
         records: list[V8FrameSlots] = []
         for frame, interpreter, bytecode_offset, bytecode_array, function in found:
-            window = windows.get(function)
-            _window_start, shared_at, code_at = process.layout.kernel_window()
             # (In optimized code the slot is a spill slot: its check of the function rejects a wrong owner.)
             owner = owners.get(bytecode_array)  # (the cache may be cleared meanwhile)
+            window = windows.get(function)
             if owner is not None:
                 shared, code = owner, 0
             elif window is not None:
