@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import JITPROF, ROOT
-from benchmarks.kernel_cost import measured_run
+from benchmarks.kernel_cost import _bpf_fdinfo, measured_run
 
 APPS = ROOT / ".nodes" / "apps" / "node_modules"
 TSC = [
@@ -38,6 +38,13 @@ DEEP_TSC = [
     str(APPS / "typescript" / "lib" / "typescript.js"),
 ]
 BUSY = ROOT / "fixtures" / "js" / "inline_chain.js"
+TSC_LOOP = [
+    str(ROOT / "benchmarks" / "tsc_loop.js"),
+    str(APPS / "typescript"),
+    str(APPS / "typescript" / "lib" / "typescript.js"),
+]
+PAIRED_ROUNDS = 4  # the order the two start in alternates: the one started first pays 1-3 % more
+PAIRED_WINDOW_S = 20
 V8_LOGGING = re.compile(r"V8FileLogger|LogFile::|EnsureLogScriptSource|PerfBasicLogger|CodeEventLogger|ExistingCodeLogger")
 KERNEL_ROUNDS = 5  # tsc's BPF time varies by a fifth from run to run: medians of 5
 PLAIN = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
@@ -98,6 +105,63 @@ def _tsc_runs(repeats: int, workdir: Path) -> list[str]:
 def _bpf_ns_per_sample(flags: list[str], program: list[str], workdir: Path) -> tuple[float, int]:
     cost = measured_run([*JITPROF, "--no-tui", "-F", "999", *flags, "-o", "bpf.folded", "--", "node", *program], workdir, PLAIN)
     return cost.bpf_ns_per_sample, cost.samples
+
+
+def _sampler_time(jitprof_pid: int) -> tuple[int, int]:
+    """The sampler's run time and run count so far (kernel.bpf_stats_enabled)."""
+    infos = [info for info in _bpf_fdinfo(jitprof_pid) if info.get("prog_type") == "7"]
+    return sum(int(info.get("run_time_ns", 0)) for info in infos), sum(int(info.get("run_cnt", 0)) for info in infos)
+
+
+def _attach_sampling(flags: list[str], target_pid: int, output: str, workdir: Path) -> subprocess.Popen[bytes]:
+    command = [*JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(target_pid), "-d", str(PAIRED_WINDOW_S + 30), "-o", output]
+    jitprof = subprocess.Popen(command, cwd=workdir, env=PLAIN, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while _sampler_time(jitprof.pid)[1] == 0:
+        if jitprof.poll() is not None or time.monotonic() > deadline:
+            jitprof.kill()
+            raise RuntimeError(f"jitprof {' '.join(flags)} did not start sampling")
+        time.sleep(0.2)
+    return jitprof
+
+
+def _paired_bpf_cost(program: list[str], workdir: Path) -> tuple[float, float, list[float]]:
+    """Two jitprofs attached at once to one node started without flags, one
+    reading the JS frames' words and one not (`--no-v8-heap`): the same
+    stacks at the same moments, so the program's phases fall on both. Over
+    PAIRED_WINDOW_S seconds of both sampling, each sampler's BPF time per
+    run (every CPU's tick, the idle ones' too). Returns the medians of
+    both and each round's ratio."""
+    target = subprocess.Popen(["node", *program, "900"], cwd=workdir, env=PLAIN, stdout=subprocess.DEVNULL)
+    read_costs, plain_costs, ratios = [], [], []
+    try:
+        time.sleep(8)  # past start-up: the hot code optimized
+        for round_index in range(PAIRED_ROUNDS):
+            order = [[], ["--no-v8-heap"]] if round_index % 2 == 0 else [["--no-v8-heap"], []]
+            samplers = [
+                _attach_sampling(flags, target.pid, f"paired{index}.folded", workdir) for index, flags in enumerate(order)
+            ]
+            try:
+                time.sleep(3)
+                before = [_sampler_time(sampler.pid) for sampler in samplers]
+                time.sleep(PAIRED_WINDOW_S)
+                after = [_sampler_time(sampler.pid) for sampler in samplers]
+            finally:
+                for sampler in samplers:
+                    sampler.kill()
+                    sampler.wait()
+            per_run = [(end[0] - start[0]) / max(end[1] - start[1], 1) for start, end in zip(before, after)]
+            read, plain = (per_run[0], per_run[1]) if round_index % 2 == 0 else (per_run[1], per_run[0])
+            read_costs.append(read)
+            plain_costs.append(plain)
+            ratios.append(read / plain)
+            print(f"bench: v8 heap cost, paired BPF round {round_index + 1}/{PAIRED_ROUNDS}: {read / plain:.3f}", file=sys.stderr)
+    finally:
+        target.kill()
+        target.wait()
+        for output in workdir.glob("paired*.folded"):
+            output.unlink()
+    return statistics.median(read_costs), statistics.median(plain_costs), ratios
 
 
 def _symbolizer_cost(workdir: Path) -> tuple[int, float]:
@@ -161,6 +225,13 @@ def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
                 per_sample = statistics.median(ns for ns, _samples in measured)
                 samples = statistics.median(count for _ns, count in measured)
                 kernel_rows.append(f"| {label} | {name} | {per_sample / 1000:.1f} µs | {samples:,.0f} |")
+        paired_rows = []
+        for program, label in [([str(BUSY)], "inline_chain.js"), (TSC_LOOP, "tsc's checker in a loop")]:
+            read, plain, ratios = _paired_bpf_cost(program, workdir)
+            spread = f"{100 * (min(ratios) - 1):+.1f} to {100 * (max(ratios) - 1):+.1f} %"
+            paired_rows.append(
+                f"| {label} | {read / 1000:.2f} µs | {plain / 1000:.2f} µs | {100 * (statistics.median(ratios) - 1):+.1f} % | {spread} |"
+            )
     finally:
         Path("/proc/sys/kernel/bpf_stats_enabled").write_text(previous)
     frames, per_frame_us = _symbolizer_cost(workdir)
@@ -175,9 +246,20 @@ def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
         "",
         *tsc_lines,
         "",
-        "In the kernel, `jitprof -F 999 -- node PROGRAM`: BPF time per sample with the JS frames' words read and sent, and "
+        "In the kernel, on the same stacks: two jitprofs attached at once (`--pid`, `-F 999`) to one node started without "
+        "flags, one reading the JS frames' words (the default) and one not (`--no-v8-heap`, what the BPF program did before "
+        f"V8's objects were read), over {PAIRED_WINDOW_S} s of both sampling; the BPF time per run of each sampler (every CPU's "
+        f"tick, the idle CPU's too), medians of {PAIRED_ROUNDS} rounds, which of the two starts first alternating. "
+        "inline_chain.js: ~10 frames, 4 of them JS; tsc's checker on typescript.js in a loop: 60 to 200 JS frames.",
+        "",
+        "| program | JS frames read | not read | difference (median) | rounds |",
+        "| --- | --- | --- | --- | --- |",
+        *paired_rows,
+        "",
+        "Spawned, `jitprof -F 999 -- node PROGRAM`: BPF time per sample with the JS frames' words read and sent, and "
         f"without (`--no-v8-heap`), medians of {KERNEL_ROUNDS} interleaved runs. inline_chain.js 5: a JS stack of ~10 frames, 4 of them V8's; tsc checking typescript.js "
-        "(`--allowJs --checkJs`): 60 to 120 JS frames, every one read.",
+        "(`--allowJs --checkJs`): 60 to 120 JS frames, every one read. Here the two runs differ by more than the BPF program: "
+        "`--no-v8-heap` starts node with the code log's flags, and one run's phases are not the next one's.",
         "",
         "| program | JS frames | BPF time per sample | samples |",
         "| --- | --- | --- | --- |",
