@@ -101,8 +101,10 @@ def _replace_sections(text: str, sections: list[list[str]], names: list[str]) ->
             lines += section
     note = f"Sections re-run alone on {time.strftime('%Y-%m-%d')} (`python -m benchmarks.run --only {','.join(names)}`): {', '.join(names)}."
     lines = [line for line in lines if not line.startswith("Sections re-run alone on ")]
-    lines.insert(4, note)
-    lines.insert(5, "")
+    first_section = next((index for index, line in enumerate(lines) if line.startswith("## ")), len(lines))
+    # The header's paragraphs, then the note, each followed by one blank line (not one more per re-run).
+    header = [part for line in lines[:first_section] if line.strip() for part in (line, "")]
+    lines = [*header, note, "", *lines[first_section:]]
     return "\n".join(lines)
 
 
