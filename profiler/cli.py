@@ -18,6 +18,7 @@ from profiler.output import (
     OutputRequest,
     UnknownFormat,
     WrittenOutput,
+    distinct_names,
     format_for,
     report,
     write_path,
@@ -371,6 +372,9 @@ def run_diff(argv: list[str]) -> int:
     if format_name is None:
         format_name = "svg" if args.output is not None and args.output.name.endswith(".svg") else "folded"
     base, new = report.load(args.base), report.load(args.new)
+    # A function has one name on both sides, columns where either side needs them.
+    shared = distinct_names.shared_names(base.frames, new.frames)
+    base, new = distinct_names.with_distinct_names(base, shared), distinct_names.with_distinct_names(new, shared)
     if format_name == "folded" and args.output is None:
         report.write_diff_folded(base, new, sys.stdout, args.normalize)
         return 0

@@ -136,6 +136,7 @@ class JitdumpSymbols(JitSymbolSource):
                     frame.tier,
                     line_exact=True,
                     function_line=frame.function_line,
+                    function_column=frame.function_column,
                 )
             self._frames[key] = frame
         return frame

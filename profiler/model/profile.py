@@ -29,6 +29,7 @@ class Frame:
     inlined: bool = False  # compiled into its caller's code (the caller is the frame before)
     line_exact: bool = False  # line/column are where this frame was, not where its function begins
     function_line: int = 0  # where the function begins (1-based), when known
+    function_column: int = 0  # and its column (1-based), for JS: where V8 says it begins
 
     @property
     def symbolized(self) -> bool:

@@ -76,6 +76,7 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
                 "inlined": frame.inlined,
                 "line_exact": frame.line_exact,
                 "function_line": frame.function_line,
+                "function_column": frame.function_column,
             }
             compressed.write(_line(record))
         # Samples are most of the file: a distinct stack or name is formatted once.
@@ -245,6 +246,7 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                         bool(record["inlined"]),
                         bool(record["line_exact"]),
                         _integer(record.get("function_line", 0)),
+                        _integer(record.get("function_column", 0)),
                     )
                 )
                 continue

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, TextIO
 
 from profiler.model.profile import Profile
+from profiler.output import distinct_names
 from profiler.safety.users import RunAs
 
 Writer = Callable[[Profile, IO[bytes]], None]
@@ -113,17 +114,22 @@ def format_for(path: Path, forced: str | None) -> str:
 
 def render(profile: Profile, format_name: str) -> bytes:
     buffer = io.BytesIO()
-    writer(format_name)(profile, buffer)
+    writer(format_name)(_as_shown(profile, format_name), buffer)
     return buffer.getvalue()
 
 
 def write_to(stream: IO[bytes], profile: Profile, format_name: str) -> None:
-    writer(format_name)(profile, stream)
+    writer(format_name)(_as_shown(profile, format_name), stream)
+
+
+def _as_shown(profile: Profile, format_name: str) -> Profile:
+    """Every format but the raw profile (which keeps what report decides from) names functions apart."""
+    return profile if format_name == "jitprof" else distinct_names.with_distinct_names(profile)
 
 
 def _producer(profile: Profile, format_name: str) -> Callable[[IO[bytes]], None]:
     def produce(stream: IO[bytes]) -> None:
-        writer(format_name)(profile, stream)
+        writer(format_name)(_as_shown(profile, format_name), stream)
 
     return produce
 

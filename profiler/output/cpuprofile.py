@@ -50,15 +50,16 @@ def call_frame(frame: Frame) -> CallFrame:
     frames keep their names, with their file (or "[kernel]") as the URL."""
     line = frame.function_line or (frame.line if not frame.line_exact else 0)
     if frame.kind is FrameKind.JIT and frame.file:
-        return CallFrame(_bare_name(frame), _script_url(frame.file), line - 1 if line else -1, 0 if line else -1)
+        column = frame.function_column - 1 if frame.function_line and frame.function_column else 0
+        return CallFrame(_bare_name(frame), _script_url(frame.file), line - 1 if line else -1, column if line else -1)
     url = "[kernel]" if frame.kind is FrameKind.KERNEL else frame.file or frame.module
     return CallFrame(frame.name, url, line - 1 if line else -1, 0 if line else -1)
 
 
 def _bare_name(frame: Frame) -> str:
-    """ "inner app.js:8" is `inner`; "(anonymous) app.js:1" is ""."""
+    """ "inner app.js:8" is `inner`; "(anonymous) app.js:1" and "(anonymous) app.js:1:29" are ""."""
     base = frame.file.rsplit("/", 1)[-1]
-    match = re.fullmatch(rf"(.*) (?:{re.escape(frame.file)}|{re.escape(base)}):\d+", frame.name)
+    match = re.fullmatch(rf"(.*) (?:{re.escape(frame.file)}|{re.escape(base)}):\d+(?::\d+)?", frame.name)
     name = match.group(1) if match else frame.name
     return "" if name == "(anonymous)" else name
 

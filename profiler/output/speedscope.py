@@ -33,6 +33,8 @@ def _frame_record(frame: Frame) -> dict[str, object]:
     line = frame.function_line or (0 if frame.line_exact else frame.line)
     if line:
         record["line"] = line
+        if frame.function_line and frame.function_column:
+            record["col"] = frame.function_column
     return record
 
 

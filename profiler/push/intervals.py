@@ -7,6 +7,7 @@ import io
 from dataclasses import dataclass
 
 from profiler.model.profile import Frame, Profile, RunInfo, Sample
+from profiler.output.distinct_names import with_distinct_names
 from profiler.output.pprof import write_pprof
 from profiler.push.apps import KERNEL_APP, RESERVED_LABELS, App, AppRegistry, label_value_text
 
@@ -66,7 +67,7 @@ def encode(interval: Interval, key: SeriesKey, frequency_hz: int) -> bytes:
     """The gzipped pprof of one series of the interval."""
     info = RunInfo([key.app.name], [key.pid] if key.pid is not None else [], frequency_hz)
     info.ended_ns = round((interval.end_s - interval.start_s) * 1e9)
-    profile = Profile(info, frames=interval.frames, samples=interval.series[key])
+    profile = with_distinct_names(Profile(info, frames=interval.frames, samples=interval.series[key]))
     stream = io.BytesIO()
     write_pprof(profile, stream, sample_labels=False, time_nanos=round(interval.start_s * 1e9))
     return stream.getvalue()

@@ -24,7 +24,18 @@ SPEEDSCOPE_SCHEMA = TOOLS / "speedscope" / "dist" / "release" / "file-format-sch
 PERIOD_NS = 10_101_010  # 99 Hz
 
 MAIN = Frame("main", "/usr/bin/node", FrameKind.NATIVE)
-TOP = Frame("top app.js:19", "[jit]", FrameKind.JIT, "/srv/app.js", 21, 10, "turbofan", line_exact=True, function_line=19)
+TOP = Frame(
+    "top app.js:19",
+    "[jit]",
+    FrameKind.JIT,
+    "/srv/app.js",
+    21,
+    10,
+    "turbofan",
+    line_exact=True,
+    function_line=19,
+    function_column=13,
+)
 MID = Frame("mid app.js:15", "[jit]", FrameKind.JIT, "/srv/app.js", 16, 10, "turbofan", True, True, 15)
 LEAF = Frame("leaf app.js:7", "[jit]", FrameKind.JIT, "/srv/app.js", 10, 5, "turbofan", True, True, 7)
 LEAF_LOOP = Frame("leaf app.js:7", "[jit]", FrameKind.JIT, "/srv/app.js", 9, 3, "turbofan", True, True, 7)
@@ -64,6 +75,8 @@ def test_speedscope_matches_its_published_schema():
     assert names == ["node", "main", "top app.js:19", "mid app.js:15 [inlined]", "leaf app.js:7 [inlined]"]
     leaf = frames[profiles[0]["samples"][0][-1]]
     assert leaf["file"] == "/srv/app.js" and leaf["line"] == 7
+    top = frames[profiles[0]["samples"][0][2]]
+    assert top["line"] == 19 and top["col"] == 13  # where the function begins
     # Lines of one function share its frame: boxes do not split by line.
     assert profiles[0]["samples"][0] == profiles[0]["samples"][-1]
 
@@ -87,6 +100,8 @@ def test_cpuprofile_invariants():
     assert leaf["positionTicks"] == [{"line": 9, "ticks": 10}, {"line": 10, "ticks": 40}]
     assert leaf["hitCount"] == 50
     assert leaf["callFrame"]["scriptId"] != "0"
+    top = next(node for node in nodes.values() if node["callFrame"]["functionName"] == "top")
+    assert (top["callFrame"]["lineNumber"], top["callFrame"]["columnNumber"]) == (18, 12)
 
 
 def test_pprof_read_by_pprof_format():

@@ -575,6 +575,7 @@ def _frame(shared: SharedInfo, tier: Tier, position: int | None, inlined: bool) 
         inlined,
         exact,
         function_line,
+        function_column,
     )
 
 

@@ -317,4 +317,16 @@ def _js_frame(code: CodeObject, source_frame: SourceFrame, tier: str) -> Frame:
         if position is not None:
             (line, column), exact = position, True
     file = parsed.script or (script.url if script is not None else "")
-    return Frame(parsed.display, JIT_MODULE, FrameKind.JIT, file, line, column, tier, source_frame.inlined, exact, parsed.line)
+    return Frame(
+        parsed.display,
+        JIT_MODULE,
+        FrameKind.JIT,
+        file,
+        line,
+        column,
+        tier,
+        source_frame.inlined,
+        exact,
+        parsed.line,
+        parsed.column,
+    )

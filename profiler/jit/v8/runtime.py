@@ -54,6 +54,7 @@ def _frame_for_name(name: str) -> Frame | None:
         parsed.column,
         parsed.tier.value,
         function_line=parsed.line,
+        function_column=parsed.column,
     )
 
 
