@@ -38,6 +38,18 @@ def _bpf_fdinfo(pid: int) -> list[dict[str, str]]:
     return infos
 
 
+def sampler_time(jitprof_pid: int) -> tuple[int, int]:
+    """The sampler's BPF run time (ns) and run count so far, from the kernel's
+    accounting (kernel.bpf_stats_enabled). Tail calls run inside the entry
+    program: its run time covers the walk."""
+    return _sampler_total(_bpf_fdinfo(jitprof_pid))
+
+
+def _sampler_total(infos: list[dict[str, str]]) -> tuple[int, int]:
+    programs = [info for info in infos if info.get("prog_type") == "7"]
+    return sum(int(info.get("run_time_ns", 0)) for info in programs), sum(int(info.get("run_cnt", 0)) for info in programs)
+
+
 def kernel_cost(flags: list[str], workdir: Path) -> KernelCost:
     """BPF run time per collected sample (kernel.bpf_stats_enabled), map memory."""
     return measured_run([*JITPROF, "-F", "999", *flags, "-o", "cost.folded", "--", str(DWARF_CASES), "recursion", "5"], workdir)
@@ -49,16 +61,16 @@ def measured_run(command: list[str], workdir: Path, env: dict[str, str] | None =
     # The kernel's counts are read while jitprof runs (its descriptors go
     # with it): the last reading before it ends.
     infos: list[dict[str, str]] = []
+    sampler_ns = 0
     deadline = time.monotonic() + 120
     while process.poll() is None and time.monotonic() < deadline:
         reading = _bpf_fdinfo(process.pid)
-        if any(info.get("prog_type") == "7" and int(info.get("run_cnt", 0)) for info in reading):
-            infos = reading
+        run_time, runs = _sampler_total(reading)
+        if runs:
+            infos, sampler_ns = reading, run_time
         time.sleep(0.2)
     _, stderr = process.communicate(timeout=120)
     samples = int(re.search(r"jitprof: ([\d,]+) samples", stderr).group(1).replace(",", ""))
-    # Tail calls run inside the entry program: its run time covers the walk.
-    sampler_ns = sum(int(info.get("run_time_ns", 0)) for info in infos if info.get("prog_type") == "7")
     memory = sum(int(info.get("memlock", 0)) for info in infos if "map_type" in info)
     return KernelCost(sampler_ns / max(samples, 1) * (1 if samples else 0), samples, memory)
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from benchmarks.harness import JITPROF, ROOT
-from benchmarks.kernel_cost import _bpf_fdinfo, measured_run
+from benchmarks.kernel_cost import measured_run, sampler_time
 
 APPS = ROOT / ".nodes" / "apps" / "node_modules"
 TSC = [
@@ -107,17 +107,11 @@ def _bpf_ns_per_sample(flags: list[str], program: list[str], workdir: Path) -> t
     return cost.bpf_ns_per_sample, cost.samples
 
 
-def _sampler_time(jitprof_pid: int) -> tuple[int, int]:
-    """The sampler's run time and run count so far (kernel.bpf_stats_enabled)."""
-    infos = [info for info in _bpf_fdinfo(jitprof_pid) if info.get("prog_type") == "7"]
-    return sum(int(info.get("run_time_ns", 0)) for info in infos), sum(int(info.get("run_cnt", 0)) for info in infos)
-
-
 def _attach_sampling(flags: list[str], target_pid: int, output: str, workdir: Path) -> subprocess.Popen[bytes]:
     command = [*JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(target_pid), "-d", str(PAIRED_WINDOW_S + 30), "-o", output]
     jitprof = subprocess.Popen(command, cwd=workdir, env=PLAIN, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while _sampler_time(jitprof.pid)[1] == 0:
+    while sampler_time(jitprof.pid)[1] == 0:
         if jitprof.poll() is not None or time.monotonic() > deadline:
             jitprof.kill()
             raise RuntimeError(f"jitprof {' '.join(flags)} did not start sampling")
@@ -137,21 +131,22 @@ def _paired_bpf_cost(program: list[str], workdir: Path) -> tuple[float, float, l
     try:
         time.sleep(8)  # past start-up: the hot code optimized
         for round_index in range(PAIRED_ROUNDS):
-            order = [[], ["--no-v8-heap"]] if round_index % 2 == 0 else [["--no-v8-heap"], []]
+            read_first = round_index % 2 == 0
+            order = [[], ["--no-v8-heap"]] if read_first else [["--no-v8-heap"], []]
             samplers = [
                 _attach_sampling(flags, target.pid, f"paired{index}.folded", workdir) for index, flags in enumerate(order)
             ]
             try:
                 time.sleep(3)
-                before = [_sampler_time(sampler.pid) for sampler in samplers]
+                before = [sampler_time(sampler.pid) for sampler in samplers]
                 time.sleep(PAIRED_WINDOW_S)
-                after = [_sampler_time(sampler.pid) for sampler in samplers]
+                after = [sampler_time(sampler.pid) for sampler in samplers]
             finally:
                 for sampler in samplers:
                     sampler.kill()
                     sampler.wait()
             per_run = [(end[0] - start[0]) / max(end[1] - start[1], 1) for start, end in zip(before, after)]
-            read, plain = (per_run[0], per_run[1]) if round_index % 2 == 0 else (per_run[1], per_run[0])
+            read, plain = per_run if read_first else per_run[::-1]
             read_costs.append(read)
             plain_costs.append(plain)
             ratios.append(read / plain)

@@ -129,7 +129,7 @@ def _as_shown(profile: Profile, format_name: str) -> Profile:
 
 def _producer(profile: Profile, format_name: str) -> Callable[[IO[bytes]], None]:
     def produce(stream: IO[bytes]) -> None:
-        writer(format_name)(_as_shown(profile, format_name), stream)
+        writer(format_name)(profile, stream)
 
     return produce
 
@@ -243,12 +243,9 @@ def write_outputs(
     where it can be, so `jitprof report` can write it later. shown: a view
     of the profile (--js-only) for every format but the raw one, which keeps
     everything."""
+    named = distinct_names.with_distinct_names(profile if shown is None else shown)  # every format but the raw one
     written = [
-        write_path(
-            request.path,
-            _producer(profile if shown is None or request.format_name == "jitprof" else shown, request.format_name),
-            owner,
-        )
+        write_path(request.path, _producer(profile if request.format_name == "jitprof" else named, request.format_name), owner)
         for request in requests
     ]
     if any(output.written is None for output in written) and not any(
