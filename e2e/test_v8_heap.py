@@ -229,6 +229,21 @@ def test_spawned_tsc_pays_little_for_being_profiled(jitprof, tmp_path):
     assert checker / total(lines) >= 0.1  # the type checker's work is where it is
 
 
+def wait_for_main_thread_cpu(pid: int, seconds: float, deadline: float = 60.0) -> None:
+    """Until the process's main thread has run `seconds` of CPU: a phase of a
+    real program starts at a point of its own work, not of wall time, which a
+    loaded machine stretches."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if (int(fields[11]) + int(fields[12])) / ticks >= seconds:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"pid {pid} did not run {seconds} s of CPU in {deadline} s")
+
+
 def js_frame_counts(lines) -> tuple[int, int]:  # noqa: ANN001
     """(named, unnamed) JavaScript frames over all samples."""
     named = sum(line.count * sum(1 for frame in line.frames if ".js:" in frame) for line in lines)
@@ -248,7 +263,7 @@ def test_attached_real_program_with_deep_stacks_is_named(jitprof, tmp_path, back
     source = APPS / "typescript" / "lib" / "typescript.js"
     arguments = ["--noEmit", "--allowJs", "--checkJs", "--target", "es2020", "--skipLibCheck", str(source)]
     target = flagless(background, node_binary(major), str(tsc), *arguments, cwd=tmp_path)
-    time.sleep(2.5)  # into the type checker
+    wait_for_main_thread_cpu(target.pid, 3.6)  # into the type checker (program 2.0 s, binder 0.9 s on Node 20)
     environment = {"JITPROF_CACHE_DIR": str(tmp_path / "empty-cache")} if cache == "cold" else None
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "2", "-o", "out.folded", env=environment)
     assert run.returncode == 0, run.stderr

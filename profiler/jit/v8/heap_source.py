@@ -16,6 +16,7 @@ cached per object, so a steady program costs a few reads per new function.
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import functools
 import os
@@ -23,6 +24,7 @@ import queue
 import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -30,7 +32,7 @@ from typing import Protocol
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.jit.v8.heap import positions
 from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
-from profiler.jit.v8.heap.memory import MemoryThread, ProcessMemory
+from profiler.jit.v8.heap.memory import USER_SPACE_END, MemoryThread, ProcessMemory
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
 from profiler.jit.v8.names import Tier, js_display
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -46,7 +48,7 @@ from profiler.kernel.events import (
 from profiler.kernel.late_walks import WalkedFrame
 from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.model.profile import Frame, FrameKind
-from profiler.native import elf_format
+from profiler.native import elf_format, library
 from profiler.native.elf import MAX_ELF_BYTES
 from profiler.safety import files
 
@@ -54,7 +56,10 @@ MAX_CACHED = 200_000  # objects remembered per process (a big app has ~50 k func
 CACHE_LIFETIME_S = 60.0  # then what was read is read again: a full GC may reuse an address
 RETRY_FAILED_S = 0.5  # a frame that could not be named is tried again after this
 MAX_AHEAD = 100_000  # frames waiting to be named ahead of the symbolizer
+MAX_COPIES_AHEAD = 64  # stack copies waiting to be read from ahead of the symbolizer
+MAX_EARLY_READS = 512  # stack copies whose functions were read at sample time, kept until walked
 _SLOTS = struct.Struct("<5Q")  # bytecode offset, bytecode array, argument count, function, context
+FUNCTION_SLOT = -16  # from a JS frame's frame pointer: its JSFunction (the last but one of _SLOTS)
 _U32 = struct.Struct("<I")
 _S32 = struct.Struct("<i")
 MAX_INLINE_DEPTH = 64
@@ -85,6 +90,7 @@ class _Process:
     thread: MemoryThread  # all reading of its memory is done here
     interpreter_entries: list[tuple[int, int]]  # in the process's addresses (each copy of the builtins)
     builtins: list[tuple[int, int]]  # the builtins' own ranges (each copy)
+    native_text: list[tuple[int, int]]  # the executable mappings of V8's file (its C++, and the builtins)
     shared: dict[int, SharedInfo | None] = field(default_factory=dict)
     scripts: dict[int, Script] = field(default_factory=dict)
     codes: dict[int, CodeInfo | None] = field(default_factory=dict)
@@ -99,6 +105,12 @@ class _Process:
     frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
     failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
     ahead: set[tuple[object, ...]] = field(default_factory=set)  # frames queued to be named ahead
+    # What the functions of a stack copy's frames were just after its sample
+    # (by the copy's id, checked by a weak reference to it): the walk of the
+    # copy, seconds later, names them by these, not by what has moved since.
+    early_reads: collections.OrderedDict[int, tuple[weakref.ref[StackCopy], dict[int, bytes]]] = field(
+        default_factory=collections.OrderedDict
+    )
     cached_since: float = field(default_factory=time.monotonic)
     named: int = 0
     unnamed: int = 0
@@ -119,6 +131,18 @@ class _Process:
             self.inlinings.clear()
             self.bytecode_owners.clear()
             self.cached_since = now
+
+
+@dataclass(frozen=True, slots=True)
+class _CopiedFrame:
+    """A JS frame's slots as a stack copy holds them."""
+
+    index: int
+    pc: int
+    interpreter: bool
+    bytecode_offset: int
+    bytecode_array: int
+    function: int
 
 
 @dataclass(frozen=True)
@@ -147,6 +171,14 @@ class V8HeapSymbols(JitSymbolSource):
         self._ahead: queue.SimpleQueue[tuple[int, int, V8FrameSlots, bool, tuple[object, ...]] | None] = queue.SimpleQueue()
         self._ahead_count = 0
         self._ahead_thread: threading.Thread | None = None
+        # A deep stack's frames past the kernel's walk are walked from a copy
+        # of the stack when the symbolizer comes to it, maybe seconds later:
+        # by then a scavenge has moved their functions, their code may be
+        # gone. Their functions are read, and the frames named, as the copy
+        # arrives, on a thread of its own (the frame queue may be long).
+        self._copies: queue.SimpleQueue[tuple[int, RawSample] | None] = queue.SimpleQueue()
+        self._copies_count = 0
+        self._copies_thread: threading.Thread | None = None
         self._processes: dict[int, _Process] = {}
         self._refused: dict[int, str] = {}  # pid -> why its V8 cannot be read
         self._lock = threading.Lock()
@@ -181,7 +213,13 @@ class V8HeapSymbols(JitSymbolSource):
         entry_start, entry_end = layout.interpreter_entry
         builtins = [(start + bias, end + bias) for bias in biases]
         process = _Process(
-            pid, layout, reader, MemoryThread(memory), [(entry_start + bias, entry_end + bias) for bias in biases], builtins
+            pid,
+            layout,
+            reader,
+            MemoryThread(memory),
+            [(entry_start + bias, entry_end + bias) for bias in biases],
+            builtins,
+            [(entry.start, entry.end) for entry in entries],
         )
         window, shared_at, code_at = layout.kernel_window()
         if not self._kernel.set_v8_process(pid, builtins, window, shared_at, code_at):
@@ -221,6 +259,8 @@ class V8HeapSymbols(JitSymbolSource):
     def close(self) -> None:
         if self._ahead_thread is not None:
             self._ahead.put(None)
+        if self._copies_thread is not None:
+            self._copies.put(None)
         for pid in list(self._processes):
             self.forget(pid)
 
@@ -229,12 +269,25 @@ class V8HeapSymbols(JitSymbolSource):
         from a stack copy (the first moments of a process, code just mapped,
         a stack deeper than the kernel walks): the frame's slots from the
         copy; its function's shared info from the owner of its bytecode when
-        known, else read from the live process (once per function)."""
+        known, else from the function as read when the copy arrived, else as
+        read now (once per function)."""
         with self._lock:
             process = self._processes.get(pid)
+            early = process.early_reads.pop(id(stack), None) if process is not None else None
         if process is None:
             return ()
-        found: list[tuple[WalkedFrame, bool, int, int, int]] = []
+        found = self._js_frames(process, frames, stack)
+        windows = early[1] if early is not None and early[0]() is stack else {}
+        unknown = {slots.function for slots in found if slots.bytecode_array not in process.bytecode_owners} - windows.keys()
+        if unknown:
+            windows = {**windows, **(process.thread.run(functools.partial(self._read_windows, process, unknown)) or {})}
+        return self._records(process, found, windows)
+
+    @staticmethod
+    def _js_frames(process: _Process, frames: list[WalkedFrame], stack: StackCopy) -> list[_CopiedFrame]:
+        """The frames of V8's code (JIT code, or the interpreter) with a JS
+        function's slots, as the copy holds them."""
+        found: list[_CopiedFrame] = []
         for frame in frames:
             if len(found) >= MAX_STACK_FRAMES:
                 break
@@ -248,16 +301,18 @@ class V8HeapSymbols(JitSymbolSource):
             bytecode_offset, bytecode_array, _arguments, function, context = _SLOTS.unpack_from(stack.data, offset)
             if not context & 1 or not function & 1:
                 continue  # a stub's frame: its marker
-            found.append((frame, interpreter, bytecode_offset, bytecode_array, function))
+            found.append(_CopiedFrame(frame.index, frame.pc, interpreter, bytecode_offset, bytecode_array, function))
+        return found
+
+    @staticmethod
+    def _records(process: _Process, found: list[_CopiedFrame], windows: dict[int, bytes]) -> tuple[V8FrameSlots, ...]:
         owners = process.bytecode_owners
-        unknown = {function for _frame, _interpreter, _offset, array, function in found if array not in owners}
-        windows = (process.thread.run(functools.partial(self._read_windows, process, unknown)) if unknown else None) or {}
         _window_start, shared_at, code_at = process.layout.kernel_window()
         records: list[V8FrameSlots] = []
-        for frame, interpreter, bytecode_offset, bytecode_array, function in found:
+        for slots in found:
             # (In optimized code the slot is a spill slot: its check of the function rejects a wrong owner.)
-            owner = owners.get(bytecode_array)  # (the cache may be cleared meanwhile)
-            window = windows.get(function)
+            owner = owners.get(slots.bytecode_array)  # (the cache may be cleared meanwhile)
+            window = windows.get(slots.function)
             if owner is not None:
                 shared, code = owner, 0
             elif window is not None:
@@ -267,14 +322,14 @@ class V8HeapSymbols(JitSymbolSource):
                 continue
             records.append(
                 V8FrameSlots(
-                    frame.index,
+                    slots.index,
                     shared,
                     code,
-                    bytecode_array,
-                    _S32.unpack(_U32.pack(bytecode_offset >> 32))[0]
-                    if bytecode_offset & 0xFFFFFFFF == 0
+                    slots.bytecode_array,
+                    _S32.unpack(_U32.pack(slots.bytecode_offset >> 32))[0]
+                    if slots.bytecode_offset & 0xFFFFFFFF == 0
                     else V8_NO_BYTECODE_OFFSET,
-                    interpreter,
+                    slots.interpreter,
                     late=True,
                 )
             )
@@ -291,15 +346,22 @@ class V8HeapSymbols(JitSymbolSource):
         return windows
 
     def note_sample(self, sample: RawSample) -> None:
-        """Name the sample's JS frames ahead of the symbolizer (see __init__)."""
-        if not sample.v8_frames or sample.pid not in self._processes or self._ahead_count >= MAX_AHEAD:
+        """Name the sample's JS frames ahead of the symbolizer, and read the
+        functions of those in its stack copy (see __init__)."""
+        process = self._processes.get(sample.pid)
+        if process is None:
+            return
+        if sample.stack_copy is not None and self._copies_count < MAX_COPIES_AHEAD:
+            if self._copies_thread is None:
+                self._copies_thread = threading.Thread(target=self._read_copies, name="jitprof-v8-copies", daemon=True)
+                self._copies_thread.start()
+            self._copies_count += 1
+            self._copies.put((sample.pid, sample))
+        if not sample.v8_frames or self._ahead_count >= MAX_AHEAD:
             return
         if self._ahead_thread is None:
             self._ahead_thread = threading.Thread(target=self._name_ahead, name="jitprof-v8-ahead", daemon=True)
             self._ahead_thread.start()
-        process = self._processes.get(sample.pid)
-        if process is None:
-            return
         # A deep program repeats its frames sample after sample: each is queued
         # once, so the queue keeps pace with what is new (a cold start, with the
         # symbolizer far behind, depends on it).
@@ -312,6 +374,47 @@ class V8HeapSymbols(JitSymbolSource):
             process.ahead.add(key)
             self._ahead_count += 1
             self._ahead.put((sample.pid, address, record, leaf, key))
+
+    def _read_copies(self) -> None:
+        while True:
+            item = self._copies.get()
+            if item is None:
+                return
+            self._copies_count -= 1
+            pid, sample = item
+            try:
+                self._read_copy(pid, sample)
+            except Exception:  # a bug: the walk of the copy meets it again, and reports it
+                pass
+
+    def _read_copy(self, pid: int, sample: RawSample) -> None:
+        """Read the functions of the JS frames in a sample's stack copy while
+        they are where the sample saw them. The frames are found by frame
+        pointers alone (V8's code always keeps one), in C: a deep stack has a
+        thousand frames, a busy program a hundred such samples a second."""
+        with self._lock:
+            process = self._processes.get(pid)
+        stack = sample.stack_copy
+        if process is None or stack is None:
+            return
+        walked = library.walk_copy(
+            [library.WalkMapping(0, USER_SPACE_END, 0, library.MAPPING_JIT)],
+            library.WalkStack(stack.data, stack.sp, stack.reached_end),
+            library.WalkRegisters(stack.pc, stack.sp, stack.fp, stack.exact_pc),
+            MAX_STACK_FRAMES - len(sample.addresses),
+        )
+        data = stack.data
+        functions = set()
+        for frame_pointer in walked.frame_pointers:
+            offset = frame_pointer + FUNCTION_SLOT - stack.sp
+            if 0 <= offset <= len(data) - 8:
+                functions.add(int.from_bytes(data[offset : offset + 8], "little"))
+        functions = {function for function in functions if function & HEAP_OBJECT_TAG}
+        windows = (process.thread.run(functools.partial(self._read_windows, process, functions)) if functions else None) or {}
+        with self._lock:
+            process.early_reads[id(stack)] = (weakref.ref(stack), windows)
+            while len(process.early_reads) > MAX_EARLY_READS:
+                process.early_reads.popitem(last=False)
 
     def _name_ahead(self) -> None:
         while True:

@@ -349,3 +349,50 @@ def test_a_slow_operation_is_waited_for_while_its_reads_return(monkeypatch):
     assert stuck_thread.run(lambda: (slow_reads(2), never.wait())) is None
     assert time.monotonic() - started < 1.0 and stuck_thread.stalled
     never.set()
+
+
+def test_a_deep_stack_s_functions_are_read_as_its_copy_arrives():
+    """Frames past the kernel's walk are walked from the stack copy when the
+    symbolizer comes to it, maybe seconds later, when a scavenge has moved
+    their functions: they are named by the functions read as the copy
+    arrived, not by what the old addresses hold by then."""
+    from profiler.jit.v8.heap.memory import MemoryThread  # noqa: PLC0415
+    from profiler.jit.v8.heap_source import _Process  # noqa: PLC0415
+    from profiler.kernel.events import RawSample, StackCopy, WalkEnd  # noqa: PLC0415
+    from profiler.kernel.late_walks import WalkedFrame  # noqa: PLC0415
+
+    reader, heap = reader_and_heap()
+    heap.memory.pid = 4242  # type: ignore[attr-defined]
+    heap.memory.close = lambda: None  # type: ignore[attr-defined]
+    layout = heap.layout
+    window_start, shared_at, code_at = layout.kernel_window()
+    function = 0x20000001
+
+    def function_holds(shared: int) -> None:
+        window = bytearray(32)
+        struct.pack_into("<Q", window, shared_at, shared)
+        struct.pack_into("<Q", window, code_at, 0x30000001)
+        heap.memory.put(function - 1 + window_start, bytes(window))
+
+    # Two JS frames linked by their frame pointers, each holding the function.
+    stack_pointer, inner, outer, pc = 0x7FFE0000, 0x7FFE0100, 0x7FFE0200, 0x50001234
+    data = bytearray(0x300)
+    for frame_pointer, caller in ((inner, outer), (outer, 0)):
+        struct.pack_into("<QQ", data, frame_pointer - stack_pointer, caller, pc)
+        struct.pack_into("<QQ", data, frame_pointer - 16 - stack_pointer, function, 0x40000001)  # function, context
+    stack = StackCopy(pc, stack_pointer, inner, False, True, bytes(data))
+    sample = RawSample(4242, 4242, 0, 0, "node", (0x1000,) * 127, WalkEnd.DEFERRED, -1, True, stack)
+    walked = [WalkedFrame(127, pc, inner, True), WalkedFrame(128, pc, outer, True)]
+
+    symbols = V8HeapSymbols(kernel=None)
+    process = _Process(4242, layout, reader, MemoryThread(heap.memory), [], [], [])  # type: ignore[arg-type]
+    symbols._processes[4242] = process
+    try:
+        function_holds(0x60000001)
+        symbols._read_copy(4242, sample)
+        function_holds(0x60000999)  # moved: its old address holds another object's words
+        assert {record.shared for record in symbols.record_walked_frames(4242, walked, stack)} == {0x60000001}
+        # What was read early is used once: a copy walked again reads anew.
+        assert {record.shared for record in symbols.record_walked_frames(4242, walked, stack)} == {0x60000999}
+    finally:
+        process.thread.close()
