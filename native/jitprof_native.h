@@ -90,6 +90,23 @@ enum {
 int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count, const struct jp_walk_stack *stack,
                  const struct jp_walk_registers *start, uint64_t *frames, uint64_t *frame_pointers, uint32_t max_frames,
                  uint32_t *frame_count);
+
+/* Source maps (source_map.c): for generated positions (0-based, sorted by
+ * line then column), the original ones from a map's `mappings` string:
+ * the segment at or before the column on the same line; source -1 when
+ * there is none or it names no source. */
+struct jp_generated {
+    int32_t line, column;
+};
+struct jp_original {
+    int32_t source, line, column, name; /* name -1: none */
+};
+enum {
+    JP_SOURCE_MAP_MALFORMED = 16,
+    JP_SOURCE_MAP_UNSORTED = 17,
+};
+int jp_source_map_lookup(const uint8_t *mappings, uint64_t length, uint32_t source_count, uint32_t name_count,
+                         const struct jp_generated *queries, uint64_t query_count, struct jp_original *results);
 /* cffi-end */
 
 #endif

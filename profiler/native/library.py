@@ -218,3 +218,43 @@ def compile_unwind_rows_of(path: str | os.PathLike[str]) -> CompiledRows:
         return compile_unwind_rows(descriptor)
     finally:
         os.close(descriptor)
+
+
+@dataclass(frozen=True)
+class MappedPosition:
+    """Where a generated position came from (0-based), by index into the
+    map's sources and names; name -1: none."""
+
+    source: int
+    line: int
+    column: int
+    name: int
+
+
+class MalformedMappings(ValueError):
+    pass
+
+
+def source_map_lookup(
+    mappings: bytes, source_count: int, name_count: int, positions: list[tuple[int, int]]
+) -> list[MappedPosition | None]:
+    """The original of each generated (line, column), 0-based, sorted, from
+    a source map's `mappings` (native/source_map.c); None where nothing is
+    mapped. MalformedMappings if the string is not a valid one."""
+    ffi, lib = load()
+    if not positions:
+        return []
+    queries = ffi.new("struct jp_generated[]", [{"line": line, "column": column} for line, column in positions])
+    results = ffi.new("struct jp_original[]", len(positions))
+    text = ffi.from_buffer(mappings)
+    code = lib.jp_source_map_lookup(
+        ffi.cast("const uint8_t *", text), len(mappings), source_count, name_count, queries, len(positions), results
+    )
+    if code == lib.JP_SOURCE_MAP_UNSORTED:
+        raise ValueError("positions must be sorted")
+    if code != lib.JP_OK:
+        raise MalformedMappings("malformed mappings")
+    return [
+        MappedPosition(result.source, result.line, result.column, result.name) if result.source >= 0 else None
+        for result in results
+    ]

@@ -146,3 +146,14 @@ def test_random_stacks_under_address_sanitizer():
 def test_odd_copy_lengths(length):
     frames, end = walk(NATIVE, length=length)
     assert frames == (TEXT + 0x1050,) and end == WalkEnd.COPY_TOO_SHORT
+
+
+def test_random_source_map_strings_under_address_sanitizer():
+    """The source-map lookup reads a target's file: random mappings strings,
+    each in a buffer of its exact size, at random positions."""
+    fuzzer = ROOT / "native" / "build" / "fuzz_source_map"
+    assert fuzzer.exists(), "native/build/fuzz_source_map missing: run make setup"
+    run = subprocess.run([str(fuzzer), "300000"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    accepted, refused = (int(word) for word in run.stdout.split()[1::2])
+    assert accepted > 5_000 and refused > 5_000  # both ways through the lookup
