@@ -59,7 +59,7 @@ MAX_AHEAD = 100_000  # frames waiting to be named ahead of the symbolizer
 MAX_COPIES_AHEAD = 64  # stack copies waiting to be read from ahead of the symbolizer
 MAX_EARLY_READS = 512  # stack copies whose functions were read at sample time, kept until walked
 _SLOTS = struct.Struct("<5Q")  # bytecode offset, bytecode array, argument count, function, context
-FUNCTION_SLOT = -16  # from a JS frame's frame pointer: its JSFunction (the last but one of _SLOTS)
+FUNCTION_SLOT = -V8_SLOTS_BYTES + 3 * 8  # from a JS frame's frame pointer: its JSFunction (the fourth of _SLOTS)
 _U32 = struct.Struct("<I")
 _S32 = struct.Struct("<i")
 MAX_INLINE_DEPTH = 64
@@ -90,7 +90,6 @@ class _Process:
     thread: MemoryThread  # all reading of its memory is done here
     interpreter_entries: list[tuple[int, int]]  # in the process's addresses (each copy of the builtins)
     builtins: list[tuple[int, int]]  # the builtins' own ranges (each copy)
-    native_text: list[tuple[int, int]]  # the executable mappings of V8's file (its C++, and the builtins)
     shared: dict[int, SharedInfo | None] = field(default_factory=dict)
     scripts: dict[int, Script] = field(default_factory=dict)
     codes: dict[int, CodeInfo | None] = field(default_factory=dict)
@@ -133,18 +132,6 @@ class _Process:
             self.cached_since = now
 
 
-@dataclass(frozen=True, slots=True)
-class _CopiedFrame:
-    """A JS frame's slots as a stack copy holds them."""
-
-    index: int
-    pc: int
-    interpreter: bool
-    bytecode_offset: int
-    bytecode_array: int
-    function: int
-
-
 @dataclass(frozen=True)
 class _Inlining:
     shared: int  # the code's own function (tagged SharedFunctionInfo)
@@ -173,9 +160,9 @@ class V8HeapSymbols(JitSymbolSource):
         self._ahead_thread: threading.Thread | None = None
         # A deep stack's frames past the kernel's walk are walked from a copy
         # of the stack when the symbolizer comes to it, maybe seconds later:
-        # by then a scavenge has moved their functions, their code may be
-        # gone. Their functions are read, and the frames named, as the copy
-        # arrives, on a thread of its own (the frame queue may be long).
+        # by then a scavenge has moved their functions. Their functions are
+        # read as the copy arrives, on a thread of its own (the frame queue
+        # may be long).
         self._copies: queue.SimpleQueue[tuple[int, RawSample] | None] = queue.SimpleQueue()
         self._copies_count = 0
         self._copies_thread: threading.Thread | None = None
@@ -213,13 +200,7 @@ class V8HeapSymbols(JitSymbolSource):
         entry_start, entry_end = layout.interpreter_entry
         builtins = [(start + bias, end + bias) for bias in biases]
         process = _Process(
-            pid,
-            layout,
-            reader,
-            MemoryThread(memory),
-            [(entry_start + bias, entry_end + bias) for bias in biases],
-            builtins,
-            [(entry.start, entry.end) for entry in entries],
+            pid, layout, reader, MemoryThread(memory), [(entry_start + bias, entry_end + bias) for bias in biases], builtins
         )
         window, shared_at, code_at = layout.kernel_window()
         if not self._kernel.set_v8_process(pid, builtins, window, shared_at, code_at):
@@ -276,18 +257,7 @@ class V8HeapSymbols(JitSymbolSource):
             early = process.early_reads.pop(id(stack), None) if process is not None else None
         if process is None:
             return ()
-        found = self._js_frames(process, frames, stack)
-        windows = early[1] if early is not None and early[0]() is stack else {}
-        unknown = {slots.function for slots in found if slots.bytecode_array not in process.bytecode_owners} - windows.keys()
-        if unknown:
-            windows = {**windows, **(process.thread.run(functools.partial(self._read_windows, process, unknown)) or {})}
-        return self._records(process, found, windows)
-
-    @staticmethod
-    def _js_frames(process: _Process, frames: list[WalkedFrame], stack: StackCopy) -> list[_CopiedFrame]:
-        """The frames of V8's code (JIT code, or the interpreter) with a JS
-        function's slots, as the copy holds them."""
-        found: list[_CopiedFrame] = []
+        found: list[tuple[WalkedFrame, bool, int, int, int]] = []
         for frame in frames:
             if len(found) >= MAX_STACK_FRAMES:
                 break
@@ -301,18 +271,18 @@ class V8HeapSymbols(JitSymbolSource):
             bytecode_offset, bytecode_array, _arguments, function, context = _SLOTS.unpack_from(stack.data, offset)
             if not context & 1 or not function & 1:
                 continue  # a stub's frame: its marker
-            found.append(_CopiedFrame(frame.index, frame.pc, interpreter, bytecode_offset, bytecode_array, function))
-        return found
-
-    @staticmethod
-    def _records(process: _Process, found: list[_CopiedFrame], windows: dict[int, bytes]) -> tuple[V8FrameSlots, ...]:
+            found.append((frame, interpreter, bytecode_offset, bytecode_array, function))
         owners = process.bytecode_owners
+        windows = early[1] if early is not None and early[0]() is stack else {}
+        unknown = {function for _frame, _interpreter, _offset, array, function in found if array not in owners} - windows.keys()
+        if unknown:
+            windows = {**windows, **(process.thread.run(functools.partial(self._read_windows, process, unknown)) or {})}
         _window_start, shared_at, code_at = process.layout.kernel_window()
         records: list[V8FrameSlots] = []
-        for slots in found:
+        for frame, interpreter, bytecode_offset, bytecode_array, function in found:
             # (In optimized code the slot is a spill slot: its check of the function rejects a wrong owner.)
-            owner = owners.get(slots.bytecode_array)  # (the cache may be cleared meanwhile)
-            window = windows.get(slots.function)
+            owner = owners.get(bytecode_array)  # (the cache may be cleared meanwhile)
+            window = windows.get(function)
             if owner is not None:
                 shared, code = owner, 0
             elif window is not None:
@@ -322,14 +292,14 @@ class V8HeapSymbols(JitSymbolSource):
                 continue
             records.append(
                 V8FrameSlots(
-                    slots.index,
+                    frame.index,
                     shared,
                     code,
-                    slots.bytecode_array,
-                    _S32.unpack(_U32.pack(slots.bytecode_offset >> 32))[0]
-                    if slots.bytecode_offset & 0xFFFFFFFF == 0
+                    bytecode_array,
+                    _S32.unpack(_U32.pack(bytecode_offset >> 32))[0]
+                    if bytecode_offset & 0xFFFFFFFF == 0
                     else V8_NO_BYTECODE_OFFSET,
-                    slots.interpreter,
+                    interpreter,
                     late=True,
                 )
             )
@@ -403,13 +373,13 @@ class V8HeapSymbols(JitSymbolSource):
             library.WalkRegisters(stack.pc, stack.sp, stack.fp, stack.exact_pc),
             MAX_STACK_FRAMES - len(sample.addresses),
         )
-        data = stack.data
         functions = set()
         for frame_pointer in walked.frame_pointers:
             offset = frame_pointer + FUNCTION_SLOT - stack.sp
-            if 0 <= offset <= len(data) - 8:
-                functions.add(int.from_bytes(data[offset : offset + 8], "little"))
-        functions = {function for function in functions if function & HEAP_OBJECT_TAG}
+            if 0 <= offset <= len(stack.data) - 8:
+                function = int.from_bytes(stack.data[offset : offset + 8], "little")
+                if function & HEAP_OBJECT_TAG:
+                    functions.add(function)
         windows = (process.thread.run(functools.partial(self._read_windows, process, functions)) if functions else None) or {}
         with self._lock:
             process.early_reads[id(stack)] = (weakref.ref(stack), windows)

@@ -385,7 +385,7 @@ def test_a_deep_stack_s_functions_are_read_as_its_copy_arrives():
     walked = [WalkedFrame(127, pc, inner, True), WalkedFrame(128, pc, outer, True)]
 
     symbols = V8HeapSymbols(kernel=None)
-    process = _Process(4242, layout, reader, MemoryThread(heap.memory), [], [], [])  # type: ignore[arg-type]
+    process = _Process(4242, layout, reader, MemoryThread(heap.memory), [], [])  # type: ignore[arg-type]
     symbols._processes[4242] = process
     try:
         function_holds(0x60000001)
