@@ -27,6 +27,7 @@ from benchmarks.node_cost import node_cost
 from benchmarks.perf_map_tailing import perf_map_tailing
 from benchmarks.run_cost import run_cost
 from benchmarks.sampling_cost import sampling_cost
+from benchmarks.source_map_cost import source_map_cost
 from benchmarks.table_build import table_build
 from benchmarks.v8_heap_cost import v8_heap_cost
 
@@ -38,6 +39,7 @@ SECTIONS = {
     "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
     "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),
     "code_log_parsing": lambda repeats, perf, workdir: code_log_parsing(workdir, 5),
+    "source_map_cost": lambda repeats, perf, workdir: source_map_cost(workdir, 5),
     "format_conversion": lambda repeats, perf, workdir: format_conversion(workdir),
     "live_view_cost": lambda repeats, perf, workdir: live_view_cost(3, workdir),
     "kernel_costs": lambda repeats, perf, workdir: kernel_costs(workdir),

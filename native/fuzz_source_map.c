@@ -56,7 +56,8 @@ int main(int argc, char **argv) {
         if (result == JP_OK) {
             accepted++;
             for (uint64_t index = 0; index < count; index++)
-                if (results[index].source >= (int32_t)sources || results[index].name >= (int32_t)names) {
+                if (results[index].source >= (int32_t)sources || results[index].name >= (int32_t)names ||
+                    results[index].generated_column > queries[index].column) {
                     fprintf(stderr, "round %ld: a result outside the map\n", round);
                     return 3;
                 }

@@ -100,6 +100,7 @@ struct jp_generated {
 };
 struct jp_original {
     int32_t source, line, column, name; /* name -1: none */
+    int32_t generated_column;           /* where the segment found begins */
 };
 enum {
     JP_SOURCE_MAP_MALFORMED = 16,

@@ -47,7 +47,7 @@ static int add_checked(int64_t *field, int64_t delta, int64_t limit) {
 
 struct best {
     int valid;
-    int32_t source, line, column, name;
+    int32_t source, line, column, name, generated_column;
 };
 
 static void answer(struct jp_original *result, const struct best *best) {
@@ -56,8 +56,9 @@ static void answer(struct jp_original *result, const struct best *best) {
         result->line = best->line;
         result->column = best->column;
         result->name = best->name;
+        result->generated_column = best->generated_column;
     } else {
-        result->source = result->line = result->column = result->name = -1;
+        result->source = result->line = result->column = result->name = result->generated_column = -1;
     }
 }
 
@@ -68,7 +69,7 @@ int jp_source_map_lookup(const uint8_t *mappings, uint64_t length, uint32_t sour
         if (after->line < before->line || (after->line == before->line && after->column < before->column))
             return JP_SOURCE_MAP_UNSORTED;
     }
-    const struct best none = {0, -1, -1, -1, -1};
+    const struct best none = {0, -1, -1, -1, -1, -1};
     struct best best = none;
     int64_t line = 0, column = 0, source = 0, original_line = 0, original_column = 0, name = 0;
     uint64_t next = 0, at = 0;
@@ -100,7 +101,7 @@ int jp_source_map_lookup(const uint8_t *mappings, uint64_t length, uint32_t sour
                 !read_vlq(mappings, length, &at, &delta) || !add_checked(&original_line, delta, (int64_t)INT32_MAX + 1) ||
                 !read_vlq(mappings, length, &at, &delta) || !add_checked(&original_column, delta, (int64_t)INT32_MAX + 1))
                 return JP_SOURCE_MAP_MALFORMED;
-            segment = (struct best){1, (int32_t)source, (int32_t)original_line, (int32_t)original_column, -1};
+            segment = (struct best){1, (int32_t)source, (int32_t)original_line, (int32_t)original_column, -1, (int32_t)column};
             if (at < length && mappings[at] != ',' && mappings[at] != ';') {
                 if (!read_vlq(mappings, length, &at, &delta) || !add_checked(&name, delta, name_count))
                     return JP_SOURCE_MAP_MALFORMED;

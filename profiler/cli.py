@@ -24,6 +24,7 @@ from profiler.output import (
     write_path,
     write_text,
 )
+from profiler.output.originals import with_originals
 from profiler.push.apps import LABEL_KEY, RESERVED_LABELS
 from profiler.push.ingest import BadEndpoint, Endpoint
 from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
@@ -55,6 +56,12 @@ exit status: the program's own (128+signal if it was killed); 0 with --pid;
 JS_ONLY_HELP = (
     "show the program's JavaScript only, as DevTools does: node's and V8's own frames are hidden and their "
     "time given to the JS function that called them; stacks without JS are (program) or (garbage collector)"
+)
+
+
+NO_SOURCE_MAPS_HELP = (
+    "show JavaScript as the code that ran (dist/app.js:1, minified names), not as the sources its "
+    "source maps name (src/app.ts:42, the names the author wrote)"
 )
 
 
@@ -137,6 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the perf maps and V8 code logs that the injected flags made the program write (default: removed at the end)",
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP + " (a .jitprof output keeps everything)")
+    parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
     parser.add_argument(
         "--no-debuginfod",
         action="store_true",
@@ -244,6 +252,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         inline=not args.no_inline,
         v8_heap=not args.no_v8_heap,
         js_only=args.js_only,
+        source_maps=not args.no_source_maps,
         debuginfod=not args.no_debuginfod,
         live_view=not args.no_tui and args.push is None and sys.stdin.isatty() and sys.stdout.isatty(),
         user=args.user,
@@ -325,6 +334,7 @@ def build_report_parser() -> argparse.ArgumentParser:
         "--until", type=float, default=None, metavar="SECONDS", help="only samples before this long after the first"
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP)
+    parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
     parser.add_argument(
         "--no-debuginfod",
         action="store_true",
@@ -349,6 +359,7 @@ def build_diff_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="scale BASE to NEW's total samples (compare shares), instead of comparing CPU time",
     )
+    parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
     return parser
 
 
@@ -361,7 +372,9 @@ def run_report(argv: list[str]) -> int:
         parser.error(str(error))
     selection = report.SampleFilter(frozenset(args.pid), frozenset(args.tid), args.since, args.until)
     debuginfod.enabled = not args.no_debuginfod
-    written = report.report(args.profile, outputs, selection, args.format or "folded", js_view=args.js_only)
+    written = report.report(
+        args.profile, outputs, selection, args.format or "folded", js_view=args.js_only, source_maps=not args.no_source_maps
+    )
     return _report_written(written)
 
 
@@ -372,6 +385,8 @@ def run_diff(argv: list[str]) -> int:
     if format_name is None:
         format_name = "svg" if args.output is not None and args.output.name.endswith(".svg") else "folded"
     base, new = report.load(args.base), report.load(args.new)
+    if not args.no_source_maps:
+        base, new = with_originals(base), with_originals(new)
     # A function has one name on both sides, columns where either side needs them.
     shared = distinct_names.shared_names(base.frames, new.frames)
     base, new = distinct_names.with_distinct_names(base, shared), distinct_names.with_distinct_names(new, shared)

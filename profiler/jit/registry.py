@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from profiler.jit import runtimes
 from profiler.jit.v8 import js_view, preload
+from profiler.jit.v8.original_frames import OriginalFrames
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.model.profile import Frame, FrameKind, Profile
 
@@ -33,6 +34,11 @@ def native_symbol_frame(symbol: str, module: str) -> Frame:
 def language_view(profile: Profile) -> Profile:
     """The program's own language, without its runtime's frames (`--js-only`)."""
     return js_view.js_only(profile)
+
+
+# Frames of a run mapped to the sources they were built from: note_frames as
+# the symbolizer makes them, `originals` for the outputs (JavaScript's source maps).
+SourceMapper = OriginalFrames
 
 
 def language_stack(frames: list[Frame]) -> list[Frame]:

@@ -5,6 +5,8 @@ gzip-compressed JSON lines, written and read as streams:
 
     {"format": "jitprof", "version": 1, "info": {...}, "losses": {...}, "walk_ends": {...}}
     {"frame": 0, "name": ..., "module": ..., "kind": ..., ...}     one per frame
+        (a JS frame with a source map also has "original": {"name", "file",
+        "line", ...}: what the map made of it; the frame itself is as generated)
     [time_ns, pid, tid, comm, [frame ids, root first], walk_end]   one per sample
 
 A reader accepts only what it knows: a newer major version, a malformed
@@ -16,6 +18,7 @@ time or memory.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -78,6 +81,17 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
                 "function_line": frame.function_line,
                 "function_column": frame.function_column,
             }
+            original = profile.originals.get(frame)
+            if original is not None:
+                record["original"] = {
+                    "name": original.name,
+                    "file": original.file,
+                    "line": original.line,
+                    "column": original.column,
+                    "line_exact": original.line_exact,
+                    "function_line": original.function_line,
+                    "function_column": original.function_column,
+                }
             compressed.write(_line(record))
         # Samples are most of the file: a distinct stack or name is formatted once.
         stacks: dict[tuple[int, ...], str] = {}
@@ -234,21 +248,32 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
             if isinstance(record, dict):
                 if record["frame"] != len(profile.frames):
                     raise ValueError("frames out of order")
-                profile.frames.append(
-                    Frame(
-                        str(record["name"]),
-                        str(record["module"]),
-                        FrameKind(record["kind"]),
-                        str(record["file"]),
-                        _integer(record["line"]),
-                        _integer(record["column"]),
-                        str(record["tier"]),
-                        bool(record["inlined"]),
-                        bool(record["line_exact"]),
-                        _integer(record.get("function_line", 0)),
-                        _integer(record.get("function_column", 0)),
-                    )
+                frame = Frame(
+                    str(record["name"]),
+                    str(record["module"]),
+                    FrameKind(record["kind"]),
+                    str(record["file"]),
+                    _integer(record["line"]),
+                    _integer(record["column"]),
+                    str(record["tier"]),
+                    bool(record["inlined"]),
+                    bool(record["line_exact"]),
+                    _integer(record.get("function_line", 0)),
+                    _integer(record.get("function_column", 0)),
                 )
+                profile.frames.append(frame)
+                if "original" in record:
+                    original = _mapping(record, "original")
+                    profile.originals[frame] = dataclasses.replace(
+                        frame,
+                        name=str(original["name"]),
+                        file=str(original["file"]),
+                        line=_integer(original["line"]),
+                        column=_integer(original["column"]),
+                        line_exact=bool(original["line_exact"]),
+                        function_line=_integer(original["function_line"]),
+                        function_column=_integer(original["function_column"]),
+                    )
                 continue
             time_ns, pid, tid, comm, frame_ids, walk_end = record
             ids = tuple(frame_ids)

@@ -229,6 +229,7 @@ class MappedPosition:
     line: int
     column: int
     name: int
+    generated_column: int  # where the segment found begins on its line
 
 
 class MalformedMappings(ValueError):
@@ -255,6 +256,8 @@ def source_map_lookup(
     if code != lib.JP_OK:
         raise MalformedMappings("malformed mappings")
     return [
-        MappedPosition(result.source, result.line, result.column, result.name) if result.source >= 0 else None
+        MappedPosition(result.source, result.line, result.column, result.name, result.generated_column)
+        if result.source >= 0
+        else None
         for result in results
     ]

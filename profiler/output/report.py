@@ -19,6 +19,7 @@ from profiler.native import elf
 from profiler.native.symbol_table import SymbolTable
 from profiler.output import OutputRequest, WrittenOutput, write_outputs, write_text, write_to
 from profiler.output.folded import fold
+from profiler.output.originals import with_originals
 from profiler.output.svg import baseline_from, write_svg
 from profiler.safety.users import output_owner
 
@@ -49,7 +50,14 @@ def filtered(profile: Profile, selection: SampleFilter) -> Profile:
     first = min((sample.time_ns for sample in profile.samples), default=0)
     since = first + int(selection.since_s * 1e9) if selection.since_s is not None else None
     until = first + int(selection.until_s * 1e9) if selection.until_s is not None else None
-    result = Profile(profile.info, profile.frames, losses=profile.losses, traffic=profile.traffic, modules=profile.modules)
+    result = Profile(
+        profile.info,
+        profile.frames,
+        losses=profile.losses,
+        traffic=profile.traffic,
+        modules=profile.modules,
+        originals=profile.originals,
+    )
     result.reindex_frames()
     for sample in profile.samples:
         if selection.pids and sample.pid not in selection.pids:
@@ -89,13 +97,20 @@ def name_unnamed(profile: Profile) -> int:
 
 
 def report(
-    path: Path, requests: list[OutputRequest], selection: SampleFilter, stdout_format: str = "folded", js_view: bool = False
+    path: Path,
+    requests: list[OutputRequest],
+    selection: SampleFilter,
+    stdout_format: str = "folded",
+    js_view: bool = False,
+    source_maps: bool = True,
 ) -> list[WrittenOutput]:
     profile = filtered(load(path), selection)
     name_unnamed(profile)
-    shown = registry.language_view(profile) if js_view else None
+    shown = with_originals(profile) if source_maps else profile
+    if js_view:
+        shown = registry.language_view(shown)
     if not requests:
-        write_to(sys.stdout.buffer, shown or profile, stdout_format)
+        write_to(sys.stdout.buffer, shown if stdout_format != "jitprof" else profile, stdout_format)
         sys.stdout.buffer.flush()
         return []
     return write_outputs(profile, requests, output_owner(dict(os.environ)), shown)

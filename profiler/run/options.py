@@ -37,6 +37,7 @@ class RecordingOptions:
     inline: bool = True  # expand inlined JS functions (V8's heap, or its code log)
     v8_heap: bool = True  # name JS frames from V8's objects in the process's memory
     debuginfod: bool = True  # ask DEBUGINFOD_URLS for the debug files of stripped binaries
+    source_maps: bool = True  # JS frames shown as the sources their scripts' maps name
     js_only: bool = False  # outputs show the language view (profiler/jit/registry.py: the JS view)
     live_view: bool = False  # the terminal view (the caller checks for a TTY)
     user: str | None = None

@@ -55,7 +55,9 @@ class PushSession:
             self._cut_index += len(samples)
         else:
             samples = profile.take_samples()
-        interval = Interval(self._interval_start, until, profile.frames, group_samples(samples, self.apps))
+        # Source-mapped frames as known now (a frame first seen in the last half second may not be yet).
+        frames = [profile.originals.get(frame, frame) for frame in profile.frames] if profile.originals else profile.frames
+        interval = Interval(self._interval_start, until, frames, group_samples(samples, self.apps))
         self._interval_start = until
         self.apps.drop_leaving()
         if not self._keep_samples and len(profile.frames) > FRAME_TABLE_LIMIT:

@@ -30,6 +30,7 @@ from profiler.native.blazesym import CodeLocator
 from profiler.native.heap import give_back_freed_memory
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
+from profiler.output.originals import with_originals
 from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
@@ -45,7 +46,10 @@ if TYPE_CHECKING:
 
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0
-SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
+SYMBOLIZE_BUDGET_S = 30.0
+SOURCE_MAPS_BUDGET_S = (
+    30.0  # after that, frames not mapped yet are shown as generated  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
+)
 # After this, none of an exited process's samples wait for its JIT files any
 # more: they are removed and its state goes, so long runs stay flat.
 RETIRE_AFTER_S = 10.0
@@ -73,6 +77,7 @@ class Recording:
         self._view: LiveView | None = None
         self._push: PushSession | None = None
         self._inject = False  # the command's runtimes are given their JIT-symbol flags
+        self._originals: registry.SourceMapper | None = None  # source maps' frames, unless --no-source-maps
 
     # The run -------------------------------------------------------------
 
@@ -140,6 +145,10 @@ class Recording:
             kernel=program.maps if self.options.v8_heap else None,
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
+        if self.options.source_maps:
+            self._originals = registry.SourceMapper()
+            self.profile.originals = self._originals.originals
+            self._symbolizer.on_new_frames = self._originals.note_frames
         self._late_walks.recorder = self._jit_sources
         self._mode = self._mode_for(run_as)
         self._followed = FollowedProcesses(
@@ -170,6 +179,8 @@ class Recording:
         try:
             self.profile.info.pids = self._mode.start(program, self._followed) or self.profile.info.pids
             self._symbolizer.start()
+            if self._originals is not None:
+                self._originals.start()
             self.profile.info.started_ns = time.monotonic_ns()
             if self._push is not None:
                 self._push.begin()
@@ -215,6 +226,8 @@ class Recording:
         self._remove_jit_files()
         self._jit_sources.close()
         self._jit_files.close()
+        if self._originals is not None:
+            self._originals.close()
         if self._unwind_tables is not None:
             self._stop_unwind_tables(self._unwind_tables)
         program.close(in_background=True)
@@ -297,6 +310,8 @@ class Recording:
         self._status(f"symbolising {self._symbolizer.backlog():,} pending samples")
         self._symbolizer.finish(SYMBOLIZE_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
         self.profile.losses.not_symbolised_in_time = self._symbolizer.given_up
+        if self._originals is not None:
+            self._originals.finish(SOURCE_MAPS_BUDGET_S)
 
     # Events (ring-buffer callback, main thread) ---------------------------
 
@@ -330,7 +345,9 @@ class Recording:
             "all" if self.options.all_processes else self.profile.info.pids[0] if self.profile.info.pids else os.getpid()
         )
         requests = self.options.outputs or [OutputRequest(Path(f"jitprof-{default_name}.svg"), "svg")]
-        shown = registry.language_view(self.profile) if self.options.js_only else None
+        shown = with_originals(self.profile)
+        if self.options.js_only:
+            shown = registry.language_view(shown)
         return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ), shown), processes)
 
     def _forget(self, pid: int) -> None:
@@ -368,6 +385,9 @@ class Recording:
         assert self._tracker is not None and self._symbolizer is not None
         if self._jit_sources is not None:
             self._jit_sources.report(self.profile)
+        if self._originals is not None:
+            for problem in self._originals.problems:
+                say(f"jitprof: warning: {problem}")
         report_output_errors(summary.outputs)
         report_tracking_problems(
             self._tracker, self._unwind_tables.stats if self._unwind_tables is not None else None, self._symbolizer.errors

@@ -45,6 +45,7 @@ def _checked_regular(descriptor: int, path: str, max_bytes: int) -> BinaryIO:
 
 _OPENAT2 = 437  # x86-64 syscall number
 _RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_IN_ROOT = 0x10
 
 
@@ -52,14 +53,16 @@ class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
-def open_in_root(root: str, path: str, max_bytes: int) -> BinaryIO:
+def open_in_root(root: str, path: str, max_bytes: int, symlinks: bool = True) -> BinaryIO:
     """A file of a target's filesystem (root: /proc/PID/root), opened as
     open_regular does, with every component resolved inside that root: a
     symlink the target planted (to "/etc/shadow", or "../../..") stays in its
-    own filesystem instead of reaching the host's. Raises OSError."""
+    own filesystem instead of reaching the host's. Without symlinks, a path
+    with one anywhere in it is refused (ELOOP). Raises OSError."""
     root_descriptor = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        how = _OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS)
+        resolve = _RESOLVE_IN_ROOT | _RESOLVE_NO_MAGICLINKS | (0 if symlinks else _RESOLVE_NO_SYMLINKS)
+        how = _OpenHow(os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC, 0, resolve)
         libc = ctypes.CDLL(None, use_errno=True)
         descriptor = libc.syscall(_OPENAT2, root_descriptor, path.lstrip("/").encode(), ctypes.byref(how), ctypes.sizeof(how))
         if descriptor < 0:

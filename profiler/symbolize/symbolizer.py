@@ -18,7 +18,7 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from profiler.jit import registry
@@ -211,6 +211,9 @@ class Symbolizer:
         self.parked_then_named = 0
         self._abandoned = threading.Event()
         self._given_up = 0
+        # Called with (pid, frames) for the frames each sample added to the profile's table.
+        self.on_new_frames: Callable[[int, Sequence[Frame]], None] | None = None
+        self._frames_noted = 0
 
     def add_jit_sources(self, jit: JitSources) -> None:
         """The JIT sources of a run, in the order they are asked."""
@@ -248,6 +251,7 @@ class Symbolizer:
         self._stacks.clear()
         self._stack_entries = 0
         self._kernel_memo.clear()
+        self._frames_noted = 0
 
     def backlog(self) -> int:
         return self._queue.qsize() + len(self._parked)
@@ -331,6 +335,7 @@ class Symbolizer:
             if raw.stack_copy is not None:
                 raw = self._finish_walk(raw, may_park)
             self._profile.add(self.resolve_sample(raw, may_park))
+            self._note_new_frames(raw.pid)
         except _NotNamedYet:
             self._parked.append(_Parked(raw, since))
             return False
@@ -338,6 +343,13 @@ class Symbolizer:
             self.errors.append(f"{type(error).__name__}: {error}")
             self._given_up += 1  # counted as lost, never dropped unseen
         return True
+
+    def _note_new_frames(self, pid: int) -> None:
+        """Frames interned since the last sample go to whoever follows them (source maps)."""
+        frames = self._profile.frames
+        if self.on_new_frames is not None and len(frames) > self._frames_noted:
+            self.on_new_frames(pid, frames[self._frames_noted :])
+        self._frames_noted = len(frames)
 
     def _retry_parked(self, now: float, final: bool) -> None:
         parked, self._parked = self._parked, []

@@ -152,6 +152,10 @@ class LiveTable:
         """One sample; stack is root first."""
         self._count(time_ns, self._parts(stack))
 
+    def forget_stacks(self) -> None:
+        """The frames' names changed (their originals found): stacks are named anew."""
+        self._stacks.clear()
+
     def add_ids(self, time_ns: int, frame_ids: tuple[int, ...], frames: Sequence[Frame]) -> None:
         """One sample by frame ids: a stack seen before costs one lookup."""
         parts = self._stacks.get(frame_ids)

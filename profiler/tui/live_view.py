@@ -26,6 +26,7 @@ from rich.text import Text
 
 from profiler.jit import registry
 from profiler.model.profile import Profile
+from profiler.output.originals import OriginalFrameTable
 from profiler.safety.terminal import printable
 from profiler.tui.child_output import CapturedOutput
 from profiler.tui.live_table import LiveTable, Row, SortColumn
@@ -99,6 +100,7 @@ class LiveView:
         self._paused = False
         self._help = False
         self._seen = 0
+        self._originals_known = 0
         self._started = self._window_reset = time.monotonic()
         self._last_draw = 0.0
         self._frozen: Group | None = None
@@ -142,8 +144,12 @@ class LiveView:
 
     def tick(self) -> None:
         pressed = self._read_keys()
+        frames = self._frames()
+        if len(self._profile.originals) != self._originals_known:
+            self._originals_known = len(self._profile.originals)
+            self.table.forget_stacks()
         for sample in self._profile.samples_since(self._seen):
-            self.table.add_ids(sample.time_ns, sample.frame_ids, self._profile.frames)
+            self.table.add_ids(sample.time_ns, sample.frame_ids, frames)
             self._seen += 1
         now = time.monotonic()
         due = now - self._last_draw >= REFRESH_S
@@ -196,6 +202,10 @@ class LiveView:
         elif key in ("q", "Q"):
             self.stop_requested = True
 
+    def _frames(self) -> OriginalFrameTable:
+        """The frames as shown: source-mapped where their originals are known yet."""
+        return OriginalFrameTable(self._profile.frames, self._profile.originals)
+
     def _toggle_js_view(self) -> None:
         """Count every sample so far again, in the other view."""
         self._js_only = not self._js_only
@@ -204,8 +214,9 @@ class LiveView:
         )
         table.reset_window(self.table.window_start_ns)
         samples = self._profile.snapshot()
+        frames = self._frames()
         for sample in samples:
-            table.add_ids(sample.time_ns, sample.frame_ids, self._profile.frames)
+            table.add_ids(sample.time_ns, sample.frame_ids, frames)
         table.expire(time.monotonic_ns())
         self.table, self._seen = table, len(samples)
         self._frozen = None

@@ -11,13 +11,14 @@ beside it or a data: URL) is the caller's; this module takes its text."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import json
 from dataclasses import dataclass
 
 from profiler.native import library
 
 MAX_SOURCES = 1 << 20
-MAX_NAMES = 1 << 22
+MAX_NAMES = 1 << 21
 MAX_SECTIONS = 1 << 12
 
 
@@ -28,12 +29,14 @@ class SourceMapError(ValueError):
 @dataclass(frozen=True)
 class Original:
     """A generated position's origin: 1-based line and column, and the name
-    the map gives the token there (None: none)."""
+    the map gives the token there (None: none); segment_column: the
+    generated column (1-based) where the map's segment for it begins."""
 
     source: str
     line: int
     column: int
     name: str | None
+    segment_column: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,14 @@ class SourceMap:
     names: tuple[str, ...]
     mappings: bytes
     sections: tuple[_Section, ...] = ()  # an index map: these, not the fields above
+
+    def size_bytes(self) -> int:
+        """About what it holds in memory: its mappings, names and sources."""
+        own = len(self.mappings) + sum(len(name) + 56 for name in self.names) + sum(len(source) + 56 for source in self.sources)
+        return own + sum(section.source_map.size_bytes() for section in self.sections)
+
+    def has_names(self) -> bool:
+        return bool(self.names) or any(section.source_map.has_names() for section in self.sections)
 
     def originals(self, positions: list[tuple[int, int]]) -> list[Original | None]:
         """The origin of each generated (line, column), 1-based, in any order."""
@@ -71,6 +82,7 @@ class SourceMap:
                 where.line + 1,
                 where.column + 1,
                 self.names[where.name] if where.name >= 0 else None,
+                where.generated_column + 1,
             )
             if where is not None
             else None
@@ -94,6 +106,8 @@ class SourceMap:
                 for line, column in (positions[index] for index in indices)
             ]
             for index, original in zip(indices, section.source_map._sorted_originals(local), strict=True):
+                if original is not None and positions[index][0] == section.line:
+                    original = dataclasses.replace(original, segment_column=original.segment_column + section.column)
                 found[index] = original
         return found
 
@@ -106,8 +120,13 @@ def _zero_based(position: tuple[int, int]) -> tuple[int, int]:
 def parse_source_map(text: bytes | str, source_base: str = "") -> SourceMap:
     """A map from its JSON text; sources joined to source_base (the map's
     own directory, or the script's URL) unless absolute."""
+    raw = text.encode() if isinstance(text, str) else text
+    # Strings cost ~60 bytes each once parsed: a map of a million tiny names
+    # is refused before it is, not after.
+    if raw.count(b'"') - raw.count(b'\\"') > 2 * (MAX_NAMES + 2 * MAX_SOURCES + 64 * MAX_SECTIONS):
+        raise SourceMapError("it has too many strings")
     try:
-        document = json.loads(text)
+        document = json.loads(raw)
     except (ValueError, RecursionError) as error:
         raise SourceMapError("it is not JSON") from error
     return _parse(document, source_base, nested=False)

@@ -51,7 +51,8 @@ def reference(lines: list[list[tuple[int, ...]]], sources, names, line: int, col
             found = segment
     if found is None or len(found) == 1:
         return None
-    return Original(sources[found[1]], found[2] + 1, found[3] + 1, names[found[4]] if len(found) == 5 else None)
+    name = names[found[4]] if len(found) == 5 else None
+    return Original(sources[found[1]], found[2] + 1, found[3] + 1, name, found[0] + 1)
 
 
 def random_map(seed: int) -> tuple[list[list[tuple[int, ...]]], list[str], list[str]]:
@@ -109,10 +110,10 @@ def test_an_index_map_sends_each_position_to_its_section():
     )
     found = parse_source_map(text).originals([(1, 5), (1, 21), (1, 30), (2, 1)])
     assert found == [
-        Original("a.ts", 1, 1, "alpha"),
-        Original("b.ts", 3, 3, "beta"),
-        Original("b.ts", 3, 3, "beta"),
-        Original("b.ts", 4, 3, None),  # the section's second line: its columns not shifted
+        Original("a.ts", 1, 1, "alpha", 1),
+        Original("b.ts", 3, 3, "beta", 21),  # where the segment begins, in the script's columns
+        Original("b.ts", 3, 3, "beta", 21),
+        Original("b.ts", 4, 3, None, 1),  # the section's second line: its columns not shifted
     ]
 
 
@@ -155,3 +156,15 @@ def test_fuzzed_mappings_never_raise_anything_else():
             parse_source_map(text).originals([(1, 1), (1, 40), (2, 3), (9, 9)])
         except SourceMapError:
             pass
+
+
+def test_a_map_of_more_strings_than_its_caps_is_refused_before_it_is_parsed(monkeypatch):
+    from profiler.jit.v8 import source_maps
+
+    monkeypatch.setattr(source_maps, "MAX_NAMES", 10)
+    monkeypatch.setattr(source_maps, "MAX_SOURCES", 1)
+    monkeypatch.setattr(source_maps, "MAX_SECTIONS", 0)
+    names = [f"n{index}" for index in range(40)]
+    with pytest.raises(SourceMapError, match="too many strings"):
+        parse_source_map(json.dumps({"version": 3, "sources": ["a.ts"], "names": names, "mappings": "AAAA"}))
+    parse_source_map(json.dumps({"version": 3, "sources": ["a.ts"], "names": names[:4], "mappings": "AAAA"}))
