@@ -166,3 +166,23 @@ def test_program_output_goes_to_a_pane(tmux, tmp_path, symbol_cache):
     text = screen.replace("\r", "")
     assert "from chatty.js" in text and "jitprof: " in text
     assert text.index("jitprof: ") > text.rindex("from chatty.js")
+
+
+def test_live_view_shows_a_bundle_as_written(tmux, tmp_path, symbol_cache):
+    esbuild = ROOT / ".nodes" / "apps" / "node_modules" / "@esbuild" / "linux-x64" / "bin" / "esbuild"
+    if not esbuild.exists():
+        pytest.skip("esbuild is not installed (make setup installs it)")
+    bundle = tmp_path / "app.min.js"
+    entry = ROOT / "fixtures" / "ts" / "src" / "main.ts"
+    subprocess.run(
+        [str(esbuild), str(entry), "--bundle", "--minify", "--platform=node", "--sourcemap", f"--outfile={bundle}"],
+        check=True,
+        capture_output=True,
+    )
+    session = tmux("maps")
+    session.start(jitprof_command(tmp_path, symbol_cache, "-F", "199", "--", "node", str(bundle), "30"))
+    # Within a few seconds, the table shows the .ts names the minifier replaced, not app.min.js's.
+    screen = session.wait_for(lambda screen: "makeRegularPolygon shapes.ts:27" in screen, 20, "the original names")
+    assert any("src/main.ts" in " ".join(row) for row in table_rows(screen)), screen
+    session.keys("q")
+    session.wait_for(lambda screen: "EXIT=" in screen, 30, "the end of the run")

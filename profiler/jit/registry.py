@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from profiler.jit import runtimes
 from profiler.jit.v8 import js_view, preload
-from profiler.jit.v8.original_frames import OriginalFrames
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
+from profiler.jit.v8.original_frames import OriginalFrames
 from profiler.model.profile import Frame, FrameKind, Profile
 
 
