@@ -46,10 +46,8 @@ if TYPE_CHECKING:
 
 POLL_MS = 100
 MAPS_RESCAN_S = 1.0
-SYMBOLIZE_BUDGET_S = 30.0
-SOURCE_MAPS_BUDGET_S = (
-    30.0  # after that, frames not mapped yet are shown as generated  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
-)
+SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
+SOURCE_MAPS_BUDGET_S = 30.0  # after that, frames not mapped yet are shown as generated
 # After this, none of an exited process's samples wait for its JIT files any
 # more: they are removed and its state goes, so long runs stay flat.
 RETIRE_AFTER_S = 10.0
