@@ -113,6 +113,9 @@ def find_source_map(root: str, script: str, user: TargetUser) -> ScriptFiles | N
         map_path = _map_path(path, url)
         try:
             source_map = _open_readable(root, map_path, MAX_MAP_BYTES, user)
+        except FileNotFoundError:
+            handle.close()  # packages often ship the comment without the map: nothing to say
+            return None
         except OSError as error:
             raise SourceMapUnavailable(f"{map_path}: {_reason(error)}") from error
         return ScriptFiles(handle, source_map, (0, 0), posixpath.dirname(map_path))

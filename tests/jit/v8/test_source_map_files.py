@@ -131,3 +131,9 @@ def test_only_scripts_that_are_files_have_maps():
     assert script_path("node:internal/main/run_main_module") is None
     assert script_path("evalmachine.<anonymous>") is None
     assert script_path("https://example.com/app.js") is None
+
+
+def test_a_comment_naming_a_map_that_is_not_there_is_no_map(tmp_path: Path):
+    # npm packages (typescript's lib/_tsc.js) keep the comment and leave the map out.
+    script = write(tmp_path / "_tsc.js", b"run();\n//# sourceMappingURL=_tsc.js.map\n")
+    assert find_source_map("/", script, ME) is None
