@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,13 +47,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*")
 
 @dataclass
 class OriginalStats:
-    scripts: int = 0  # scripts looked at for a map
-    with_maps: int = 0
-    frames_mapped: int = 0
-    frames_unmapped: int = 0  # of scripts with maps, at positions the map does not cover
+    with_maps: int = 0  # scripts found to name a map
     maps_read: int = 0
-    read_seconds: float = 0.0  # reading and parsing maps
-    lookup_seconds: float = 0.0
+    frames_mapped: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,7 +89,7 @@ class OriginalFrames:
         self._seen: set[Frame] = set()  # noted already (the symbolizer's thread only)
         self._processes: dict[int, _Process | None] = {}  # as they were when first noted
         self._scripts: dict[tuple[int, int, str], _Script] = {}
-        self._closed = 0  # scripts whose maps were found unusable (their files closed)
+        self._dropped = 0  # scripts whose maps were found unusable (their files closed)
         self._parsed_bytes: OrderedDict[tuple[int, int, str], int] = OrderedDict()
         self._wake = threading.Event()
         self._stop = False
@@ -155,7 +150,10 @@ class OriginalFrames:
             with self._lock:
                 pending, self._pending = self._pending, []
             if pending:
-                self.map_frames(pending)
+                try:
+                    self.map_frames(pending)
+                except Exception as error:  # a bug: the frames it was mapping are shown as generated
+                    self._problem(f"source maps: {type(error).__name__}: {error}")
             with self._lock:
                 drained = not self._pending
                 if drained:
@@ -183,7 +181,7 @@ class OriginalFrames:
             frames, script.frames = script.frames, []
             source_map = self._parsed(key, script)
             if source_map is not None:
-                self._map_script(script, source_map, frames)
+                self._map_script(key, script, source_map, frames)
 
     def _script_key(self, pid: int, script: str) -> tuple[int, int, str] | None:
         """A script is the same file for every process with the same root."""
@@ -193,8 +191,7 @@ class OriginalFrames:
         return (*process.root, script)
 
     def _find(self, pid: int, script: str) -> ScriptFiles | None:
-        self.stats.scripts += 1
-        if self.stats.with_maps - self._closed >= MAX_OPEN_SCRIPTS:
+        if self.stats.with_maps - self._dropped >= MAX_OPEN_SCRIPTS:
             self._problem(f"more than {MAX_OPEN_SCRIPTS} scripts with source maps; the rest are shown as generated")
             return None
         process = self._processes.get(pid)
@@ -219,17 +216,11 @@ class OriginalFrames:
             self._parsed_bytes.move_to_end(key)
             return script.parsed
         assert script.files is not None
-        started = time.monotonic()
         try:
             source_map = parse_source_map(script.files.map_text(), script.files.base)
         except (SourceMapError, SourceMapUnavailable, OSError) as error:
-            self._problem(f"the source map of {short_script(key[2])} is skipped: {error}")
-            script.files.close()
-            script.files = None
-            self._closed += 1
+            self._drop(key, script, error)
             return None
-        finally:
-            self.stats.read_seconds += time.monotonic() - started
         self.stats.maps_read += 1
         script.parsed = source_map
         self._parsed_bytes[key] = source_map.size_bytes()
@@ -238,11 +229,20 @@ class OriginalFrames:
             self._scripts[oldest].parsed = None  # read again if its frames come back
         return source_map
 
-    def _map_script(self, script: _Script, source_map: SourceMap, frames: list[Frame]) -> None:
+    def _drop(self, key: tuple[int, int, str], script: _Script, error: Exception) -> None:
+        """A map that cannot be used: one line, and its script's frames stay as generated."""
+        self._problem(f"the source map of {short_script(key[2])} is skipped: {error}")
+        if script.files is not None:
+            script.files.close()
+        script.files, script.parsed = None, None
+        self._parsed_bytes.pop(key, None)
+        self._dropped += 1
+
+    def _map_script(self, key: tuple[int, int, str], script: _Script, source_map: SourceMap, frames: list[Frame]) -> None:
         assert script.files is not None
-        started = time.monotonic()
+        names = {frame: _function_name(frame) for frame in frames}
         try:
-            names_at = self._name_positions(script.files, frames) if source_map.has_names() else {}
+            names_at = self._name_positions(script.files, names) if source_map.has_names() else {}
             asked: list[tuple[int, int]] = []
             for frame in frames:
                 asked.append((frame.function_line, max(frame.function_column, 1)))
@@ -250,29 +250,23 @@ class OriginalFrames:
                 asked.append(names_at.get(frame, asked[-2]))
             found = source_map.originals(asked)
         except SourceMapError as error:
-            self._problem(f"the source map of {short_script(frames[0].file)} is skipped: {error}")
-            script.files.close()
-            script.files, script.parsed = None, None
-            self._closed += 1
+            self._drop(key, script, error)
             return
-        finally:
-            self.stats.lookup_seconds += time.monotonic() - started
         for index, frame in enumerate(frames):
             start, at, named = found[3 * index : 3 * index + 3]
             name_position = names_at.get(frame)
             if start is None and frame.function_line == 1 and frame.function_column <= 1:
                 start = _top_level(source_map, at)
             if start is None:
-                self.stats.frames_unmapped += 1
                 continue
-            name = _function_name(frame)
+            name = names[frame]
             if name is not None and name_position is not None and named is not None and named.name:
                 if named.segment_column == name_position[1]:
                     name = _with_last_name(name, named.name)
             self.originals[frame] = _original_frame(frame, name, start, at)
             self.stats.frames_mapped += 1
 
-    def _name_positions(self, files: ScriptFiles, frames: list[Frame]) -> dict[Frame, tuple[int, int]]:
+    def _name_positions(self, files: ScriptFiles, names: dict[Frame, str | None]) -> dict[Frame, tuple[int, int]]:
         """Where each frame's function name is in the generated script: the
         last time it is written before the function's start, where a map
         gives the original name."""
@@ -282,8 +276,7 @@ class OriginalFrames:
             return {}
         lines = text.split(b"\n")
         found: dict[Frame, tuple[int, int]] = {}
-        for frame in frames:
-            name = _function_name(frame)
+        for frame, name in names.items():
             identifier = _last_identifier(name) if name else None
             if identifier is None or frame.function_line > len(lines):
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import os
 import posixpath
 import re
@@ -128,12 +129,12 @@ def _open_readable(root: str, path: str, max_bytes: int, user: TargetUser) -> Bi
     handle = open_in_root(root, path, max_bytes, symlinks=False)
     if not user.may_read(os.fstat(handle.fileno())):
         handle.close()
-        raise PermissionError(13, "its user may not read it")
+        raise PermissionError(errno.EACCES, "its user may not read it")
     return handle
 
 
 def _reason(error: OSError) -> str:
-    if error.errno == 40:  # ELOOP: RESOLVE_NO_SYMLINKS met one
+    if error.errno == errno.ELOOP:  # RESOLVE_NO_SYMLINKS met one
         return "a symbolic link on its path (not followed)"
     return error.strerror or str(error)
 
@@ -150,26 +151,30 @@ def _map_path(script_path: str, url: bytes) -> str:
 
 def _last_comment(handle: BinaryIO) -> tuple[bytes, int, int] | None:
     """The URL of the script's last sourceMappingURL comment, and where it
-    is in the file; read from the end, only as far as the last line goes."""
-    size = os.fstat(handle.fileno()).st_size
-    position, buffer = size, b""
-    while position > 0 and size - position < MAX_SCRIPT_BYTES:
-        start = max(0, position - TAIL_BYTES)
-        buffer = os.pread(handle.fileno(), position - start, start) + buffer
-        position = start
-        search_end, prefix_unread = len(buffer), False
-        while (marker := buffer.rfind(MARKER, 0, search_end)) >= 0:
-            if marker < 4 and position > 0:
-                prefix_unread = True  # in the chunk before: read it
-                break
-            if buffer[marker - 4 : marker] in _PREFIXES:
-                url_start = marker + len(MARKER)
-                ending = _URL_END.search(buffer, url_start)
-                url_end = ending.start() if ending else len(buffer)
-                return buffer[url_start:url_end], position + url_start, position + url_end
-            search_end = marker
-        if not prefix_unread and b"\n" in buffer.rstrip():
-            return None  # the last line (the comment's place) is all read, without one
+    is in the file. Only its last line is searched (and what precedes it in
+    the chunk it begins in): chunks are read from the end, each looked at
+    alone, until one holds the newline before it; then that part is read
+    once, so a bundle whose last line is a 50 MB inline map costs one pass."""
+    descriptor = handle.fileno()
+    size = os.fstat(descriptor).st_size
+    start, content_end = size, None  # content_end: where the file's trailing whitespace begins
+    while start > 0:
+        start = max(0, start - TAIL_BYTES)
+        chunk = os.pread(descriptor, min(TAIL_BYTES, size - start), start)
+        if content_end is None and chunk.strip():
+            content_end = start + len(chunk.rstrip())
+        if content_end is not None and chunk.rfind(b"\n", 0, max(content_end - start, 0)) >= 0:
+            break
+    region_start = max(0, start - len(_PREFIXES[0]))  # a comment's prefix may end the chunk before
+    region = os.pread(descriptor, size - region_start, region_start)
+    search_end = len(region)
+    while (marker := region.rfind(MARKER, 0, search_end)) >= 0:
+        if region[marker - 4 : marker] in _PREFIXES:
+            url_start = marker + len(MARKER)
+            ending = _URL_END.search(region, url_start)
+            url_end = ending.start() if ending else len(region)
+            return region[url_start:url_end], region_start + url_start, region_start + url_end
+        search_end = marker
     return None
 
 

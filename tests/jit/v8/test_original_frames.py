@@ -153,3 +153,22 @@ def test_a_frame_is_looked_at_once_however_often_it_is_noted(tmp_path: Path):
     assert originals.wait_idle(10.0)
     originals.close()
     assert originals.stats.frames_mapped == 1 and originals.stats.maps_read == 1
+
+
+def test_a_dropped_map_leaves_nothing_behind_when_scripts_and_maps_are_evicted(tmp_path: Path, monkeypatch):
+    from profiler.jit.v8 import original_frames
+
+    monkeypatch.setattr(original_frames, "MAX_SCRIPTS", 1)  # every new script evicts those without a map
+    monkeypatch.setattr(original_frames, "MAX_PARSED_MAP_BYTES", 1)  # every parsed map evicts the older ones
+    broken = write_app(tmp_path / "broken", mappings="AAAA,!!!")  # parses, fails when asked
+    good = [write_app(tmp_path / name) for name in ("first", "second")]
+    originals = OriginalFrames()
+    for script in (broken, *good):  # one pass each, in this order
+        frame = generated(script, "a", PAREN_A)
+        originals.note_frames(os.getpid(), [frame])
+        originals.map_frames([(os.getpid(), frame)])
+    assert originals.problems == ["the source map of app.js is skipped: its mappings are malformed"]
+    assert sorted(original.file for original in originals.originals.values()) == [
+        str(tmp_path / name / "src" / "app.ts") for name in ("first", "second")
+    ]
+    originals.close()
