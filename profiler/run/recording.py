@@ -309,7 +309,7 @@ class Recording:
         self._symbolizer.finish(SYMBOLIZE_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
         self.profile.losses.not_symbolised_in_time = self._symbolizer.given_up
         if self._originals is not None:
-            self._originals.finish(SOURCE_MAPS_BUDGET_S)
+            self._originals.finish(SOURCE_MAPS_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
 
     # Events (ring-buffer callback, main thread) ---------------------------
 

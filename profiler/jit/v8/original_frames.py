@@ -17,8 +17,9 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from profiler.jit.v8.js_view import is_js
@@ -122,12 +123,15 @@ class OriginalFrames:
     def start(self) -> None:
         self._thread.start()
 
-    def finish(self, budget_s: float) -> None:
-        """Map what has been noted (within budget_s), then stop the thread."""
+    def finish(self, budget_s: float, abandon: Callable[[], bool] = lambda: False) -> None:
+        """Map what has been noted, then stop the thread: within budget_s, and
+        at once when abandon() turns true (the user insisted); frames not
+        mapped by then are shown as generated."""
         self._stop = True
         self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(budget_s)
+        deadline = time.monotonic() + budget_s
+        while self._thread.is_alive() and time.monotonic() < deadline and not abandon():
+            self._thread.join(min(0.1, budget_s))
 
     def close(self) -> None:
         self.finish(0.0)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 from profiler.jit.v8.names import js_display
@@ -171,4 +173,21 @@ def test_a_dropped_map_leaves_nothing_behind_when_scripts_and_maps_are_evicted(t
     assert sorted(original.file for original in originals.originals.values()) == [
         str(tmp_path / name / "src" / "app.ts") for name in ("first", "second")
     ]
+    originals.close()
+
+
+def test_the_end_of_a_run_does_not_wait_for_maps_once_the_user_insists(tmp_path: Path, monkeypatch):
+    script = write_app(tmp_path)
+    originals = OriginalFrames()
+    released = threading.Event()
+    monkeypatch.setattr(originals, "map_frames", lambda noted: released.wait(60))  # a map that takes long
+    originals.note_frames(os.getpid(), [generated(script, "a", PAREN_A)])
+    originals.start()
+    insisted = threading.Event()
+    threading.Timer(0.2, insisted.set).start()
+    started = time.monotonic()
+    originals.finish(30.0, abandon=insisted.is_set)  # returns once insisted, not after 30 s or 60
+    assert time.monotonic() - started < 10.0
+    assert insisted.is_set() and originals._thread.is_alive()
+    released.set()
     originals.close()
