@@ -25,8 +25,9 @@ from profiler.output import (
     write_text,
 )
 from profiler.output.originals import with_originals
+from profiler.push import ingest, otlp
 from profiler.push.apps import LABEL_KEY, RESERVED_LABELS
-from profiler.push.ingest import BadEndpoint, Endpoint
+from profiler.push.endpoint import BadEndpoint
 from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 from profiler.run.options import PushOptions, RecordingOptions
 from profiler.run.recording import Recording
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jitprof",
         usage="jitprof [options] -- COMMAND [ARGS...]\n       jitprof [options] --pid PID [--pid PID...]\n"
-        "       jitprof [options] --all [--push URL]\n"
+        "       jitprof [options] --all [--push URL] [--otlp URL]\n"
         "       jitprof report PROFILE.jitprof [-o OUT...]\n       jitprof diff BASE.jitprof NEW.jitprof [-o diff.svg]",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -172,11 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     push = parser.add_argument_group(
         "continuous profiling",
-        "Send one profile per application process every interval to a Pyroscope-compatible store "
-        "(POST /ingest, pprof). Credentials from the environment: JITPROF_PUSH_TOKEN (bearer), or "
-        "JITPROF_PUSH_USER and JITPROF_PUSH_PASSWORD (basic). Without -o, no files are written.",
+        "Send the profile of each application process every interval to a Pyroscope-compatible store "
+        "(--push: POST /ingest, pprof), to an OpenTelemetry Collector or any OTLP profiles receiver "
+        "(--otlp: POST /v1development/profiles, protobuf), or both. Credentials from the environment: "
+        "JITPROF_PUSH_TOKEN (bearer), or JITPROF_PUSH_USER and JITPROF_PUSH_PASSWORD (basic); for --otlp also "
+        "OTEL_EXPORTER_OTLP_HEADERS. Without -o, no files are written.",
     )
     push.add_argument("--push", metavar="URL", help="the store's base URL, e.g. http://pyroscope:4040")
+    push.add_argument("--otlp", metavar="URL", help="the OTLP/HTTP receiver's base URL, e.g. http://otel-collector:4318")
     push.add_argument("--interval", type=float, default=None, metavar="SECONDS", help="seconds per profile (default: 15)")
     push.add_argument(
         "--app-name",
@@ -254,7 +258,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         js_only=args.js_only,
         source_maps=not args.no_source_maps,
         debuginfod=not args.no_debuginfod,
-        live_view=not args.no_tui and args.push is None and sys.stdin.isatty() and sys.stdout.isatty(),
+        live_view=not args.no_tui and push is None and sys.stdin.isatty() and sys.stdout.isatty(),
         user=args.user,
         as_root=args.as_root,
         all_processes=args.all,
@@ -263,7 +267,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
 
 
 def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PushOptions | None:
-    if args.push is None:
+    if args.push is None and args.otlp is None:
         given = [
             name
             for name, value in (
@@ -277,12 +281,14 @@ def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
             if value
         ]
         if given:
-            parser.error(f"{', '.join(given)} only go with --push URL")
+            parser.error(f"{', '.join(given)} only go with --push URL or --otlp URL")
         return None
-    try:
-        Endpoint.from_options(args.push, args.tenant, {})
-    except BadEndpoint as error:
-        parser.error(f"--push {error}")
+    for option, url, endpoint in (("--push", args.push, ingest.endpoint), ("--otlp", args.otlp, otlp.endpoint)):
+        if url is not None:
+            try:
+                endpoint(url, args.tenant, dict(os.environ))
+            except BadEndpoint as error:
+                parser.error(f"{option} {error}")
     interval = 15.0 if args.interval is None else args.interval
     if not 1 <= interval <= 3600:
         parser.error("--interval must be between 1 and 3600 seconds")
@@ -290,8 +296,8 @@ def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     for text in args.tag:
         key, equals, value = text.partition("=")
         if not equals or not LABEL_KEY.match(key) or not value:
-            parser.error(f"--tag {text!r}: give KEY=VALUE, the key letters, digits and _ (not first)")
-        if key in RESERVED_LABELS:
+            parser.error(f"--tag {text!r}: give KEY=VALUE, the key letters, digits, _ and . (not first)")
+        if key in RESERVED_LABELS or key.replace(".", "_") in RESERVED_LABELS:
             parser.error(f"--tag {key}=...: jitprof sets {key} itself")
         tags.append((key, value))
     spool_max = 64.0 if args.spool_max is None else args.spool_max
@@ -299,6 +305,7 @@ def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("--spool-max must be a positive number of MiB")
     return PushOptions(
         url=args.push,
+        otlp_url=args.otlp,
         interval_s=interval,
         app_name=args.app_name,
         tags=tags,

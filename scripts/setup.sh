@@ -116,6 +116,25 @@ if [ ! -d .nodes/apps/node_modules/typescript ] || [ ! -d .nodes/apps/node_modul
         || say "warning: could not install typescript/eslint/prettier/esbuild; the tests and benchmarks on them will be skipped"
 fi
 
+# --- The OpenTelemetry Collector, for the e2e tests of --otlp -----------------
+# Built from the Go module proxy with the Collector's builder (about 2 minutes
+# the first time); rebuilt only when its manifest changes.
+collector_manifest="e2e/receivers/otelcol-builder.yaml"
+collector_stamp=".tools/otelcol/.manifest-sha256"
+if [ ! -x .tools/otelcol/otelcol-jitprof ] || [ "$(cat "$collector_stamp" 2>/dev/null)" != "$(sha256sum "$collector_manifest" | cut -c1-64)" ]; then
+    if command -v go >/dev/null; then
+        say "building the OpenTelemetry Collector from the Go module proxy (for the --otlp tests)"
+        if GOBIN="$PWD/.tools/bin" go install go.opentelemetry.io/collector/cmd/builder@v0.165.0 >/dev/null 2>&1 \
+            && .tools/bin/builder --config "$collector_manifest" --ldflags="-s -w" >.tools/otelcol-build.log 2>&1; then
+            sha256sum "$collector_manifest" | cut -c1-64 > "$collector_stamp"
+        else
+            say "warning: could not build the OpenTelemetry Collector (.tools/otelcol-build.log says why); its e2e tests will be skipped"
+        fi
+    else
+        say "warning: go not found; the e2e tests against the OpenTelemetry Collector will be skipped"
+    fi
+fi
+
 # --- native/: our C library (through cffi) -----------------------------------
 if ! make -s -C native >/dev/null; then
     say "error: could not build native/ (jitprof's C library with $(command -v gcc || echo "no gcc"), blazesym with $(command -v cargo || echo "no cargo")): make -C native says why"

@@ -49,6 +49,7 @@ class Runtime:
     name: str  # "Node.js"
     fix: str  # how to make it describe its JIT code
     label: str = "jit"  # what a store's series calls it
+    frame_type: str = ""  # OpenTelemetry's profile.frame.type of its JIT frames ("v8js", "jvm")
     # Recognised by its executable's name, else by a library it maps (a name
     # start), else by a name its executable exports.
     executable: Callable[[str], bool] = lambda _name: False

@@ -25,6 +25,7 @@ PYTHON = Runtime(
     "CPython",
     "start it with `python -X perf` or PYTHONPERFSUPPORT=1 (Python 3.12+)",
     label="python",
+    frame_type="cpython",
     executable=lambda name: re.fullmatch(r"python3(\.\d+)?", name) is not None,
     libraries=("libpython3",),
     frame_for_name=_frame_for_name,

@@ -9,6 +9,7 @@ DOTNET = Runtime(
     ".NET",
     "start it with DOTNET_PerfMapEnabled=1 in its environment",
     label="dotnet",
+    frame_type="dotnet",
     executable=lambda name: name == "dotnet",
     libraries=("libcoreclr.so",),
 )

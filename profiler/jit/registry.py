@@ -54,3 +54,9 @@ def application(pid: int, arguments: list[str]) -> tuple[str, str] | None:
         return None
     name = runtime.application(pid, arguments) if runtime.application is not None else None
     return name or "", runtime.label
+
+
+def jit_frame_type(label: str) -> str:
+    """OpenTelemetry's profile.frame.type for the JIT frames of a runtime
+    (by its series label); "" when it has none."""
+    return next((runtime.frame_type for runtime in runtimes.RUNTIMES if runtime.label == label), "")

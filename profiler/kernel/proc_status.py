@@ -1,11 +1,17 @@
 """What /proc says of a process: alive, its thread group, its parent, its
-start, whether it is a kernel thread. /proc/PID/stat is read here alone."""
+start, whether it is a kernel thread, its executable and container.
+/proc/PID/stat is read here alone."""
 
 from __future__ import annotations
 
 import os
+import re
 
 MAX_COMMAND_LINE_BYTES = 64 << 10
+MAX_CGROUP_BYTES = 16 << 10
+# A container's id as runtimes name its cgroup: docker-ID.scope, /docker/ID,
+# cri-containerd-ID.scope, crio-ID.scope, libpod-ID.scope.
+_CONTAINER_ID = re.compile(r"(?:^|[/-])([0-9a-f]{64})(?:\.scope)?$")
 
 # Fields of /proc/PID/stat after "(comm)", which may itself hold spaces and ")".
 STATE, PARENT, FLAGS, START_TIME = 0, 1, 6, 19
@@ -135,3 +141,25 @@ def comm_of(pid: int) -> str:
             return stream.read(64).decode("utf-8", "replace").strip()
     except OSError:
         return ""
+
+
+def executable_name(pid: int) -> str:
+    """The base name of what the process runs (its /proc/PID/exe link, not followed)."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")).removesuffix(" (deleted)")
+    except OSError:
+        return ""
+
+
+def container_id(pid: int) -> str:
+    """The id of the container the process runs in (from its cgroup path); "" for none."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as stream:
+            text = stream.read(MAX_CGROUP_BYTES).decode("ascii", "replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        found = _CONTAINER_ID.search(line.rpartition(":")[2].rstrip("/").rpartition("/")[2])
+        if found:
+            return found.group(1)
+    return ""

@@ -89,6 +89,8 @@ class Profile:
     walk_ends: Counter[WalkEnd] = field(default_factory=Counter)
     # A JS frame as its source map has it (original file, line, name), by the generated frame.
     originals: dict[Frame, Frame] = field(default_factory=dict)
+    # The GNU build-id of each native module with one, by module name (for formats that carry mappings).
+    build_ids: dict[str, str] = field(default_factory=dict)
     taken_samples: int = 0  # handed on and forgotten (--push): see take_samples
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)

@@ -124,7 +124,7 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
     cpu_type = _int(1, strings("cpu")) + _int(2, strings("nanoseconds"))
     out += _bytes(PROFILE_SAMPLE_TYPE, sample_type) + _bytes(PROFILE_SAMPLE_TYPE, cpu_type)
     for (pid, tid, comm, frame_ids), count in stacks.items():
-        location_ids = [location_id(group) for group in reversed(_location_groups(profile, frame_ids))]  # leaf first
+        location_ids = [location_id(group) for group in reversed(location_groups(profile.frames, frame_ids))]  # leaf first
         labels = (
             (
                 _bytes(3, _int(1, strings("pid")) + _int(3, pid))
@@ -157,12 +157,12 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
         compressed.write(bytes(out))
 
 
-def _location_groups(profile: Profile, frame_ids: tuple[int, ...]) -> list[tuple[int, ...]]:
+def location_groups(frames: list[Frame], frame_ids: tuple[int, ...]) -> list[tuple[int, ...]]:
     """Frames split into locations, outer first: an inlined frame joins the
     location of the frame before it."""
     groups: list[list[int]] = []
     for frame_id in frame_ids:
-        if profile.frames[frame_id].inlined and groups:
+        if frames[frame_id].inlined and groups:
             groups[-1].append(frame_id)
         else:
             groups.append([frame_id])

@@ -7,26 +7,34 @@ Read once when a process is followed (and again when it execs).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from profiler.jit import registry
-from profiler.kernel.proc_status import comm_of, command_line
+from profiler.kernel.proc_status import comm_of, command_line, container_id, executable_name
 
 KERNEL_APP = "kernel"  # samples of kernel threads (--all)
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._/-]+")
 _UNSAFE_VALUE = re.compile(r"[^A-Za-z0-9._:/@+-]+")
-RESERVED_LABELS = frozenset({"hostname", "pid", "runtime", "service_name", "__name__"})
-LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Set by jitprof itself: Pyroscope's labels, and OTLP's resource attributes.
+RESERVED_LABELS = frozenset(
+    {"hostname", "pid", "runtime", "service_name", "__name__"}
+    | {"service.name", "host.name", "process.pid", "process.executable.name", "process.runtime.name", "container.id"}
+)
+# OpenTelemetry's keys have dots (deployment.environment); Pyroscope's labels get _ for them.
+LABEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 @dataclass(frozen=True)
 class App:
     name: str
     runtime: str  # node, java, ..., native, kernel
+    executable: str = ""  # the base name of what it runs
+    container_id: str = ""  # the container it runs in, when it does
 
 
 def app_name_text(text: str) -> str:
@@ -42,10 +50,8 @@ def application_of(pid: int, comm: str = "") -> App:
     arguments = command_line(pid)
     fallback = comm_of(pid) or comm or (PurePosixPath(arguments[0]).name if arguments else "") or str(pid)
     found = registry.application(pid, arguments)
-    if found is None:
-        return App(app_name_text(fallback), "native")
-    name, runtime = found
-    return App(app_name_text(name or fallback), runtime)
+    name, runtime = found if found is not None else ("", "native")
+    return App(app_name_text(name or fallback), runtime, executable_name(pid), container_id(pid))
 
 
 class AppRegistry:
@@ -62,7 +68,7 @@ class AppRegistry:
     def note(self, pid: int, comm: str = "") -> None:
         app = application_of(pid, comm)
         if self._fixed_name is not None:
-            app = App(self._fixed_name, app.runtime)
+            app = dataclasses.replace(app, name=self._fixed_name)
         with self._lock:
             self._apps[pid] = app
             self._leaving.discard(pid)

@@ -2,80 +2,47 @@
 `POST /ingest?name=APP.cpu{labels}&from=&until=&format=pprof&...` with the
 gzipped pprof as the "profile" part of a multipart form, as Pyroscope's own
 agents send it.
-
-Credentials come from the environment, never the command line (where `ps`
-shows them): JITPROF_PUSH_TOKEN (a bearer token), or JITPROF_PUSH_USER and
-JITPROF_PUSH_PASSWORD (basic auth). TLS uses the system's certificates
-(SSL_CERT_FILE and SSL_CERT_DIR are honoured, as by OpenSSL).
 """
 
 from __future__ import annotations
 
-import base64
-import enum
 import secrets
 import urllib.parse
-from dataclasses import dataclass, field
 
-from profiler import __version__
+from profiler.push.endpoint import Endpoint, Outcome, Result, retry_after
+from profiler.push.intervals import Interval, Labels, encode, query
 from profiler.safety.http_exchange import ExchangeFailed, exchange
 
 REQUEST_TIMEOUT_S = 10.0
-MAX_RETRY_AFTER_S = 300.0
-TOKEN_VARIABLE = "JITPROF_PUSH_TOKEN"
-USER_VARIABLE = "JITPROF_PUSH_USER"
-PASSWORD_VARIABLE = "JITPROF_PUSH_PASSWORD"
+PATH = "/ingest"
 
 
-class BadEndpoint(ValueError):
-    pass
+def endpoint(base_url: str, tenant: str | None, environ: dict[str, str]) -> Endpoint:
+    return Endpoint.from_options(base_url, tenant, environ, PATH)
 
 
-class Result(enum.Enum):
-    SENT = "sent"
-    RETRY = "retry"  # the store is down, slow, overloaded: try again later
-    REFUSED = "refused"  # the store will not take this one: trying again would not help
+class PyroscopeIngest:
+    """The --push destination: a profile per application process and interval."""
 
+    option = "--push"
 
-@dataclass(frozen=True)
-class Outcome:
-    result: Result
-    detail: str = ""  # for the log: "HTTP 500: ...", "connection refused"
-    retry_after_s: float | None = None  # what the store asked for (429/503)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    url: str  # the ingest URL: base + /ingest
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_options(cls, base_url: str, tenant: str | None, environ: dict[str, str]) -> Endpoint:
-        parsed = urllib.parse.urlsplit(base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.hostname:
-            raise BadEndpoint(f"{base_url}: give an http:// or https:// URL of the store")
-        if parsed.username or parsed.password:
-            raise BadEndpoint(
-                f"{parsed.scheme}://...@{parsed.hostname}: credentials in the URL would show in `ps`; "
-                f"put them in {USER_VARIABLE} and {PASSWORD_VARIABLE} instead"
-            )
-        path = parsed.path.rstrip("/")
-        if not path.endswith("/ingest"):
-            path += "/ingest"
-        headers = {"User-Agent": f"jitprof/{__version__}"}
-        if environ.get(TOKEN_VARIABLE):
-            headers["Authorization"] = f"Bearer {environ[TOKEN_VARIABLE]}"
-        elif environ.get(USER_VARIABLE):
-            pair = f"{environ[USER_VARIABLE]}:{environ.get(PASSWORD_VARIABLE, '')}".encode()
-            headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-        if tenant:
-            headers["X-Scope-OrgID"] = tenant
-        return cls(urllib.parse.urlunsplit((parsed.scheme, parsed.netloc, path, "", "")), headers)
+    def __init__(self, endpoint: Endpoint, labels: Labels, frequency_hz: int) -> None:
+        self.endpoint = endpoint
+        self._labels = labels
+        self._frequency_hz = frequency_hz
 
     @property
     def shown(self) -> str:
-        """The URL for logs."""
-        return self.url.removesuffix("/ingest")
+        return self.endpoint.shown
+
+    def package(self, interval: Interval) -> list[tuple[dict[str, str], bytes]]:
+        return [
+            (query(self._labels, key, interval, self._frequency_hz), encode(interval, key, self._frequency_hz))
+            for key in interval.series
+        ]
+
+    def send(self, query: dict[str, str], body: bytes, timeout_s: float) -> Outcome:
+        return send(self.endpoint, query, body, timeout_s)
 
 
 def multipart(profile: bytes) -> tuple[bytes, str]:
@@ -113,15 +80,5 @@ def send(endpoint: Endpoint, query: dict[str, str], profile: bytes, timeout_s: f
             Result.REFUSED, f"HTTP {reply.status}: redirected to {where}, not followed (give --push the store's own URL)"
         )
     if reply.status in (408, 429) or reply.status >= 500:
-        return Outcome(Result.RETRY, detail, _retry_after(reply.headers.get("retry-after")))
+        return Outcome(Result.RETRY, detail, retry_after(reply.headers.get("retry-after")))
     return Outcome(Result.REFUSED, detail)
-
-
-def _retry_after(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: the backoff decides
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)

@@ -48,7 +48,7 @@ class Labels:
         if key.pid is not None:
             pairs.append(("pid", str(key.pid)))
         pairs.append(("runtime", key.app.runtime))
-        pairs += [pair for pair in self.tags if pair[0] not in RESERVED_LABELS]
+        pairs += [(name.replace(".", "_"), value) for name, value in self.tags if name.replace(".", "_") not in RESERVED_LABELS]
         return f"{key.app.name}.cpu{{{','.join(f'{name}={label_value_text(value)}' for name, value in pairs)}}}"
 
 

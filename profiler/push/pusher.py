@@ -1,5 +1,7 @@
-"""The push thread: every interval cut from the run is made into one profile
-per application process, kept in the spool, and sent oldest first.
+"""A push thread, one per destination (--push, --otlp): every interval cut
+from the run is made into what the destination takes (a profile per
+application process, or one request for all), kept in its spool, and sent
+oldest first.
 
 Sampling never waits for the store: intervals are handed over and the thread
 does the rest. A store that is down, slow or answers 429/5xx is tried again
@@ -16,13 +18,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from profiler.push import ingest
-from profiler.push.ingest import Endpoint, Result
-from profiler.push.intervals import Interval, Labels, encode, query
+from profiler.push.endpoint import Outcome, Result
+from profiler.push.intervals import Interval
 from profiler.push.spool import Spool
 from profiler.safety.terminal import say
 
+REQUEST_TIMEOUT_S = 10.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
 MAX_AGE_S = 3600.0  # Pyroscope refuses profiles older than an hour by default
@@ -30,11 +33,29 @@ FLUSH_BUDGET_S = 15.0
 DROP_LOG_EVERY_S = 60.0  # at the end: the last interval and what waits, then what is left stays spooled
 
 
+class Destination(Protocol):
+    """A store and its protocol: what an interval becomes, and how one is sent."""
+
+    option: str  # the flag that named it, for messages
+
+    @property
+    def shown(self) -> str:
+        """Its URL, for messages."""
+        ...
+
+    def package(self, interval: Interval) -> list[tuple[dict[str, str], bytes]]:
+        """The interval as spool entries: (query with "name" and "until", body)."""
+        ...
+
+    def send(self, query: dict[str, str], body: bytes, timeout_s: float) -> Outcome: ...
+
+
 @dataclass
 class PushStats:
     intervals: int = 0
     profiles: int = 0  # made (one per application process and interval)
     samples: int = 0
+    requests: int = 0  # made (one per profile for --push, one per interval for --otlp)
     sent: int = 0
     sent_bytes: int = 0
     failed_attempts: int = 0
@@ -47,19 +68,10 @@ def log(message: str) -> None:
 
 
 class Pusher:
-    def __init__(
-        self,
-        endpoint: Endpoint,
-        spool: Spool,
-        labels: Labels,
-        frequency_hz: int,
-        say: Callable[[str], None] = log,
-    ) -> None:
-        self.endpoint = endpoint
+    def __init__(self, destination: Destination, spool: Spool, say: Callable[[str], None] = log) -> None:
+        self.destination = destination
         self.spool = spool
         self.stats = PushStats()
-        self._labels = labels
-        self._frequency_hz = frequency_hz
         self._say = say
         self._queue: queue.Queue[Interval | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-push", daemon=True)
@@ -116,12 +128,13 @@ class Pusher:
 
     def _keep(self, interval: Interval) -> None:
         self.stats.intervals += 1
-        for key, samples in interval.series.items():
+        self.stats.profiles += len(interval.series)
+        self.stats.samples += sum(len(samples) for samples in interval.series.values())
+        for query, body in self.destination.package(interval):
             if self._abandoned.is_set():
                 return
-            self.stats.profiles += 1
-            self.stats.samples += len(samples)
-            self.spool.put(query(self._labels, key, interval, self._frequency_hz), encode(interval, key, self._frequency_hz))
+            self.stats.requests += 1
+            self.spool.put(query, body)
         self._log_drops()
 
     def _send_waiting(self, closing: bool) -> None:
@@ -137,12 +150,12 @@ class Pusher:
                 self.stats.expired += 1
                 self.spool.remove(entry.name)
                 continue
-            timeout_s = ingest.REQUEST_TIMEOUT_S
+            timeout_s = REQUEST_TIMEOUT_S
             if self._flush_deadline is not None:
                 timeout_s = min(timeout_s, self._flush_deadline - time.monotonic())
                 if timeout_s <= 0:
                     return
-            outcome = ingest.send(self.endpoint, entry.query, entry.profile, timeout_s)
+            outcome = self.destination.send(entry.query, entry.profile, timeout_s)
             if outcome.result is Result.RETRY:
                 self.stats.failed_attempts += 1
                 self._back_off(outcome)
@@ -151,28 +164,30 @@ class Pusher:
             if outcome.result is Result.REFUSED:
                 self.stats.refused += 1
                 self._say(
-                    f"{self.endpoint.shown} refused the profile {entry.query.get('name', '')} ({outcome.detail}); dropped it"
+                    f"{self.destination.shown} refused the profile {entry.query.get('name', '')} ({outcome.detail}); dropped it"
                 )
                 continue
+            if outcome.detail:  # taken in part
+                self._say(f"{self.destination.shown} took {entry.query.get('name', '')} but said: {outcome.detail}")
             self.stats.sent += 1
             self.stats.sent_bytes += len(entry.profile)
             if self._failing_since is not None:
                 self._say(
-                    f"{self.endpoint.shown} takes profiles again after {time.monotonic() - self._failing_since:.0f} s; "
+                    f"{self.destination.shown} takes profiles again after {time.monotonic() - self._failing_since:.0f} s; "
                     f"sending the {len(self.spool)} waiting"
                 )
                 self._failing_since = None
             self._backoff_s = 0.0
             self._retry_at = 0.0
 
-    def _back_off(self, outcome: ingest.Outcome) -> None:
+    def _back_off(self, outcome: Outcome) -> None:
         self._backoff_s = min(max(self._backoff_s * 2, BACKOFF_FIRST_S), BACKOFF_MAX_S)
         wait = outcome.retry_after_s if outcome.retry_after_s is not None else self._backoff_s
         self._retry_at = time.monotonic() + wait
         if self._failing_since is None:
             self._failing_since = time.monotonic()
             self._say(
-                f"cannot send to {self.endpoint.shown}: {outcome.detail}; keeping profiles in {self.spool.directory} "
+                f"cannot send to {self.destination.shown}: {outcome.detail}; keeping profiles in {self.spool.directory} "
                 f"(up to {_size_text(self.spool.max_bytes)}, oldest dropped first) and trying again in {wait:.0f} s"
             )
 

@@ -155,6 +155,11 @@ class Spool:
         self.stats.dropped_bytes += size
 
 
+def make_directory(directory: Path) -> None:
+    """The directory, made root's alone as a spool's is (a spool's parent)."""
+    os.close(_open_private_directory(directory))
+
+
 def _open_private_directory(directory: Path) -> int:
     try:
         return open_root_directory(directory, 0o700) if os.geteuid() == 0 else _own_directory(directory)

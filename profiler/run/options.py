@@ -11,9 +11,11 @@ from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 
 @dataclass
 class PushOptions:
-    """--push: send a profile per application process every interval."""
+    """--push and --otlp: send the profile of each application process every
+    interval, to one store or both."""
 
-    url: str
+    url: str | None = None  # --push: Pyroscope's /ingest
+    otlp_url: str | None = None  # --otlp: OTLP profiles over HTTP
     interval_s: float = 15.0
     app_name: str | None = None
     tags: list[tuple[str, str]] = field(default_factory=list)

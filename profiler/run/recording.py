@@ -86,7 +86,9 @@ class Recording:
         if self.options.pids:
             validate_attach_pids(self.options.pids)
         if self.options.push is not None:
-            self._push = PushSession(self.options.push, self.environ, self.options.frequency_hz, bool(self.options.outputs))
+            self._push = PushSession(
+                self.options.push, self.environ, self.options.frequency_hz, bool(self.options.outputs), self.profile.build_ids
+            )
         program = self._set_up(run_as)
         # Signals only set a flag: an exception raised inside BCC's ring-buffer
         # callback would be swallowed by ctypes.
@@ -213,7 +215,8 @@ class Recording:
         summary = self._finish_outputs(program)
         say(summary.render())
         if self._push is not None:
-            say(self._push.summary())
+            for line in self._push.summary():
+                say(line)
         self._report_problems(summary)
 
     def _clean_up(self, program: BpfProgram) -> None:

@@ -42,6 +42,7 @@ MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
 MAX_STACKS = 100_000  # whole stacks remembered (see resolve_sample)
 MAX_MEMO = 1_000_000  # named addresses remembered
 MAX_FUNCTION_LINES = 100_000
+MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
 
 
 class _NotNamedYet(Exception):
@@ -89,6 +90,9 @@ class ElfSymbols:
         vaddr = image.vaddr_for_file_offset(address - mapping.entry.start + mapping.entry.offset)
         if vaddr is None:
             return None
+        if self._profile is not None and image.build_id and mapping.module_name not in self._profile.build_ids:
+            if len(self._profile.build_ids) < MAX_BUILD_IDS:
+                self._profile.build_ids[mapping.module_name] = image.build_id
         linkage = image.linkage().lookup(vaddr)
         if linkage is not None and linkage.name.endswith(PLT_SUFFIX):
             return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]

@@ -1,12 +1,15 @@
-"""A Pyroscope-like ingest receiver on 127.0.0.1 for the tests: it keeps what
-arrives, decoded from the multipart form, and can be told to fail (answer
-500 or 429, be slow, or be down), as a real store can."""
+"""A Pyroscope-like ingest receiver and OTLP profiles receiver on 127.0.0.1
+for the tests: it keeps what arrives, decoded from the multipart form (at
+/ingest) or by the official OTLP package (at /v1development/profiles), and
+can be told to fail (answer 500 or 429, be slow, or be down), as a real
+store can."""
 
 from __future__ import annotations
 
 import contextlib
 import email.parser
 import email.policy
+import gzip
 import http.server
 import json
 import shutil
@@ -20,6 +23,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from opentelemetry.proto.collector.profiles.v1development.profiles_service_pb2 import (
+    ExportProfilesServiceRequest,
+    ExportProfilesServiceResponse,
+)
+
 TESTS = Path(__file__).resolve().parents[1]
 READER = TESTS / "readers" / "read_pprof.js"
 PPROF_FORMAT = TESTS.parent / ".nodes" / "tools" / "node_modules" / "pprof-format"
@@ -29,8 +37,9 @@ PPROF_FORMAT = TESTS.parent / ".nodes" / "tools" / "node_modules" / "pprof-forma
 class Received:
     query: dict[str, str]
     headers: dict[str, str]  # names in lower case
-    profile: bytes  # the gzipped pprof of the "profile" part
+    profile: bytes  # the gzipped pprof of the "profile" part (OTLP: the request's body as sent)
     at: float  # time.time() when it arrived
+    otlp: ExportProfilesServiceRequest | None = None  # an OTLP request, decoded
 
     def decoded(self) -> dict:
         """The profile as an independent reader (pprof-format, in node) sees it."""
@@ -57,6 +66,7 @@ class Behaviour:
     retry_after: str | None = None
     delay_s: float = 0.0  # before answering
     failures_left: int | None = None  # fail only this many requests, then take them
+    partial_rejection: str | None = None  # OTLP: take the request, saying this of one rejected profile
 
 
 @dataclass
@@ -100,6 +110,10 @@ class Receiver:
                     self.wfile.write(b"store busy\r\n")
                     return
                 parsed = urllib.parse.urlsplit(self.path)
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                if parsed.path.endswith("/v1development/profiles"):
+                    self._take_otlp(body, headers, behaviour)
+                    return
                 if parsed.path != "/ingest":
                     self.send_error(404)
                     return
@@ -112,12 +126,26 @@ class Receiver:
                         profile = part.get_payload(decode=True)
                 query = dict(urllib.parse.parse_qsl(parsed.query))
                 with receiver.lock:
-                    receiver.received.append(
-                        Received(query, {key.lower(): value for key, value in self.headers.items()}, profile, time.time())
-                    )
+                    receiver.received.append(Received(query, headers, profile, time.time()))
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _take_otlp(self, body: bytes, headers: dict[str, str], behaviour: Behaviour) -> None:
+                raw = gzip.decompress(body) if headers.get("content-encoding") == "gzip" else body
+                request = ExportProfilesServiceRequest.FromString(raw)
+                with receiver.lock:
+                    receiver.received.append(Received({}, headers, body, time.time(), request))
+                response = ExportProfilesServiceResponse()
+                if behaviour.partial_rejection is not None:
+                    response.partial_success.rejected_profiles = 1
+                    response.partial_success.error_message = behaviour.partial_rejection
+                answer = response.SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -59,9 +59,9 @@ def test_node_process_named_by_its_package(tmp_path):
     (app_dir / "package.json").write_text(json.dumps({"name": "checkout-api", "version": "1.0.0"}))
     (app_dir / "lib" / "main.js").write_text("setTimeout(() => {}, 30000)\n")
     with _running(["node", "lib/main.js"], "node", cwd=app_dir) as process:
-        assert apps.application_of(process.pid) == App("checkout-api", "node")
+        assert apps.application_of(process.pid) == App("checkout-api", "node", "node")
         (app_dir / "package.json").unlink()
-        assert apps.application_of(process.pid) == App("main", "node")  # no package: the script's name
+        assert apps.application_of(process.pid) == App("main", "node", "node")  # no package: the script's name
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is installed by make setup")
@@ -73,18 +73,18 @@ def test_package_json_link_out_of_the_root_is_not_followed(tmp_path):
     (app_dir / "main.js").write_text("setTimeout(() => {}, 30000)\n")
     os.symlink("/proc/self/environ", app_dir / "package.json")
     with _running(["node", "main.js"], "node", cwd=app_dir) as process:
-        assert apps.application_of(process.pid) == App("main", "node")
+        assert apps.application_of(process.pid) == App("main", "node", "node")
 
 
 def test_native_process_named_by_its_command(tmp_path):
     with _running(["sleep", "30"], "sleep") as process:
-        assert apps.application_of(process.pid) == App("sleep", "native")
+        assert apps.application_of(process.pid) == App("sleep", "native", "sleep")
 
 
 def test_registry_keeps_a_retired_process_until_the_next_cut():
     registry = AppRegistry(fixed_name="shop")
     registry.note(os.getpid(), "python")
-    assert registry.app_of(os.getpid()) == App("shop", registry.app_of(os.getpid()).runtime)
+    assert registry.app_of(os.getpid()).name == "shop"
     registry.forget(os.getpid())
     assert registry.app_of(os.getpid()) is not None  # its last samples may still be cut
     registry.drop_leaving()
@@ -119,4 +119,4 @@ JAVA_CLASSES = Path(__file__).resolve().parents[2] / "fixtures" / "build" / "jav
 def test_jvm_named_by_its_main_class():
     java = ["java", "-Xmx64m", "-cp", str(JAVA_CLASSES), "Hot", "30"]
     with _running(java, "java", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
-        assert apps.application_of(process.pid) == App("Hot", "java")
+        assert apps.application_of(process.pid) == App("Hot", "java", "java")

@@ -13,7 +13,8 @@ import pytest
 
 from profiler.push import ingest
 from profiler.push.apps import App, AppRegistry
-from profiler.push.ingest import Endpoint, Result
+from profiler.push.endpoint import BadEndpoint, Result
+from profiler.push.ingest import PyroscopeIngest
 from profiler.push.intervals import Interval, Labels, SeriesKey, group_samples
 from profiler.push.pusher import Pusher
 from profiler.push.spool import Spool
@@ -41,20 +42,20 @@ def interval(start_s: float = NOW, length_s: float = 15.0) -> Interval:
 
 
 def pusher(receiver_url: str, spool_dir, max_bytes: int = 1 << 20, environ: dict[str, str] | None = None) -> Pusher:
-    endpoint = Endpoint.from_options(receiver_url, "tenant-7", environ or {})
-    return Pusher(endpoint, Spool(spool_dir, max_bytes), LABELS, 99, say=lambda _message: None)
+    destination = PyroscopeIngest(ingest.endpoint(receiver_url, "tenant-7", environ or {}), LABELS, 99)
+    return Pusher(destination, Spool(spool_dir, max_bytes), say=lambda _message: None)
 
 
 def test_endpoint_from_options():
-    endpoint = Endpoint.from_options("https://profiles.example.com:4040/", None, {"JITPROF_PUSH_TOKEN": "t0ken"})
+    endpoint = ingest.endpoint("https://profiles.example.com:4040/", None, {"JITPROF_PUSH_TOKEN": "t0ken"})
     assert endpoint.url == "https://profiles.example.com:4040/ingest"
     assert endpoint.headers["Authorization"] == "Bearer t0ken" and "X-Scope-OrgID" not in endpoint.headers
-    basic = Endpoint.from_options("http://store/pyroscope", "acme", {"JITPROF_PUSH_USER": "u", "JITPROF_PUSH_PASSWORD": "p"})
+    basic = ingest.endpoint("http://store/pyroscope", "acme", {"JITPROF_PUSH_USER": "u", "JITPROF_PUSH_PASSWORD": "p"})
     assert basic.url == "http://store/pyroscope/ingest" and basic.headers["X-Scope-OrgID"] == "acme"
     assert base64.b64decode(basic.headers["Authorization"].removeprefix("Basic ")) == b"u:p"
     for bad in ("ftp://store", "store:4040", "http://user:secret@store"):
-        with pytest.raises(ingest.BadEndpoint):
-            Endpoint.from_options(bad, None, {})
+        with pytest.raises(BadEndpoint):
+            ingest.endpoint(bad, None, {})
 
 
 @pytest.mark.skipif(not reader_available(), reason="node and pprof-format are installed by make setup")
@@ -138,7 +139,7 @@ def test_profiles_over_an_hour_old_are_given_up(receiver, tmp_path):
 
 
 def test_outcomes_of_one_request(receiver):
-    endpoint = Endpoint.from_options(receiver.url, None, {})
+    endpoint = ingest.endpoint(receiver.url, None, {})
     assert ingest.send(endpoint, {"name": "a.cpu{}"}, b"x").result is Result.SENT
     receiver.behaviour = Behaviour(fail_with=503, retry_after="7")
     outcome = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
@@ -249,7 +250,7 @@ def test_https_with_the_systems_certificates(tmp_path, monkeypatch):
     context.load_cert_chain(cert, key)
     try:
         with running_receiver(tls=context) as secure:
-            endpoint = Endpoint.from_options(secure.url, None, {})
+            endpoint = ingest.endpoint(secure.url, None, {})
             http_exchange.default_tls.cache_clear()
             untrusted = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
             assert untrusted.result is Result.RETRY and "certificate verify failed" in untrusted.detail

@@ -91,6 +91,7 @@ JAVA = Runtime(
     "jitprof asks the JVM for its perf map; for whole stacks start it with -XX:+PreserveFramePointer "
     "(or under jitprof -- java ...)",
     label="java",
+    frame_type="jvm",
     executable=lambda name: name == "java",
     libraries=("libjvm.so",),
     spawn_environment=_spawn_environment,

@@ -118,6 +118,7 @@ NODE = Runtime(
     "Node.js",
     f'restart it with NODE_OPTIONS="{" ".join(NODE_FLAGS)}" (or start it with jitprof -- node ...)',
     label="node",
+    frame_type="v8js",
     executable=lambda name: name in NODE_NAMES or name.startswith("node"),
     libraries=("libnode.so",),
     exported_name=b"\0napi_module_register\0",  # node links V8 into itself: every node exports N-API for addons
