@@ -30,6 +30,7 @@ from benchmarks.sampling_cost import sampling_cost
 from benchmarks.source_map_cost import source_map_cost
 from benchmarks.table_build import table_build
 from benchmarks.v8_heap_cost import v8_heap_cost
+from benchmarks.whole_machine import whole_machine
 
 SECTIONS = {
     "run_cost": lambda repeats, perf, workdir: run_cost(repeats, perf, workdir),
@@ -49,6 +50,7 @@ SECTIONS = {
     "table_build": lambda repeats, perf, workdir: table_build(workdir / "table-cache"),
     "native_symbols": lambda repeats, perf, workdir: native_symbols(),
     "long_runs": lambda repeats, perf, workdir: long_runs(),
+    "whole_machine": lambda repeats, perf, workdir: whole_machine() if perf else ["## Whole machine", "", "(perf not found)", ""],
 }
 
 

@@ -68,6 +68,9 @@ class Recording:
         self._unwind_tables: UnwindTableStore | None = None
         self._tracker: MappingTracker | None = None
         self._symbolizer: Symbolizer | None = None
+        # The samples of one poll, handed to the symbolizer together: one
+        # wake-up of its thread per poll, not per sample (most of jitprof's own CPU was those).
+        self._polled_samples: list[RawSample] = []
         self._followed: FollowedProcesses | None = None
         self._mode: RunMode = WholeMachine()
         self._stop_signal: int | None = None
@@ -261,7 +264,7 @@ class Recording:
         next_cut = time.monotonic() + push.options.interval_s if push is not None else None
         next_trim = time.monotonic() + TRIM_HEAP_S
         while self._stop_signal is None:
-            program.events.poll(POLL_MS)
+            self._poll(program, POLL_MS)
             if self._view is not None:
                 self._view.tick()
                 if self._view.stop_requested:
@@ -306,8 +309,8 @@ class Recording:
     def _drain(self, program: BpfProgram) -> None:
         """Take what is left in the ring buffer, then let the symbolizer finish."""
         assert self._symbolizer is not None
-        program.events.poll(0)
-        program.events.poll(0)
+        self._poll(program, 0)
+        self._poll(program, 0)
         self._status(f"symbolising {self._symbolizer.backlog():,} pending samples")
         self._symbolizer.finish(SYMBOLIZE_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
         self.profile.losses.not_symbolised_in_time = self._symbolizer.given_up
@@ -316,12 +319,23 @@ class Recording:
 
     # Events (ring-buffer callback, main thread) ---------------------------
 
+    def _poll(self, program: BpfProgram, timeout_ms: int) -> None:
+        program.events.poll(timeout_ms)
+        self._submit_polled_samples()
+
+    def _submit_polled_samples(self) -> None:
+        if self._polled_samples:
+            assert self._symbolizer is not None
+            self._symbolizer.submit_batch(self._polled_samples)
+            self._polled_samples = []
+
     def _handle_event(self, event: RawSample | ProcessEvent) -> None:
-        assert self._symbolizer is not None and self._followed is not None
+        assert self._followed is not None
         if isinstance(event, RawSample):
             if self._followed.wants_samples_of(event.pid):
-                self._symbolizer.submit(event)
+                self._polled_samples.append(event)
             return
+        self._submit_polled_samples()  # what a process event leads to comes after the samples before it
         self._followed.handle(event)
 
     def _request_stop(self, signum: int, _frame: object) -> None:

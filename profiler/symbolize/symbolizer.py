@@ -208,7 +208,7 @@ class Symbolizer:
         self._stack_entries = 0
         self.stack_hits = 0
         self._kernel_memo: dict[int, int] = {}
-        self._queue: queue.Queue[RawSample | _Retire | _Call | None] = queue.Queue()
+        self._queue: queue.Queue[list[RawSample] | _Retire | _Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
         self._parked: list[_Parked] = []
         self.errors: list[str] = []
@@ -231,9 +231,14 @@ class Symbolizer:
         self._thread.start()
 
     def submit(self, sample: RawSample) -> None:
+        self.submit_batch([sample])
+
+    def submit_batch(self, samples: list[RawSample]) -> None:
+        """Samples in the order taken, as one item: the thread wakes once for them."""
         for source in self.jit_sources:
-            source.note_sample(sample)
-        self._queue.put(sample)
+            for sample in samples:
+                source.note_sample(sample)
+        self._queue.put(samples)
 
     def retire(self, pid: int, forget: Callable[[], None]) -> None:
         """pid exited a while ago: once the samples submitted so far are in,
@@ -258,7 +263,10 @@ class Symbolizer:
         self._frames_noted = 0
 
     def backlog(self) -> int:
-        return self._queue.qsize() + len(self._parked)
+        """Samples submitted and not yet in the profile."""
+        with self._queue.mutex:
+            queued = sum(len(item) for item in self._queue.queue if isinstance(item, list))
+        return queued + len(self._parked)
 
     def finish(self, budget_s: float | None = None, abandon: Callable[[], bool] = lambda: False) -> None:
         """Resolve everything submitted, then stop the thread: within budget_s,
@@ -299,7 +307,11 @@ class Symbolizer:
                 elif isinstance(raw, _Call):
                     self._call(raw)
                 else:
-                    self._add(raw, time.monotonic(), may_park=True)
+                    for index, sample in enumerate(raw):
+                        if self._abandoned.is_set():
+                            self._give_up(raw[index:])
+                            return
+                        self._add(sample, time.monotonic(), may_park=True)
             now = time.monotonic()
             if self._parked and now >= next_retry:
                 next_retry = now + PARK_RETRY_S
@@ -323,14 +335,14 @@ class Symbolizer:
         except Exception as error:  # a bug here must not lose the run
             self.errors.append(f"{type(error).__name__}: {error}")
 
-    def _give_up(self, current: RawSample | _Retire | _Call | None) -> None:
-        left: list[RawSample | _Retire | _Call | None] = [current]
+    def _give_up(self, current: list[RawSample] | _Retire | _Call | None) -> None:
+        left: list[list[RawSample] | _Retire | _Call | None] = [current]
         while True:
             try:
                 left.append(self._queue.get_nowait())
             except queue.Empty:
                 break
-        self._given_up += sum(1 for raw in left if isinstance(raw, RawSample)) + len(self._parked)
+        self._given_up += sum(len(raw) for raw in left if isinstance(raw, list)) + len(self._parked)
         self._parked = []
 
     def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
