@@ -326,7 +326,7 @@ class Recording:
     def _submit_polled_samples(self) -> None:
         if self._polled_samples:
             assert self._symbolizer is not None
-            self._symbolizer.submit_batch(self._polled_samples)
+            self._symbolizer.submit(self._polled_samples)
             self._polled_samples = []
 
     def _handle_event(self, event: RawSample | ProcessEvent) -> None:

@@ -230,10 +230,7 @@ class Symbolizer:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, sample: RawSample) -> None:
-        self.submit_batch([sample])
-
-    def submit_batch(self, samples: list[RawSample]) -> None:
+    def submit(self, samples: list[RawSample]) -> None:
         """Samples in the order taken, as one item: the thread wakes once for them."""
         for source in self.jit_sources:
             for sample in samples:

@@ -37,7 +37,7 @@ def test_dump_found_through_its_mapping_and_samples_wait_for_late_records(tmp_pa
     symbolizer.add_jit_source(dumps)
     symbolizer.start()
     try:
-        symbolizer.submit(jit_sample(address + 8, sample_time))
+        symbolizer.submit([jit_sample(address + 8, sample_time)])
         time.sleep(0.5)  # well past PARK_MAX_S: the dump has nothing as new as the sample yet
         assert dumps.has_source(os.getpid()) and profile.samples == []
         with open(dump_path, "ab") as handle:  # the runtime's buffer is flushed

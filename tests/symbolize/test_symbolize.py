@@ -105,9 +105,19 @@ def test_symbolizer_names_libc_functions_once():
     for _ in range(50):
         # Caller frames are looked up at address-1: give the byte after a call.
         symbolizer.submit(
-            RawSample(
-                os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (getpid + 1, qsort + 5, 0x10), WalkEnd.NO_MAPPING, -1, True
-            )
+            [
+                RawSample(
+                    os.getpid(),
+                    os.getpid(),
+                    0,
+                    time.monotonic_ns(),
+                    "t",
+                    (getpid + 1, qsort + 5, 0x10),
+                    WalkEnd.NO_MAPPING,
+                    -1,
+                    True,
+                )
+            ]
         )
     symbolizer.finish()
     tracker.close()
@@ -190,8 +200,8 @@ def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
     symbolizer.start()
     try:
         now = time.monotonic_ns()
-        symbolizer.submit(jit_sample(address + 16, now))
-        symbolizer.submit(jit_sample(address + 4096, now))
+        symbolizer.submit([jit_sample(address + 16, now)])
+        symbolizer.submit([jit_sample(address + 4096, now)])
         time.sleep(0.3)
         assert profile.samples == [] and symbolizer.backlog() == 2  # parked, not guessed
         perf_map.write_text(f"{address:x} 100 JS:*late /app/late.js:3:1\n")
@@ -234,7 +244,7 @@ def stalled_symbolizer(samples: int):
     qsort = libc_function_address("qsort")
     for index in range(samples):
         symbolizer.submit(
-            RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (qsort + index,), WalkEnd.COMPLETE, -1, True)
+            [RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (qsort + index,), WalkEnd.COMPLETE, -1, True)]
         )
     return profile, tracker, symbolizer, stalling
 
@@ -267,7 +277,7 @@ def test_retiring_a_process_names_what_waits_then_forgets_it_on_the_symbolizer_t
     symbolizer.start()
     forgotten = []
     getpid = libc_function_address("getpid")
-    symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (getpid,), WalkEnd.COMPLETE, -1, True))
+    symbolizer.submit([RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (getpid,), WalkEnd.COMPLETE, -1, True)])
     symbolizer.retire(os.getpid(), lambda: forgotten.append(threading.current_thread().name))
     symbolizer.finish()
     tracker.close()
@@ -349,9 +359,9 @@ def test_native_frames_through_blazesym_inlined_and_plt():
             break
     assert inner is not None
     symbolizer.submit(
-        RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (base + stub_vaddr + 2,), WalkEnd.COMPLETE, -1, True)
+        [RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (base + stub_vaddr + 2,), WalkEnd.COMPLETE, -1, True)]
     )
-    symbolizer.submit(RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (inner,), WalkEnd.COMPLETE, -1, True))
+    symbolizer.submit([RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (inner,), WalkEnd.COMPLETE, -1, True)])
     symbolizer.finish()
     tracker.close()
     assert symbolizer.errors == []
