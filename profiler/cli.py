@@ -26,7 +26,7 @@ from profiler.output import (
 )
 from profiler.output.originals import with_originals
 from profiler.push import ingest, otlp
-from profiler.push.apps import LABEL_KEY, RESERVED_LABELS
+from profiler.push.apps import LABEL_KEY, RESERVED_LABELS, label_name
 from profiler.push.endpoint import BadEndpoint
 from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 from profiler.run.options import PushOptions, RecordingOptions
@@ -297,7 +297,7 @@ def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         key, equals, value = text.partition("=")
         if not equals or not LABEL_KEY.match(key) or not value:
             parser.error(f"--tag {text!r}: give KEY=VALUE, the key letters, digits, _ and . (not first)")
-        if key in RESERVED_LABELS or key.replace(".", "_") in RESERVED_LABELS:
+        if key in RESERVED_LABELS or label_name(key) in RESERVED_LABELS:
             parser.error(f"--tag {key}=...: jitprof sets {key} itself")
         tags.append((key, value))
     spool_max = 64.0 if args.spool_max is None else args.spool_max

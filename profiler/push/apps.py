@@ -37,6 +37,11 @@ class App:
     container_id: str = ""  # the container it runs in, when it does
 
 
+def label_name(key: str) -> str:
+    """A --tag key as Pyroscope's label name (OpenTelemetry's dots become _)."""
+    return key.replace(".", "_")
+
+
 def app_name_text(text: str) -> str:
     """A name the store's series syntax accepts (no braces, commas, spaces)."""
     return _UNSAFE_NAME.sub("_", text).strip("_./") or "unknown"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from profiler import __version__
 
+REQUEST_TIMEOUT_S = 10.0
 MAX_RETRY_AFTER_S = 300.0
 TOKEN_VARIABLE = "JITPROF_PUSH_TOKEN"
 USER_VARIABLE = "JITPROF_PUSH_USER"

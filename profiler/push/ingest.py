@@ -9,11 +9,10 @@ from __future__ import annotations
 import secrets
 import urllib.parse
 
-from profiler.push.endpoint import Endpoint, Outcome, Result, retry_after
+from profiler.push.endpoint import REQUEST_TIMEOUT_S, Endpoint, Outcome, Result, retry_after
 from profiler.push.intervals import Interval, Labels, encode, query
 from profiler.safety.http_exchange import ExchangeFailed, exchange
 
-REQUEST_TIMEOUT_S = 10.0
 PATH = "/ingest"
 
 
@@ -25,6 +24,8 @@ class PyroscopeIngest:
     """The --push destination: a profile per application process and interval."""
 
     option = "--push"
+    sends = "a profile per application"
+    unit = "profiles"
 
     def __init__(self, endpoint: Endpoint, labels: Labels, frequency_hz: int) -> None:
         self.endpoint = endpoint

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from profiler.model.profile import Frame, Profile, RunInfo, Sample
 from profiler.output.distinct_names import with_distinct_names
 from profiler.output.pprof import write_pprof
-from profiler.push.apps import KERNEL_APP, RESERVED_LABELS, App, AppRegistry, label_value_text
+from profiler.push.apps import KERNEL_APP, RESERVED_LABELS, App, AppRegistry, label_name, label_value_text
 
 SPY_NAME = "jitprof"
 
@@ -48,7 +48,8 @@ class Labels:
         if key.pid is not None:
             pairs.append(("pid", str(key.pid)))
         pairs.append(("runtime", key.app.runtime))
-        pairs += [(name.replace(".", "_"), value) for name, value in self.tags if name.replace(".", "_") not in RESERVED_LABELS]
+        tags = [(label_name(name), value) for name, value in self.tags]
+        pairs += [pair for pair in tags if pair[0] not in RESERVED_LABELS]
         return f"{key.app.name}.cpu{{{','.join(f'{name}={label_value_text(value)}' for name, value in pairs)}}}"
 
 

@@ -54,6 +54,8 @@ class OtlpExport:
     """The --otlp destination: one request per interval."""
 
     option = "--otlp"
+    sends = "OTLP profiles"
+    unit = "OTLP requests"
 
     def __init__(self, endpoint: Endpoint, labels: Labels, frequency_hz: int, build_ids: dict[str, str]) -> None:
         self.endpoint = endpoint

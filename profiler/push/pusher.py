@@ -20,12 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from profiler.push.endpoint import Outcome, Result
+from profiler.push.endpoint import REQUEST_TIMEOUT_S, Outcome, Result
 from profiler.push.intervals import Interval
 from profiler.push.spool import Spool
 from profiler.safety.terminal import say
 
-REQUEST_TIMEOUT_S = 10.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 60.0
 MAX_AGE_S = 3600.0  # Pyroscope refuses profiles older than an hour by default
@@ -37,6 +36,8 @@ class Destination(Protocol):
     """A store and its protocol: what an interval becomes, and how one is sent."""
 
     option: str  # the flag that named it, for messages
+    sends: str  # what it sends each interval, for the line at the start
+    unit: str  # what one spool entry is, for messages ("profiles")
 
     @property
     def shown(self) -> str:

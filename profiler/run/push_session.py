@@ -63,7 +63,7 @@ class PushSession:
             pusher.start()
             waiting = len(pusher.spool)
             say(
-                f"jitprof: pushing {'a profile per application' if pusher.destination.option == '--push' else 'OTLP profiles'} "
+                f"jitprof: pushing {pusher.destination.sends} "
                 f"every {push.interval_s:g} s to {pusher.destination.shown}"
                 + (f" ({waiting} left by an earlier run are sent first)" if waiting else "")
             )
@@ -107,9 +107,7 @@ class PushSession:
         for pusher in self.pushers:
             backlog = pusher.backlog()
             if backlog:
-                status(
-                    f"sending {backlog} {'profiles' if pusher.destination.option == '--push' else 'OTLP requests'} to {pusher.destination.shown}"
-                )
+                status(f"sending {backlog} {pusher.destination.unit} to {pusher.destination.shown}")
         # The destinations flush side by side, within one budget.
         deadline = time.monotonic() + FLUSH_BUDGET_S
         finishers = [
