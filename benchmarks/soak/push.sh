@@ -42,7 +42,7 @@ received() { awk '{printf "%d | %d", $2, $3/1024}' "$work/store"; }
 sleep 5
 soak_watch "$every" received
 sleep 2
-{ echo; echo "The run's summary lines:"; echo; echo '```'; grep -E '^jitprof: ([0-9]|push to)' "$work/run.err" || true; echo '```'; } >> "$work/soak.md"
+{ echo; echo "The run's summary lines:"; echo; echo '```'; grep -E '^jitprof: ([0-9]|--push to|--otlp to)' "$work/run.err" || true; echo '```'; } >> "$work/soak.md"
 { echo; echo "Its log (the push thread's lines):"; echo; echo '```'; grep '^jitprof: push:' "$work/run.err" | head -20 || true; echo '```'; } >> "$work/soak.md"
 echo "profiles received in all: $(cut -d' ' -f2 "$work/store")" >> "$work/soak.md"
 cp "$work/soak.md" docs/soak-push.md
