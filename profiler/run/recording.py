@@ -330,9 +330,10 @@ class Recording:
             self._polled_samples = []
 
     def _handle_event(self, event: RawSample | ProcessEvent) -> None:
-        assert self._followed is not None
+        assert self._symbolizer is not None and self._followed is not None
         if isinstance(event, RawSample):
             if self._followed.wants_samples_of(event.pid):
+                self._symbolizer.note(event)
                 self._polled_samples.append(event)
             return
         self._submit_polled_samples()  # what a process event leads to comes after the samples before it

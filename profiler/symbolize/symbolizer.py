@@ -230,11 +230,15 @@ class Symbolizer:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, samples: list[RawSample]) -> None:
-        """Samples in the order taken, as one item: the thread wakes once for them."""
+    def note(self, sample: RawSample) -> None:
+        """A sample as it comes up the ring buffer: the JIT sources start on
+        what it needs (reading a process's memory before it changes)."""
         for source in self.jit_sources:
-            for sample in samples:
-                source.note_sample(sample)
+            source.note_sample(sample)
+
+    def submit(self, samples: list[RawSample]) -> None:
+        """Samples in the order taken, each noted already, as one item: the
+        thread wakes once for them."""
         self._queue.put(samples)
 
     def retire(self, pid: int, forget: Callable[[], None]) -> None:
