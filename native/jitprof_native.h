@@ -5,6 +5,7 @@
 #ifndef JITPROF_NATIVE_H
 #define JITPROF_NATIVE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "jitprof_abi.h"
@@ -108,6 +109,21 @@ enum {
 };
 int jp_source_map_lookup(const uint8_t *mappings, uint64_t length, uint32_t source_count, uint32_t name_count,
                          const struct jp_generated *queries, uint64_t query_count, struct jp_original *results);
+/* Ring-buffer records gathered for one poll (ring_batch.c). Each record
+ * is its size as a uint32, 4 zero bytes, then its bytes, padded to 8. */
+struct jp_ring_batch {
+    uint8_t *buffer;
+    uint64_t capacity;         /* bytes of buffer */
+    uint64_t used;             /* bytes of records in it */
+    uint64_t records;          /* records in it */
+    uint64_t max_records;      /* stop once this many are in */
+    uint64_t max_record_bytes; /* stop once less room than this is left: the largest record fits */
+    uint64_t dropped;          /* records that did not fit (lost) */
+    uint32_t full;             /* the batch stopped the consume loop: more may wait in the ring */
+    uint32_t reserved;
+};
+/* libbpf's ring_buffer_sample_fn, with a struct jp_ring_batch as context. */
+int jp_ring_collect(void *context, void *data, size_t size);
 /* cffi-end */
 
 #endif

@@ -69,6 +69,12 @@ class PerfMapSymbols(JitSymbolSource):
         # The uid a perf map must belong to when the process has gone before
         # we could ask it (the user jitprof ran the command as).
         self._default_owner_uid = default_owner_uid
+        # Two locks, always taken in this order: _reading while a file is
+        # read or looked up in (a tail of a huge map takes a while), _lock
+        # only for moments (the table of processes, a file swapped). watch
+        # runs on the sampling thread and takes _lock alone: it never waits
+        # for a read.
+        self._reading = threading.Lock()
         self._lock = threading.Lock()
         self._maps: dict[int, _ProcessMap] = {}
         self._budget = EntryBudget()  # every map of the run together
@@ -87,7 +93,7 @@ class PerfMapSymbols(JitSymbolSource):
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         state = self._state(pid)
-        with self._lock:  # a reload swaps the file from another thread
+        with self._reading:  # a reload swaps the file from another thread
             file = state.file
             if file is None:
                 return None
@@ -112,7 +118,7 @@ class PerfMapSymbols(JitSymbolSource):
             return (0, 0)
         if state.file is None:
             state = self._state(pid)  # at most every RETRY_OPEN_S
-        with self._lock:
+        with self._reading:
             if state.file is None:
                 return (0, 0)
             self._tail_if_due(state, state.file)
@@ -136,14 +142,15 @@ class PerfMapSymbols(JitSymbolSource):
         if fresh is None:
             return 0
         fresh.read_all()
-        with self._lock:
+        with self._reading, self._lock:
             old, state.file = state.file, fresh
             state.last_tail = time.monotonic()
             state.frames.clear()  # frames are keyed by the old file's entry order
             state.reloads += 1
             state.refused = ""
         if old is not None:
-            old.close()
+            with self._reading:
+                old.close()
         return len(fresh.index)
 
     def has_source(self, pid: int) -> bool:
@@ -162,13 +169,12 @@ class PerfMapSymbols(JitSymbolSource):
         return state
 
     def reports(self) -> list[PerfMapReport]:
-        with self._lock:
-            states = list(self._maps.values())
-        return [_report_of(state) for state in states]
+        with self._reading, self._lock:
+            return [_report_of(state) for state in self._maps.values()]
 
     def remove_files(self, owner_uid: int) -> None:
         """Delete the perf maps read in this run (they exist because we asked)."""
-        with self._lock:
+        with self._reading, self._lock:
             for state in self._maps.values():
                 if state.file is not None:
                     state.file.remove(owner_uid)
@@ -176,15 +182,16 @@ class PerfMapSymbols(JitSymbolSource):
     def forget(self, pid: int, remove_as: int | None) -> list[str]:
         """A process long gone: remove its map (remove_as: the owner, when
         jitprof asked for it) and close it; what went wrong with it."""
-        with self._lock:
-            state = self._maps.pop(pid, None)
-        if state is None:
-            return []
-        report = _report_of(state)
-        if state.file is not None:
-            if remove_as is not None:
-                state.file.remove(remove_as)
-            state.file.close()
+        with self._reading:
+            with self._lock:
+                state = self._maps.pop(pid, None)
+            if state is None:
+                return []
+            report = _report_of(state)
+            if state.file is not None:
+                if remove_as is not None:
+                    state.file.remove(remove_as)
+                state.file.close()
         return report.warnings()
 
     def warnings(self) -> list[str]:
@@ -192,14 +199,14 @@ class PerfMapSymbols(JitSymbolSource):
 
     def remove_file(self, pid: int) -> bool:
         """Delete one process's perf map, if it is still the file read."""
-        with self._lock:
+        with self._reading, self._lock:
             state = self._maps.get(pid)
             if state is None or state.file is None or state.owner_uid is None:
                 return False
             return state.file.remove(state.owner_uid)
 
     def close(self) -> None:
-        with self._lock:
+        with self._reading, self._lock:
             for state in self._maps.values():
                 if state.file is not None:
                     state.file.close()

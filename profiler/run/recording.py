@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from profiler.tui.live_view import LiveView, RunCounters
 
 POLL_MS = 100
+DRAIN_BATCHES = 4  # at the end: what the ring holds (4 MiB) and what came meanwhile
 MAPS_RESCAN_S = 1.0
 SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
 SOURCE_MAPS_BUDGET_S = 30.0  # after that, frames not mapped yet are shown as generated
@@ -309,8 +310,9 @@ class Recording:
     def _drain(self, program: BpfProgram) -> None:
         """Take what is left in the ring buffer, then let the symbolizer finish."""
         assert self._symbolizer is not None
-        self._poll(program, 0)
-        self._poll(program, 0)
+        for _ in range(DRAIN_BATCHES):
+            if not self._poll(program, 0):
+                break
         self._status(f"symbolising {self._symbolizer.backlog():,} pending samples")
         self._symbolizer.finish(SYMBOLIZE_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
         self.profile.losses.not_symbolised_in_time = self._symbolizer.given_up
@@ -319,9 +321,11 @@ class Recording:
 
     # Events (ring-buffer callback, main thread) ---------------------------
 
-    def _poll(self, program: BpfProgram, timeout_ms: int) -> None:
-        program.events.poll(timeout_ms)
+    def _poll(self, program: BpfProgram, timeout_ms: int) -> bool:
+        """One batch of records; True if more may wait."""
+        more = program.events.poll(timeout_ms)
         self._submit_polled_samples()
+        return more
 
     def _submit_polled_samples(self) -> None:
         if self._polled_samples:

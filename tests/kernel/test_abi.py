@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from profiler.kernel import address_spaces, bpf_program, events, kernel_maps
-from profiler.native import library, unwind_rows, unwind_tables
+from profiler.native import library, ring_batch, unwind_rows, unwind_tables
 from tests.helpers import ROOT
 
 CONSTANTS = [
@@ -55,6 +55,7 @@ CONSTANTS = [
     "STACK_COPY_EXACT_PC",
     "MAX_FRAMES",
     "STACK_COPY_BYTES",
+    "DEEP_COPY_BYTES",
     "COMM_LEN",
     "SAMPLE_HEADER_BYTES",
     "V8_FP_CONTEXT",
@@ -208,3 +209,17 @@ def test_the_native_library_sees_the_same_row():
         pytest.skip("native/ is built by make setup")
     assert ffi.sizeof("struct unwind_row") == unwind_rows.ROW_FORMAT.size
     assert ffi.offsetof("struct unwind_row", "cfa_offset") == 8
+
+
+def test_the_largest_record_fits_a_ring_batch(abi):
+    """A deep stack copy: the header, every frame and V8 frame, the copy's
+    registers and 256 KiB of stack (bpf/sampler.bpf.c, send_deep_copy_of)."""
+    largest = (
+        abi["SAMPLE_HEADER_BYTES"]
+        + abi["MAX_FRAMES"] * 8
+        + abi["MAX_V8_FRAMES"] * abi["sizeof v8_frame"]
+        + abi["sizeof stack_copy"]
+        + abi["DEEP_COPY_BYTES"]
+    )
+    assert largest <= ring_batch.MAX_RECORD_BYTES
+    assert ring_batch.CAPACITY_BYTES >= kernel_maps.RINGBUF_PAGES * 4096 + ring_batch.MAX_RECORD_BYTES
