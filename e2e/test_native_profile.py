@@ -105,6 +105,20 @@ def test_kernel_stacks(jitprof, tmp_path):
         assert kinds == sorted(kinds)
 
 
+def test_a_run_from_the_kept_sampler_never_loads_bcc(jitprof, tmp_path):
+    """With the compiled sampler kept (set-up keeps one), jitprof makes the
+    kernel calls itself: BCC's library, LLVM and clang (about 100 MiB of a
+    run's memory) are never mapped. The command reads its parent's maps
+    while the run samples it."""
+    script = "cat /proc/$PPID/maps; grep VmRSS /proc/$PPID/status; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"
+    run = jitprof("-o", "out.folded", "--", "sh", "-c", script)
+    assert run.returncode == 0, run.stderr
+    mapped = {line.split()[-1] for line in run.stdout.splitlines() if line.count(" ") >= 5 and "/" in line}
+    assert any("libjitprof_native" in path for path in mapped), sorted(mapped)  # the parent is jitprof
+    assert not [path for path in mapped if "libbcc" in path or "LLVM" in path or "clang" in path]
+    assert total(read_folded(tmp_path / "out.folded")) >= 20
+
+
 def test_program_runs_as_the_sudo_caller(jitprof, tmp_path):
     shared = Path(tempfile.mkdtemp(prefix="jitprof-e2e-"))  # reachable by nobody, unlike tmp_path
     shared.chmod(0o777)

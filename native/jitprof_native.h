@@ -124,6 +124,28 @@ struct jp_ring_batch {
 };
 /* libbpf's ring_buffer_sample_fn, with a struct jp_ring_batch as context. */
 int jp_ring_collect(void *context, void *data, size_t size);
+/* Kernel calls for a loaded sampler (bpf_calls.c): what the kernel gave (a
+ * descriptor, 0), or -errno. */
+int jp_bpf_map_create(uint32_t map_type, const char *name, uint32_t key_size, uint32_t value_size, uint32_t max_entries,
+                      uint32_t flags);
+int jp_bpf_prog_load(uint32_t program_type, const char *name, const void *instructions, uint64_t instruction_bytes,
+                     const char *license, uint32_t kernel_version, uint32_t log_level, char *log, uint32_t log_size);
+int jp_bpf_map_lookup(int map_fd, const void *key, void *value);
+int jp_bpf_map_update(int map_fd, const void *key, const void *value, uint64_t flags);
+int jp_bpf_map_delete(int map_fd, const void *key);
+int jp_bpf_map_next_key(int map_fd, const void *key, void *next_key);
+/* A perf event on (pid, cpu) running program_fd, enabled; sample_freq 0:
+ * every sample_period events. */
+int jp_perf_event_attach(int program_fd, uint32_t event_type, uint64_t config, uint64_t sample_period, uint64_t sample_freq,
+                         int pid, int cpu);
+/* The consumer of a BPF ring buffer map whose data area is data_size bytes. */
+struct jp_ring;
+int jp_ring_open(int map_fd, uint64_t data_size, struct jp_ring **ring_out);
+/* Wait up to timeout_ms for a wakeup, then take records into the batch:
+ * the records taken, or -errno. */
+int jp_ring_poll(struct jp_ring *ring, int timeout_ms, struct jp_ring_batch *batch);
+int jp_ring_consume(struct jp_ring *ring, struct jp_ring_batch *batch);
+void jp_ring_close(struct jp_ring *ring);
 /* cffi-end */
 
 #endif

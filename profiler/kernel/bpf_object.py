@@ -16,14 +16,17 @@ import base64
 import ctypes
 import errno
 import hashlib
+import importlib.util
 import json
 import os
 import platform
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from profiler.kernel import bpf_calls
 from profiler.native import cache
 from profiler.safety.files import root_only
 
@@ -88,6 +91,7 @@ class LoadedObject:
 
 
 def load_library() -> Any:
+    """BCC's library, to read what it compiled (only then: see bpf_calls)."""
     from bcc.libbcc import lib  # noqa: PLC0415  (Debian's module, imported late)
 
     if not getattr(lib, "_jitprof_declared", False):
@@ -104,39 +108,37 @@ def load_library() -> Any:
         for name in ("bpf_table_key_size_id", "bpf_table_leaf_size_id"):
             getattr(lib, name).restype = ctypes.c_size_t
             getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        lib.bcc_create_map.restype = ctypes.c_int
-        lib.bcc_create_map.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
-        lib.bcc_prog_load.restype = ctypes.c_int
-        lib.bcc_prog_load.argtypes = [
-            ctypes.c_int,
-            ctypes.c_char_p,
-            ctypes.c_void_p,
-            ctypes.c_int,
-            ctypes.c_char_p,
-            ctypes.c_uint,
-            ctypes.c_int,
-            ctypes.c_char_p,
-            ctypes.c_uint,
-        ]
         lib._jitprof_declared = True
     return lib
 
 
 def object_key(source: bytes, cflags: list[str]) -> str:
     """What the compiled object depends on: source, flags, kernel, BCC."""
-    import bcc  # noqa: PLC0415
-
     identity = b"\0".join(
         [
             source,
             "\0".join(cflags).encode(),
             platform.release().encode(),
             platform.version().encode(),
-            getattr(bcc, "__version__", "?").encode(),
+            bcc_version().encode(),
             str(FORMAT_VERSION).encode(),
         ]
     )
     return "b-" + hashlib.sha256(identity).hexdigest()[:48]
+
+
+def bcc_version() -> str:
+    """The BCC Python module's version, read from its version.py: importing
+    the module would load BCC's library, which a run from the cache never needs."""
+    spec = importlib.util.find_spec("bcc")
+    if spec is None or not spec.origin:
+        return "?"
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return "?"
+    found = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", text)
+    return found.group(1) if found else "?"
 
 
 def from_bcc_module(module: int) -> BpfObject:
@@ -182,37 +184,32 @@ def from_bcc_module(module: int) -> BpfObject:
 
 
 def load(spec: BpfObject) -> LoadedObject:
-    """Create the maps and load every program; BpfLoadError with the reason."""
-    lib = load_library()
+    """Create the maps and load every program; BpfLoadError with the reason.
+    BCC's library is not needed for this (bpf_calls)."""
     loaded = LoadedObject({}, {}, {map_spec.name: map_spec for map_spec in spec.maps})
     try:
         for map_spec in spec.maps:
-            descriptor = lib.bcc_create_map(
-                map_spec.map_type,
-                map_spec.name.encode()[:15],
-                map_spec.key_size,
-                map_spec.value_size,
-                map_spec.max_entries,
-                map_spec.flags,
+            descriptor = bpf_calls.create_map(
+                map_spec.map_type, map_spec.name, map_spec.key_size, map_spec.value_size, map_spec.max_entries, map_spec.flags
             )
             if descriptor < 0:
-                raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(ctypes.get_errno() or -descriptor)}")
+                raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(-descriptor)}")
             loaded.map_fds[map_spec.name] = descriptor
         for program in spec.programs:
             code = bytearray(program.instructions)
             for index, map_name in program.map_references:
                 struct.pack_into("<i", code, index * INSTRUCTION.size + 4, loaded.map_fds[map_name])
             buffer = ctypes.create_string_buffer(bytes(code), len(code))
-            descriptor = _load_program(lib, spec, program, buffer, 0, None)
+            descriptor = _load_program(spec, program, buffer)
             for _attempt in range(LOAD_RETRIES):
                 # The verifier gives up with EAGAIN when a signal arrives (a
                 # child's exit, a resized terminal, a debugger): libbpf retries too.
-                if descriptor >= 0 or errno.EAGAIN not in (-descriptor, ctypes.get_errno()):
+                if descriptor != -errno.EAGAIN:
                     break
-                descriptor = _load_program(lib, spec, program, buffer, 0, None)
+                descriptor = _load_program(spec, program, buffer)
             if descriptor < 0:
                 log = ctypes.create_string_buffer(1 << 20)
-                _load_program(lib, spec, program, buffer, 1, log)  # again, for the verifier's reason
+                _load_program(spec, program, buffer, log)  # again, for the verifier's reason
                 last_line = log.value.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no verifier log"]
                 raise BpfLoadError(f"failed to load BPF program {program.name}: {last_line[0]}")
             loaded.program_fds[program.name] = descriptor
@@ -223,28 +220,11 @@ def load(spec: BpfObject) -> LoadedObject:
 
 
 def _load_program(
-    lib: Any,
-    spec: BpfObject,
-    program: ProgramSpec,
-    code: ctypes.Array[ctypes.c_char],
-    log_level: int,
-    log: ctypes.Array[ctypes.c_char] | None,
+    spec: BpfObject, program: ProgramSpec, code: ctypes.Array[ctypes.c_char], log: ctypes.Array[ctypes.c_char] | None = None
 ) -> int:
-    """One program into the kernel (bcc_prog_load): its descriptor, or < 0;
-    with log, the verifier's words land there."""
-    return int(
-        lib.bcc_prog_load(
-            program.program_type,
-            program.name.encode()[:15],
-            code,
-            len(code),
-            spec.license.encode(),
-            spec.kernel_version,
-            log_level,
-            log,
-            len(log) if log is not None else 0,
-        )
-    )
+    """One program into the kernel: its descriptor, or -errno; with log, the
+    verifier's words land there."""
+    return bpf_calls.load_program(program.program_type, program.name, code, spec.license, spec.kernel_version, log)
 
 
 # The cache ---------------------------------------------------------------

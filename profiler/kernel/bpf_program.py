@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.errors import JitprofError
-from profiler.kernel import bpf_object, preflight
+from profiler.kernel import bpf_calls, bpf_object, preflight
 from profiler.kernel.event_stream import EventStream
 from profiler.kernel.kernel_maps import (
     FOLLOWED_ENTRIES,
@@ -25,6 +25,7 @@ from profiler.kernel.kernel_maps import (
     UNWIND_TABLES,
     KernelMaps,
 )
+from profiler.kernel.kernel_symbols import KernelSymbols
 from profiler.kernel.trie import MAX_PROVISIONAL_LENGTH
 from profiler.safety import limits
 
@@ -100,9 +101,6 @@ class BpfProgram:
 
     def __init__(self, options: LoadOptions) -> None:
         self.options = options
-        bcc = preflight.import_bcc()
-        self._bcc = bcc
-        self._lib = bpf_object.load_library()
         cflags = compile_flags(options)
         self.compiled_now = False
         spec = self._compiled(cflags)
@@ -116,8 +114,9 @@ class BpfProgram:
                 self._loaded = bpf_object.load(self._compiled(cflags, use_cache=False))
             except bpf_object.BpfLoadError as second_error:
                 raise _explain_load_failure(second_error) from second_error
-        self.maps = KernelMaps(self._lib, self._loaded.map_fds, self._loaded.specs, _possible_cpus())
-        self.events = EventStream(self._lib, self._loaded.map_fds["events"])
+        self.maps = KernelMaps(self._loaded.map_fds, self._loaded.specs, _possible_cpus())
+        self.events = EventStream(self._loaded.map_fds["events"], self._loaded.specs["events"].max_entries)
+        self._kernel_symbols = KernelSymbols()
         self._programs = self._loaded.program_fds
         self._perf_event_fds: list[int] = []
         self._tracepoint_fds: list[int] = []
@@ -125,12 +124,12 @@ class BpfProgram:
 
     def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
         """The object kept by set-up or an earlier run, or compiled by BCC
-        now (and kept)."""
+        now (and kept). Only then is BCC loaded."""
         key = bpf_object.object_key(bpf_source(), cflags)
         cached = bpf_object.load_cached(key) if use_cache else None
         if cached is not None:
             return cached
-        spec = compile_object(self._bcc, cflags)
+        spec = compile_object(preflight.import_bcc(), cflags)
         bpf_object.store(key, spec)
         self.compiled_now = True
         return spec
@@ -141,7 +140,7 @@ class BpfProgram:
             if not name.startswith(bpf_object.TRACEPOINT_PREFIX):
                 continue
             category, _, event = name[len(bpf_object.TRACEPOINT_PREFIX) :].partition("__")
-            perf_fd = self._lib.bpf_attach_tracepoint(descriptor, category.encode(), event.encode())
+            perf_fd = bpf_calls.attach_tracepoint(descriptor, category, event)
             if perf_fd < 0:
                 self.close()
                 raise JitprofError(
@@ -157,8 +156,8 @@ class BpfProgram:
         )
         sampler = self._programs["on_cpu_sample"]
         for cpu in _online_cpus():
-            descriptor = self._lib.bpf_attach_perf_event(
-                sampler, PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, 0, self.options.frequency_hz, -1, cpu, -1
+            descriptor = bpf_calls.attach_perf_event(
+                sampler, PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK, self.options.frequency_hz, cpu
             )
             if descriptor < 0:
                 self.stop_sampling()
@@ -188,12 +187,12 @@ class BpfProgram:
             self._loaded.map_fds.clear()
             self._loaded.program_fds.clear()
         else:
-            _close_perf_events(self._lib, events)
+            _close_perf_events(events)
         self._loaded.close()
 
     def kernel_symbol(self, address: int) -> str:
-        name = self._bcc.BPF.ksym(address, show_module=False, show_offset=False)
-        return name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        """(Symbolizer thread.) The kernel function at address, or ""."""
+        return self._kernel_symbols.name(address)
 
 
 def _release_in_child(descriptors: list[int]) -> None:
@@ -236,13 +235,20 @@ def _max_descriptor() -> int:
         return 1024
 
 
-def _close_perf_events(lib: Any, descriptors: list[int]) -> None:
-    closers = [threading.Thread(target=lib.bpf_close_perf_event_fd, args=(descriptor,)) for descriptor in descriptors]
+def _close_perf_events(descriptors: list[int]) -> None:
+    closers = [threading.Thread(target=_close_quietly, args=(descriptor,)) for descriptor in descriptors]
     for closer in closers:
         closer.start()
     for closer in closers:
         closer.join()
     descriptors.clear()
+
+
+def _close_quietly(descriptor: int) -> None:
+    try:
+        os.close(descriptor)
+    except OSError:
+        pass
 
 
 def _cpu_list(path: str) -> list[int]:

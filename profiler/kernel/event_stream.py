@@ -1,23 +1,22 @@
 """The sampler's ring buffer: records taken in bounded batches (gathered in
-C, see native/ring_batch.py) and handed, decoded, to the run's handlers."""
+C, see profiler/native/ring_batch.py) and handed, decoded, to the run's handlers."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 from profiler.errors import JitprofError
+from profiler.kernel.bpf_calls import Ring
 from profiler.kernel.events import KernelTraffic, MalformedEvent, ProcessEvent, RawSample, decode_event
 from profiler.native.ring_batch import RingBatch
 
 
 class EventStream:
-    def __init__(self, lib: Any, ring_map_fd: int) -> None:
-        self._lib = lib
+    def __init__(self, ring_map_fd: int, ring_bytes: int) -> None:
         self._ring_map_fd = ring_map_fd
-        self._ring: int | None = None
-        self._ring_callback: Any = None
+        self._ring_bytes = ring_bytes
+        self._ring: Ring | None = None
         self._handlers: list[Callable[[RawSample | ProcessEvent], None]] = []
         self.malformed_events = 0  # records that could not be decoded or did not fit a batch
         self._malformed = 0
@@ -28,15 +27,14 @@ class EventStream:
     def on_event(self, handler: Callable[[RawSample | ProcessEvent], None]) -> None:
         self._handlers.append(handler)
         if self._ring is None:
-            from bcc.libbcc import _RINGBUF_CB_TYPE  # noqa: PLC0415
-
             self._batch = RingBatch()
-            self._ring_callback = _RINGBUF_CB_TYPE(self._batch.callback_address)
-            self._ring = self._lib.bpf_new_ringbuf(self._ring_map_fd, self._ring_callback, self._batch.context_address)
-            if not self._ring:
+            try:
+                self._ring = Ring(self._ring_map_fd, self._ring_bytes)
+            except OSError as error:
                 raise JitprofError(
-                    "cannot open the BPF ring buffer", "check `ulimit -l` (locked memory) and the kernel's BPF support"
-                )
+                    f"cannot open the BPF ring buffer: {error.strerror}",
+                    "check `ulimit -l` (locked memory) and the kernel's BPF support",
+                ) from error
 
     def poll(self, timeout_ms: int) -> bool:
         """Wait for a process event or the timeout (none while records are
@@ -48,9 +46,9 @@ class EventStream:
         batch = self._batch
         batch.clear()
         if not self._more_waiting:
-            self._lib.bpf_poll_ringbuf(self._ring, timeout_ms)
+            self._ring.poll(timeout_ms, batch)
         if not batch.full:
-            self._lib.bpf_consume_ringbuf(self._ring)
+            self._ring.consume(batch)
         self._more_waiting = batch.full
         for address, size in batch.records():
             self._dispatch(address, size)
@@ -77,5 +75,5 @@ class EventStream:
 
     def close(self) -> None:
         if self._ring is not None:
-            self._lib.bpf_free_ringbuf(self._ring)
+            self._ring.close()
             self._ring = None

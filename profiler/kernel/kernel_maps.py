@@ -9,6 +9,7 @@ import mmap
 from dataclasses import dataclass
 from typing import Any
 
+from profiler.kernel import bpf_calls
 from profiler.kernel.events import COUNTER_COUNT, Counter
 from profiler.kernel.trie import TriePrefix
 
@@ -60,8 +61,7 @@ class _UnwindTable(ctypes.Structure):
 class KernelMaps:
     """Not thread-safe except where noted."""
 
-    def __init__(self, lib: Any, map_fds: dict[str, int], map_specs: dict[str, Any], possible_cpus: int) -> None:
-        self._lib = lib
+    def __init__(self, map_fds: dict[str, int], map_specs: dict[str, Any], possible_cpus: int) -> None:
         self._maps = map_fds
         self._specs = map_specs
         self._possible_cpus = possible_cpus
@@ -72,10 +72,10 @@ class KernelMaps:
             self._update(self._maps["stack_walkers"], ctypes.c_int(index), ctypes.c_int(descriptor))
 
     def _update(self, map_fd: int, key: ctypes._CData, value: ctypes._CData, flags: int = BPF_ANY) -> bool:
-        return self._lib.bpf_update_elem(map_fd, ctypes.byref(key), ctypes.byref(value), flags) == 0
+        return bpf_calls.update(map_fd, ctypes.byref(key), ctypes.byref(value), flags)
 
     def _delete(self, map_fd: int, key: ctypes._CData) -> None:
-        self._lib.bpf_delete_elem(map_fd, ctypes.byref(key))
+        bpf_calls.delete(map_fd, ctypes.byref(key))
 
     # Followed processes -------------------------------------------------
 
@@ -118,7 +118,7 @@ class KernelMaps:
         has exec'd since it was followed (None: not followed)."""
         self._delete(self._maps["maps_stale"], ctypes.c_uint32(pid))
         value = ctypes.c_uint32()
-        if self._lib.bpf_lookup_elem(self._maps["followed"], ctypes.byref(ctypes.c_uint32(pid)), ctypes.byref(value)) != 0:
+        if not bpf_calls.lookup(self._maps["followed"], ctypes.byref(ctypes.c_uint32(pid)), ctypes.byref(value)):
             return None
         return value.value
 
@@ -167,7 +167,7 @@ class KernelMaps:
         key, next_key = ctypes.c_uint32(), ctypes.c_uint32()
         pids: list[int] = []
         pointer = None
-        while self._lib.bpf_get_next_key(followed, pointer, ctypes.byref(next_key)) == 0:
+        while bpf_calls.next_key(followed, pointer, ctypes.byref(next_key)):
             pids.append(next_key.value)
             key.value = next_key.value
             pointer = ctypes.byref(key)
@@ -179,8 +179,8 @@ class KernelMaps:
         key, next_key, value = _TrieKey(), _TrieKey(), _MappingInfo()
         entries: list[tuple[TriePrefix, int]] = []
         pointer = None
-        while self._lib.bpf_get_next_key(trie, pointer, ctypes.byref(next_key)) == 0:
-            if self._lib.bpf_lookup_elem(trie, ctypes.byref(next_key), ctypes.byref(value)) == 0:
+        while bpf_calls.next_key(trie, pointer, ctypes.byref(next_key)):
+            if bpf_calls.lookup(trie, ctypes.byref(next_key), ctypes.byref(value)):
                 pid = int.from_bytes(next_key.pid_be.to_bytes(4, "little"), "big")
                 address = int.from_bytes(next_key.address_be.to_bytes(8, "little"), "big")
                 entries.append((TriePrefix(pid, address, next_key.prefixlen), value.kind))
@@ -201,7 +201,7 @@ class KernelMaps:
         totals = [0] * COUNTER_COUNT
         per_cpu = (ctypes.c_uint64 * self._possible_cpus)()
         for index in range(COUNTER_COUNT):
-            if self._lib.bpf_lookup_elem(self._maps["counters"], ctypes.byref(ctypes.c_int(index)), per_cpu) == 0:
+            if bpf_calls.lookup(self._maps["counters"], ctypes.byref(ctypes.c_int(index)), per_cpu):
                 totals[index] = sum(per_cpu)
         return KernelCounters(
             samples=totals[Counter.SAMPLES],
@@ -218,6 +218,6 @@ class KernelMaps:
             return []
         depth = self._specs["kernel_stacks"].value_size // 8
         addresses = (ctypes.c_uint64 * depth)()
-        if self._lib.bpf_lookup_elem(self._maps["kernel_stacks"], ctypes.byref(ctypes.c_uint32(stack_id)), addresses) != 0:
+        if not bpf_calls.lookup(self._maps["kernel_stacks"], ctypes.byref(ctypes.c_uint32(stack_id)), addresses):
             return []
         return [address for address in addresses if address]

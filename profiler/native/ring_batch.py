@@ -1,7 +1,7 @@
 """Ring-buffer records gathered in C for one poll (native/ring_batch.c).
 
-libbpf's consume loop calls jp_ring_collect for each record with no Python
-in between; the sampling thread then decodes the batch holding the GIL once.
+The ring's consumer (native/bpf_calls.c) calls jp_ring_collect for each
+record with no Python in between; the sampling thread then decodes the batch holding the GIL once.
 Called back into Python per record, that thread had to win the GIL back from
 a busy one (the symbolizer reading a huge perf map) for every record, and
 fell behind the kernel.
@@ -38,14 +38,9 @@ class RingBatch:
         self.dropped = 0  # records that did not fit, in all batches
 
     @property
-    def callback_address(self) -> int:
-        """jp_ring_collect, for libbpf's sample callback."""
-        return int(self._ffi.cast("uintptr_t", self._lib.jp_ring_collect))
-
-    @property
-    def context_address(self) -> int:
-        """The batch, for the callback's context."""
-        return int(self._ffi.cast("uintptr_t", self._batch))
+    def pointer(self) -> Any:
+        """The batch, for native/ (struct jp_ring_batch *)."""
+        return self._batch
 
     @property
     def full(self) -> bool:

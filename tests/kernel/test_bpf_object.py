@@ -57,3 +57,15 @@ def test_damaged_entries_are_refused():
 def test_the_key_depends_on_source_and_flags():
     assert bpf_object.object_key(b"a", ["-DX=1"]) != bpf_object.object_key(b"a", ["-DX=2"])
     assert bpf_object.object_key(b"a", ["-DX=1"]) != bpf_object.object_key(b"b", ["-DX=1"])
+
+
+def test_the_cache_key_reads_bcc_version_without_loading_bcc():
+    """Importing bcc maps LLVM and clang (about 100 MiB) for the whole run."""
+    import subprocess
+    import sys
+
+    code = "import sys; from profiler.kernel import bpf_object; print(bpf_object.bcc_version(), 'bcc' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    version, imported = result.stdout.split()
+    assert imported == "False"
+    assert version[0].isdigit() or version == "?"

@@ -20,7 +20,7 @@ def native():
 def collect(native, batch: ring_batch.RingBatch, record: bytes) -> int:
     ffi, lib = native
     data = ffi.from_buffer(record)
-    return lib.jp_ring_collect(ffi.cast("void *", batch.context_address), ffi.cast("void *", data), len(record))
+    return lib.jp_ring_collect(batch.pointer, ffi.cast("void *", data), len(record))
 
 
 def test_records_come_back_in_order_with_their_sizes(native):
