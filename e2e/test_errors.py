@@ -190,10 +190,15 @@ def _limited(kind: int, value: int):
 
 def test_low_resource_limits_are_one_line_naming_the_limit(tmp_path, symbol_cache):
     """RLIMIT_NOFILE 16 was reported as a BCC compile failure, 64 as a
-    traceback; `ulimit -v 150000` a traceback."""
+    traceback; `ulimit -v 150000` a traceback, and 100000 (where no thread
+    can start) too. 80000 fails in Python's allocator."""
     import resource
 
-    for kind, value, shown in ((resource.RLIMIT_NOFILE, 16, "ulimit -n"), (resource.RLIMIT_AS, 150_000 << 10, "ulimit -v")):
+    for kind, value, shown in (
+        (resource.RLIMIT_NOFILE, 16, "ulimit -n"),
+        (resource.RLIMIT_AS, 100_000 << 10, "ulimit -v"),
+        (resource.RLIMIT_AS, 80_000 << 10, "ulimit -v"),
+    ):
         completed = subprocess.run(
             [sys.executable, "-m", "profiler", "--no-tui", "-d", "1", "-o", "x.folded", "--", "sleep", "2"],
             cwd=tmp_path,
@@ -207,6 +212,35 @@ def test_low_resource_limits_are_one_line_naming_the_limit(tmp_path, symbol_cach
         errors = error_lines(completed.stderr)
         assert len(errors) == 1 and shown in errors[0], completed.stderr
         assert "Traceback" not in completed.stderr
+
+
+def test_a_run_fits_in_150_mb_of_address_space(tmp_path, symbol_cache):
+    """With the sampler kept, BCC's library (LLVM and clang, hundreds of MB
+    of address space) is never loaded: `ulimit -v 150000` profiles."""
+    import resource
+
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "profiler",
+            "--no-tui",
+            "-o",
+            "x.folded",
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done",
+        ],
+        cwd=tmp_path,
+        env=jitprof_environment(symbol_cache),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_limited(resource.RLIMIT_AS, 150_000 << 10),
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert total(read_folded(tmp_path / "x.folded")) >= 20, completed.stderr
 
 
 def test_a_read_only_tmp_does_not_make_node_abort(symbol_cache):

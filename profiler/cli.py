@@ -428,9 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     limits.raise_own_limits()
     try:
         return _main(sys.argv[1:] if argv is None else argv)
-    except (MemoryError, OSError) as error:
-        # Out of descriptors or memory (often a limit the shell set) is one
-        # line with the limit to raise; any other OSError here is a bug.
+    except (MemoryError, OSError, RuntimeError) as error:
+        # Out of descriptors, memory or threads (often a limit the shell set)
+        # is one line with the limit to raise; any other error here is a bug.
+        if isinstance(error, RuntimeError) and str(error) != "can't start new thread":
+            raise
         limited = limits.describe_limits()
         errno_value = error.errno if isinstance(error, OSError) else errno.ENOMEM
         if errno_value not in (errno.EMFILE, errno.ENFILE, errno.ENOMEM) and not (limited and errno_value is None):

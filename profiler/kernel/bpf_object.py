@@ -45,6 +45,15 @@ INSTALLED_DIR = Path(__file__).resolve().parents[2] / "native" / "build" / "bpf"
 class BpfLoadError(Exception):
     """A map could not be created or a program not loaded; the message says which and why."""
 
+    def __init__(self, message: str, error_number: int = 0) -> None:
+        super().__init__(message)
+        self.error_number = error_number
+
+    @property
+    def out_of_resources(self) -> bool:
+        """Descriptors or memory ran out: compiling again would not help."""
+        return self.error_number in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+
 
 @dataclass(frozen=True)
 class MapSpec:
@@ -193,7 +202,7 @@ def load(spec: BpfObject) -> LoadedObject:
                 map_spec.map_type, map_spec.name, map_spec.key_size, map_spec.value_size, map_spec.max_entries, map_spec.flags
             )
             if descriptor < 0:
-                raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(-descriptor)}")
+                raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(-descriptor)}", -descriptor)
             loaded.map_fds[map_spec.name] = descriptor
         for program in spec.programs:
             code = bytearray(program.instructions)
@@ -211,7 +220,7 @@ def load(spec: BpfObject) -> LoadedObject:
                 log = ctypes.create_string_buffer(1 << 20)
                 _load_program(spec, program, buffer, log)  # again, for the verifier's reason
                 last_line = log.value.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no verifier log"]
-                raise BpfLoadError(f"failed to load BPF program {program.name}: {last_line[0]}")
+                raise BpfLoadError(f"failed to load BPF program {program.name}: {last_line[0]}", -descriptor)
             loaded.program_fds[program.name] = descriptor
     except BaseException:
         loaded.close()

@@ -107,7 +107,7 @@ class BpfProgram:
         try:
             self._loaded = bpf_object.load(spec)
         except bpf_object.BpfLoadError as error:
-            if self.compiled_now:
+            if self.compiled_now or error.out_of_resources:
                 raise _explain_load_failure(error) from error
             # A kept object this kernel refuses: compile afresh, once.
             try:
