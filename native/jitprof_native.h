@@ -122,7 +122,7 @@ struct jp_ring_batch {
     uint32_t full;             /* the batch stopped the consume loop: more may wait in the ring */
     uint32_t reserved;
 };
-/* libbpf's ring_buffer_sample_fn, with a struct jp_ring_batch as context. */
+/* Takes one record into the batch (context); negative: stop consuming, with this record taken. */
 int jp_ring_collect(void *context, void *data, size_t size);
 /* Kernel calls for a loaded sampler (bpf_calls.c): what the kernel gave (a
  * descriptor, 0), or -errno. */

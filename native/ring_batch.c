@@ -1,4 +1,4 @@
-/* Ring-buffer records gathered in C: libbpf's consume loop calls
+/* Ring-buffer records gathered in C: the ring's consumer (bpf_calls.c) calls
  * jp_ring_collect for each record, which copies it into a batch, so the
  * daemon's sampling thread takes the GIL once per batch instead of once per
  * record. Per record, a thread that must win the GIL back from a busy one
@@ -18,7 +18,7 @@ int jp_ring_collect(void *context, void *data, size_t size) {
     if (batch->used > batch->capacity) return -1; /* never: the batch's fields are ours */
     uint64_t room = batch->capacity - batch->used;
     uint64_t slot = slot_bytes(size);
-    /* libbpf has advanced past this record already: one that does not fit
+    /* The consumer has advanced past this record already: one that does not fit
      * is lost, and counted (the stop rule below keeps room for the largest). */
     if (size > UINT32_MAX || slot > room) {
         batch->dropped++;

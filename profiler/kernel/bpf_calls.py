@@ -10,14 +10,16 @@ passed by reference (ctypes.byref) or as arrays.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from pathlib import Path
 from typing import Any
 
+from profiler.kernel.preflight import TRACEFS
 from profiler.native import library
 from profiler.native.ring_batch import RingBatch
 
-TRACEFS_EVENTS = (Path("/sys/kernel/tracing/events"), Path("/sys/kernel/debug/tracing/events"))
+TRACEFS_EVENTS = (TRACEFS / "events", Path("/sys/kernel/debug/tracing/events"))
 PERF_TYPE_TRACEPOINT = 2
 
 _library: ctypes.CDLL | None = None
@@ -117,7 +119,7 @@ def attach_tracepoint(program_fd: int, category: str, event: str) -> int:
         except (OSError, ValueError):
             continue
         return int(_native().jp_perf_event_attach(program_fd, PERF_TYPE_TRACEPOINT, identifier, 1, 0, -1, 0))
-    return -2  # ENOENT: no such tracepoint in tracefs
+    return -errno.ENOENT  # no such tracepoint in tracefs
 
 
 class Ring:

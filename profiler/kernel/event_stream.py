@@ -18,9 +18,7 @@ class EventStream:
         self._ring_bytes = ring_bytes
         self._ring: Ring | None = None
         self._handlers: list[Callable[[RawSample | ProcessEvent], None]] = []
-        self.malformed_events = 0  # records that could not be decoded or did not fit a batch
         self._malformed = 0
-        self._more_waiting = False
         self.traffic = KernelTraffic()
         self._batch: RingBatch | None = None
 
@@ -44,16 +42,20 @@ class EventStream:
             time.sleep(timeout_ms / 1000)
             return False
         batch = self._batch
+        more_waiting = batch.full  # the last batch stopped short of the ring's end
         batch.clear()
-        if not self._more_waiting:
+        if not more_waiting:
             self._ring.poll(timeout_ms, batch)
         if not batch.full:
             self._ring.consume(batch)
-        self._more_waiting = batch.full
         for address, size in batch.records():
             self._dispatch(address, size)
-        self.malformed_events = self._malformed + batch.dropped
         return batch.full
+
+    @property
+    def malformed_events(self) -> int:
+        """Records that could not be decoded or did not fit a batch."""
+        return self._malformed + (self._batch.dropped if self._batch is not None else 0)
 
     def _dispatch(self, data: int, size: int) -> None:
         traffic = self.traffic

@@ -35,7 +35,7 @@ class RingBatch:
         self._batch.max_records = MAX_RECORDS
         self._batch.max_record_bytes = MAX_RECORD_BYTES
         self._base = int(self._ffi.cast("uintptr_t", self._buffer))
-        self.dropped = 0  # records that did not fit, in all batches
+        self._dropped_before = 0  # in the batches cleared
 
     @property
     def pointer(self) -> Any:
@@ -47,11 +47,16 @@ class RingBatch:
         """The batch stopped the consume loop: more records may wait in the ring."""
         return bool(self._batch.full)
 
+    @property
+    def dropped(self) -> int:
+        """Records that did not fit, in all batches so far."""
+        return self._dropped_before + int(self._batch.dropped)
+
     def __len__(self) -> int:
         return int(self._batch.records)
 
     def clear(self) -> None:
-        self.dropped += self._batch.dropped
+        self._dropped_before += self._batch.dropped
         self._batch.used = 0
         self._batch.records = 0
         self._batch.dropped = 0

@@ -319,7 +319,7 @@ class Recording:
         if self._originals is not None:
             self._originals.finish(SOURCE_MAPS_BUDGET_S, abandon=lambda: self._stop_requests >= 2)
 
-    # Events (ring-buffer callback, main thread) ---------------------------
+    # Events (decoded from the ring buffer's batches, main thread) ----------
 
     def _poll(self, program: BpfProgram, timeout_ms: int) -> bool:
         """One batch of records; True if more may wait."""
