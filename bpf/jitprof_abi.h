@@ -140,7 +140,7 @@ struct process_event {
     __u64 time_ns;
     char comm[COMM_LEN];
     __u64 address; /* EVENT_MAPS_CHANGED: the range that became executable */
-    __u64 length;
+    __u64 length;  /* EVENT_EXEC: the process's exec count since followed (maps_read's) */
 };
 
 /* Where user space resumes a deferred walk: the registers of the first

@@ -663,8 +663,10 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     // Every trie entry of the process (and its parent's) is another
     // image's now: its samples are deferred until user space reads its maps.
     __sync_fetch_and_add(execs, 1);
+    u32 exec_count = *execs; // (a process's execs do not race one another)
     fork_parents.delete(&tgid);
-    emit_process_event(EVENT_EXEC, tgid, (u32)bpf_get_current_pid_tgid(), 0);
+    // The count tells user space which exec the maps it reads belong to.
+    emit_process_event_range(EVENT_EXEC, tgid, (u32)bpf_get_current_pid_tgid(), 0, 0, exec_count);
     return 0;
 }
 

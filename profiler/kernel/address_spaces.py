@@ -68,6 +68,10 @@ class AddressSpace:
     # for code mapped and gone (or the process gone) before the maps were read.
     provisional: list[KnownMapping] = field(default_factory=list)
     revision: int = 0  # changes with any of the above: an address may resolve differently
+    exec_count: int = 0  # the kernel's count of the process's execs, for this one
+    # Maps read after an exec whose event had not come: started_ns is when
+    # they were read, until the event tells when the exec was.
+    dated: bool = True
 
     def find(self, address: int) -> KnownMapping | None:
         for mapping in self.current.values():

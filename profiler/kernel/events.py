@@ -178,7 +178,13 @@ class ProcessEvent:
     time_ns: int
     comm: str
     address: int = 0  # MAPS_CHANGED: the range that became executable
-    length: int = 0
+    length: int = 0  # (EXEC: the exec count)
+
+    @property
+    def exec_count(self) -> int:
+        """EXEC: how many times the process has exec'd since it was followed
+        (the count maps are read at: see MappingTracker.refresh)."""
+        return self.length if self.event_type is EventType.EXEC else 0
 
 
 @dataclass
@@ -198,7 +204,7 @@ class MalformedEvent(ValueError):
 
 
 def decode_event(data: int, size: int) -> RawSample | ProcessEvent:
-    """Decode one ring-buffer record (a pointer and its size from BCC)."""
+    """Decode one ring-buffer record (its address and size in a batch)."""
     if size < 4:
         raise MalformedEvent(f"record of {size} bytes")
     event_type = ctypes.cast(data, ctypes.POINTER(ctypes.c_uint32)).contents.value

@@ -34,6 +34,9 @@ class MappingTracker:
         self.stats = TrackerStats()
         self._installer = MappingInstaller(trie, unwind_tables, lazy_tables, self.stats)
         self._wanted: dict[int, tuple[int, KnownMapping]] = {}
+        # pid -> the exec count its maps were read at, the kernel's walks not
+        # yet told to trust them (see refresh's hold_walks)
+        self._held_walks: dict[int, int] = {}
         self._lock = threading.Lock()
         self._spaces: dict[int, list[AddressSpace]] = {}
         self._exited: set[int] = set()
@@ -41,7 +44,7 @@ class MappingTracker:
 
     # Updates (main thread) -------------------------------------------------
 
-    def add_process(self, pid: int, parent: int | None = None, read_maps_now: bool = True) -> None:
+    def add_process(self, pid: int, parent: int | None = None, read_maps_now: bool = True, hold_walks: bool = False) -> None:
         """Start tracking pid; a forked child starts with its parent's code."""
         with self._lock:
             if pid not in self._spaces:
@@ -53,21 +56,37 @@ class MappingTracker:
                     space.retired = list(parent_spaces[-1].current.values())
                 self._spaces[pid] = [space]
         if read_maps_now:
-            self.refresh(pid)
+            self.refresh(pid, hold_walks=hold_walks)
 
-    def process_exec(self, pid: int, now_ns: int) -> None:
-        """A new program image: drop the old trie entries, start a new space."""
+    def process_exec(self, pid: int, now_ns: int, exec_count: int, hold_walks: bool = False) -> bool:
+        """A new program image (the kernel's exec_count-th since followed):
+        drop the old trie entries, start a new space; or date the space a
+        refresh already opened for it (its maps read before this event came),
+        and return True."""
         with self._lock:
             spaces = self._spaces.setdefault(pid, [])
-            if spaces:
-                self._installer.uninstall(spaces[-1])
-            spaces.append(AddressSpace(pid, len(spaces), now_ns))
-        self.refresh(pid)
+            last = spaces[-1] if spaces else None
+            if last is not None and not last.dated and exec_count <= last.exec_count:
+                known = exec_count == last.exec_count
+                if known:
+                    last.started_ns, last.dated = now_ns, True
+                else:  # an exec before the one whose maps were read: nothing known of it
+                    spaces.insert(len(spaces) - 1, AddressSpace(pid, len(spaces), now_ns, exec_count=exec_count))
+                for space in spaces:
+                    space.revision += 1  # a sample time may fall in another space now
+            else:
+                known = False
+                if last is not None:
+                    self._installer.uninstall(last)
+                spaces.append(AddressSpace(pid, len(spaces), now_ns, exec_count=exec_count))
+        self.refresh(pid, hold_walks=hold_walks)
+        return known
 
     def process_exit(self, pid: int) -> None:
         """Trie entries go; what is needed to symbolise its samples stays."""
         with self._lock:
             self._exited.add(pid)
+            self._held_walks.pop(pid, None)
             for space in self._spaces.get(pid, []):
                 self._installer.uninstall(space)
 
@@ -80,6 +99,7 @@ class MappingTracker:
             if pid in self._exited:
                 self._exited.discard(pid)
                 self._spaces.pop(pid, None)
+                self._held_walks.pop(pid, None)
             now = time.monotonic()
             if now >= self._next_prune:
                 self._next_prune = now + PRUNE_IMAGES_S
@@ -96,11 +116,14 @@ class MappingTracker:
         }
         self._installer.prune_images(held)
 
-    def refresh(self, pid: int, provisional: list[TriePrefix] | None = None) -> None:
+    def refresh(self, pid: int, provisional: list[TriePrefix] | None = None, hold_walks: bool = False) -> None:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional
         prefixes the BPF program added for new executable memory go. Then the
         kernel's walks trust the entries, unless pid exec'd meanwhile (its
-        exec count, read before the maps, tells)."""
+        exec count, read before the maps, tells), or hold_walks: until
+        release_walks, its samples still carry their stacks (for a runtime's
+        frames the kernel cannot record yet), while its code is known at once,
+        even if it exits before then."""
         exec_count = self._trie.begin_maps_read(pid)
         read_ns = time.monotonic_ns()
         entries = [entry for entry in read_maps(pid) if entry.executable]
@@ -109,6 +132,13 @@ class MappingTracker:
             if not spaces or not entries:
                 return
             space = spaces[-1]
+            if exec_count is not None and exec_count > space.exec_count:
+                # Read after an exec whose event is still on its way (a fork
+                # event read late): the maps are that exec's. A process that
+                # exits before the event is read keeps its code known.
+                self._installer.uninstall(space)
+                space = AddressSpace(pid, len(spaces), read_ns, exec_count=exec_count, dated=False)
+                spaces.append(space)
             space.maps_read_ns = max(space.maps_read_ns, read_ns)
             if pid in self._exited:
                 self._note_exiting_maps(pid, space, entries)
@@ -132,6 +162,18 @@ class MappingTracker:
                     self._installer.remove(mapping, keep=in_use)
                     space.retired.append(mapping)
                 self._trie.remove_prefixes([prefix for prefix in provisional or [] if prefix not in in_use])
+            if exec_count is None or pid in self._exited:
+                return
+            if hold_walks:
+                self._held_walks[pid] = exec_count
+                return
+            self._held_walks.pop(pid, None)
+            self._trie.mark_maps_read(pid, exec_count)
+
+    def release_walks(self, pid: int) -> None:
+        """The kernel may walk pid's stacks with the maps a held refresh read."""
+        with self._lock:
+            exec_count = self._held_walks.pop(pid, None)
             if exec_count is not None and pid not in self._exited:
                 self._trie.mark_maps_read(pid, exec_count)
 

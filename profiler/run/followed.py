@@ -54,14 +54,19 @@ class FollowedProcesses:
         self.live.add(pid)
         if self._jit_files is not None:
             self.seen.add(pid)
+        self._tracker.add_process(pid, parent, read_maps_now, hold_walks=True)
         if read_maps_now:
-            # The runtime's sources first: once the trie knows the process the
-            # kernel walks its stacks, and a JS frame walked before the kernel
-            # knows it runs V8 would stay unnamed.
-            self._jit_sources.watch(pid)
-        self._tracker.add_process(pid, parent, read_maps_now)
-        if read_maps_now and self._on_new_process is not None:
-            self._on_new_process(pid, comm)
+            self._know_runtime(pid)
+            if self._on_new_process is not None:
+                self._on_new_process(pid, comm)
+
+    def _know_runtime(self, pid: int) -> None:
+        """pid's maps are read, and its samples still carry their stacks: its
+        runtime's sources are told of it (reading V8's layout from a binary
+        the first time takes 0.1 s, a short process's whole life), then the
+        kernel walks its stacks, recording what the runtime needs."""
+        self._jit_sources.watch(pid)
+        self._tracker.release_walks(pid)
 
     def add_spawned(self, pid: int) -> None:
         """Until exec the child is a copy of jitprof: nothing of it to map."""
@@ -118,8 +123,10 @@ class FollowedProcesses:
             self.awaiting_exec.discard(event.pid)
             if self._jit_files is not None:  # first: whatever happens next, its files are removed at the end
                 self._jit_files.note_process(event.pid)
-            self._jit_sources.watch(event.pid)  # before the trie: see add
-            self._tracker.process_exec(event.pid, event.time_ns)
+            if self._tracker.process_exec(event.pid, event.time_ns, event.exec_count, hold_walks=True):
+                self._tracker.release_walks(event.pid)  # its runtime was noted with its maps (at its fork)
+            else:
+                self._know_runtime(event.pid)
             if self._on_new_process is not None:
                 self._on_new_process(event.pid, event.comm)
         elif event.event_type is EventType.EXIT and event.tid in self.live:

@@ -82,3 +82,92 @@ def test_maps_read_after_the_exit_install_nothing():
         assert lookup.mapping is not None and lookup.mapping.entry.path.endswith("/libc.so.6")
     finally:
         tracker.close()
+
+
+def _process_gone_after_exec(monkeypatch, pid):
+    """pid's maps read once (the image after an exec), then nothing: it exited."""
+    entries = read_maps(pid)
+    reads = iter([entries])
+    monkeypatch.setattr(mappings, "read_maps", lambda asked: next(reads, []) if asked == pid else read_maps(asked))
+
+
+def test_maps_read_after_an_exec_whose_event_is_late_are_that_exec_s(monkeypatch):
+    """A fork event read after the child exec'd (and the runtime's sources
+    slow to learn of it): the maps read then are the new image's. The exec's
+    event, read after the process is gone, must not leave that image with
+    nothing: its samples resolve to what was read."""
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie, TableStates())
+    try:
+        pid = os.getpid()
+        _process_gone_after_exec(monkeypatch, pid)
+        trie.exec_counts[pid] = 1  # exec'd once since followed (at its fork)
+        tracker.add_process(pid, hold_walks=True)
+        assert trie.maps_read == {}  # held: its samples still carry their stacks
+        tracker.release_walks(pid)
+        assert trie.maps_read == {pid: 1}
+        exec_ns = time.monotonic_ns() - 50_000_000  # the exec was before the read
+        assert tracker.process_exec(pid, exec_ns, 1)  # known already: no second look at its runtime
+        lookup = tracker.find(pid, exec_ns + 1, libc_text(pid))
+        assert lookup.mapping is not None and lookup.mapping.entry.path.endswith("/libc.so.6")
+        # Before the exec, the image forked from (here: nothing known).
+        assert tracker.find(pid, exec_ns - 1, libc_text(pid)).mapping is None
+    finally:
+        tracker.close()
+
+
+def test_an_exec_read_in_order_starts_a_new_space(monkeypatch):
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie, TableStates())
+    try:
+        pid = os.getpid()
+        tracker.add_process(pid)
+        assert trie.maps_read == {pid: 0} and trie.entries
+        trie.exec_counts[pid] = 1
+        _process_gone_after_exec(monkeypatch, pid)
+        exec_ns = time.monotonic_ns()
+        assert not tracker.process_exec(pid, exec_ns, 1, hold_walks=True)
+        assert trie.maps_read == {pid: 0} and trie.entries  # the new image's entries, walks held
+        tracker.release_walks(pid)
+        assert trie.maps_read == {pid: 1}
+        assert tracker.find(pid, exec_ns + 1, libc_text(pid)).mapping is not None
+        # The old image's mappings serve its own samples.
+        assert tracker.find(pid, exec_ns - 1, libc_text(pid)).mapping is not None
+        assert (
+            tracker.find(pid, exec_ns - 1, libc_text(pid)).generation != tracker.find(pid, exec_ns + 1, libc_text(pid)).generation
+        )
+    finally:
+        tracker.close()
+
+
+def test_an_exec_between_two_read_late_is_its_own_space(monkeypatch):
+    """Two execs before either event is read, the maps read after both: the
+    first exec's samples are not given the second image's mappings."""
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie, TableStates())
+    try:
+        pid = os.getpid()
+        _process_gone_after_exec(monkeypatch, pid)
+        trie.exec_counts[pid] = 2
+        tracker.add_process(pid)
+        first_ns = time.monotonic_ns() - 80_000_000
+        second_ns = first_ns + 10_000_000
+        assert not tracker.process_exec(pid, first_ns, 1)
+        assert tracker.process_exec(pid, second_ns, 2)
+        assert tracker.find(pid, first_ns + 1, libc_text(pid)).mapping is None
+        assert tracker.find(pid, second_ns + 1, libc_text(pid)).mapping is not None
+    finally:
+        tracker.close()
+
+
+def test_held_walks_of_a_process_that_exits_are_never_released():
+    trie = RecordingTrie()
+    tracker = MappingTracker(trie, TableStates())
+    try:
+        pid = os.getpid()
+        tracker.add_process(pid, hold_walks=True)
+        tracker.process_exit(pid)
+        tracker.release_walks(pid)
+        assert trie.maps_read == {}
+    finally:
+        tracker.close()

@@ -21,6 +21,7 @@ class RecordingTrie:
         self.entries = {}
         self.capacity = capacity
         self.maps_read = {}  # pid -> exec count the maps were read at
+        self.exec_counts = {}  # pid -> how many times the kernel saw it exec
 
     def add_prefixes(self, prefixes, kind, load_bias, table_id=0):
         rejected = 0
@@ -36,7 +37,7 @@ class RecordingTrie:
             self.entries.pop(prefix, None)
 
     def begin_maps_read(self, pid):
-        return 0
+        return self.exec_counts.get(pid, 0)
 
     def mark_maps_read(self, pid, exec_count):
         self.maps_read[pid] = exec_count
