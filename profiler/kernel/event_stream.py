@@ -48,8 +48,8 @@ class EventStream:
             self._ring.poll(timeout_ms, batch)
         if not batch.full:
             self._ring.consume(batch)
-        for address, size in batch.records():
-            self._dispatch(address, size)
+        for record in batch.records():
+            self._dispatch(record)
         return batch.full
 
     @property
@@ -57,12 +57,13 @@ class EventStream:
         """Records that could not be decoded or did not fit a batch."""
         return self._malformed + (self._batch.dropped if self._batch is not None else 0)
 
-    def _dispatch(self, data: int, size: int) -> None:
+    def _dispatch(self, record: memoryview) -> None:
         traffic = self.traffic
+        size = len(record)
         traffic.records += 1
         traffic.bytes += size
         try:
-            event = decode_event(data, size)
+            event = decode_event(record)
         except MalformedEvent:
             self._malformed += 1
             return

@@ -207,9 +207,10 @@ class MappingTracker:
             space.provisional.append(KnownMapping(entry, [], None, attached=True))
             space.revision += 1
 
-    def refresh_all(self) -> None:
+    def refresh_all(self, only: set[int] | None = None) -> None:
+        """Read again the maps of every live process followed, or of those in only."""
         with self._lock:
-            pids = [pid for pid in self._spaces if pid not in self._exited]
+            pids = [pid for pid in self._spaces if pid not in self._exited and (only is None or pid in only)]
         for pid in pids:
             self.refresh(pid)
 

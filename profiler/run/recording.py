@@ -46,7 +46,13 @@ if TYPE_CHECKING:
 
 POLL_MS = 100
 DRAIN_BATCHES = 4  # at the end: what the ring holds (4 MiB) and what came meanwhile
+# The maps of processes sampled since the last rescan are read again this
+# often (new executable memory is told by the kernel at once: this catches
+# what it does not tell, code unmapped), and every process's this often: a
+# process that did not run changed nothing, and reading every map every
+# second was a tenth of an idle agent's CPU.
 MAPS_RESCAN_S = 1.0
+MAPS_RESCAN_ALL_S = 30.0
 SYMBOLIZE_BUDGET_S = 30.0  # after sampling: a second Ctrl-C or SIGTERM ends it sooner
 SOURCE_MAPS_BUDGET_S = 30.0  # after that, frames not mapped yet are shown as generated
 # After this, none of an exited process's samples wait for its JIT files any
@@ -72,6 +78,7 @@ class Recording:
         # The samples of one poll, handed to the symbolizer together: one
         # wake-up of its thread per poll, not per sample (most of jitprof's own CPU was those).
         self._polled_samples: list[RawSample] = []
+        self._sampled_since_rescan: set[int] = set()
         self._followed: FollowedProcesses | None = None
         self._mode: RunMode = WholeMachine()
         self._stop_signal: int | None = None
@@ -261,6 +268,7 @@ class Recording:
         assert self._tracker is not None and self._followed is not None and self._symbolizer is not None
         deadline = time.monotonic() + self.options.duration_s if self.options.duration_s else None
         next_rescan = time.monotonic() + MAPS_RESCAN_S
+        next_full_rescan = time.monotonic() + MAPS_RESCAN_ALL_S
         push = self._push
         next_cut = time.monotonic() + push.options.interval_s if push is not None else None
         next_trim = time.monotonic() + TRIM_HEAP_S
@@ -276,7 +284,11 @@ class Recording:
             for pid in self._followed.exited_before(now - RETIRE_AFTER_S):
                 self._symbolizer.retire(pid, functools.partial(self._forget, pid))
             if now >= next_rescan:
-                self._tracker.refresh_all()
+                full = now >= next_full_rescan
+                self._tracker.refresh_all(None if full else self._sampled_since_rescan)
+                self._sampled_since_rescan = set()
+                if full:
+                    next_full_rescan = now + MAPS_RESCAN_ALL_S
                 self._followed.sweep()
                 if self._unwind_tables is not None:
                     self._unwind_tables.sweep()
@@ -337,6 +349,7 @@ class Recording:
         assert self._symbolizer is not None and self._followed is not None
         if isinstance(event, RawSample):
             if self._followed.wants_samples_of(event.pid):
+                self._sampled_since_rescan.add(event.pid)
                 self._symbolizer.note(event)
                 self._polled_samples.append(event)
             return

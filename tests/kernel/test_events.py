@@ -24,7 +24,7 @@ def record(header: _RawSampleHeader, addresses=(), copy: _RawStackCopy | None = 
 
 
 def decode(buffer, size=None):
-    return decode_event(ctypes.addressof(buffer), len(buffer) if size is None else size)
+    return decode_event(memoryview(buffer).cast("B")[: len(buffer) if size is None else size])
 
 
 def test_a_sample_is_its_header_and_its_frames():
@@ -51,7 +51,7 @@ def test_a_deferred_sample_carries_its_stack_copy():
 
 def test_decodes_process_events():
     raw = _RawProcessEvent(event_type=2, pid=20, tid=20, parent_pid=10, time_ns=7, comm=b"sh")
-    event = decode_event(ctypes.addressof(raw), ctypes.sizeof(raw))
+    event = decode_event(memoryview(raw).cast("B"))
     assert isinstance(event, ProcessEvent) and event.event_type is EventType.FORK and event.parent_pid == 10
 
 
@@ -78,4 +78,4 @@ def test_malformed_samples_raise(frame_count, walk_end, addresses, copy_length, 
 def test_malformed_records_raise(event_type, size):
     raw = _RawProcessEvent(event_type=event_type)
     with pytest.raises(MalformedEvent):
-        decode_event(ctypes.addressof(raw), size)
+        decode_event(memoryview(raw).cast("B")[:size])

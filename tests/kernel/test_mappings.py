@@ -171,3 +171,22 @@ def test_held_walks_of_a_process_that_exits_are_never_released():
         assert trie.maps_read == {}
     finally:
         tracker.close()
+
+
+def test_a_rescan_reads_only_the_processes_asked_for(monkeypatch):
+    """Processes not sampled since the last rescan did not run: their maps
+    are not read again until the full rescan."""
+    own = read_maps(os.getpid())
+    read = []
+    monkeypatch.setattr(mappings, "read_maps", lambda pid: read.append(pid) or own)
+    tracker = MappingTracker(RecordingTrie(), TableStates())
+    try:
+        for pid in (1001, 1002, 1003):
+            tracker.add_process(pid)
+        read.clear()
+        tracker.refresh_all({1002, 4242})
+        assert read == [1002]
+        tracker.refresh_all()
+        assert sorted(read[1:]) == [1001, 1002, 1003]
+    finally:
+        tracker.close()

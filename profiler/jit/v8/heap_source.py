@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import dataclasses
 import functools
 import os
 import queue
@@ -473,7 +472,7 @@ class V8HeapSymbols(JitSymbolSource):
         if code is None or code.kind not in (process.layout.code_kind_maglev, process.layout.code_kind_turbofan):
             return record
         inlining = self._inlining(process, code)
-        return record if inlining is None else dataclasses.replace(record, shared=inlining.shared)
+        return record if inlining is None else record._replace(shared=inlining.shared)
 
     def _same_bytecode(self, process: _Process, held: int, bytecode_array: int) -> bool:
         """Is what baseline code holds (its BytecodeArray, or an InterpreterData
