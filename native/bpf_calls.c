@@ -128,7 +128,6 @@ int jp_perf_event_attach(int program_fd, uint32_t event_type, uint64_t config, u
  * consumer page we write, then the producer page and the data area, mapped
  * twice in a row so a record that wraps reads as one. */
 struct jp_ring {
-    int map_fd;
     int epoll_fd;
     uint64_t size; /* of the data area: a power of two */
     size_t page_size;
@@ -153,7 +152,6 @@ int jp_ring_open(int map_fd, uint64_t data_size, struct jp_ring **ring_out) {
         return -EINVAL;
     struct jp_ring *ring = calloc(1, sizeof(*ring));
     if (ring == NULL) return -ENOMEM;
-    ring->map_fd = map_fd;
     ring->epoll_fd = -1;
     ring->size = data_size;
     ring->page_size = (size_t)page;
@@ -195,7 +193,7 @@ int jp_ring_consume(struct jp_ring *ring, struct jp_ring_batch *batch) {
             consumer += step;
             int stop = 0;
             if (!(length & BPF_RINGBUF_DISCARD_BIT)) {
-                stop = jp_ring_collect(batch, (void *)((const uint8_t *)header + BPF_RINGBUF_HDR_SZ), size) < 0;
+                stop = jp_ring_collect(batch, (const uint8_t *)header + BPF_RINGBUF_HDR_SZ, size) < 0;
                 taken++;
             }
             __atomic_store_n(ring->consumer_position, consumer, __ATOMIC_RELEASE);

@@ -122,8 +122,8 @@ struct jp_ring_batch {
     uint32_t full;             /* the batch stopped the consume loop: more may wait in the ring */
     uint32_t reserved;
 };
-/* Takes one record into the batch (context); negative: stop consuming, with this record taken. */
-int jp_ring_collect(void *context, void *data, size_t size);
+/* Takes one record into the batch; negative: stop consuming, with this record taken. */
+int jp_ring_collect(struct jp_ring_batch *batch, const void *data, size_t size);
 /* Kernel calls for a loaded sampler (bpf_calls.c): what the kernel gave (a
  * descriptor, 0), or -errno. */
 int jp_bpf_map_create(uint32_t map_type, const char *name, uint32_t key_size, uint32_t value_size, uint32_t max_entries,

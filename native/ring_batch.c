@@ -13,8 +13,7 @@ static uint64_t slot_bytes(uint64_t size) {
     return 8 + ((size + 7) & ~(uint64_t)7);
 }
 
-int jp_ring_collect(void *context, void *data, size_t size) {
-    struct jp_ring_batch *batch = context;
+int jp_ring_collect(struct jp_ring_batch *batch, const void *data, size_t size) {
     if (batch->used > batch->capacity) return -1; /* never: the batch's fields are ours */
     uint64_t room = batch->capacity - batch->used;
     uint64_t slot = slot_bytes(size);

@@ -12,14 +12,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-from pathlib import Path
 from typing import Any
 
 from profiler.kernel.preflight import TRACEFS
 from profiler.native import library
 from profiler.native.ring_batch import RingBatch
 
-TRACEFS_EVENTS = (TRACEFS / "events", Path("/sys/kernel/debug/tracing/events"))
 PERF_TYPE_TRACEPOINT = 2
 
 _library: ctypes.CDLL | None = None
@@ -112,14 +110,12 @@ def attach_perf_event(program_fd: int, event_type: int, config: int, frequency_h
 
 def attach_tracepoint(program_fd: int, category: str, event: str) -> int:
     """The program on a tracepoint (every process, every CPU): the perf
-    event's descriptor, or -errno."""
-    for events in TRACEFS_EVENTS:
-        try:
-            identifier = int((events / category / event / "id").read_text())
-        except (OSError, ValueError):
-            continue
-        return int(_native().jp_perf_event_attach(program_fd, PERF_TYPE_TRACEPOINT, identifier, 1, 0, -1, 0))
-    return -errno.ENOENT  # no such tracepoint in tracefs
+    event's descriptor, or -errno. (preflight has tracefs mounted.)"""
+    try:
+        identifier = int((TRACEFS / "events" / category / event / "id").read_text())
+    except (OSError, ValueError):
+        return -errno.ENOENT  # no such tracepoint
+    return int(_native().jp_perf_event_attach(program_fd, PERF_TYPE_TRACEPOINT, identifier, 1, 0, -1, 0))
 
 
 class Ring:

@@ -1,6 +1,7 @@
 """Ring-buffer records gathered in C (native/ring_batch.c), called here as
-libbpf's consume loop calls it: each record copied in order, the loop told
-to stop while the largest record still fits, nothing written past the end."""
+the ring's consumer (native/bpf_calls.c) calls it: each record copied in
+order, the loop told to stop while the largest record still fits, nothing
+written past the end."""
 
 from __future__ import annotations
 
@@ -20,14 +21,13 @@ def native():
 def collect(native, batch: ring_batch.RingBatch, record: bytes) -> int:
     ffi, lib = native
     data = ffi.from_buffer(record)
-    return lib.jp_ring_collect(batch.pointer, ffi.cast("void *", data), len(record))
+    return lib.jp_ring_collect(batch.pointer, data, len(record))
 
 
 def test_records_come_back_in_order_with_their_sizes(native):
     batch = ring_batch.RingBatch()
     records = [b"", b"a", b"0123456789abcdef", bytes(range(256)) * 3, b"x" * 13]
     assert [collect(native, batch, record) for record in records] == [0] * len(records)
-    ffi, _ = native
     taken = [bytes(record) for record in batch.records()]
     assert taken == records and len(batch) == len(records) and not batch.full
     batch.clear()
