@@ -149,10 +149,26 @@ class KernelMaps:
 
     # Unwind tables -------------------------------------------------------
 
-    def unwind_rows_memory(self) -> mmap.mmap:
-        """The row array, mapped into this process for bulk writes."""
-        descriptor = self._maps["unwind_rows"]
-        return mmap.mmap(descriptor, UNWIND_ROWS * UNWIND_ROW_SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    def write_unwind_rows(self, first_row: int, packed: bytes) -> None:
+        """Packed rows into the row array from first_row, through a mapping of
+        just their pages, let go at once: a mapped BPF array is resident in
+        full while the mapping lasts, and its 32 MiB would count in this
+        process's memory as well as the kernel's."""
+        start = first_row * UNWIND_ROW_SIZE
+        end = start + len(packed)
+        if first_row < 0 or end > UNWIND_ROWS * UNWIND_ROW_SIZE:
+            raise ValueError(f"rows {first_row}+{len(packed) // UNWIND_ROW_SIZE} beyond the array")
+        if not packed:
+            return
+        window_start = start - start % mmap.ALLOCATIONGRANULARITY
+        with mmap.mmap(
+            self._maps["unwind_rows"],
+            end - window_start,
+            mmap.MAP_SHARED,
+            mmap.PROT_READ | mmap.PROT_WRITE,
+            offset=window_start,
+        ) as window:
+            window[start - window_start :] = packed
 
     def publish_unwind_table(self, table_id: int, first_row: int, row_count: int) -> None:
         """A live table, or (TABLE_PENDING, 0) for one being built, or (0, 0): none."""

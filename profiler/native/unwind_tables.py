@@ -1,6 +1,6 @@
 """Unwind tables in the kernel: one shared row array, a slice per ELF file.
 
-Rows are written straight into the BPF array through mmap; a table goes live
+Rows are written straight into the BPF array (a mapping of their pages); a table goes live
 when its (first row, row count) entry is written, so the walker never sees a
 half-written table. Tables are built on a thread: sampling does not wait; a
 table is published as pending meanwhile, and the kernel defers walks that
@@ -13,7 +13,6 @@ node's in about a tenth of a second, libc's in milliseconds.
 from __future__ import annotations
 
 import enum
-import mmap
 import queue
 import threading
 import time
@@ -68,12 +67,12 @@ class _Table:
 class UnwindTableStore:
     def __init__(
         self,
-        rows_memory: mmap.mmap,
+        write_rows: Callable[[int, bytes], None],
         capacity_rows: int,
         max_tables: int,
         publish: Callable[[int, int, int], None],
     ) -> None:
-        self._memory = rows_memory
+        self._write_rows = write_rows  # (first_row, packed) into the BPF array
         self._publish = publish  # (table_id, first_row, row_count) into the BPF map
         self._max_tables = max_tables
         self._lock = threading.Lock()
@@ -250,8 +249,7 @@ class UnwindTableStore:
             if first is None:
                 self.stats.rejected_full[table.image.path] = self.stats.rejected_full.get(table.image.path, 0) + 1
                 return
-            start = first * unwind_rows.ROW_SIZE
-            self._memory[start : start + len(packed)] = packed
+            self._write_rows(first, packed)
             table.first_row, table.row_count, table.live = first, count, True
             self._publish(table.table_id, first, count)
             self.stats.tables_live += 1

@@ -128,7 +128,7 @@ class Recording:
         if self.options.dwarf:
             library.load()  # a missing build is one error now, not a failure per file later
             self._unwind_tables = UnwindTableStore(
-                program.maps.unwind_rows_memory(),
+                program.maps.write_unwind_rows,
                 UNWIND_ROWS,
                 UNWIND_TABLES,
                 program.maps.publish_unwind_table,

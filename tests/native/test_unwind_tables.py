@@ -22,8 +22,13 @@ def wait_for(predicate, timeout=30.0):
 def make_store(capacity_rows):
     memory = mmap.mmap(-1, capacity_rows * unwind_rows.ROW_SIZE)
     published = {}
+
+    def write_rows(first_row, packed):
+        start = first_row * unwind_rows.ROW_SIZE
+        memory[start : start + len(packed)] = packed
+
     store = UnwindTableStore(
-        memory, capacity_rows, 16, lambda table_id, first, count: published.__setitem__(table_id, (first, count))
+        write_rows, capacity_rows, 16, lambda table_id, first, count: published.__setitem__(table_id, (first, count))
     )
     return store, memory, published
 
