@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 from profiler.jit.jitdump import CodeLoad, JitdumpFile
 from profiler.jit.names import frame_for_name
+from profiler.jit.rescan import Rescan
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import process_uid
 from profiler.kernel.procmaps import read_maps
 from profiler.model.profile import Frame, FrameKind
 
-RESCAN_INTERVAL_S = 0.2
 TAIL_INTERVAL_S = 0.01
 MAX_DUMPS_PER_PROCESS = 8
 _DUMP_NAME = re.compile(r"/jit-\d+\.dump$")
@@ -37,7 +37,7 @@ class _ProcessDumps:
     dumps: list[JitdumpFile] = field(default_factory=list)
     identities: set[tuple[int, int]] = field(default_factory=set)
     refused: str = ""
-    last_scan: float = 0.0
+    rescan: Rescan = field(default_factory=Rescan)
     last_tail: float = 0.0
 
 
@@ -75,9 +75,10 @@ class JitdumpSymbols(JitSymbolSource):
     def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
         state = self._state(pid)
         now = time.monotonic()
-        if now - state.last_scan >= RESCAN_INTERVAL_S:
-            state.last_scan = now
+        if state.rescan.due(now):
+            known = len(state.dumps)
             self._scan(state)
+            state.rescan.looked(now, len(state.dumps) > known)
         if not state.dumps:
             return None
         _tail_if_due(state, now)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from profiler.jit import runtimes
 from profiler.jit.names import frame_for_name
 from profiler.jit.perfmap import EntryBudget, PerfMapFile, PerfMapRefused, candidate_paths, open_perf_map
+from profiler.jit.rescan import Rescan
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.proc_status import process_uid
 from profiler.model.profile import Frame
 
-RETRY_OPEN_S = 0.2  # a process may write its perf map a little after it starts
 TAIL_INTERVAL_S = 0.01
 
 
@@ -33,7 +33,7 @@ class _ProcessMap:
     runtime: runtimes.Runtime | None
     file: PerfMapFile | None = None
     refused: str = ""
-    last_open_attempt: float = 0.0
+    rescan: Rescan = field(default_factory=Rescan)  # a process may write its map after it starts
     last_tail: float = 0.0
     frames: dict[int, Frame] = field(default_factory=dict)  # by entry sequence
     reloads: int = 0
@@ -117,7 +117,7 @@ class PerfMapSymbols(JitSymbolSource):
         if state is None:
             return (0, 0)
         if state.file is None:
-            state = self._state(pid)  # at most every RETRY_OPEN_S
+            state = self._state(pid)  # tries to open it when due (see Rescan)
         with self._reading:
             if state.file is None:
                 return (0, 0)
@@ -163,9 +163,9 @@ class PerfMapSymbols(JitSymbolSource):
                 state = self._maps[pid] = self._new_state(pid)
         if state.file is None and not state.refused:
             now = time.monotonic()
-            if now - state.last_open_attempt >= RETRY_OPEN_S:
-                state.last_open_attempt = now
+            if state.rescan.due(now):
                 state.file = _open_map(state, self._budget)
+                state.rescan.looked(now, state.file is not None)
         return state
 
     def reports(self) -> list[PerfMapReport]:

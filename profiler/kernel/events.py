@@ -170,6 +170,10 @@ class RawSample:
     user_mode: bool
     stack_copy: StackCopy | None = None
     v8_frames: tuple[V8FrameSlots, ...] = ()  # by frame_index, each index at most once
+    # The callers' words as the kernel wrote them (their addresses and V8
+    # slots, not the leaf's): one compact key under which the names of a
+    # stack's callers are remembered. Empty once user space changed the stack.
+    caller_words: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -294,6 +298,8 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
     if walk_end is None:
         raise MalformedEvent(f"walk end {walk_end_value}")
     v8_frames: tuple[V8FrameSlots, ...] = ()
+    callers_end = _HEADER_SIZE + 8 if count else _HEADER_SIZE  # the leaf's address is not a caller's
+    caller_words = bytes(record[callers_end:addresses_end])
     if v8_count:
         v8_end = addresses_end + v8_count * _V8_FRAME_SIZE
         if v8_count > count or size < v8_end:
@@ -303,6 +309,9 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
             for shared, code, bytecode_array, offset, index, flags in _V8_FRAME.iter_unpack(record[addresses_end:v8_end])
             if index < count
         )
+        # The kernel writes the leaf's slots first, when it read them.
+        leaf_slots = _V8_FRAME_SIZE if v8_frames and v8_frames[0].frame_index == 0 else 0
+        caller_words += record[addresses_end + leaf_slots : v8_end]
         addresses_end = v8_end
     stack_copy = None
     if walk_end is WalkEnd.DEFERRED:
@@ -334,4 +343,5 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         user_mode=bool(user_mode),
         stack_copy=stack_copy,
         v8_frames=v8_frames,
+        caller_words=caller_words,
     )

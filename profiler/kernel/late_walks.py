@@ -99,7 +99,12 @@ class LateWalks:
             ]
             records = records + self.recorder.record_walked_frames(sample.pid, walked, copy)
         return dataclasses.replace(
-            sample, addresses=sample.addresses + result.frames, walk_end=end, stack_copy=None, v8_frames=records
+            sample,
+            addresses=sample.addresses + result.frames,
+            walk_end=end,
+            stack_copy=None,
+            v8_frames=records,
+            caller_words=b"",
         )
 
     def _want_table_at(self, pid: int, mappings: list[KnownMapping], address: int) -> None:

@@ -39,7 +39,8 @@ PARK_RETRY_S = 0.2
 MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
 
 
-MAX_STACKS = 100_000  # whole stacks remembered (see resolve_sample)
+MAX_STACKS = 20_000  # stacks' callers remembered (see resolve_sample): a few MiB
+EPOCHS_REUSE_S = 0.01  # as often as the JIT sources read what their processes write
 MAX_MEMO = 1_000_000  # named addresses remembered
 MAX_FUNCTION_LINES = 100_000
 MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
@@ -201,12 +202,13 @@ class Symbolizer:
         # By process, so that a process's entries go with it: (generation, address) -> frame ids
         self._memo: dict[int, dict[tuple[int, int], tuple[int, ...]]] = {}
         self._memo_entries = 0
-        # pid -> (generation, addresses) -> (what was known then, user frame ids)
-        self._stacks: dict[
-            int, dict[tuple[int, tuple[int, ...], tuple[V8FrameSlots, ...]], tuple[tuple[object, ...], tuple[int, ...]]]
-        ] = {}
+        # pid -> (generation, the callers' words) -> (what was known then, the callers' frame ids)
+        self._stacks: dict[int, dict[tuple[int, object], tuple[object, tuple[int, ...]]]] = {}
         self._stack_entries = 0
         self.stack_hits = 0
+        # pid -> the JIT sources' epochs and latest news, while a batch is named (see _epochs)
+        self._epoch_memo: dict[int, tuple[tuple[tuple[int, int], ...], int]] | None = None
+        self._epochs_asked = 0.0
         self._kernel_memo: dict[int, int] = {}
         self._queue: queue.Queue[list[RawSample] | _Retire | _Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
@@ -308,6 +310,7 @@ class Symbolizer:
                 elif isinstance(raw, _Call):
                     self._call(raw)
                 else:
+                    self._start_batch()
                     for index, sample in enumerate(raw):
                         if self._abandoned.is_set():
                             self._give_up(raw[index:])
@@ -316,7 +319,14 @@ class Symbolizer:
             now = time.monotonic()
             if self._parked and now >= next_retry:
                 next_retry = now + PARK_RETRY_S
+                self._start_batch()
                 self._retry_parked(now, final=False)
+            self._epoch_memo = None
+
+    def _start_batch(self) -> None:
+        """Samples named together ask the JIT sources once per process (_epochs)."""
+        self._epoch_memo = {}
+        self._epochs_asked = time.monotonic()
 
     def _retire(self, request: _Retire) -> None:
         waiting = [entry for entry in self._parked if entry.raw.pid == request.pid]
@@ -404,37 +414,34 @@ class Symbolizer:
     def resolve_sample(self, raw: RawSample, may_park: bool = False) -> Sample:
         """The sample with named frames; with `may_park`, _NotNamedYet when
         JIT code in it has no name yet."""
-        # A program in a steady state repeats its stacks: one seen before, while
-        # nothing new is known of the process's mappings or JIT code (and taken
-        # after the latest news, which may have been about earlier times), has
-        # the same frames.
+        # A program in a steady state repeats its callers, while its leaf moves
+        # from instruction to instruction: callers seen before, while nothing
+        # new is known of the process's mappings or JIT code (and taken after
+        # the latest news, which may have been about earlier times), have the
+        # same frames. The leaf is named on its own, from the memos.
         generation, revision = self._tracker.space_state(raw.pid, raw.time_ns)  # once a sample, not once a frame
-        epochs = [source.epoch(raw.pid) for source in self.jit_sources]
-        known = (revision, *epochs)
-        settled = raw.time_ns >= max((latest for _revision, latest in epochs), default=0)
+        epochs, latest = self._epochs(raw.pid)
+        known = (revision, epochs)
+        records = {record.frame_index: record for record in raw.v8_frames} if raw.v8_frames else {}
+        addresses = raw.addresses
+        leaf_ids = self._resolve_frame(raw, generation, 0, records, may_park)[0] if addresses else []
         stacks = self._stacks.setdefault(raw.pid, {})
-        stack_key = (generation, raw.addresses, raw.v8_frames)
+        stack_key = (generation, raw.caller_words or (addresses[1:], raw.v8_frames))
+        settled = raw.time_ns >= latest
         remembered = stacks.get(stack_key) if settled else None
         if remembered is not None and remembered[0] == known:
             self.stack_hits += 1
-            user_ids = list(remembered[1])
+            caller_ids: Sequence[int] = remembered[1]
         else:
-            user_ids = []
-            records = {record.frame_index: record for record in raw.v8_frames}
             # A frame whose words could not be read now may read right soon
-            # (code being made): its stack is not remembered unnamed.
+            # (code being made): its callers are not remembered unnamed.
             all_read = True
-            for depth, address in enumerate(raw.addresses):  # leaf first
-                record = records.get(depth)
-                recorded = self._resolve_recorded(raw.pid, address, record, depth) if record is not None else None
-                all_read = all_read and (record is None or recorded is not None)
-                if recorded is not None:
-                    if recorded.keep_native:
-                        user_ids.append(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, False)[-1])
-                    user_ids.extend(self._profile.intern(frame) for frame in reversed(recorded.frames))
-                    continue
-                user_ids.extend(reversed(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park)))
-            user_ids.reverse()  # root first
+            collected: list[int] = []
+            for depth in range(len(addresses) - 1, 0, -1):  # root first
+                frame_ids, read = self._resolve_frame(raw, generation, depth, records, may_park)
+                collected.extend(frame_ids)
+                all_read = all_read and read
+            caller_ids = tuple(collected)
             if settled and all_read:
                 if self._stack_entries >= MAX_STACKS:
                     self._stacks.clear()
@@ -442,14 +449,55 @@ class Symbolizer:
                     stacks = self._stacks.setdefault(raw.pid, {})
                 if stack_key not in stacks:
                     self._stack_entries += 1
-                stacks[stack_key] = (known, tuple(user_ids))
+                stacks[stack_key] = (known, caller_ids)
         kernel_ids: list[int] = []
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
             kernel_ids = [self._resolve_kernel(address) for address in self._kernel_stack(raw.kernel_stack_id)]
             kernel_ids.reverse()
         return Sample(
-            raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(tuple(user_ids + kernel_ids)), raw.walk_end
+            raw.time_ns,
+            raw.pid,
+            raw.tid,
+            raw.comm,
+            self._profile.intern_stack((*caller_ids, *leaf_ids, *kernel_ids)),
+            raw.walk_end,
         )
+
+    def _epochs(self, pid: int) -> tuple[tuple[tuple[int, int], ...], int]:
+        """What each JIT source knows of pid's code, and the time of the
+        latest news. Asked once per process per batch of samples, at most
+        EPOCHS_REUSE_S apart: the sources read their files no more often."""
+        memo = self._epoch_memo
+        if memo is not None:
+            now = time.monotonic()
+            if now - self._epochs_asked > EPOCHS_REUSE_S:
+                memo.clear()
+                self._epochs_asked = now
+            known = memo.get(pid)
+            if known is not None:
+                return known
+        epochs = tuple(source.epoch(pid) for source in self.jit_sources)
+        known = (epochs, max((latest for _revision, latest in epochs), default=0))
+        if memo is not None:
+            memo[pid] = known
+        return known
+
+    def _resolve_frame(
+        self, raw: RawSample, generation: int, depth: int, records: dict[int, V8FrameSlots], may_park: bool
+    ) -> tuple[list[int], bool]:
+        """The frame ids at one depth of the stack, outermost first, and
+        whether the words the kernel read for it (if any) could be read."""
+        address = raw.addresses[depth]
+        record = records.get(depth) if records else None
+        if record is not None:
+            recorded = self._resolve_recorded(raw.pid, address, record, depth)
+            if recorded is not None:
+                frame_ids = [self._profile.intern(frame) for frame in recorded.frames]
+                if recorded.keep_native:
+                    # The address's own frame, an interpreter's handler say, is below them.
+                    frame_ids.append(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, False)[-1])
+                return frame_ids, True
+        return self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park), record is None
 
     def _resolve_recorded(self, pid: int, address: int, record: V8FrameSlots, depth: int) -> RecordedFrames | None:
         """A frame the kernel read a runtime's words for, named from them."""

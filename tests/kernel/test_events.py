@@ -12,6 +12,7 @@ from profiler.kernel.events import (
     _RawProcessEvent,
     _RawSampleHeader,
     _RawStackCopy,
+    _RawV8Frame,
     decode_event,
 )
 
@@ -36,6 +37,28 @@ def test_a_sample_is_its_header_and_its_frames():
     assert event.addresses == (0x10, 0x20, 0x30)
     assert event.walk_end is WalkEnd.NO_MAPPING and event.comm == "node" and event.user_mode
     assert event.stack_copy is None
+
+
+def test_a_samples_callers_words_leave_out_its_leaf():
+    """The key its callers are remembered under: their addresses and V8
+    slots, not the leaf's, which moves from sample to sample."""
+
+    def callers(addresses, frames):
+        header = _RawSampleHeader(event_type=1, pid=10, tid=10, frame_count=len(addresses), v8_frame_count=len(frames))
+        data = bytes(record(header, addresses)) + b"".join(bytes(_RawV8Frame(*frame)) for frame in frames)
+        event = decode(ctypes.create_string_buffer(data, len(data)))
+        assert [slots.frame_index for slots in event.v8_frames] == [frame[4] for frame in frames]
+        return event.caller_words
+
+    leaf = (0x100, 0x200, 0x300, 7, 0, 0)
+    caller = (0x110, 0x210, 0x310, 9, 1, 0)
+    words = callers((0x10, 0x20), [leaf, caller])
+    assert words == struct.pack("<Q", 0x20) + bytes(_RawV8Frame(*caller))
+    assert callers((0x11, 0x20), [(0x100, 0x200, 0x300, 8, 0, 0), caller]) == words
+    assert callers((0x10, 0x20), [caller]) == words  # no slots read for the leaf
+    assert callers((0x10, 0x21), [leaf, caller]) != words
+    assert callers((0x10, 0x20), [leaf, (0x110, 0x210, 0x310, 10, 1, 0)]) != words
+    assert callers((0x10,), []) == b"" and callers((), []) == b""
 
 
 def test_a_deferred_sample_carries_its_stack_copy():

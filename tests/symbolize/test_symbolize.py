@@ -166,6 +166,45 @@ def test_a_repeated_stack_is_named_once_while_nothing_new_is_known():
         tracker.close()
 
 
+def test_callers_are_remembered_while_the_leaf_moves():
+    """A loop's samples differ in their leaf's address only: their callers
+    are named once, each leaf on its own; other callers are named afresh."""
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    qsort, getpid, abort = (libc_function_address(name) for name in ("qsort", "getpid", "abort"))
+
+    def resolve(*addresses, caller_words):
+        sample = RawSample(
+            os.getpid(),
+            os.getpid(),
+            0,
+            time.monotonic_ns(),
+            "t",
+            addresses,
+            WalkEnd.COMPLETE,
+            -1,
+            True,
+            caller_words=caller_words,
+        )
+        return [profile.frames[frame].name for frame in symbolizer.resolve_sample(sample).frame_ids]
+
+    try:
+        assert resolve(getpid, qsort + 5, caller_words=b"qsort") == ["qsort", "getpid"]
+        assert resolve(getpid + 2, qsort + 5, caller_words=b"qsort") == ["qsort", "getpid"]
+        assert resolve(abort + 1, qsort + 5, caller_words=b"qsort") == ["qsort", "abort"]
+        assert symbolizer.stack_hits == 2
+        assert resolve(getpid, abort + 5, caller_words=b"abort") == ["abort", "getpid"]
+        assert symbolizer.stack_hits == 2
+        # A stack user space finished has no words from the kernel: its addresses are the key.
+        assert resolve(getpid, abort + 5, qsort + 5, caller_words=b"") == ["qsort", "abort", "getpid"]
+        assert resolve(getpid, abort + 5, qsort + 5, caller_words=b"") == ["qsort", "abort", "getpid"]
+        assert symbolizer.stack_hits == 3
+    finally:
+        tracker.close()
+
+
 def jit_sample(address, time_ns):
     """A one-frame sample of this process at an address in its JIT memory."""
     return RawSample(os.getpid(), os.getpid(), 0, time_ns, "t", (address,), WalkEnd.NO_MAPPING, -1, True)

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from profiler.jit.rescan import Rescan
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.jit.v8.code_map import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack
 from profiler.jit.v8.log_parser import CodeCreation, V8LogReader
@@ -31,7 +32,6 @@ from profiler.model.profile import Frame, FrameKind
 
 LOG_MAGIC = b"v8-version,"
 TAIL_INTERVAL_S = 0.01
-RESCAN_INTERVAL_S = 0.2
 READ_CHUNK = 1 << 20
 MAX_READ_PER_TAIL = 32 << 20  # keeps one lookup's latency bounded while a huge log is caught up
 MAX_LOGS_PER_PROCESS = 256
@@ -57,7 +57,7 @@ class _ProcessLogs:
     logs: list[_LogFile] = field(default_factory=list)
     code: CodeMap = field(default_factory=CodeMap)
     last_tail: float = 0.0
-    last_scan: float = 0.0
+    rescan: Rescan = field(default_factory=Rescan)
     revision: int = 0  # changes with every batch of code events applied
     latest_event_ns: int = 0
 
@@ -114,8 +114,8 @@ class V8LogSymbols(JitSymbolSource):
             state = self._state(pid)
         now = self._tail_if_due(state)
         code = state.code.lookup(address, time_ns)
-        if code is None and now - state.last_scan >= RESCAN_INTERVAL_S:
-            if self._scan(state):
+        if code is None and state.rescan.due(now):
+            if self._scan(state, now):
                 self._tail(state)
                 code = state.code.lookup(address, time_ns)
         if code is None:
@@ -150,17 +150,16 @@ class V8LogSymbols(JitSymbolSource):
 
     # Finding and reading logs ------------------------------------------
 
-    def _scan(self, state: _ProcessLogs) -> bool:
+    def _scan(self, state: _ProcessLogs, now: float) -> bool:
         """Open logs not seen yet; True when one was added."""
-        state.last_scan = time.monotonic()
-        if state.owner_uid is None or len(state.logs) >= MAX_LOGS_PER_PROCESS:
-            return False
         added = False
-        for descriptor in self._candidates(state.pid):
-            if self._adopt(state, descriptor):
-                added = True
-            else:
-                os.close(descriptor)
+        if state.owner_uid is not None and len(state.logs) < MAX_LOGS_PER_PROCESS:
+            for descriptor in self._candidates(state.pid):
+                if self._adopt(state, descriptor):
+                    added = True
+                else:
+                    os.close(descriptor)
+        state.rescan.looked(now, added)
         return added
 
     def _candidates(self, pid: int) -> list[int]:
