@@ -54,6 +54,7 @@ from profiler.safety import files
 MAX_CACHED = 200_000  # objects remembered per process (a big app has ~50 k functions)
 CACHE_LIFETIME_S = 60.0  # then what was read is read again: a full GC may reuse an address
 RETRY_FAILED_S = 0.5  # a frame that could not be named is tried again after this
+MAX_NOTED_CALLERS = 4096  # per process (about 2 MiB)
 MAX_AHEAD = 100_000  # frames waiting to be named ahead of the symbolizer
 MAX_COPIES_AHEAD = 64  # stack copies waiting to be read from ahead of the symbolizer
 MAX_EARLY_READS = 512  # stack copies whose functions were read at sample time, kept until walked
@@ -103,6 +104,10 @@ class _Process:
     frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
     failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
     ahead: set[tuple[object, ...]] = field(default_factory=set)  # frames queued to be named ahead
+    # Samples' callers (their words) whose frames were queued or known, while
+    # the caches are of noted_generation: a loop's samples differ in their leaf.
+    noted_callers: set[bytes] = field(default_factory=set)
+    noted_generation: int = 0
     # What the functions of a stack copy's frames were just after its sample
     # (by the copy's id, checked by a weak reference to it): the walk of the
     # copy, seconds later, names them by these, not by what has moved since.
@@ -333,8 +338,14 @@ class V8HeapSymbols(JitSymbolSource):
             self._ahead_thread.start()
         # A deep program repeats its frames sample after sample: each is queued
         # once, so the queue keeps pace with what is new (a cold start, with the
-        # symbolizer far behind, depends on it).
-        for record in sample.v8_frames:
+        # symbolizer far behind, depends on it); a sample whose callers were
+        # seen before has only its leaf looked at.
+        callers = sample.caller_words
+        if process.noted_generation != process.generation or len(process.noted_callers) >= MAX_NOTED_CALLERS:
+            process.noted_callers.clear()
+            process.noted_generation = process.generation
+        records = sample.v8_frames[:1] if callers and callers in process.noted_callers else sample.v8_frames
+        for record in records:
             leaf = record.frame_index == 0
             address = sample.addresses[record.frame_index] - (0 if leaf else 1)
             key = _frame_key(record, address, leaf)
@@ -343,6 +354,8 @@ class V8HeapSymbols(JitSymbolSource):
             process.ahead.add(key)
             self._ahead_count += 1
             self._ahead.put((sample.pid, address, record, leaf, key))
+        if callers:
+            process.noted_callers.add(callers)
 
     def _read_copies(self) -> None:
         while True:

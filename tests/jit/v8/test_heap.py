@@ -396,3 +396,46 @@ def test_a_deep_stack_s_functions_are_read_as_its_copy_arrives():
         assert {record.shared for record in symbols.record_walked_frames(4242, walked, stack)} == {0x60000999}
     finally:
         process.thread.close()
+
+
+def test_a_sample_whose_callers_were_seen_has_only_its_leaf_named_ahead():
+    """A loop's samples repeat their callers: the main thread looks at their
+    frames once, and at each sample's leaf."""
+    from profiler.jit.v8.heap.memory import MemoryThread  # noqa: PLC0415
+    from profiler.jit.v8.heap_source import _Process  # noqa: PLC0415
+    from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd  # noqa: PLC0415
+
+    reader, heap = reader_and_heap()
+    heap.memory.close = lambda: None  # type: ignore[attr-defined]
+    symbols = V8HeapSymbols(kernel=None)
+    process = _Process(4242, heap.layout, reader, MemoryThread(heap.memory), [], [])  # type: ignore[arg-type]
+    symbols._processes[4242] = process
+    symbols._ahead_thread = object()  # type: ignore[assignment]  # nothing takes the queue: it shows what was asked
+
+    def sample(leaf_offset: int, caller_shared: int) -> RawSample:
+        frames = (V8FrameSlots(0, 0x101, 0x201, 0x301, leaf_offset, True), V8FrameSlots(1, caller_shared, 0x202, 0x302, 9, True))
+        words = struct.pack("<Q", 0x2000) + struct.pack("<QQQiHH", caller_shared, 0x202, 0x302, 9, 1, 1)
+        return RawSample(
+            4242, 4242, 0, 0, "node", (0x1000 + leaf_offset, 0x2000), WalkEnd.COMPLETE, -1, True, None, frames, words
+        )
+
+    def queued() -> list[tuple[int, int]]:
+        taken = []
+        while not symbols._ahead.empty():
+            _pid, _address, record, _leaf, _key = symbols._ahead.get()
+            taken.append((record.frame_index, record.bytecode_offset))
+        return taken
+
+    try:
+        symbols.note_sample(sample(1, 0x111))
+        assert queued() == [(0, 1), (1, 9)]
+        symbols.note_sample(sample(2, 0x111))
+        assert queued() == [(0, 2)]  # the callers were looked at already
+        symbols.note_sample(sample(3, 0x112))
+        assert queued() == [(0, 3), (1, 9)]  # other callers: each frame is looked at
+        process.generation += 1  # what was read is dropped: the callers' frames are named anew
+        process.ahead.clear()
+        symbols.note_sample(sample(2, 0x111))
+        assert queued() == [(0, 2), (1, 9)]
+    finally:
+        process.thread.close()
