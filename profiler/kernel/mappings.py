@@ -126,7 +126,7 @@ class MappingTracker:
         even if it exits before then."""
         exec_count = self._trie.begin_maps_read(pid)
         read_ns = time.monotonic_ns()
-        entries = [entry for entry in read_maps(pid) if entry.executable]
+        entries = read_maps(pid, executable_only=True)
         with self._lock:
             spaces = self._spaces.get(pid)
             if not spaces or not entries:

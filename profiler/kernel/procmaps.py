@@ -70,20 +70,26 @@ def parse_maps_line(line: str) -> MapEntry | None:
     )
 
 
-def parse_maps(text: str) -> list[MapEntry]:
+def parse_maps(text: str, executable_only: bool = False) -> list[MapEntry]:
     entries = []
     for line in text.splitlines():
+        if executable_only:
+            # Most of a runtime's hundreds of mappings are data: they are
+            # passed over on their permissions ("r-xp"), not parsed.
+            space = line.find(" ")
+            if line[space + 3 : space + 4] != "x":
+                continue
         entry = parse_maps_line(line)
-        if entry is not None:
+        if entry is not None and (entry.executable or not executable_only):
             entries.append(entry)
     return entries
 
 
-def read_maps(pid: int) -> list[MapEntry]:
-    """The mappings of a live process; [] once it has gone."""
+def read_maps(pid: int, executable_only: bool = False) -> list[MapEntry]:
+    """The mappings of a live process (or only its executable ones); [] once it has gone."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            return parse_maps(handle.read())
+            return parse_maps(handle.read(), executable_only)
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return []
     except OSError:

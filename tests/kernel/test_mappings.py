@@ -29,7 +29,9 @@ def test_a_file_of_a_process_that_exited_is_opened_for_the_next(monkeypatch):
     tracker = MappingTracker(RecordingTrie(), tables)
     try:
         # Its maps as read, its /proc/PID/map_files and root gone with it.
-        monkeypatch.setattr(mappings, "read_maps", lambda pid: entries if pid == child.pid else read_maps(pid))
+        monkeypatch.setattr(
+            mappings, "read_maps", lambda pid, executable_only=False: entries if pid == child.pid else read_maps(pid)
+        )
         tracker.add_process(child.pid)
         assert not any(path.endswith("/libc.so.6") for path in tables.acquired)  # (the vDSO is jitprof's own copy)
         assert tracker.stats.unreadable_files == {}  # passing, not the file's fault
@@ -55,7 +57,7 @@ def test_a_file_that_is_no_elf_is_given_up_on_once(tmp_path, monkeypatch):
     assert own
     tracker = MappingTracker(RecordingTrie(), TableStates())
     try:
-        monkeypatch.setattr(mappings, "read_maps", lambda pid: own)
+        monkeypatch.setattr(mappings, "read_maps", lambda pid, executable_only=False: own)
         tracker.add_process(1001)
         tracker.add_process(1002)
         assert opened == [own[0].path]
@@ -88,7 +90,9 @@ def _process_gone_after_exec(monkeypatch, pid):
     """pid's maps read once (the image after an exec), then nothing: it exited."""
     entries = read_maps(pid)
     reads = iter([entries])
-    monkeypatch.setattr(mappings, "read_maps", lambda asked: next(reads, []) if asked == pid else read_maps(asked))
+    monkeypatch.setattr(
+        mappings, "read_maps", lambda asked, executable_only=False: next(reads, []) if asked == pid else read_maps(asked)
+    )
 
 
 def test_maps_read_after_an_exec_whose_event_is_late_are_that_exec_s(monkeypatch):
@@ -178,7 +182,7 @@ def test_a_rescan_reads_only_the_processes_asked_for(monkeypatch):
     are not read again until the full rescan."""
     own = read_maps(os.getpid())
     read = []
-    monkeypatch.setattr(mappings, "read_maps", lambda pid: read.append(pid) or own)
+    monkeypatch.setattr(mappings, "read_maps", lambda pid, executable_only=False: read.append(pid) or own)
     tracker = MappingTracker(RecordingTrie(), TableStates())
     try:
         for pid in (1001, 1002, 1003):

@@ -23,6 +23,13 @@ def test_parses_every_well_formed_line():
     assert text.is_file_backed and not text.is_anonymous_exec
 
 
+def test_executable_only_passes_over_the_rest_unparsed():
+    executable = parse_maps(SAMPLE, executable_only=True)
+    assert executable == [entry for entry in parse_maps(SAMPLE) if entry.executable]
+    assert len(executable) == 6
+    assert parse_maps(" r-x\nx\n", executable_only=True) == []  # not the kernel's format
+
+
 def test_anonymous_exec_is_jit_and_special_names_are_not():
     entries = parse_maps(SAMPLE)
     jit = entries[3]
@@ -54,3 +61,4 @@ def test_reads_own_maps_and_gone_process():
     own = read_maps(__import__("os").getpid())
     assert any(entry.executable and "python" in entry.path for entry in own)
     assert read_maps(2**22 + 12345) == []
+    assert read_maps(__import__("os").getpid(), executable_only=True) == [entry for entry in own if entry.executable]
