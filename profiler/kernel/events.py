@@ -273,6 +273,8 @@ _COPY_SIZE = _STACK_COPY.size
 _V8_FRAME_SIZE = _V8_FRAME.size
 _MAX_COMMAND_NAMES = 4096
 _command_names: dict[bytes, str] = {}
+_MAX_IDS = 1 << 16
+_ids: dict[int, int] = {}
 
 
 def _command_name(raw: bytes) -> str:
@@ -283,6 +285,15 @@ def _command_name(raw: bytes) -> str:
             _command_names.clear()
         name = _command_names[raw] = sys.intern(raw.split(b"\0", 1)[0].decode("utf-8", "replace"))
     return name
+
+
+def _one_id(value: int) -> int:
+    """One int object per pid or tid, not one per sample: a run keeps its
+    samples (each of those is 28 bytes, a third of what a sample adds)."""
+    kept = _ids.setdefault(value, value)
+    if len(_ids) > _MAX_IDS:
+        _ids.clear()
+    return kept
 
 
 def _decode_sample(record: memoryview, size: int) -> RawSample:
@@ -332,8 +343,8 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
     elif walk_end is WalkEnd.COPY_TOO_SHORT:
         raise MalformedEvent("walk end from user space in a kernel record")
     return RawSample(
-        pid=pid,
-        tid=tid,
+        pid=_one_id(pid),
+        tid=_one_id(tid),
         cpu=cpu,
         time_ns=time_ns,
         comm=_command_name(comm),

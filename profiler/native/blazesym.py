@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -23,6 +24,11 @@ HEADER_PATH = NATIVE_DIR / "build" / "blazesym.h"
 REASON_SUCCESS = 0
 MAX_NAME_BYTES = 4096  # a template's demangled name can be huge: cut, never kept whole
 MAX_FILES_BEFORE_RENEW = 64  # closed files a symbolizer may still hold before it is renewed
+# And what it parsed and mapped goes this often (the pages of DWARF it read
+# count in our RSS: 10 MiB of libpython's in minutes of --all). Addresses
+# once named stay memoised by the symbolizer: only new ones parse again
+# (node's first lookup takes 50 ms, libpython's 11).
+RENEW_AFTER_S = 120.0
 
 _lock = threading.Lock()
 _loaded: tuple[Any, Any] | None = None
@@ -176,11 +182,13 @@ class CodeLocator:
         self._symbolizer: Any = None
         self._read: set[BinaryIO] = set()  # the files the current symbolizer parsed
         self._lock = threading.Lock()
+        self._born = 0.0
         self.renewals = 0
 
     def _current(self) -> Any:
         closed = sum(1 for handle in self._read if handle.closed)
-        if self._symbolizer is not None and closed and (closed >= MAX_FILES_BEFORE_RENEW or closed * 2 >= len(self._read)):
+        worn = closed and (closed >= MAX_FILES_BEFORE_RENEW or closed * 2 >= len(self._read))
+        if self._symbolizer is not None and (worn or time.monotonic() - self._born >= RENEW_AFTER_S):
             self._library.blaze_symbolizer_free(self._symbolizer)
             self._symbolizer = None
             self._read.clear()
@@ -193,6 +201,7 @@ class CodeLocator:
             options.inlined_fns = True
             options.demangle = True  # C++ (Itanium) and Rust (legacy and v0)
             self._symbolizer = self._library.blaze_symbolizer_new_opts(options)
+            self._born = time.monotonic()
             if self._symbolizer == self._ffi.NULL:
                 self._symbolizer = None
                 raise NativeUnavailable(f"blazesym: {self._error()}")

@@ -93,6 +93,23 @@ def test_symbolizer_renewed_once_its_files_are_closed(built):
     locator.close()
 
 
+def test_symbolizer_renewed_after_a_while_and_names_the_same(built, monkeypatch):
+    """What blazesym parsed and mapped is let go now and then; the same
+    addresses name the same after it."""
+    import profiler.native.blazesym as blazesym  # noqa: PLC0415
+
+    binary = built / "inlined"
+    address = symbol_address(binary, "crunch")
+    locator = CodeLocator()
+    with binary.open("rb") as handle:
+        first = locator.locate(handle, [address])
+        assert locator.locate(handle, [address]) == first and locator.renewals == 0
+        monkeypatch.setattr(blazesym, "RENEW_AFTER_S", 0.0)
+        assert locator.locate(handle, [address]) == first and first[0].name == "crunch"
+        assert locator.renewals >= 1
+    locator.close()
+
+
 def objdump_plt_names(binary: Path) -> dict[int, str]:
     sections = subprocess.run(["readelf", "-S", "-W", str(binary)], capture_output=True, text=True, check=True).stdout
     plts = [name for name in (".plt", ".plt.sec", ".plt.got") if f" {name} " in sections]
