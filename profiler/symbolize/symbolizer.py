@@ -422,9 +422,11 @@ class Symbolizer:
         generation, revision = self._tracker.space_state(raw.pid, raw.time_ns)  # once a sample, not once a frame
         epochs, latest = self._epochs(raw.pid)
         known = (revision, epochs)
-        records = {record.frame_index: record for record in raw.v8_frames} if raw.v8_frames else {}
         addresses = raw.addresses
-        leaf_ids = self._resolve_frame(raw, generation, 0, records, may_park)[0] if addresses else []
+        v8_frames = raw.v8_frames
+        # The kernel writes the leaf's slots first, when it read them.
+        leaf_record = v8_frames[0] if v8_frames and v8_frames[0].frame_index == 0 else None
+        leaf_ids = self._resolve_frame(raw, generation, 0, leaf_record, may_park)[0] if addresses else []
         stacks = self._stacks.setdefault(raw.pid, {})
         stack_key = (generation, raw.caller_words or (addresses[1:], raw.v8_frames))
         settled = raw.time_ns >= latest
@@ -437,8 +439,9 @@ class Symbolizer:
             # (code being made): its callers are not remembered unnamed.
             all_read = True
             collected: list[int] = []
+            records = {record.frame_index: record for record in v8_frames}
             for depth in range(len(addresses) - 1, 0, -1):  # root first
-                frame_ids, read = self._resolve_frame(raw, generation, depth, records, may_park)
+                frame_ids, read = self._resolve_frame(raw, generation, depth, records.get(depth), may_park)
                 collected.extend(frame_ids)
                 all_read = all_read and read
             caller_ids = tuple(collected)
@@ -483,12 +486,11 @@ class Symbolizer:
         return known
 
     def _resolve_frame(
-        self, raw: RawSample, generation: int, depth: int, records: dict[int, V8FrameSlots], may_park: bool
+        self, raw: RawSample, generation: int, depth: int, record: V8FrameSlots | None, may_park: bool
     ) -> tuple[list[int], bool]:
         """The frame ids at one depth of the stack, outermost first, and
-        whether the words the kernel read for it (if any) could be read."""
+        whether the words the kernel read for it (record, if any) could be read."""
         address = raw.addresses[depth]
-        record = records.get(depth) if records else None
         if record is not None:
             recorded = self._resolve_recorded(raw.pid, address, record, depth)
             if recorded is not None:

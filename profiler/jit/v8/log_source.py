@@ -115,7 +115,9 @@ class V8LogSymbols(JitSymbolSource):
         now = self._tail_if_due(state)
         code = state.code.lookup(address, time_ns)
         if code is None and state.rescan.due(now):
-            if self._scan(state, now):
+            added = self._scan(state)
+            state.rescan.looked(now, added)
+            if added:
                 self._tail(state)
                 code = state.code.lookup(address, time_ns)
         if code is None:
@@ -150,16 +152,16 @@ class V8LogSymbols(JitSymbolSource):
 
     # Finding and reading logs ------------------------------------------
 
-    def _scan(self, state: _ProcessLogs, now: float) -> bool:
+    def _scan(self, state: _ProcessLogs) -> bool:
         """Open logs not seen yet; True when one was added."""
+        if state.owner_uid is None or len(state.logs) >= MAX_LOGS_PER_PROCESS:
+            return False
         added = False
-        if state.owner_uid is not None and len(state.logs) < MAX_LOGS_PER_PROCESS:
-            for descriptor in self._candidates(state.pid):
-                if self._adopt(state, descriptor):
-                    added = True
-                else:
-                    os.close(descriptor)
-        state.rescan.looked(now, added)
+        for descriptor in self._candidates(state.pid):
+            if self._adopt(state, descriptor):
+                added = True
+            else:
+                os.close(descriptor)
         return added
 
     def _candidates(self, pid: int) -> list[int]:
