@@ -10,6 +10,7 @@ from profiler.errors import JitprofError
 from profiler.kernel.bpf_calls import Ring
 from profiler.kernel.events import KernelTraffic, MalformedEvent, ProcessEvent, RawSample, decode_event
 from profiler.native.ring_batch import RingBatch
+from profiler.safety import limits
 
 
 class EventStream:
@@ -29,9 +30,13 @@ class EventStream:
             try:
                 self._ring = Ring(self._ring_map_fd, self._ring_bytes)
             except OSError as error:
+                # Mapping it takes address space: a limit the shell set is named first.
+                limited = limits.describe_limits()
                 raise JitprofError(
                     f"cannot open the BPF ring buffer: {error.strerror}",
-                    "check `ulimit -l` (locked memory) and the kernel's BPF support",
+                    f"{limited}: raise it and run again"
+                    if limited
+                    else "check `ulimit -l` (locked memory) and the kernel's BPF support",
                 ) from error
 
     def poll(self, timeout_ms: int) -> bool:
