@@ -136,6 +136,35 @@ def jitprof_module(symbol_cache, tmp_path_factory):
     return _jitprof_runner(symbol_cache, tmp_path_factory.mktemp("setup-run"))
 
 
+def _perf_maps() -> dict[str, int]:
+    """/tmp's perf maps now: path -> inode."""
+    maps = {}
+    for path in Path("/tmp").glob("perf-*.map"):
+        try:
+            maps[str(path)] = path.lstat().st_ino
+        except FileNotFoundError:
+            continue
+    return maps
+
+
+def _pid_alive(path: str) -> bool:
+    pid = path.removeprefix("/tmp/perf-").removesuffix(".map")
+    return pid.isdigit() and Path(f"/proc/{pid}").exists()
+
+
+@pytest.fixture(autouse=True)
+def no_perf_maps_left_behind():
+    """Each test leaves /tmp as it found it: a perf map that appeared during
+    the test, of a process now gone, was left by jitprof or by the test.
+    (Autouse: set up first, so checked after the test's processes are stopped.)"""
+    before = _perf_maps()
+    yield
+    left = sorted(path for path, inode in _perf_maps().items() if before.get(path) != inode and not _pid_alive(path))
+    for path in left:
+        Path(path).unlink(missing_ok=True)  # reported once, not again by every later test
+    assert not left, f"perf maps left behind: {left}"
+
+
 @pytest.fixture
 def background():
     """Start processes that the test must not leave behind."""

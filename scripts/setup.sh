@@ -124,8 +124,11 @@ collector_stamp=".tools/otelcol/.manifest-sha256"
 if [ ! -x .tools/otelcol/otelcol-jitprof ] || [ "$(cat "$collector_stamp" 2>/dev/null)" != "$(sha256sum "$collector_manifest" | cut -c1-64)" ]; then
     if command -v go >/dev/null; then
         say "building the OpenTelemetry Collector from the Go module proxy (for the --otlp tests)"
+        # The builder makes a temporary directory it never uses: in .tools, not left in /tmp.
+        mkdir -p .tools/tmp
         if GOBIN="$PWD/.tools/bin" go install go.opentelemetry.io/collector/cmd/builder@v0.165.0 >/dev/null 2>&1 \
-            && .tools/bin/builder --config "$collector_manifest" --ldflags="-s -w" >.tools/otelcol-build.log 2>&1; then
+            && TMPDIR="$PWD/.tools/tmp" .tools/bin/builder --config "$collector_manifest" --ldflags="-s -w" >.tools/otelcol-build.log 2>&1; then
+            rm -rf .tools/tmp
             sha256sum "$collector_manifest" | cut -c1-64 > "$collector_stamp"
         else
             say "warning: could not build the OpenTelemetry Collector (.tools/otelcol-build.log says why); its e2e tests will be skipped"
