@@ -3,6 +3,7 @@ forks join, exec'd images are mapped anew, exits free their state."""
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -168,6 +169,15 @@ class FollowedProcesses:
         for pid in due:
             del self._exited_at[pid]
         return due
+
+    def refresh_due_in_ms(self, longest_ms: int) -> int:
+        """How long the loop may wait before refresh_changed_maps has a
+        process's maps to read (longest_ms when none waits)."""
+        if not self._pending_refresh:
+            return longest_ms
+        now = time.monotonic()
+        due = min(self._last_refresh.get(pid, 0.0) + MIN_REFRESH_INTERVAL_S for pid in self._pending_refresh)
+        return max(0, min(longest_ms, math.ceil((due - now) * 1000)))
 
     def refresh_changed_maps(self) -> None:
         """Read the maps of processes whose mappings changed since the last

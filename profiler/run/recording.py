@@ -44,7 +44,14 @@ from profiler.symbolize.symbolizer import Symbolizer
 if TYPE_CHECKING:
     from profiler.tui.live_view import LiveView, RunCounters
 
+# The ring is read this often while the live view draws (its keys and
+# counts), and less often without it: samples do not wake us (process events
+# do, at once), and each wakeup of the loop and the symbolizer costs about as
+# much as naming a dozen samples. A process's changed maps are read when due,
+# whichever comes first: until then its new code is walked in user space,
+# from a copy of the stack that may not reach the root.
 POLL_MS = 100
+POLL_QUIET_MS = 250
 DRAIN_BATCHES = 4  # at the end: what the ring holds (4 MiB) and what came meanwhile
 # The maps of processes sampled since the last rescan are read again this
 # often (new executable memory is told by the kernel at once: this catches
@@ -273,7 +280,8 @@ class Recording:
         next_cut = time.monotonic() + push.options.interval_s if push is not None else None
         next_trim = time.monotonic() + TRIM_HEAP_S
         while self._stop_signal is None:
-            self._poll(program, POLL_MS)
+            interval_ms = POLL_MS if self._view is not None else POLL_QUIET_MS
+            self._poll(program, self._followed.refresh_due_in_ms(interval_ms))
             if self._view is not None:
                 self._view.tick()
                 if self._view.stop_requested:

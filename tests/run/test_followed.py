@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+import time
 
 from profiler.kernel.events import EventType, ProcessEvent
 from profiler.run.followed import FollowedProcesses
@@ -106,3 +107,26 @@ def test_kernel_entries_whose_fork_event_was_lost_are_dropped():
         thread.join()
         child.kill()
         child.wait()
+
+
+def test_the_loop_waits_no_longer_than_the_next_maps_refresh():
+    """New code is walked from stack copies until its maps are read: the
+    loop wakes for that read, not only at its poll interval."""
+    tracker = Recorder()
+    followed = FollowedProcesses(Recorder(), tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    assert followed.refresh_due_in_ms(250) == 250  # nothing waits
+    change = ProcessEvent(EventType.MAPS_CHANGED, os.getpid(), os.getpid(), 0, 0, "test", 0x7F0000000000, 0x40000)
+    followed.handle(change)
+    assert followed.refresh_due_in_ms(250) == 0  # never read: at once
+    followed.refresh_changed_maps()
+    assert ("refresh", os.getpid()) in tracker.calls
+    followed.handle(change)  # again, within the minimum interval
+    assert 0 < followed.refresh_due_in_ms(250) <= 50
+    followed.refresh_changed_maps()
+    assert tracker.calls.count(("refresh", os.getpid())) == 1  # not before it is due
+    time.sleep(0.06)
+    assert followed.refresh_due_in_ms(250) == 0
+    followed.refresh_changed_maps()
+    assert tracker.calls.count(("refresh", os.getpid())) == 2
+    assert followed.refresh_due_in_ms(250) == 250
