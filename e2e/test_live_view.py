@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import shutil
 import subprocess
@@ -22,13 +21,13 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 class Tmux:
     """One detached session on a private tmux server."""
 
-    def __init__(self, name: str, width: int = 160, height: int = 45) -> None:
-        self.socket = f"jitprof-test-{os.getpid()}-{name}"
+    def __init__(self, name: str, socket: Path, width: int = 160, height: int = 45) -> None:
+        self.socket = str(socket)  # the server's socket, in the test's directory: gone with it, not left in /tmp
         self.name = name
         self.width, self.height = width, height
 
     def _tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True).stdout
+        return subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True, text=True, check=True).stdout
 
     def start(self, command: str) -> None:
         self._tmux("new-session", "-d", "-s", self.name, "-x", str(self.width), "-y", str(self.height), command)
@@ -54,15 +53,15 @@ class Tmux:
             time.sleep(0.1)
 
     def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True)
 
 
 @pytest.fixture
-def tmux():
+def tmux(tmp_path):
     sessions: list[Tmux] = []
 
     def make(name: str) -> Tmux:
-        session = Tmux(name)
+        session = Tmux(name, tmp_path / f"tmux-{name}")
         sessions.append(session)
         return session
 

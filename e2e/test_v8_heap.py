@@ -25,8 +25,10 @@ HOT_LINE = next(number for number, text in enumerate((JS / "inline_chain.js").re
 
 
 def flagless(background, node: Path, *arguments: str, cwd: Path, stdout=subprocess.DEVNULL) -> subprocess.Popen:  # noqa: ANN001
-    """node with no flag of jitprof's (nor NODE_OPTIONS): as services run."""
+    """node with no flag of jitprof's (nor NODE_OPTIONS): as services run.
+    Its temporary files (tsc's compile cache) go to cwd, not /tmp."""
     environment = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
+    environment["TMPDIR"] = str(cwd)
     return background(str(node), *arguments, env=environment, cwd=cwd, stdout=stdout)
 
 
