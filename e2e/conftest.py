@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.kernel.proc_status import process_alive
 from profiler.native import cache, elf, library
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,7 +150,7 @@ def _perf_maps() -> dict[str, int]:
 
 def _pid_alive(path: str) -> bool:
     pid = path.removeprefix("/tmp/perf-").removesuffix(".map")
-    return pid.isdigit() and Path(f"/proc/{pid}").exists()
+    return pid.isdigit() and process_alive(int(pid))
 
 
 @pytest.fixture(autouse=True)

@@ -175,6 +175,15 @@ class RawSample:
     # stack's callers are remembered. Empty once user space changed the stack.
     caller_words: bytes = b""
 
+    @property
+    def leaf_v8_frame(self) -> V8FrameSlots | None:
+        return leaf_v8_frame(self.v8_frames)
+
+
+def leaf_v8_frame(v8_frames: tuple[V8FrameSlots, ...]) -> V8FrameSlots | None:
+    """The leaf's V8 slots, if the kernel read them: it writes them first."""
+    return v8_frames[0] if v8_frames and v8_frames[0].frame_index == 0 else None
+
 
 @dataclass(frozen=True)
 class ProcessEvent:
@@ -320,8 +329,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
             for shared, code, bytecode_array, offset, index, flags in _V8_FRAME.iter_unpack(record[addresses_end:v8_end])
             if index < count
         )
-        # The kernel writes the leaf's slots first, when it read them.
-        leaf_slots = _V8_FRAME_SIZE if v8_frames and v8_frames[0].frame_index == 0 else 0
+        leaf_slots = _V8_FRAME_SIZE if leaf_v8_frame(v8_frames) is not None else 0
         caller_words += record[addresses_end + leaf_slots : v8_end]
         addresses_end = v8_end
     stack_copy = None

@@ -175,9 +175,11 @@ class FollowedProcesses:
         process's maps to read (longest_ms when none waits)."""
         if not self._pending_refresh:
             return longest_ms
-        now = time.monotonic()
-        due = min(self._last_refresh.get(pid, 0.0) + MIN_REFRESH_INTERVAL_S for pid in self._pending_refresh)
-        return max(0, min(longest_ms, math.ceil((due - now) * 1000)))
+        due = min(self._refresh_due_at(pid) for pid in self._pending_refresh)
+        return max(0, min(longest_ms, math.ceil((due - time.monotonic()) * 1000)))
+
+    def _refresh_due_at(self, pid: int) -> float:
+        return self._last_refresh.get(pid, 0.0) + MIN_REFRESH_INTERVAL_S
 
     def refresh_changed_maps(self) -> None:
         """Read the maps of processes whose mappings changed since the last
@@ -187,7 +189,7 @@ class FollowedProcesses:
         reading its maps, and its events crowd samples out)."""
         now = time.monotonic()
         for pid in list(self._pending_refresh):
-            if now - self._last_refresh.get(pid, 0.0) < MIN_REFRESH_INTERVAL_S:
+            if now < self._refresh_due_at(pid):
                 continue
             self._tracker.refresh(pid, self._pending_refresh.pop(pid))
             self._last_refresh[pid] = now

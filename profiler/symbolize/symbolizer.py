@@ -423,10 +423,7 @@ class Symbolizer:
         epochs, latest = self._epochs(raw.pid)
         known = (revision, epochs)
         addresses = raw.addresses
-        v8_frames = raw.v8_frames
-        # The kernel writes the leaf's slots first, when it read them.
-        leaf_record = v8_frames[0] if v8_frames and v8_frames[0].frame_index == 0 else None
-        leaf_ids = self._resolve_frame(raw, generation, 0, leaf_record, may_park)[0] if addresses else []
+        leaf_ids = self._resolve_frame(raw, generation, 0, raw.leaf_v8_frame, may_park)[0] if addresses else []
         stacks = self._stacks.setdefault(raw.pid, {})
         stack_key = (generation, raw.caller_words or (addresses[1:], raw.v8_frames))
         settled = raw.time_ns >= latest
@@ -439,7 +436,7 @@ class Symbolizer:
             # (code being made): its callers are not remembered unnamed.
             all_read = True
             collected: list[int] = []
-            records = {record.frame_index: record for record in v8_frames}
+            records = {record.frame_index: record for record in raw.v8_frames}
             for depth in range(len(addresses) - 1, 0, -1):  # root first
                 frame_ids, read = self._resolve_frame(raw, generation, depth, records.get(depth), may_park)
                 collected.extend(frame_ids)

@@ -344,7 +344,10 @@ class V8HeapSymbols(JitSymbolSource):
         if process.noted_generation != process.generation or len(process.noted_callers) >= MAX_NOTED_CALLERS:
             process.noted_callers.clear()
             process.noted_generation = process.generation
-        records = sample.v8_frames[:1] if callers and callers in process.noted_callers else sample.v8_frames
+        records = sample.v8_frames
+        if callers and callers in process.noted_callers:
+            leaf_slots = sample.leaf_v8_frame
+            records = (leaf_slots,) if leaf_slots is not None else ()
         for record in records:
             leaf = record.frame_index == 0
             address = sample.addresses[record.frame_index] - (0 if leaf else 1)

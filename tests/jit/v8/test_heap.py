@@ -4,6 +4,7 @@ tables of both encodings, and the object reader over memory that lies
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from array import array
 from pathlib import Path
@@ -437,5 +438,11 @@ def test_a_sample_whose_callers_were_seen_has_only_its_leaf_named_ahead():
         process.ahead.clear()
         symbols.note_sample(sample(2, 0x111))
         assert queued() == [(0, 2), (1, 9)]
+        # A leaf the kernel read no slots for (native code) under seen callers:
+        # nothing is looked at, not the caller in the leaf's place.
+        process.ahead.clear()
+        leafless = dataclasses.replace(sample(2, 0x111), v8_frames=sample(2, 0x111).v8_frames[1:])
+        symbols.note_sample(leafless)
+        assert queued() == []
     finally:
         process.thread.close()
