@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from benchmarks.harness import NODE, rss_kib
 from profiler.native import elf
-from profiler.native.blazesym import CodeLocator
+from profiler.native.locator_process import CodeLocator
 
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESSES = 2000

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -149,3 +150,112 @@ def test_a_perf_map_of_ten_million_entries_is_cut_at_its_limit(symbol_cache, tmp
     assert total(lines) >= 200 and total(named) >= 0.9 * total(lines), (total(named), total(lines))
     warnings = [line for line in result.stderr.splitlines() if f"perf map of pid {attacker.pid}" in line]
     assert len(warnings) == 1 and "500,000 entries" in warnings[0], result.stderr
+
+
+# A library of 64 functions, each its own addresses, that a program loads
+# with dlopen and runs round robin: every function is a new address to name.
+ATTACKER_LIBRARY = (
+    "\n".join(
+        f"__attribute__((noinline)) long work_{index}(long n) {{ long s = 0; for (long i = 0; i < n; i++) s += i * {index + 3}; return s; }}"
+        for index in range(64)
+    )
+    + "\nlong (*const functions[])(long) = {"
+    + ", ".join(f"work_{index}" for index in range(64))
+    + "};\n"
+)
+
+ATTACKER_PROGRAM = r"""
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+static const char *library;
+static long keep;
+/* On a line from stdin: the library is cut past its loaded segments. */
+static void *cut(void *unused) {
+    char line[64];
+    if (fgets(line, sizeof line, stdin) && truncate(library, atol(line)) == 0) { puts("cut"); fflush(stdout); }
+    return NULL;
+}
+int main(int argc, char **argv) {
+    library = argv[1];
+    void *handle = dlopen(library, RTLD_NOW);
+    if (!handle) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    long (*const *functions)(long) = dlsym(handle, "functions");
+    pthread_t thread;
+    pthread_create(&thread, NULL, cut, NULL);
+    puts("running"); fflush(stdout);
+    time_t end = time(NULL) + atoi(argv[2]);
+    while (time(NULL) < end)
+        for (int index = 0; index < 64; index++) keep += functions[index](20000);
+    return (int)(keep & 1);
+}
+"""
+
+
+def helper_maps(path: Path) -> bool:
+    """Does a confined naming helper have the file mapped (blazesym opened it)?"""
+    from profiler.safety.sandbox import HELPER_UID  # noqa: PLC0415
+
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if f"Uid:\t{HELPER_UID}\t" in status.read_text() and str(path) in (status.parent / "maps").read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.parametrize("attack", ["truncated", "compression-bomb", "fifo-debuglink"])
+def test_a_file_that_breaks_blazesym_costs_its_names_only(symbol_cache, tmp_path, background, nobody_dir, attack):
+    """nobody's library made to crash or hang blazesym: a SIGBUS (cut under its
+    mapping), a panic (a compression header claiming 2^64 bytes), a hang (a
+    debug link to a FIFO) each killed root's jitprof or held it for 37 s. Now
+    --all -d 5 ends within 8 s with its outputs, a bystander (root's own -g
+    program) is named with its inlined function, and the summary names the file once."""
+    from tests.hostile_elf import build, compressed_size_bomb, fifo_debuglink, load_end  # noqa: PLC0415
+
+    flags = ["-g", "-shared", "-fPIC"]
+    if attack == "compression-bomb":
+        library = compressed_size_bomb(nobody_dir, source=ATTACKER_LIBRARY, flags=flags)
+    elif attack == "fifo-debuglink":
+        library = fifo_debuglink(nobody_dir, source=ATTACKER_LIBRARY, flags=flags)
+    else:
+        library = build(nobody_dir, "attack", *flags, source=ATTACKER_LIBRARY)
+    program = build(nobody_dir, "attacker", "-ldl", "-lpthread", source=ATTACKER_PROGRAM)
+    for path in nobody_dir.iterdir():
+        os.chown(path, NOBODY, NOBODY)
+    bystander = build(tmp_path, "bystander", "-g")
+    attacker = background(
+        str(program), str(library), "40", user=NOBODY, group=NOBODY, extra_groups=[], cwd="/",
+        env={}, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert attacker.stdout.readline().strip() == "running"
+    innocent = background(str(bystander), "40")
+    outcome: dict = {}
+    runner = threading.Thread(target=lambda: outcome.update(run=run_all(symbol_cache, tmp_path, 5)))
+    runner.start()
+    if attack == "truncated":
+        deadline = time.monotonic() + 20
+        while not helper_maps(library) and time.monotonic() < deadline and runner.is_alive():
+            time.sleep(0.05)
+        assert helper_maps(library), "blazesym never mapped the library"
+        attacker.stdin.write(f"{load_end(library)}\n")
+        attacker.stdin.flush()
+        assert attacker.stdout.readline().strip() == "cut"
+    runner.join(90)
+    result, elapsed, peak_kib = outcome["run"]
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 8, elapsed
+    assert peak_kib < 300 << 10, f"peak RSS {peak_kib >> 10} MiB"
+    assert ", 0 lost;" in result.stderr, result.stderr
+    lines = read_folded(tmp_path / "all.folded")
+    mine = [line for line in lines if line.frames[0].endswith(f"-{innocent.pid}")]
+    hot = [line for line in mine if "hot" in line.frames]
+    assert total(mine) >= 300 and total(hot) >= 0.9 * total(mine), (total(hot), total(mine))
+    assert any(line.frames[-1] == "mix_[i]" for line in hot), mine  # inlined: from its DWARF, through blazesym
+    assert samples_of(tmp_path / "all.folded", attacker.pid) >= 300
+    warnings = [line for line in result.stderr.splitlines() if str(library) in line]
+    assert len(warnings) == 1 and "blazesym" in warnings[0], result.stderr

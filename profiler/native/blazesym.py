@@ -5,8 +5,10 @@ The library and its header are built by `make setup` (native/Makefile, cargo
 from crates.io) next to native/. jitprof opens every target's file itself and
 hands blazesym /proc/self/fd/N of the file it holds open: a path no target
 can swap. A symbolizer keeps every file it parsed until it is freed (the C
-API has no evict), so `CodeLocator` starts a new one once files it read have
-been closed by jitprof.
+API has no evict), so `BlazesymLocator` starts a new one once files it read
+have been closed. It runs in the helper process of locator_process, never in
+jitprof's own: a file blazesym crashes, hangs or blows up on costs that
+file's names only.
 """
 
 from __future__ import annotations
@@ -173,9 +175,11 @@ def demangle(name: str) -> str | None:
         library.jitprof_demangle_free(text)
 
 
-class CodeLocator:
-    """Names addresses of opened ELF files; one caller at a time (blazesym's
-    objects do no locking)."""
+class BlazesymLocator:
+    """Names addresses of opened ELF files, in this process: only inside the
+    confined helper (locator_process), since blazesym maps and parses files
+    a target controls. One caller at a time (blazesym's objects do no
+    locking)."""
 
     def __init__(self) -> None:
         self._ffi, self._library = _load()

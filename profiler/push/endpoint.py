@@ -83,10 +83,10 @@ class Endpoint:
 
 
 def retry_after(value: str | None) -> float | None:
-    if not value:
+    """A store's Retry-After as RFC 9110 has it: delta-seconds, digits only
+    (float() would take "nan", which passes min/max and made the pusher's
+    wait a busy spin). An HTTP date or anything else: the backoff decides."""
+    text = (value or "").strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 9:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None  # an HTTP date: the backoff decides
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    return min(float(text), MAX_RETRY_AFTER_S)

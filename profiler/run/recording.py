@@ -26,8 +26,8 @@ from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Profile, RunInfo
 from profiler.native import debuginfod, library
-from profiler.native.blazesym import CodeLocator
 from profiler.native.heap import give_back_freed_memory
+from profiler.native.locator_process import CodeLocator
 from profiler.native.unwind_tables import UnwindTableStore
 from profiler.output import OutputRequest, write_outputs
 from profiler.output.originals import with_originals
@@ -431,7 +431,10 @@ class Recording:
                 say(f"jitprof: warning: {problem}")
         report_output_errors(summary.outputs)
         report_tracking_problems(
-            self._tracker, self._unwind_tables.stats if self._unwind_tables is not None else None, self._symbolizer.errors
+            self._tracker,
+            self._unwind_tables.stats if self._unwind_tables is not None else None,
+            self._symbolizer.errors,
+            self._symbolizer.elf.naming_failures(),
         )
 
     def _status(self, message: str) -> None:

@@ -66,7 +66,9 @@ def report_output_errors(outputs: list[WrittenOutput]) -> None:
             warn(f"cannot write {output.requested}: {output.error}; {where}")
 
 
-def report_tracking_problems(tracker: MappingTracker, tables: TableStats | None, symbolizer_errors: list[str]) -> None:
+def report_tracking_problems(
+    tracker: MappingTracker, tables: TableStats | None, symbolizer_errors: list[str], naming_failures: dict[str, str]
+) -> None:
     """What made stacks end early or frames go unnamed, with what to do."""
     if tracker.stats.trie_rejected:
         warn(f"the mapping table was full; {tracker.stats.trie_rejected} ranges were not tracked and their stacks end early")
@@ -83,5 +85,9 @@ def report_tracking_problems(tracker: MappingTracker, tables: TableStats | None,
             )
         for path, reason in list(tables.failed.items())[:3]:
             warn(f"no unwind table for {path}: {reason}")
+    for path, reason in list(naming_failures.items())[:3]:
+        warn(f"no source lines or inlined functions for {path} (named by its symbol table only): {reason}")
+    if len(naming_failures) > 3:
+        warn(f"and {len(naming_failures) - 3} more files blazesym could not read")
     for error in symbolizer_errors[:3]:
         say(f"jitprof: internal error while symbolising (please report): {error}")

@@ -29,9 +29,10 @@ from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, Sample
-from profiler.native.blazesym import CodeLocator, NativeSymbol, SourcePlace
+from profiler.native.blazesym import NativeSymbol, SourcePlace
 from profiler.native.demangle import PLT_SUFFIX
 from profiler.native.elf import ElfImage, UnreadableElf
+from profiler.native.locator_process import CodeLocator
 
 KERNEL_SUFFIX_MODULE = "[kernel]"
 PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
@@ -99,7 +100,7 @@ class ElfSymbols:
             return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]
         if self._locator is not None:
             try:
-                located = self._locator.locate(image.debug_handle() or image.handle, [vaddr])[0]
+                located = self._locator.locate(image.debug_handle() or image.handle, [vaddr], image.path)[0]
             except (OSError, ValueError):
                 located = None
             if located is not None and located.name:
@@ -125,7 +126,7 @@ class ElfSymbols:
         if line is None:
             assert self._locator is not None
             try:
-                located = self._locator.locate(image.debug_handle() or image.handle, [start])[0]
+                located = self._locator.locate(image.debug_handle() or image.handle, [start], image.path)[0]
             except (OSError, ValueError):
                 located = None
             line = located.place.line if located is not None and located.place is not None else 0
@@ -157,6 +158,10 @@ class ElfSymbols:
                 self._profile.modules[mapping.module_name] = ModuleFile(image.path, image.build_id)
             return Frame(f"{mapping.module_name}+{start:#x}", mapping.module_name, FrameKind.UNKNOWN)
         return registry.native_symbol_frame(hit.name, mapping.module_name)
+
+    def naming_failures(self) -> dict[str, str]:
+        """Files blazesym could not read (its helper crashed, hung or refused), and why."""
+        return dict(self._locator.failures) if self._locator is not None else {}
 
     def close(self) -> None:
         if self._locator is not None:

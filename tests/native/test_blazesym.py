@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from profiler.native import blazesym
-from profiler.native.blazesym import CodeLocator, _declarations
+from profiler.native.blazesym import BlazesymLocator, _declarations
 from profiler.native.demangle import demangle
 from profiler.native.linkage import linkage_symbols
+from profiler.native.locator_process import CodeLocator
 from tests.conftest import FIXTURES
 
 
@@ -80,7 +81,8 @@ def test_short_c_names_stay_names(built):
 
 
 def test_symbolizer_renewed_once_its_files_are_closed(built):
-    locator = CodeLocator()
+    """(In the helper's own locator, run here in process.)"""
+    locator = BlazesymLocator()
     opened = [(built / name).open("rb") for name in ("inlined", "chain", "workload")]
     for handle in opened:
         assert locator.locate(handle, [0x1000])
@@ -100,7 +102,7 @@ def test_symbolizer_renewed_after_a_while_and_names_the_same(built, monkeypatch)
 
     binary = built / "inlined"
     address = symbol_address(binary, "crunch")
-    locator = CodeLocator()
+    locator = BlazesymLocator()
     with binary.open("rb") as handle:
         first = locator.locate(handle, [address])
         assert locator.locate(handle, [address]) == first and locator.renewals == 0

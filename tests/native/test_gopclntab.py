@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.native.blazesym import CodeLocator
 from profiler.native.gopclntab import GoTableError, parse_go_functions, read_go_functions
+from profiler.native.locator_process import CodeLocator
 
 SOURCE = Path(__file__).resolve().parents[2] / "fixtures" / "gowork.go"
 

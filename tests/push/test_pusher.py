@@ -13,7 +13,7 @@ import pytest
 
 from profiler.push import ingest
 from profiler.push.apps import App, AppRegistry
-from profiler.push.endpoint import BadEndpoint, Result
+from profiler.push.endpoint import MAX_RETRY_AFTER_S, BadEndpoint, Result, retry_after
 from profiler.push.ingest import PyroscopeIngest
 from profiler.push.intervals import Interval, Labels, SeriesKey, group_samples
 from profiler.push.pusher import Pusher
@@ -136,6 +136,20 @@ def test_profiles_over_an_hour_old_are_given_up(receiver, tmp_path):
     sender.submit(interval(time.time() - 7200))
     sender.finish(5)
     assert sender.stats.expired == 2 and receiver.attempts == 0
+
+
+@pytest.mark.parametrize("header", ["nan", "NaN", "inf", "-5", "1e400", "3.5", "0x10", "Wed, 21 Oct 2026 07:28:00 GMT", "١٢"])
+def test_a_retry_after_that_is_not_delta_seconds_leaves_it_to_the_backoff(receiver, header):
+    """A store answering `Retry-After: nan` made the pusher busy-spin (16 s of
+    CPU in a 20 s run): NaN passed min/max into queue.get's timeout."""
+    endpoint = ingest.endpoint(receiver.url, None, {})
+    receiver.behaviour = Behaviour(fail_with=503, retry_after=header)
+    outcome = ingest.send(endpoint, {"name": "a.cpu{}"}, b"x")
+    assert outcome.result is Result.RETRY and outcome.retry_after_s is None
+
+
+def test_a_retry_after_is_capped():
+    assert retry_after(" 12 ") == 12 and retry_after("999999999") == MAX_RETRY_AFTER_S and retry_after("0") == 0
 
 
 def test_outcomes_of_one_request(receiver):

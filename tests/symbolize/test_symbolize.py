@@ -373,8 +373,8 @@ def test_native_frames_through_blazesym_inlined_and_plt():
     """libc's PLT stub is named `func@plt`; an address of qsort_r where glibc
     inlined msort_with_tmp is two frames, the inner one marked inlined, with
     libc6-dbg's file and line."""
-    from profiler.native.blazesym import CodeLocator  # noqa: PLC0415
     from profiler.native.linkage import linkage_symbols  # noqa: PLC0415
+    from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
 
     libc_path = next(
         line.split()[5] for line in open("/proc/self/maps") if line.split()[-1].endswith("/libc.so.6") and len(line.split()) >= 6

@@ -1,0 +1,124 @@
+"""blazesym in its confined helper: files that crash, hang or blow it up
+cost their own names (and their owner's further files), never the run."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from profiler.native import locator_process
+from profiler.native.locator_process import CodeLocator, LocatorFailed
+from profiler.safety import sandbox
+from tests.hostile_elf import build, compressed_size_bomb, fifo_debuglink, load_end, symbol_address
+
+NODE = Path("/usr/bin/node")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+
+
+@pytest.fixture
+def locator():
+    located = CodeLocator()
+    yield located
+    located.close()
+
+
+def named_node(locator: CodeLocator) -> str:
+    with NODE.open("rb") as handle:
+        symbol = locator.locate(handle, [symbol_address(NODE, "uv_run") + 4], str(NODE))[0]
+    assert symbol is not None
+    return symbol.name
+
+
+def test_names_lines_and_inlines_as_blazesym_does(tmp_path, locator):
+    binary = build(tmp_path, "hot", "-g")
+    with binary.open("rb") as handle:
+        (symbol,) = locator.locate(handle, [symbol_address(binary, "hot") + 8], str(binary))
+    assert symbol is not None and symbol.name == "hot"
+    assert symbol.place is not None and symbol.place.file.endswith("hot.c") and symbol.place.line in (5, 6)
+
+
+@as_root
+def test_helper_runs_as_no_one_with_one_capability_and_a_filter(locator):
+    named_node(locator)
+    assert locator._helper is not None
+    status = Path(f"/proc/{locator._helper.process.pid}/status").read_text()
+    fields = dict(re.findall(r"^(\w+):[ \t]*(.*)$", status, re.M))
+    assert fields["Uid"].split() == [str(sandbox.HELPER_UID)] * 4
+    assert fields["Gid"].split() == [str(sandbox.HELPER_GID)] * 4
+    assert fields["Groups"].strip() == ""
+    assert int(fields["CapEff"], 16) == int(fields["CapPrm"], 16) == 1 << sandbox.CAP_DAC_READ_SEARCH
+    assert fields["NoNewPrivs"] == "1" and fields["Seccomp"] == "2"
+
+
+def test_a_compression_header_claiming_2_64_bytes_costs_that_file_only(tmp_path, locator):
+    binary = compressed_size_bomb(tmp_path)
+    with binary.open("rb") as handle, pytest.raises(LocatorFailed, match="SIGABRT"):
+        locator.locate(handle, [symbol_address(binary, "hot")], str(binary))
+    assert "SIGABRT" in locator.failures[str(binary)]
+    assert named_node(locator)  # a fresh helper
+    with binary.open("rb") as handle, pytest.raises(LocatorFailed):  # not tried again
+        locator.locate(handle, [symbol_address(binary, "hot")], str(binary))
+    assert locator.helpers_started == 2
+
+
+def test_a_file_truncated_under_the_helper_s_mapping_costs_that_file_only(tmp_path, locator):
+    """The target truncates its library past the loaded segments once
+    blazesym has mapped it: the next read of its symbols is a SIGBUS."""
+    binary = build(tmp_path, "shrinking", "-g")
+    address = symbol_address(binary, "hot")
+    with binary.open("rb") as handle:
+        assert locator.locate(handle, [address], str(binary))[0] is not None
+        os.truncate(binary, load_end(binary))
+        with pytest.raises(LocatorFailed, match="SIGBUS"):
+            locator.locate(handle, [address + 1], str(binary))
+    assert named_node(locator)
+
+
+def test_a_debug_link_to_a_fifo_overruns_the_deadline_and_nothing_else(tmp_path):
+    binary = fifo_debuglink(tmp_path)
+    locator = CodeLocator(deadline_s=1.0)
+    try:
+        started = time.monotonic()
+        with binary.open("rb") as handle, pytest.raises(LocatorFailed, match="deadline"):
+            locator.locate(handle, [symbol_address(binary, "hot")], str(binary))
+        assert time.monotonic() - started < 3
+        assert named_node(locator)
+    finally:
+        locator.close()
+
+
+@as_root
+def test_a_user_whose_file_failed_costs_the_others_nothing_more(tmp_path, locator):
+    attacker = 65534
+    bomb = compressed_size_bomb(tmp_path)
+    other = tmp_path / "other"
+    shutil.copy(NODE, other)
+    for path in (bomb, other):
+        os.chown(path, attacker, attacker)
+    with bomb.open("rb") as handle, pytest.raises(LocatorFailed):
+        locator.locate(handle, [symbol_address(bomb, "hot")], str(bomb))
+    started = locator.helpers_started
+    with other.open("rb") as handle, pytest.raises(LocatorFailed, match="another file of its owner"):
+        locator.locate(handle, [0x2000000], str(other))
+    assert named_node(locator) and locator.helpers_started == started + 1  # root's files: a fresh helper
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        [],
+        {"symbols": [None, None]},
+        {"symbols": [["name", -1, None, []]]},
+        {"symbols": [["name", 1, ["file", "line", 0], []]]},
+        {"symbols": [[7, 1, None, []]]},
+        {"symbols": [["name", 1, None, [["inlined"]]]]},
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_refused(answer):
+    with pytest.raises((TypeError, ValueError, KeyError)):
+        locator_process._symbols_from(answer, 1)
