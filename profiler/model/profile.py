@@ -7,7 +7,12 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from profiler.kernel.events import KernelTraffic, WalkEnd
+from profiler.kernel.events import MAX_STACK_FRAMES, KernelTraffic, WalkEnd
+
+# A sample's frames, inlined ones and the kernel's included: the walked
+# frames with a few inlined functions each. A longer stack is cut at its
+# root end by the symbolizer, and refused in a raw file (not one jitprof wrote).
+MAX_SAMPLE_FRAMES = 8 * MAX_STACK_FRAMES
 
 
 class FrameKind(str, enum.Enum):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from profiler.kernel.events import WalkEnd
-from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
+from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 
 FORMAT = "jitprof"
 VERSION = 1
@@ -279,6 +279,8 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
             ids = tuple(frame_ids)
             known = stacks.get(ids)
             if known is None:  # checked once per distinct stack, then shared
+                if len(ids) > MAX_SAMPLE_FRAMES:
+                    raise ValueError(f"a stack of {len(ids):,} frames (jitprof writes at most {MAX_SAMPLE_FRAMES:,})")
                 if not all(type(frame_id) is int and 0 <= frame_id < len(profile.frames) for frame_id in ids):
                     raise ValueError("frame id out of range")
                 known = stacks[ids] = ids

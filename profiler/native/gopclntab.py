@@ -31,6 +31,10 @@ MAX_NAME_BYTES = 4096
 MAX_DATA_BYTES = 64 << 20  # where the module data is looked for
 MAX_INLINE_DEPTH = 64
 MAX_PC_VALUE_STEPS = 1 << 20
+# Steps of every pc-value table one lookup reads (a few thousand in Go's own
+# largest functions): a forged table of a million zero-pc steps under a
+# self-referencing inline tree took 75 s of Python for one address.
+MAX_LOOKUP_STEPS = 1 << 18
 _HEADER = struct.Struct("<IBBBBqqQQQQQQ")  # magic, pad, pad, quantum, pointer size, nfunc, nfiles, text start, 6 offsets
 # _func up to nfuncdata; Go 1.20 added startLine after cuOffset.
 _FUNC_120 = struct.Struct("<IiiIIIIIIiBBBB")
@@ -94,6 +98,7 @@ class GoFunctions:
     text_start: int
     go120: bool
     inline: _InlineData | None = None
+    _steps_left: int = MAX_LOOKUP_STEPS  # of the lookup under way
 
     def lookup(self, vaddr: int) -> tuple[int, str] | None:
         """(start, name) of the function holding vaddr."""
@@ -112,6 +117,7 @@ class GoFunctions:
         name = self._name(self.name_offsets[index])
         if name is None:
             return None
+        self._steps_left = MAX_LOOKUP_STEPS
         function = self._function(index)
         if function is None:
             return NativeSymbol(name, self.starts[index], None, ())
@@ -131,6 +137,7 @@ class GoFunctions:
     def function_line(self, start: int) -> int:
         """The line the function at start begins on (Go 1.20 on), else 0."""
         index = self._index(start)
+        self._steps_left = MAX_LOOKUP_STEPS
         function = self._function(index) if index is not None else None
         return function.start_line if function is not None else 0
 
@@ -176,7 +183,8 @@ class GoFunctions:
         data = self.table
         at = self.parts.pc_tables + table_offset
         value, current, quantum = -1, entry, self.parts.quantum
-        for step in range(MAX_PC_VALUE_STEPS):
+        for step in range(min(MAX_PC_VALUE_STEPS, self._steps_left)):
+            self._steps_left -= 1
             decoded = _uvarint(data, at)
             if decoded is None:
                 return None

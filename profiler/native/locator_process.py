@@ -45,6 +45,7 @@ OPEN_FILES = 16384
 MAX_ANSWER_BYTES = 16 << 20
 MAX_REQUEST_BYTES = 16 << 20
 MAX_FAILURES_KEPT = 100
+MAX_INLINED_CALLS = 64  # per address: the outermost ones and the innermost (crafted DWARF nests thousands)
 _LENGTH = struct.Struct("=I")
 
 
@@ -276,6 +277,10 @@ def _symbols_from(answer: Any, count: int) -> list[NativeSymbol | None]:
             located.append(None)
             continue
         name, start, place, inlined = symbol
+        if not isinstance(inlined, list):
+            raise TypeError("not a list of inlined functions")
+        if len(inlined) > MAX_INLINED_CALLS:
+            inlined = inlined[: MAX_INLINED_CALLS - 1] + inlined[-1:]
         calls = tuple(InlinedCall(_text(call_name), _place_from(call_place)) for call_name, call_place in inlined)
         located.append(NativeSymbol(_text(name), _number(start), _place_from(place), calls))
     return located

@@ -59,7 +59,7 @@ def call_frame(frame: Frame) -> CallFrame:
 def _bare_name(frame: Frame) -> str:
     """ "inner app.js:8" is `inner`; "(anonymous) app.js:1" and "(anonymous) app.js:1:29" are ""."""
     base = frame.file.rsplit("/", 1)[-1]
-    match = re.fullmatch(rf"(.*) (?:{re.escape(frame.file)}|{re.escape(base)}):\d+(?::\d+)?", frame.name)
+    match = re.fullmatch(rf"(.*) (?:{re.escape(frame.file)}|{re.escape(base)}):\d+(?::\d+)?", frame.name, re.S)
     name = match.group(1) if match else frame.name
     return "" if name == "(anonymous)" else name
 

@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -70,6 +71,54 @@ def open_in_root(root: str, path: str, max_bytes: int, symlinks: bool = True) ->
             raise OSError(error, f"{root}/{path.lstrip('/')}: {os.strerror(error)}")
     finally:
         os.close(root_descriptor)
+    return _checked_regular(descriptor, path, max_bytes)
+
+
+_RESOLVE_BENEATH = 0x08
+
+
+def _openat2_beneath(directory: int, name: str, flags: int) -> int:
+    how = _OpenHow(flags | os.O_CLOEXEC, 0, _RESOLVE_BENEATH | _RESOLVE_NO_MAGICLINKS | _RESOLVE_NO_SYMLINKS)
+    libc = ctypes.CDLL(None, use_errno=True)
+    descriptor = libc.syscall(_OPENAT2, directory, name.encode("utf-8", "surrogateescape"), ctypes.byref(how), ctypes.sizeof(how))
+    if descriptor < 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{name}: {os.strerror(error)}")
+    return descriptor
+
+
+def open_in_root_as(
+    root: str, path: str, max_bytes: int, may_search: Callable[[os.stat_result], bool], may_read: Callable[[os.stat_result], bool]
+) -> BinaryIO:
+    """A file of a target's filesystem, opened only if the target's user
+    could open it: one directory at a time from the root, each checked on
+    its descriptor with may_search (the kernel's search permission for that
+    user) before the next is opened from it, the file with may_read. No
+    symbolic link anywhere (ELOOP), no `..` (EACCES), no path resolved twice.
+    Raises OSError (PermissionError when the user could not reach it)."""
+    parts = [part for part in path.split("/") if part and part != "."]
+    if not parts or ".." in parts:
+        raise PermissionError(errno.EACCES, "not a plain path", path)
+    current = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in [None, *parts[:-1]]:
+            if part is not None:
+                following = _openat2_beneath(current, part, os.O_PATH | os.O_DIRECTORY)
+                os.close(current)
+                current = following
+            if not may_search(os.fstat(current)):
+                raise PermissionError(errno.EACCES, "its user may not reach it", path)
+        descriptor = _openat2_beneath(current, parts[-1], os.O_RDONLY | os.O_NONBLOCK)
+    finally:
+        os.close(current)
+    try:
+        readable = may_read(os.fstat(descriptor))
+    except BaseException:
+        os.close(descriptor)
+        raise
+    if not readable:
+        os.close(descriptor)
+        raise PermissionError(errno.EACCES, "its user may not read it", path)
     return _checked_regular(descriptor, path, max_bytes)
 
 

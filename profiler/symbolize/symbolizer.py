@@ -28,7 +28,7 @@ from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
-from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, Sample
+from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, Sample
 from profiler.native.blazesym import NativeSymbol, SourcePlace
 from profiler.native.demangle import PLT_SUFFIX
 from profiler.native.elf import ElfImage, UnreadableElf
@@ -459,14 +459,10 @@ class Symbolizer:
         if raw.kernel_stack_id >= 0 and self._kernel_stack is not None:
             kernel_ids = [self._resolve_kernel(address) for address in self._kernel_stack(raw.kernel_stack_id)]
             kernel_ids.reverse()
-        return Sample(
-            raw.time_ns,
-            raw.pid,
-            raw.tid,
-            raw.comm,
-            self._profile.intern_stack((*caller_ids, *leaf_ids, *kernel_ids)),
-            raw.walk_end,
-        )
+        stack = (*caller_ids, *leaf_ids, *kernel_ids)
+        if len(stack) > MAX_SAMPLE_FRAMES:
+            stack = stack[-MAX_SAMPLE_FRAMES:]
+        return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(stack), raw.walk_end)
 
     def _epochs(self, pid: int) -> tuple[tuple[tuple[int, int], ...], int]:
         """What each JIT source knows of pid's code, and the time of the

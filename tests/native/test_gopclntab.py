@@ -4,6 +4,7 @@ DWARF (read by blazesym) of the same program built unstripped."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import shutil
 import struct
@@ -124,3 +125,36 @@ def test_forged_line_and_inline_tables_end_without_a_wrong_answer(go_builds):
             index = generator.randrange(len(functions.starts) - 1)
             located = functions.locate(functions.starts[index] + generator.randrange(64))
             assert located is None or located.name
+
+
+def test_pc_value_tables_that_never_advance_cost_one_bounded_lookup(go_builds, monkeypatch):
+    """Every pc-value table forged into steps that never advance the pc: a
+    lookup read a million steps per table, per inlined level (75 s of
+    Python for one address). One lookup now reads MAX_LOOKUP_STEPS in all."""
+    _full, stripped = go_builds
+    with stripped.open("rb") as handle:
+        functions = read_go_functions(handle)
+    assert functions is not None
+    # Every table the function tables point at now reads steps of value +1,
+    # pc +0 (the pc's zero in two bytes: at any offset, the second step is
+    # one of them) for millions of steps: moved past the real table's end.
+    span = functions.parts.functions - functions.parts.pc_tables + (8 << 20)
+    functions.parts = dataclasses.replace(functions.parts, pc_tables=len(functions.table))
+    functions.table = functions.table + b"\x02\x80\x00" * (span // 3)
+    from profiler.native import gopclntab  # noqa: PLC0415
+
+    decoded = [0]
+    uvarint = gopclntab._uvarint
+
+    def counted(data: bytes, at: int) -> tuple[int, int] | None:
+        decoded[0] += 1
+        return uvarint(data, at)
+
+    monkeypatch.setattr(gopclntab, "_uvarint", counted)
+    index = len(functions.starts) // 2
+    located = functions.locate(functions.starts[index] + 8)
+    assert located is not None and located.name and located.place is None
+    assert decoded[0] <= 2 * gopclntab.MAX_LOOKUP_STEPS + 2, decoded  # two numbers a step
+    decoded[0] = 0
+    functions.function_line(functions.starts[index])
+    assert decoded[0] <= 2 * gopclntab.MAX_LOOKUP_STEPS + 2, decoded

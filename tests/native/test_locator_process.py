@@ -122,3 +122,10 @@ def test_a_user_whose_file_failed_costs_the_others_nothing_more(tmp_path, locato
 def test_an_answer_of_the_wrong_shape_is_refused(answer):
     with pytest.raises((TypeError, ValueError, KeyError)):
         locator_process._symbols_from(answer, 1)
+
+
+def test_thousands_of_nested_inlined_functions_keep_the_outermost_and_the_innermost():
+    nested = [[f"level_{depth}", ["a.c", depth + 1, 0]] for depth in range(5000)]
+    (symbol,) = locator_process._symbols_from({"symbols": [["outer", 16, None, nested]]}, 1)
+    assert symbol is not None and len(symbol.inlined) == locator_process.MAX_INLINED_CALLS
+    assert symbol.inlined[0].name == "level_0" and symbol.inlined[-1].name == "level_4999"

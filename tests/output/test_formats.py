@@ -4,6 +4,7 @@ published JSON schema, pprof-format (npm) for pprof, callgrind_annotate
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -13,7 +14,7 @@ import subprocess
 import pytest
 
 from profiler.kernel.events import WalkEnd
-from profiler.model.profile import Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
+from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.output import render
 from profiler.output.report import SampleFilter, filtered, write_diff_folded
@@ -79,6 +80,18 @@ def test_speedscope_matches_its_published_schema():
     assert top["line"] == 19 and top["col"] == 13  # where the function begins
     # Lines of one function share its frame: boxes do not split by line.
     assert profiles[0]["samples"][0] == profiles[0]["samples"][-1]
+
+
+@pytest.mark.parametrize("name", ["inner", "lit;name 5\nx", "with space", "(anonymous)"])
+def test_cpuprofile_function_names_are_bare_whatever_they_hold(name):
+    """V8 writes a JS function's own name; a name holding a newline kept its
+    script and line ("lit;name 5\\nx names.js:16")."""
+    from profiler.output.cpuprofile import call_frame  # noqa: PLC0415
+
+    frame = Frame(f"{name} /srv/names.js:16", "", FrameKind.JIT, "/srv/names.js", 16, 3, function_line=16)
+    expected = "" if name == "(anonymous)" else name
+    assert call_frame(frame).function_name == expected
+    assert call_frame(dataclasses.replace(frame, name=f"{name} names.js:16:3")).function_name == expected
 
 
 def test_cpuprofile_invariants():
@@ -185,6 +198,23 @@ def test_raw_profile_bad_record_names_its_line(tmp_path):
     path.write_bytes(good[: len(good) // 2])  # truncated
     with pytest.raises(RawProfileError):
         read_raw(path)
+
+
+def test_a_raw_stack_of_three_million_frames_is_refused_small(tmp_path):
+    """A 9 KB .jitprof whose one sample names frame 0 three million times
+    (6 MB unpacked, under the ratio check's floor) took `report` to 3.9 GB
+    and 54 s. A stack longer than any jitprof writes is refused at once."""
+    good = render(sample_profile(), "jitprof")
+    lines = gzip.decompress(good).split(b"\n")
+    lines[8] = b'[1,2,3,"x",[' + b",".join([b"0"] * 3_000_000) + b'],"COMPLETE"]'
+    path = tmp_path / "deep.jitprof"
+    path.write_bytes(gzip.compress(b"\n".join(lines), 9))
+    assert path.stat().st_size < 64 << 10
+    with pytest.raises(RawProfileError, match=r"deep\.jitprof:9: bad record \(a stack of 3,000,000 frames"):
+        read_raw(path)
+    lines[8] = b'[1,2,3,"x",[' + b",".join([b"0"] * MAX_SAMPLE_FRAMES) + b'],"COMPLETE"]'  # as long as jitprof writes
+    path.write_bytes(gzip.compress(b"\n".join(lines), 9))
+    assert max(len(sample.frame_ids) for sample in read_raw(path).samples) == MAX_SAMPLE_FRAMES
 
 
 def test_filters_by_pid_tid_and_time():

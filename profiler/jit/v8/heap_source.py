@@ -52,6 +52,7 @@ from profiler.native.elf import MAX_ELF_BYTES
 from profiler.safety import files
 
 MAX_CACHED = 200_000  # objects remembered per process (a big app has ~50 k functions)
+MAX_CACHED_LINE_ENDS = 8 << 20  # scripts' line ends remembered per process (32 MiB; a large bundle has 0.1 M lines)
 CACHE_LIFETIME_S = 60.0  # then what was read is read again: a full GC may reuse an address
 RETRY_FAILED_S = 0.5  # a frame that could not be named is tried again after this
 MAX_NOTED_CALLERS = 4096  # per process (about 2 MiB)
@@ -115,13 +116,21 @@ class _Process:
         default_factory=collections.OrderedDict
     )
     cached_since: float = field(default_factory=time.monotonic)
+    scripts_counted: int = 0  # how many scripts line_ends counts
+    line_ends: int = 0
     named: int = 0
     unnamed: int = 0
     generation: int = 0  # of the caches
 
     def expire(self, now: float) -> None:
         cached = len(self.frames) + len(self.shared) + len(self.failed) + len(self.bytecode_owners)
-        if now - self.cached_since > CACHE_LIFETIME_S or cached > MAX_CACHED:
+        # A target can compile one long source under many names: each is a
+        # script of its own. Scripts are only added between expiries: counted when one is.
+        if len(self.scripts) != self.scripts_counted:
+            self.scripts_counted = len(self.scripts)
+            self.line_ends = sum(len(script.line_ends) for script in self.scripts.values() if script.line_ends is not None)
+        too_many = cached > MAX_CACHED or self.line_ends > MAX_CACHED_LINE_ENDS
+        if now - self.cached_since > CACHE_LIFETIME_S or too_many:
             self.generation += 1
             self.shared.clear()
             self.scripts.clear()

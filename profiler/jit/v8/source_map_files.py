@@ -5,8 +5,9 @@ A script names its map in its last `//# sourceMappingURL=` comment: a file
 holding the map itself. The script and the map are files the target
 controls: each is opened inside the target's root (/proc/PID/root) with no
 symlink anywhere on its path, must be a regular file under a size cap, and
-is read only if the target's own user could read it (root must not show in
-a profile what the target could not see). Both are kept open, so the
+is read only if the target's own user could reach and read it (every
+directory on the way searchable by that user, the file readable: root must
+not show in a profile what the target could not see). Both are kept open, so the
 frames of a program that has exited are still mapped at the end of the run.
 """
 
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from profiler.kernel.proc_status import status_field
-from profiler.safety.files import open_in_root
+from profiler.safety.files import open_in_root_as
 
 MAX_SCRIPT_BYTES = 64 << 20
 MAX_MAP_BYTES = 128 << 20  # a server bundle's map is tens of MB
@@ -52,13 +53,20 @@ class TargetUser:
         return cls(int(uids[3]), frozenset([int(gids[3]), *(int(group) for group in groups or [])]))
 
     def may_read(self, info: os.stat_result) -> bool:
+        return self._allowed(info, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
+
+    def may_search(self, info: os.stat_result) -> bool:
+        """May the user pass through this directory (as the kernel decides, ACLs aside)?"""
+        return self._allowed(info, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
+
+    def _allowed(self, info: os.stat_result, owner_bit: int, group_bit: int, other_bit: int) -> bool:
         if self.uid == 0:
             return True
         if info.st_uid == self.uid:
-            return bool(info.st_mode & stat.S_IRUSR)
+            return bool(info.st_mode & owner_bit)
         if info.st_gid in self.gids:
-            return bool(info.st_mode & stat.S_IRGRP)
-        return bool(info.st_mode & stat.S_IROTH)
+            return bool(info.st_mode & group_bit)
+        return bool(info.st_mode & other_bit)
 
 
 @dataclass
@@ -126,11 +134,10 @@ def find_source_map(root: str, script: str, user: TargetUser) -> ScriptFiles | N
 
 
 def _open_readable(root: str, path: str, max_bytes: int, user: TargetUser) -> BinaryIO:
-    handle = open_in_root(root, path, max_bytes, symlinks=False)
-    if not user.may_read(os.fstat(handle.fileno())):
-        handle.close()
-        raise PermissionError(errno.EACCES, "its user may not read it")
-    return handle
+    """Opened only if the target's user could: every directory on the way
+    searchable by it (a 0644 map in root's 0700 directory is not), the file
+    readable by it."""
+    return open_in_root_as(root, path, max_bytes, user.may_search, user.may_read)
 
 
 def _reason(error: OSError) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
+import tempfile
 import urllib.parse
 from pathlib import Path
 
@@ -101,13 +103,49 @@ def test_a_symlink_on_the_way_to_the_map_is_not_followed(tmp_path: Path):
         find_source_map("/", script, ME)
 
 
-def test_a_map_the_target_user_may_not_read_is_refused(tmp_path: Path):
-    script = write(tmp_path / "app.js", b"//# sourceMappingURL=app.js.map\n")
-    os.chmod(write(tmp_path / "app.js.map", MAP), 0o600)
-    stranger = TargetUser(os.getuid() + 4242, frozenset([os.getgid() + 4242]))
+STRANGER = TargetUser(os.getuid() + 4242, frozenset([os.getgid() + 4242]))
+
+
+@pytest.fixture
+def open_dir():
+    """A directory anyone may pass through (pytest's own are 0700)."""
+    directory = Path(tempfile.mkdtemp(prefix="jitprof-maps-"))
+    os.chmod(directory, 0o755)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_map_the_target_user_may_not_read_is_refused(open_dir: Path):
+    script = write(open_dir / "app.js", b"//# sourceMappingURL=app.js.map\n")
+    os.chmod(write(open_dir / "app.js.map", MAP), 0o600)
     os.chmod(script, 0o644)
     with pytest.raises(SourceMapUnavailable, match="may not read"):
-        find_source_map("/", script, stranger)
+        find_source_map("/", script, STRANGER)
+
+
+def test_a_readable_map_in_a_directory_the_target_user_may_not_enter_is_refused(open_dir: Path):
+    """A 0644 map inside root's 0700 directory: the target's user gets EACCES
+    from cat, so root must not read it for them (its names and paths reached
+    every output)."""
+    script = write(open_dir / "app.js", b"//# sourceMappingURL=private/app.js.map\n")
+    os.chmod(script, 0o644)
+    secret = write(open_dir / "private" / "app.js.map", MAP)
+    os.chmod(secret, 0o644)
+    os.chmod(open_dir / "private", 0o700)
+    with pytest.raises(SourceMapUnavailable, match="may not reach"):
+        find_source_map("/", script, STRANGER)
+    os.chmod(open_dir / "private", 0o711)  # searchable, not listable: reachable, as the kernel decides
+    found = find_source_map("/", script, STRANGER)
+    assert found is not None and found.map_text() == MAP
+    found.close()
+
+
+def test_a_script_the_target_user_may_not_reach_is_not_opened(open_dir: Path):
+    script = write(open_dir / "private" / "app.js", b"//# sourceMappingURL=app.js.map\n")
+    write(open_dir / "private" / "app.js.map", MAP)
+    os.chmod(open_dir / "private", 0o700)
+    with pytest.raises(PermissionError):
+        find_source_map("/", script, STRANGER)
 
 
 def test_a_map_over_the_size_cap_is_refused(tmp_path: Path):

@@ -20,6 +20,7 @@ MAX_NAME_CHARS = 1024  # a function's or script's name
 MAX_SOURCE_CHARS = 64 << 20  # a script's source, read to find its lines
 MAX_STRING_DEPTH = 32  # cons and sliced strings within strings
 MAX_TABLE_BYTES = 4 << 20  # a position table, or the line ends of a script
+MAX_LINE_ENDS = MAX_TABLE_BYTES // 8  # a script's lines known, from V8's table (words) or counted in its source
 MAX_SCOPE_SLOTS = 16  # ScopeInfo slots searched for the name and positions, past the locals
 SCOPE_HEAD_SLOTS = 8
 INFERRED_NAME_DISTANCE = 2  # slots from the function's name to its inferred name  # flags, counts and (V8 12.8 on) positions
@@ -210,6 +211,8 @@ class HeapReader:
         ends = array("I")
         position = text.find("\n")
         while position >= 0:
+            if len(ends) >= MAX_LINE_ENDS:  # as many as V8's own table may hold: later lines stay unknown
+                return ends
             ends.append(position)
             position = text.find("\n", position + 1)
         ends.append(len(text))
