@@ -16,19 +16,12 @@ from profiler.native.demangle import demangle
 from profiler.native.linkage import linkage_symbols
 from profiler.native.locator_process import CodeLocator
 from tests.conftest import FIXTURES
+from tests.hostile_elf import symbol_address
 
 
 @pytest.fixture(scope="module")
 def built(chain_binary) -> Path:
     return FIXTURES
-
-
-def symbol_address(binary: Path, name: str) -> int:
-    for line in subprocess.run(["nm", str(binary)], capture_output=True, text=True, check=True).stdout.splitlines():
-        fields = line.split()
-        if len(fields) == 3 and fields[2] == name:
-            return int(fields[0], 16)
-    raise AssertionError(name)
 
 
 def test_header_becomes_declarations():
