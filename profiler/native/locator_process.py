@@ -123,10 +123,8 @@ class CodeLocator:
 
     def _ask(self, handle: BinaryIO, vaddrs: list[int]) -> list[NativeSymbol | None]:
         helper = self._running()
-        forgotten = [file_id for opened, file_id in self._ids.items() if opened.closed]
-        for opened in [opened for opened in self._ids if opened.closed]:
-            del self._ids[opened]
-        forgotten = [file_id for file_id in forgotten if file_id in helper.known]
+        closed_ids = [self._ids.pop(opened) for opened in [opened for opened in self._ids if opened.closed]]
+        forgotten = [file_id for file_id in closed_ids if file_id in helper.known]
         helper.known.difference_update(forgotten)
         file_id = self._ids.get(handle)
         if file_id is None:
@@ -232,8 +230,6 @@ def _read_exactly(channel: socket.socket, count: int, deadline: float, descripto
                 descriptors.extend(received)
             else:
                 data = channel.recv(min(wanted, 1 << 20))
-        except TimeoutError:
-            raise
         except ConnectionError as error:
             raise _HelperFailed(str(error)) from None
         if not data:
