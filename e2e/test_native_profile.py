@@ -109,8 +109,11 @@ def test_a_run_from_the_kept_sampler_never_loads_bcc(jitprof, tmp_path):
     """With the compiled sampler kept (set-up keeps one), jitprof makes the
     kernel calls itself: BCC's library, LLVM and clang (about 100 MiB of a
     run's memory) are never mapped. The command reads its parent's maps
-    while the run samples it."""
-    script = "cat /proc/$PPID/maps; grep VmRSS /proc/$PPID/status; i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"
+    while the run samples it, then spins until it has used 0.4 s of CPU
+    (its own utime, not a count of iterations: a fast machine ran 200,000 in
+    under 20 samples)."""
+    spin = "while :; do read -r stat < /proc/$$/stat; set -- $stat; [ ${14} -ge 40 ] && break; done"
+    script = f"cat /proc/$PPID/maps; grep VmRSS /proc/$PPID/status; {spin}"
     run = jitprof("-o", "out.folded", "--", "sh", "-c", script)
     assert run.returncode == 0, run.stderr
     mapped = {line.split()[-1] for line in run.stdout.splitlines() if line.count(" ") >= 5 and "/" in line}
