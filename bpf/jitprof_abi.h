@@ -20,6 +20,15 @@
 #define EVENT_EXIT 4
 #define EVENT_MAPS_CHANGED 5
 #define EVENT_DISCOVERED 6 /* --all: a process sampled for the first time */
+/* --off-cpu: a followed thread exits with waits not reported yet (address:
+ * their nanoseconds, length: how many) */
+#define EVENT_THREAD_WAITS 7
+/* --off-cpu: a threadpool thread of a followed process starts a work item
+ * (time_ns: now; address: the item's key, the time it was submitted) */
+#define EVENT_WORK_STARTED 8
+/* --off-cpu: a followed thread exits with time runnable, waiting for a CPU,
+ * not reported yet (address: its nanoseconds) */
+#define EVENT_THREAD_RUNNABLE 9
 
 /* How a stack walk ended. */
 #define WALK_COMPLETE 0
@@ -41,7 +50,8 @@
 #define COUNTER_RINGBUF_FULL 1
 #define COUNTER_KSTACK_FAILED 2
 #define COUNTER_EVENTS_LOST 3
-#define COUNTER_COUNT 4
+#define COUNTER_OFF_CPU_UNTRACKED 4 /* --off-cpu: a wait not timed (the thread table was full) */
+#define COUNTER_COUNT 5
 
 /* Kinds of the mapping trie's entries (struct mapping_info), and of the
  * mappings the user-space walker is given. */
@@ -84,7 +94,14 @@
 #define MAX_STACK_FRAMES 2048
 #define COMM_LEN 16
 #define SAMPLE_HEADER_BYTES                                                                                                      \
-    48 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
+    96 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
+
+/* --off-cpu: the sched_switch tracepoint's prev_state of a task preempted
+ * while runnable (TASK_REPORT_MAX): it did not leave to wait. */
+#define SWITCH_STATE_PREEMPTED 0x100
+/* struct sample_event.off_cpu_flags */
+#define OFF_CPU_STACK_MOVED 1 /* the thread ran user code since the wait began: the stack is not the wait's */
+#define SAMPLE_SUBMITS_WORK 2 /* not a sample: the stack that submits a work item (work) to a threadpool */
 
 /* One unwind row (16 bytes): rows of a file are sorted by pc. */
 struct unwind_row {
@@ -188,6 +205,32 @@ struct v8_process {
     __u16 reserved;
 };
 
+/* --off-cpu: a timed thread (the off_cpu_threads map, by thread id). */
+struct off_cpu_thread {
+    __u64 left_ns;       /* when it left the CPU to wait; 0 while it runs */
+    __u64 waited_ns;     /* off the CPU since the wait began (a system call can wait several times) */
+    __u64 short_wait_ns; /* waits too short to record one by one, not reported yet */
+    __u64 wait_pc;       /* the user pc and sp the wait began with: its stack */
+    __u64 wait_sp;
+    __u32 short_waits;
+    __s32 kernel_stack_id; /* where in the kernel the wait began (--kernel) */
+    __u32 tgid;
+    __u32 runnable;    /* off the CPU since left_ns while runnable (preempted): not a wait */
+    __u64 runnable_ns; /* runnable, waiting for a CPU, not reported yet */
+};
+
+/* --off-cpu: a threadpool's work item (the threadpool_works map), by the
+ * process and the address of its struct uv__work. */
+struct work_address {
+    __u32 tgid;
+    __u32 reserved;
+    __u64 address;
+};
+struct work_item {
+    __u64 key;  /* when it was submitted */
+    __u64 from; /* which probe saw it submitted (bpf/sampler.bpf.c) */
+};
+
 /* A sample goes up as its first SAMPLE_HEADER_BYTES, frame_count addresses
  * and v8_frame_count struct v8_frame; a deferred one (walk_end
  * WALK_DEFERRED) then a struct stack_copy and copy_length bytes of stack. */
@@ -203,6 +246,23 @@ struct sample_event {
     __u8 walk_end;
     __u8 user_mode;
     char comm[COMM_LEN];
+    /* --off-cpu: 0 for a CPU sample; else a wait's nanoseconds off the CPU
+     * (from leaving it until running again), its stack the thread's as
+     * the wait ended, and the thread's waits too short to be recorded
+     * one by one since its last record. */
+    __u64 off_cpu_ns;
+    __u64 short_wait_ns;
+    __u32 short_waits;
+    __u32 off_cpu_flags;
+    /* --off-cpu, a threadpool's work item (its key: the time it was
+     * submitted; 0: none): the one the thread runs, or with
+     * SAMPLE_SUBMITS_WORK the one submitted, and parent_work the one whose
+     * completion submits it. */
+    __u64 work;
+    __u64 parent_work;
+    /* --off-cpu: the thread's time runnable but not running (preempted,
+     * waiting for a CPU) since its last record. */
+    __u64 runnable_ns;
     __u64 addresses[MAX_FRAMES + 1];
     __u8 copy_space[MAX_V8_FRAMES * sizeof(struct v8_frame) + sizeof(struct stack_copy) + STACK_COPY_BYTES];
 };

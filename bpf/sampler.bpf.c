@@ -96,6 +96,24 @@ BPF_ARRAY(unwind_tables, struct unwind_table, UNWIND_TABLES);
 // Threads inside an mmap/mprotect that asked for PROT_EXEC.
 BPF_HASH(exec_mapping_calls, u32, struct exec_mapping_call, 4096);
 
+#ifdef WITH_OFF_CPU
+// --off-cpu: threads of followed processes, timed as they wait.
+BPF_HASH(off_cpu_threads, u32, struct off_cpu_thread, OFF_CPU_THREADS);
+// off_cpu_settings[0]: the shortest wait recorded one by one, in nanoseconds.
+BPF_ARRAY(off_cpu_settings, u64, 1);
+// Node's threadpool: items submitted and not done, by process and address;
+// the item each pool thread runs (its key), and the item whose completion
+// each loop thread runs. LRU: a process that dies leaves its entries.
+BPF_TABLE("lru_hash", struct work_address, struct work_item, threadpool_works, OFF_CPU_THREADS);
+BPF_TABLE("lru_hash", u32, u64, threadpool_running, OFF_CPU_THREADS);
+BPF_TABLE("lru_hash", u32, struct work_address, threadpool_completing, OFF_CPU_THREADS);
+
+static __always_inline u64 work_running(u32 tid) {
+    u64 *key = threadpool_running.lookup(&tid);
+    return key ? *key : 0;
+}
+#endif
+
 static __always_inline void count(int index) {
     u64 *value = counters.lookup(&index);
     if (value) *value += 1;
@@ -219,6 +237,34 @@ BPF_PERCPU_ARRAY(v8_functions_known, struct v8_functions_known, 1);
 // verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls stay under the
 // kernel's 33 tail calls.
 BPF_PROG_ARRAY(stack_walkers, 2); // WALKER_PROGRAM, COPIER_PROGRAM
+#ifdef WITH_OFF_CPU
+// The same walker and copier loaded as tracepoint programs, for waits: a
+// tail call stays within one program type, and an array serves one.
+BPF_PROG_ARRAY(off_cpu_walkers, 2);
+// And as uprobe (kprobe-type) programs, for the threadpool's submitters.
+BPF_PROG_ARRAY(uprobe_walkers, 2);
+#endif
+
+// Which programs walk: the sampler's, the scheduler's tracepoints', the uprobes'.
+#define WALKERS_PERF_EVENT 0
+#define WALKERS_TRACEPOINT 1
+#define WALKERS_UPROBE 2
+
+// The next program of a walk, of the caller's type (a constant after
+// inlining: a program refers to its own array only).
+static __always_inline void tail_call_walker(void *ctx, const int walkers, const int index) {
+#ifdef WITH_OFF_CPU
+    if (walkers == WALKERS_TRACEPOINT) {
+        off_cpu_walkers.call(ctx, index);
+        return;
+    }
+    if (walkers == WALKERS_UPROBE) {
+        uprobe_walkers.call(ctx, index);
+        return;
+    }
+#endif
+    stack_walkers.call(ctx, index);
+}
 
 // A walk that could not read the stack of a thread in the kernel on its way
 // out: its user memory is gone, not the walk wrong.
@@ -453,7 +499,7 @@ static __always_inline int send_deep_copy(struct walk_scratch *scratch, u32 dept
 // A deferred sample: the walked addresses, where to resume, and as much of
 // the stack from the resume sp up as is readable, STACK_COPY_BYTES at most:
 // the whole copy in one read, else the largest readable prefix in halves.
-int copy_user_stack(struct bpf_perf_event_data *ctx) {
+static __always_inline int copy_user_stack_now(void) {
     u32 zero = 0;
     struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
     if (!scratch) return 0;
@@ -484,33 +530,59 @@ int copy_user_stack(struct bpf_perf_event_data *ctx) {
     return 0;
 }
 
+int copy_user_stack(struct bpf_perf_event_data *ctx) {
+    return copy_user_stack_now();
+}
+
 // Send a sample whose walk ended, or copy the stack for a deferred one.
-static __always_inline void end_walk(struct bpf_perf_event_data *ctx, struct walk_scratch *scratch) {
+static __always_inline void end_walk(void *ctx, struct walk_scratch *scratch, const int walkers) {
     if (scratch->event.walk_end == WALK_DEFERRED) {
-        stack_walkers.call(ctx, COPIER_PROGRAM);
+        tail_call_walker(ctx, walkers, COPIER_PROGRAM);
         // The copier is not installed: keep the frames walked.
         scratch->event.walk_end = WALK_NO_MAPPING;
     }
     submit_sample(scratch);
 }
 
-int walk_user_stack(struct bpf_perf_event_data *ctx) {
+static __always_inline int walk_user_stack_from(void *ctx, const int walkers) {
     u32 zero = 0;
     struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
     if (!scratch) return 0;
     u32 tgid = scratch->space_tgid;
     for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
         if (walk_one_frame(scratch, tgid)) {
-            end_walk(ctx, scratch);
+            end_walk(ctx, scratch, walkers);
             return 0;
         }
     }
-    stack_walkers.call(ctx, WALKER_PROGRAM);
+    tail_call_walker(ctx, walkers, WALKER_PROGRAM);
     // Out of tail calls (or the array is empty): keep what we have.
     scratch->event.walk_end = WALK_TRUNCATED;
     submit_sample(scratch);
     return 0;
 }
+
+int walk_user_stack(struct bpf_perf_event_data *ctx) {
+    return walk_user_stack_from(ctx, WALKERS_PERF_EVENT);
+}
+
+#ifdef WITH_OFF_CPU
+int walk_user_stack_off_cpu(void *ctx) {
+    return walk_user_stack_from(ctx, WALKERS_TRACEPOINT);
+}
+
+int copy_user_stack_off_cpu(void *ctx) {
+    return copy_user_stack_now();
+}
+
+int walk_user_stack_uprobe(struct pt_regs *ctx) {
+    return walk_user_stack_from(ctx, WALKERS_UPROBE);
+}
+
+int copy_user_stack_uprobe(struct pt_regs *ctx) {
+    return copy_user_stack_now();
+}
+#endif
 
 static __always_inline void emit_process_event_flags(u32 type, u32 pid, u32 tid, u32 parent_pid, u64 address, u64 length,
                                                      u64 flags) {
@@ -540,6 +612,76 @@ static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 p
     emit_process_event_range(type, pid, tid, parent_pid, 0, 0);
 }
 
+// Begin the event of a sample or a wait of the current thread: its header,
+// with no frames yet.
+static __always_inline struct walk_scratch *begin_event(u64 pid_tgid) {
+    u32 zero = 0;
+    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+    if (!scratch) return NULL;
+    struct sample_event *ev = &scratch->event;
+    ev->event_type = EVENT_SAMPLE;
+    ev->pid = pid_tgid >> 32;
+    ev->tid = (u32)pid_tgid;
+    ev->cpu = bpf_get_smp_processor_id();
+    ev->time_ns = bpf_ktime_get_ns();
+    ev->frame_count = 0;
+    ev->walk_end = WALK_TRUNCATED;
+    ev->kernel_stack_id = -1;
+    ev->off_cpu_ns = 0;
+    ev->short_wait_ns = 0;
+    ev->short_waits = 0;
+    ev->off_cpu_flags = 0;
+    ev->work = 0;
+    ev->parent_work = 0;
+    ev->runnable_ns = 0;
+    bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
+    return scratch;
+}
+
+// The user registers the current thread entered the kernel with (saved at
+// the top of its kernel stack), or 0s.
+static __always_inline void saved_user_registers(u64 *pc, u64 *sp, u64 *fp) {
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct pt_regs *user_regs = (struct pt_regs *)bpf_task_pt_regs(task);
+    if (user_regs) {
+        bpf_probe_read_kernel(pc, sizeof(*pc), &user_regs->ip);
+        bpf_probe_read_kernel(sp, sizeof(*sp), &user_regs->sp);
+        bpf_probe_read_kernel(fp, sizeof(*fp), &user_regs->bp);
+    }
+}
+
+// Walk the user stack from (pc, sp, fp) into the begun event and send it.
+static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratch, u32 tgid, u64 pc, u64 sp, u64 fp,
+                                          const int walkers) {
+    scratch->depth = 0;
+    scratch->deep = 0;
+    scratch->v8_count = 0;
+    scratch->event.v8_frame_count = 0;
+    struct v8_process *v8 = v8_processes.lookup(&tgid);
+    if (v8) {
+        scratch->v8 = *v8;
+    } else {
+        scratch->v8.builtins_end = 0;
+    }
+    scratch->pc = pc;
+    scratch->sp = sp;
+    scratch->fp = fp;
+    scratch->exact_pc = 1;
+    scratch->space_tgid = address_space_of(tgid);
+    if (scratch->space_tgid == 0) {
+        // Nothing known of this process's code yet (just exec'd, or
+        // attached): user space walks the whole stack later.
+        defer_walk(scratch, 1);
+        end_walk(ctx, scratch, walkers);
+        return;
+    }
+    tail_call_walker(ctx, walkers, WALKER_PROGRAM);
+    // The walker is not installed: report the leaf alone.
+    scratch->event.addresses[0] = pc;
+    scratch->depth = 1;
+    submit_sample(scratch);
+}
+
 int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
@@ -551,20 +693,9 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         newly_seen = 1;
     }
     count(COUNTER_SAMPLES);
-    u32 zero = 0;
-    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+    struct walk_scratch *scratch = begin_event(pid_tgid);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
-    ev->event_type = EVENT_SAMPLE;
-    ev->pid = tgid;
-    ev->tid = (u32)pid_tgid;
-    ev->cpu = bpf_get_smp_processor_id();
-    ev->time_ns = bpf_ktime_get_ns();
-    ev->frame_count = 0;
-    ev->walk_end = WALK_TRUNCATED;
-    bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
-
-    ev->kernel_stack_id = -1;
 #ifdef WITH_KERNEL_STACKS
     ev->kernel_stack_id = kernel_stacks.get_stackid(ctx, 0);
     if (ev->kernel_stack_id < 0 && ev->kernel_stack_id != -EFAULT) count(COUNTER_KSTACK_FAILED);
@@ -577,28 +708,14 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         sp = ctx->regs.sp;
         fp = ctx->regs.bp;
     } else {
-        // In the kernel on behalf of the task: its user registers were
-        // saved at kernel entry, at the top of its kernel stack.
-        struct task_struct *task = bpf_get_current_task_btf();
-        struct pt_regs *user_regs = (struct pt_regs *)bpf_task_pt_regs(task);
-        if (user_regs) {
-            bpf_probe_read_kernel(&pc, sizeof(pc), &user_regs->ip);
-            bpf_probe_read_kernel(&sp, sizeof(sp), &user_regs->sp);
-            bpf_probe_read_kernel(&fp, sizeof(fp), &user_regs->bp);
-        }
-    }
-    scratch->depth = 0;
-    scratch->deep = 0;
-    scratch->v8_count = 0;
-    ev->v8_frame_count = 0;
-    struct v8_process *v8 = v8_processes.lookup(&tgid);
-    if (v8) {
-        scratch->v8 = *v8;
-    } else {
-        scratch->v8.builtins_end = 0;
+        // In the kernel on behalf of the task.
+        saved_user_registers(&pc, &sp, &fp);
     }
     if (pc == 0) {
         // Not followed: a kernel thread (with --all), which has no user stack.
+        scratch->v8_count = 0;
+        ev->v8_frame_count = 0;
+        scratch->depth = 0;
         ev->walk_end = newly_seen ? WALK_COMPLETE : WALK_NO_USER_REGS;
         submit_sample(scratch);
         return 0;
@@ -612,25 +729,221 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         else if (!followed.lookup(&tgid))
             return 0; // the table is full
     }
-    scratch->pc = pc;
-    scratch->sp = sp;
-    scratch->fp = fp;
-    scratch->exact_pc = 1;
-    scratch->space_tgid = address_space_of(tgid);
-    if (scratch->space_tgid == 0) {
-        // Nothing known of this process's code yet (just exec'd, or
-        // attached): user space walks the whole stack later.
-        defer_walk(scratch, 1);
-        end_walk(ctx, scratch);
-        return 0;
+#ifdef WITH_OFF_CPU
+    ev->work = work_running(ev->tid);
+    // The time it was runnable, preempted, since: charged to where it runs now.
+    u32 tid = ev->tid;
+    struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
+    if (thread && thread->runnable_ns != 0) {
+        ev->runnable_ns = thread->runnable_ns;
+        thread->runnable_ns = 0;
     }
-    stack_walkers.call(ctx, WALKER_PROGRAM);
-    // The walker is not installed: report the leaf alone.
-    ev->addresses[0] = pc;
-    scratch->depth = 1;
-    submit_sample(scratch);
+#endif
+    walk_and_send(ctx, scratch, tgid, pc, sp, fp, WALKERS_PERF_EVENT);
     return 0;
 }
+
+#ifdef WITH_OFF_CPU
+// --off-cpu. A followed thread that leaves the CPU to wait (not preempted
+// while runnable) is timed from the scheduler's switch: the time it left, and
+// when it next comes on, how long it was off. Its stack cannot be read then
+// (the switch runs as the thread coming off); it is walked when the thread,
+// running again, returns from the system call it waited in, with the same
+// user stack, and only if the wait was long enough to be recorded one by
+// one. Kernel work per switch: a lookup for each side, an update only for a
+// thread's first wait.
+
+TRACEPOINT_PROBE(sched, sched_switch) {
+    u64 now = bpf_ktime_get_ns();
+    u32 next = args->next_pid;
+    if (next != 0) {
+        struct off_cpu_thread *coming = off_cpu_threads.lookup(&next);
+        if (coming && coming->left_ns != 0) {
+            if (coming->runnable)
+                coming->runnable_ns += now - coming->left_ns;
+            else
+                coming->waited_ns += now - coming->left_ns;
+            coming->left_ns = 0;
+        }
+    }
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tid = (u32)pid_tgid;
+    if (tid == 0 || !is_followed(pid_tgid >> 32)) return 0;
+    // A thread on its way out (past sched_process_exit, its entry gone) waits no more.
+    struct task_struct *task = bpf_get_current_task_btf();
+    if (task->flags & PF_EXITING) return 0;
+    struct off_cpu_thread *leaving = off_cpu_threads.lookup(&tid);
+    if (!leaving) {
+        struct off_cpu_thread fresh = {};
+        fresh.tgid = pid_tgid >> 32;
+        off_cpu_threads.insert(&tid, &fresh);
+        leaving = off_cpu_threads.lookup(&tid);
+        if (!leaving) {
+            count(COUNTER_OFF_CPU_UNTRACKED);
+            return 0;
+        }
+    }
+    leaving->left_ns = now;
+    long state = args->prev_state;
+    // Preempted (or yielding), it is runnable still: no wait, but its time
+    // waiting for a CPU is summed, so its CPU and off-CPU time add up to its life.
+    leaving->runnable = state == 0 || (state & SWITCH_STATE_PREEMPTED);
+    if (leaving->runnable || leaving->waited_ns != 0) return 0;
+    // A wait begins (not the next part of one): where, to check it is the stack walked at its end.
+    u64 pc = 0, fp = 0;
+    saved_user_registers(&pc, &leaving->wait_sp, &fp);
+    leaving->wait_pc = pc;
+#ifdef WITH_KERNEL_STACKS
+    leaving->kernel_stack_id = kernel_stacks.get_stackid(args, 0);
+#else
+    leaving->kernel_stack_id = -1;
+#endif
+    return 0;
+}
+
+// A thread back from a system call: report the time it waited in it.
+TRACEPOINT_PROBE(raw_syscalls, sys_exit) {
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tid = (u32)pid_tgid;
+    struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
+    if (!thread || thread->waited_ns == 0) return 0;
+    u64 waited = thread->waited_ns;
+    thread->waited_ns = 0;
+    u32 zero_index = 0;
+    u64 *shortest = off_cpu_settings.lookup(&zero_index);
+    if (shortest && waited < *shortest) {
+        thread->short_wait_ns += waited;
+        thread->short_waits += 1;
+        return 0;
+    }
+    u64 pc = 0, sp = 0, fp = 0;
+    saved_user_registers(&pc, &sp, &fp);
+    struct walk_scratch *scratch = begin_event(pid_tgid);
+    if (!scratch) return 0;
+    struct sample_event *ev = &scratch->event;
+    ev->off_cpu_ns = waited;
+    ev->short_wait_ns = thread->short_wait_ns;
+    ev->short_waits = thread->short_waits;
+    ev->runnable_ns = thread->runnable_ns;
+    thread->short_wait_ns = 0;
+    thread->short_waits = 0;
+    thread->runnable_ns = 0;
+    ev->kernel_stack_id = thread->kernel_stack_id;
+    ev->user_mode = 0;
+    if (pc != thread->wait_pc || sp != thread->wait_sp) {
+        // It waited outside a system call (a page fault's read) and ran on: the stack is another's.
+        ev->off_cpu_flags = OFF_CPU_STACK_MOVED;
+        ev->kernel_stack_id = -1;
+        scratch->v8_count = 0;
+        ev->v8_frame_count = 0;
+        scratch->depth = 0;
+        ev->walk_end = WALK_COMPLETE;
+        submit_sample(scratch);
+        return 0;
+    }
+    if (pc == 0) return 0;
+    ev->work = work_running(tid);
+    walk_and_send(args, scratch, pid_tgid >> 32, pc, sp, fp, WALKERS_TRACEPOINT);
+    return 0;
+}
+
+// Node's threadpool (libuv's src/threadpool.c), through uprobes user space
+// attaches to a followed node's libuv: uv__work_submit(loop, w, kind, work,
+// done) queues work item w; a pool thread runs work(w) (uv__fs_work,
+// uv__queue_work, ...); the loop thread then runs done(w, status)
+// (uv__fs_done, ...), whose callbacks often submit the next item. The
+// submitter's stack is sent with the item's key; the work's samples and
+// waits carry the key, so user space charges them to that JavaScript.
+// uv_queue_work(loop, req, work_cb, after_work_cb) submits &req->work_req:
+// libuv's uv_work_t (data, type, reserved[6], loop, work_cb, after_work_cb,
+// then work_req) on 64-bit, ABI-stable through libuv 1.x. Probed too because
+// it may have uv__work_submit inlined (node's build does).
+#define UV_WORK_REQ_OFFSET 88
+#define SUBMIT_FROM_QUEUE_WORK 1
+#define SAME_SUBMIT_NS 1000000ULL
+
+static __always_inline int submit_work(struct pt_regs *ctx, u64 work_address, u64 from) {
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32;
+    u32 tid = (u32)pid_tgid;
+    if (!is_followed(tgid)) return 0;
+    u64 now = bpf_ktime_get_ns();
+    struct work_address address = {.tgid = tgid, .address = work_address};
+    struct work_item *known = threadpool_works.lookup(&address);
+    // uv_queue_work's own call of uv__work_submit (where it is not inlined): sent already.
+    if (known && known->from == SUBMIT_FROM_QUEUE_WORK && from != SUBMIT_FROM_QUEUE_WORK && now - known->key < SAME_SUBMIT_NS)
+        return 0;
+    struct work_item item = {.key = now, .from = from};
+    threadpool_works.update(&address, &item);
+    struct walk_scratch *scratch = begin_event(pid_tgid);
+    if (!scratch) return 0;
+    struct sample_event *ev = &scratch->event;
+    ev->time_ns = now;
+    ev->off_cpu_flags = SAMPLE_SUBMITS_WORK;
+    ev->work = now;
+    struct work_address *completing = threadpool_completing.lookup(&tid);
+    if (completing) {
+        struct work_item *parent = threadpool_works.lookup(completing);
+        if (parent) ev->parent_work = parent->key;
+    }
+    ev->user_mode = 1;
+    walk_and_send(ctx, scratch, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), ctx->bp, WALKERS_UPROBE);
+    return 0;
+}
+
+int threadpool_submit(struct pt_regs *ctx) {
+    return submit_work(ctx, PT_REGS_PARM2(ctx), 0);
+}
+
+int threadpool_queue_work(struct pt_regs *ctx) {
+    return submit_work(ctx, PT_REGS_PARM2(ctx) + UV_WORK_REQ_OFFSET, SUBMIT_FROM_QUEUE_WORK);
+}
+
+// work(w) begins on a pool thread: what it does until its next item is w's.
+int threadpool_work_begins(struct pt_regs *ctx) {
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32;
+    u32 tid = (u32)pid_tgid;
+    struct work_address address = {.tgid = tgid, .address = PT_REGS_PARM1(ctx)};
+    struct work_item *item = threadpool_works.lookup(&address);
+    if (!item) {
+        threadpool_running.delete(&tid);
+        return 0;
+    }
+    u64 key = item->key;
+    threadpool_running.update(&tid, &key);
+    emit_process_event_flags(EVENT_WORK_STARTED, tgid, tid, 0, key, 0, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+
+// The loop thread is done with the item whose completion it ran (if any).
+static __always_inline void completion_over(u32 tid) {
+    struct work_address *completing = threadpool_completing.lookup(&tid);
+    if (!completing) return;
+    struct work_address address = *completing;
+    threadpool_works.delete(&address);
+    threadpool_completing.delete(&tid);
+}
+
+// done(w, status) begins on the loop thread: what it submits continues w's
+// work. (No uretprobe marks its end: one would replace the return address on
+// the stack, and every stack walked inside it would end there. The next
+// completion, or the loop's next poll, ends it.)
+int threadpool_done_begins(struct pt_regs *ctx) {
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tid = (u32)pid_tgid;
+    completion_over(tid);
+    struct work_address address = {.tgid = pid_tgid >> 32, .address = PT_REGS_PARM1(ctx)};
+    threadpool_completing.update(&tid, &address);
+    return 0;
+}
+
+// uv__io_poll: the loop waits for what comes next; no completion runs.
+int threadpool_loop_polls(struct pt_regs *ctx) {
+    completion_over((u32)bpf_get_current_pid_tgid());
+    return 0;
+}
+#endif
 
 TRACEPOINT_PROBE(sched, sched_process_fork) {
     u32 parent_tgid = bpf_get_current_pid_tgid() >> 32;
@@ -673,8 +986,22 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
 TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
-    if (!is_followed(tgid)) return 0;
     u32 tid = (u32)pid_tgid;
+#ifdef WITH_OFF_CPU
+    // (Before the followed check: a process's last threads exit after user
+    // space has let it go.)
+    struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
+    if (thread) {
+        u64 unreported = thread->short_wait_ns + thread->waited_ns;
+        if (unreported != 0)
+            emit_process_event_flags(EVENT_THREAD_WAITS, tgid, tid, 0, unreported, thread->short_waits + (thread->waited_ns != 0),
+                                     BPF_RB_NO_WAKEUP);
+        if (thread->runnable_ns != 0)
+            emit_process_event_flags(EVENT_THREAD_RUNNABLE, tgid, tid, 0, thread->runnable_ns, 0, BPF_RB_NO_WAKEUP);
+        off_cpu_threads.delete(&tid);
+    }
+#endif
+    if (!is_followed(tgid)) return 0;
     fork_parents.delete(&tid); // threads are given an entry at creation too
     u8 one = 1;
     exiting_threads.update(&tid, &one);

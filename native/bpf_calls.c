@@ -124,6 +124,31 @@ int jp_perf_event_attach(int program_fd, uint32_t event_type, uint64_t config, u
     return event_fd;
 }
 
+/* A uprobe at offset in the file at path (config 0: at entry; the retprobe
+ * bit would make it a uretprobe), for the process pid only (every thread sharing its memory),
+ * running the program: its descriptor, or -errno. pmu_type is the uprobe
+ * PMU's (/sys/bus/event_source/devices/uprobe/type). */
+int jp_perf_event_attach_uprobe(int program_fd, uint32_t pmu_type, uint64_t config, const char *path, uint64_t offset, int pid) {
+    struct perf_event_attr attributes;
+    memset(&attributes, 0, sizeof(attributes));
+    attributes.size = sizeof(attributes);
+    attributes.type = pmu_type;
+    attributes.config = config;
+    attributes.config1 = (uint64_t)(uintptr_t)path; /* uprobe_path */
+    attributes.config2 = offset;                    /* probe_offset */
+    attributes.sample_period = 1;
+    attributes.wakeup_events = 1;
+    long opened = syscall(__NR_perf_event_open, &attributes, pid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+    if (opened < 0) return -errno;
+    int event_fd = (int)opened;
+    if (ioctl(event_fd, PERF_EVENT_IOC_SET_BPF, program_fd) != 0 || ioctl(event_fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+        int error = -errno;
+        close(event_fd);
+        return error;
+    }
+    return event_fd;
+}
+
 /* The ring buffer's consumer (the layout of kernel/bpf/ringbuf.c): a
  * consumer page we write, then the producer page and the data area, mapped
  * twice in a row so a record that wraps reads as one. */

@@ -138,6 +138,7 @@ int jp_bpf_map_next_key(int map_fd, const void *key, void *next_key);
  * every sample_period events. */
 int jp_perf_event_attach(int program_fd, uint32_t event_type, uint64_t config, uint64_t sample_period, uint64_t sample_freq,
                          int pid, int cpu);
+int jp_perf_event_attach_uprobe(int program_fd, uint32_t pmu_type, uint64_t config, const char *path, uint64_t offset, int pid);
 /* The consumer of a BPF ring buffer map whose data area is data_size bytes. */
 struct jp_ring;
 int jp_ring_open(int map_fd, uint64_t data_size, struct jp_ring **ring_out);

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import sys
 from pathlib import Path
 from typing import IO
@@ -29,7 +30,7 @@ from profiler.push import ingest, otlp
 from profiler.push.apps import LABEL_KEY, RESERVED_LABELS, label_name
 from profiler.push.endpoint import BadEndpoint
 from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
-from profiler.run.options import PushOptions, RecordingOptions
+from profiler.run.options import DEFAULT_SHORTEST_WAIT_NS, PushOptions, RecordingOptions
 from profiler.run.recording import Recording
 from profiler.run.summary import report_output_errors
 from profiler.safety import limits
@@ -43,6 +44,7 @@ and write a flame graph. Needs root.
   sudo jitprof -- ./prog args...        spawn, profile until it exits
   sudo jitprof --pid 4242 -d 10         attach to a running process
   sudo jitprof --all -d 10              every process on the machine
+  sudo jitprof --off-cpu --pid 4242     where its threads wait, too
   sudo jitprof --all --push http://pyroscope:4040
                                         profile continuously into Pyroscope
 """
@@ -128,6 +130,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="walk stacks with frame pointers only (no .eh_frame unwinding): for comparison",
     )
     parser.add_argument("--kernel", action="store_true", help="include kernel stacks above the user stack")
+    off_cpu = parser.add_argument_group(
+        "time off the CPU",
+        "where threads wait (a lock, a pipe, a sleep, a child, the disk), weighted by how long: "
+        "stacks end in (off-CPU); a runtime's threads waiting for work end in (idle)",
+    )
+    off_cpu.add_argument(
+        "--off-cpu", action="store_true", help="record every wait of a followed thread with its stack, beside the CPU samples"
+    )
+    off_cpu.add_argument(
+        "--off-cpu-min",
+        type=_duration_ns,
+        default=DEFAULT_SHORTEST_WAIT_NS,
+        metavar="TIME",
+        help="waits shorter than this are summed per thread, not recorded one by one (default: 1ms; e.g. 200us, 5ms)",
+    )
+    off_cpu.add_argument(
+        "--idle", action="store_true", help="keep the waits of threads waiting for work (event loops, pools' idle workers)"
+    )
     parser.add_argument(
         "--no-tui",
         action="store_true",
@@ -237,6 +257,8 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         parser.error("--duration must be a positive number of seconds")
     if args.user and args.as_root:
         parser.error("--user and --as-root contradict each other")
+    if args.idle and not args.off_cpu:
+        parser.error("--idle keeps waits: give it with --off-cpu")
     try:
         outputs = [OutputRequest(path, format_for(path, args.format)) for path in args.output]
     except UnknownFormat as error:
@@ -263,7 +285,24 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         as_root=args.as_root,
         all_processes=args.all,
         push=push,
+        off_cpu=args.off_cpu,
+        shortest_wait_ns=args.off_cpu_min,
+        keep_idle=args.idle,
     )
+
+
+DURATION_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+
+
+def _duration_ns(text: str) -> int:
+    """200us, 1ms, 0.5s, or a number of milliseconds: nanoseconds."""
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s)?\s*", text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 500us, 1ms, 0.2s)")
+    nanoseconds = float(found.group(1)) * DURATION_UNITS[found.group(2) or "ms"]
+    if not 0 <= nanoseconds <= 3600 * 1_000_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0 and an hour")
+    return int(nanoseconds)
 
 
 def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> PushOptions | None:

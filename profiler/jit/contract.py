@@ -44,6 +44,35 @@ class SourceSettings:
     runtime_of: Callable[[int], Runtime | None]  # which runtime a live process runs
 
 
+@dataclass(frozen=True)
+class ProbePoint:
+    """Where a uprobe goes: a function of the runtime's file, by its offset in
+    the file, and what the kernel's program there does ("submit", "work",
+    "done": see bpf/sampler.bpf.c, threadpool_*)."""
+
+    function: str
+    file_offset: int
+    role: str
+
+
+@dataclass(frozen=True)
+class Threadpool:
+    """A runtime's pool of threads that run work its program queues (node's
+    libuv threadpool): where to probe it, and how its stacks read. All three
+    functions take a stack's named frames, root first."""
+
+    # A live process's probe points, with the file they are in (open, for the
+    # caller to close); None: it has none jitprof can find.
+    probe_points: Callable[[int], tuple[Any, list[ProbePoint]] | None]
+    # Does a submitting stack hold the program's own code (else it continues
+    # the work whose completion submitted it)?
+    starts_work: Callable[[Sequence[Frame]], bool]
+    # What the work is, from its first submitting stack ("fs.readFile").
+    label: Callable[[Sequence[Frame]], str]
+    # Where in a pool thread's stack the work begins; None: not in a work item.
+    work_begins: Callable[[Sequence[Frame]], int | None]
+
+
 @dataclass(frozen=True, eq=False)  # compared by identity: one record per runtime
 class Runtime:
     name: str  # "Node.js"
@@ -71,3 +100,9 @@ class Runtime:
     # sources and whether inlined frames are wanted; None: the generic "writes
     # no perf map" warning, when it writes none.
     attach_notes: Callable[[int, Sequence[JitSymbolSource], bool], list[str]] | None = None
+    # --off-cpu: is a wait with these frames (root first, named) one of its
+    # threads waiting for work (an event loop with nothing to do, a pool's
+    # idle worker), not code that blocks? None: it has no such threads.
+    waits_for_work: Callable[[Sequence[Frame]], bool] | None = None
+    # --off-cpu: its threadpool, whose work is charged to the code that queued it.
+    threadpool: Threadpool | None = None

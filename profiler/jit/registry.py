@@ -10,6 +10,7 @@ that no generic layer imports a runtime's package.
 from __future__ import annotations
 
 from profiler.jit import runtimes
+from profiler.jit.contract import Threadpool
 from profiler.jit.v8 import js_view, preload
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames
@@ -60,3 +61,19 @@ def jit_frame_type(label: str) -> str:
     """OpenTelemetry's profile.frame.type for the JIT frames of a runtime
     (by its series label); "" when it has none."""
     return next((runtime.frame_type for runtime in runtimes.RUNTIMES if runtime.label == label), "")
+
+
+def waits_for_work(frames: list[Frame]) -> bool:
+    """--off-cpu: is a wait with these frames (root first) a runtime's thread
+    waiting for work (shown as idle), not code that blocks?"""
+    return any(runtime.waits_for_work is not None and runtime.waits_for_work(frames) for runtime in runtimes.RUNTIMES)
+
+
+def threadpool_of(pid: int) -> Threadpool | None:
+    """--off-cpu: the threadpool of a live process's runtime, if it has one."""
+    runtime = runtimes.runtime_of(pid)
+    return runtime.threadpool if runtime is not None else None
+
+
+def threadpools() -> list[Threadpool]:
+    return [runtime.threadpool for runtime in runtimes.RUNTIMES if runtime.threadpool is not None]

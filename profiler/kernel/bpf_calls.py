@@ -48,6 +48,7 @@ def _native() -> ctypes.CDLL:
             "jp_bpf_map_delete": [integer, pointer],
             "jp_bpf_map_next_key": [integer, pointer, pointer],
             "jp_perf_event_attach": [integer, unsigned, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, integer, integer],
+            "jp_perf_event_attach_uprobe": [integer, unsigned, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64, integer],
         }
         for name, arguments in signatures.items():
             function = getattr(loaded, name)
@@ -116,6 +117,19 @@ def attach_tracepoint(program_fd: int, category: str, event: str) -> int:
     except (OSError, ValueError):
         return -errno.ENOENT  # no such tracepoint
     return int(_native().jp_perf_event_attach(program_fd, PERF_TYPE_TRACEPOINT, identifier, 1, 0, -1, 0))
+
+
+UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"
+
+
+def attach_uprobe(program_fd: int, path: str, offset: int, pid: int) -> int:
+    """The program on a uprobe at the file offset of path, for process pid
+    alone (its threads): the perf event's descriptor, or -errno."""
+    try:
+        pmu_type = int(open(f"{UPROBE_PMU}/type", encoding="ascii").read())
+    except (OSError, ValueError):
+        return -errno.ENOENT  # no uprobe PMU: CONFIG_UPROBE_EVENTS is off
+    return int(_native().jp_perf_event_attach_uprobe(program_fd, pmu_type, 0, os.fsencode(path), offset, pid))
 
 
 class Ring:

@@ -34,9 +34,14 @@ FORMAT_VERSION = 1
 INSTRUCTION = struct.Struct("<BBhi")  # opcode, registers, offset, immediate
 LOAD_IMM64 = 0x18
 PSEUDO_MAP_FD = 1
+PROG_TYPE_KPROBE = 2  # uprobes too
 PROG_TYPE_TRACEPOINT = 5
 PROG_TYPE_PERF_EVENT = 7
 TRACEPOINT_PREFIX = "tracepoint__"
+UPROBE_PREFIX = "threadpool_"  # attached by user space to a process's libuv
+# Walker programs that tracepoint and uprobe programs tail-call, so of their type.
+TRACEPOINT_WALKER_SUFFIX = "_off_cpu"
+UPROBE_WALKER_SUFFIX = "_uprobe"
 MAX_OBJECT_BYTES = 16 << 20
 LOAD_RETRIES = 5  # a program's load interrupted by a signal
 INSTALLED_DIR = Path(__file__).resolve().parents[2] / "native" / "build" / "bpf"
@@ -184,12 +189,20 @@ def from_bcc_module(module: int) -> BpfObject:
                     raise BpfLoadError(f"{name}: instruction {position // 8} names fd {immediate}, which is no map of the module")
                 references.append((position // INSTRUCTION.size, by_fd[immediate]))
                 struct.pack_into("<i", code, position + 4, 0)
-        program_type = PROG_TYPE_TRACEPOINT if name.startswith(TRACEPOINT_PREFIX) else PROG_TYPE_PERF_EVENT
-        programs.append(ProgramSpec(name, program_type, bytes(code), tuple(references)))
+        programs.append(ProgramSpec(name, program_type_of(name), bytes(code), tuple(references)))
     license_text = lib.bpf_module_license(module)
     return BpfObject(
         tuple(maps), tuple(programs), license_text.decode() if license_text else "GPL", lib.bpf_module_kern_version(module)
     )
+
+
+def program_type_of(name: str) -> int:
+    """A program's type, by its name (see the prefixes and suffixes above)."""
+    if name.startswith(TRACEPOINT_PREFIX) or name.endswith(TRACEPOINT_WALKER_SUFFIX):
+        return PROG_TYPE_TRACEPOINT
+    if name.startswith(UPROBE_PREFIX) or name.endswith(UPROBE_WALKER_SUFFIX):
+        return PROG_TYPE_KPROBE
+    return PROG_TYPE_PERF_EVENT
 
 
 def load(spec: BpfObject) -> LoadedObject:

@@ -18,6 +18,7 @@ from profiler.kernel.event_stream import EventStream
 from profiler.kernel.kernel_maps import (
     FOLLOWED_ENTRIES,
     KERNEL_STACK_ENTRIES,
+    OFF_CPU_THREADS,
     RINGBUF_PAGES,
     SEARCH_STEPS,
     TRIE_ENTRIES,
@@ -48,6 +49,7 @@ class LoadOptions:
     frequency_hz: int
     kernel_stacks: bool
     dwarf: bool = True
+    off_cpu: bool = False
 
 
 def compile_flags(options: LoadOptions) -> list[str]:
@@ -63,6 +65,8 @@ def compile_flags(options: LoadOptions) -> list[str]:
     ]
     if options.kernel_stacks:
         cflags.append("-DWITH_KERNEL_STACKS")
+    if options.off_cpu:
+        cflags += ["-DWITH_OFF_CPU", f"-DOFF_CPU_THREADS={OFF_CPU_THREADS}"]
     if options.dwarf:
         cflags += [
             "-DWITH_DWARF",
@@ -154,6 +158,15 @@ class BpfProgram:
         self.maps.install_walkers(
             {WALKER_PROGRAM: self._programs["walk_user_stack"], COPIER_PROGRAM: self._programs["copy_user_stack"]}
         )
+        if self.options.off_cpu:
+            for suffix in ("off_cpu", "uprobe"):
+                self.maps.install_walkers(
+                    {
+                        WALKER_PROGRAM: self._programs[f"walk_user_stack_{suffix}"],
+                        COPIER_PROGRAM: self._programs[f"copy_user_stack_{suffix}"],
+                    },
+                    f"{suffix}_walkers",
+                )
         sampler = self._programs["on_cpu_sample"]
         for cpu in _online_cpus():
             descriptor = bpf_calls.attach_perf_event(
@@ -166,6 +179,11 @@ class BpfProgram:
                     "jitprof needs perf events (CONFIG_PERF_EVENTS) and CAP_PERFMON or root",
                 )
             self._perf_event_fds.append(descriptor)
+
+    def attach_uprobe(self, program: str, path: str, offset: int, pid: int) -> int:
+        """One of the program's uprobe programs at a file offset, for process
+        pid alone: the perf event's descriptor (the caller closes it), or -errno."""
+        return bpf_calls.attach_uprobe(self._programs[program], path, offset, pid)
 
     def stop_sampling(self) -> None:
         """Stop sampling and following at once: no more samples or process

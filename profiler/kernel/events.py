@@ -25,6 +25,9 @@ class EventType(enum.IntEnum):
     EXIT = 4
     MAPS_CHANGED = 5
     DISCOVERED = 6  # --all: a process sampled for the first time
+    THREAD_WAITS = 7  # --off-cpu: a thread exits with waits not reported (address: ns, length: how many)
+    WORK_STARTED = 8  # --off-cpu: a pool thread starts a work item (address: its key, the time it was submitted)
+    THREAD_RUNNABLE = 9  # --off-cpu: a thread exits with time runnable not reported (address: ns)
 
 
 class WalkEnd(enum.IntEnum):
@@ -57,6 +60,7 @@ class Counter(enum.IntEnum):
     RINGBUF_FULL = 1
     KSTACK_FAILED = 2
     EVENTS_LOST = 3
+    OFF_CPU_UNTRACKED = 4
 
 
 COUNTER_COUNT = len(Counter)
@@ -78,7 +82,18 @@ class _RawSampleHeader(ctypes.Structure):
         ("walk_end", ctypes.c_uint8),
         ("user_mode", ctypes.c_uint8),
         ("comm", ctypes.c_char * COMM_LEN),
+        ("off_cpu_ns", ctypes.c_uint64),
+        ("short_wait_ns", ctypes.c_uint64),
+        ("short_waits", ctypes.c_uint32),
+        ("off_cpu_flags", ctypes.c_uint32),
+        ("work", ctypes.c_uint64),
+        ("parent_work", ctypes.c_uint64),
+        ("runnable_ns", ctypes.c_uint64),
     ]
+
+
+OFF_CPU_STACK_MOVED = 1
+SAMPLE_SUBMITS_WORK = 2
 
 
 class _RawV8Frame(ctypes.Structure):
@@ -174,6 +189,22 @@ class RawSample:
     # slots, not the leaf's): one compact key under which the names of a
     # stack's callers are remembered. Empty once user space changed the stack.
     caller_words: bytes = b""
+    # --off-cpu: a wait's nanoseconds off the CPU (0: a CPU sample), and the
+    # thread's waits too short to record one by one since its last record.
+    off_cpu_ns: int = 0
+    short_wait_ns: int = 0
+    short_waits: int = 0
+    stack_moved: bool = False  # the wait's stack was gone by its end: no frames
+    # A threadpool's work item (its key): the one the thread runs, or the one
+    # this stack submits (submits_work; parent_work: the one whose completion
+    # submits it), or the one a pool thread starts (work_started; off_cpu_ns:
+    # how long it was queued).
+    work: int = 0
+    parent_work: int = 0
+    submits_work: bool = False
+    work_started: bool = False
+    runnable_ns: int = 0  # the thread's time preempted, waiting for a CPU, since its last record
+    time_only: bool = False  # no sample or wait of its own: a thread's time not reported yet (its exit, the run's end)
 
     @property
     def leaf_v8_frame(self) -> V8FrameSlots | None:
@@ -227,7 +258,7 @@ def decode_event(record: memoryview) -> RawSample | ProcessEvent:
     (event_type,) = _EVENT_TYPE.unpack_from(record)
     if event_type == EventType.SAMPLE:
         return _decode_sample(record, size)
-    if EventType.FORK <= event_type <= EventType.DISCOVERED:
+    if EventType.FORK <= event_type <= EventType.THREAD_RUNNABLE:
         if size < _PROCESS_EVENT.size:
             raise MalformedEvent(f"process event of {size} bytes")
         _type, pid, tid, parent_pid, time_ns, comm, address, length = _PROCESS_EVENT.unpack_from(record)
@@ -308,9 +339,26 @@ def _one_id(value: int) -> int:
 def _decode_sample(record: memoryview, size: int) -> RawSample:
     if size < _HEADER_SIZE:
         raise MalformedEvent(f"sample of {size} bytes")
-    _type, pid, tid, cpu, v8_count, time_ns, kernel_stack_id, count, walk_end_value, user_mode, comm = _SAMPLE_HEADER.unpack_from(
-        record
-    )
+    (
+        _type,
+        pid,
+        tid,
+        cpu,
+        v8_count,
+        time_ns,
+        kernel_stack_id,
+        count,
+        walk_end_value,
+        user_mode,
+        comm,
+        off_cpu_ns,
+        short_wait_ns,
+        short_waits,
+        off_cpu_flags,
+        work,
+        parent_work,
+        runnable_ns,
+    ) = _SAMPLE_HEADER.unpack_from(record)
     addresses_end = _HEADER_SIZE + 8 * count
     if count > MAX_FRAMES or size < addresses_end:
         raise MalformedEvent(f"sample of {size} bytes with {count} frames")
@@ -363,4 +411,65 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         stack_copy=stack_copy,
         v8_frames=v8_frames,
         caller_words=caller_words,
+        off_cpu_ns=off_cpu_ns,
+        short_wait_ns=short_wait_ns,
+        short_waits=short_waits,
+        stack_moved=bool(off_cpu_flags & OFF_CPU_STACK_MOVED),
+        work=work,
+        parent_work=parent_work,
+        submits_work=bool(off_cpu_flags & SAMPLE_SUBMITS_WORK),
+        runnable_ns=runnable_ns,
+    )
+
+
+def thread_waits_record(event: ProcessEvent) -> RawSample:
+    """--off-cpu: an exiting thread's waits (EventType.THREAD_WAITS) or time
+    runnable (THREAD_RUNNABLE) not reported yet, as the record of time without
+    a stack of its own."""
+    if event.event_type is EventType.THREAD_RUNNABLE:
+        return RawSample(
+            pid=event.pid,
+            tid=event.tid,
+            cpu=0,
+            time_ns=event.time_ns,
+            comm=event.comm,
+            addresses=(),
+            walk_end=WalkEnd.COMPLETE,
+            kernel_stack_id=-1,
+            user_mode=False,
+            runnable_ns=event.address,
+            time_only=True,
+        )
+    return RawSample(
+        pid=event.pid,
+        tid=event.tid,
+        cpu=0,
+        time_ns=event.time_ns,
+        comm=event.comm,
+        addresses=(),
+        walk_end=WalkEnd.COMPLETE,
+        kernel_stack_id=-1,
+        user_mode=False,
+        short_wait_ns=event.address,
+        short_waits=event.length,
+        time_only=True,
+    )
+
+
+def work_started_record(event: ProcessEvent) -> RawSample:
+    """--off-cpu: a pool thread starting a work item (EventType.WORK_STARTED),
+    with the time the item was queued."""
+    return RawSample(
+        pid=event.pid,
+        tid=event.tid,
+        cpu=0,
+        time_ns=event.time_ns,
+        comm=event.comm,
+        addresses=(),
+        walk_end=WalkEnd.COMPLETE,
+        kernel_stack_id=-1,
+        user_mode=False,
+        off_cpu_ns=max(event.time_ns - event.address, 1),
+        work=event.address,
+        work_started=True,
     )

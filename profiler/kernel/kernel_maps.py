@@ -20,6 +20,7 @@ RINGBUF_PAGES = 1024  # 4 MiB: about 4000 samples in flight
 UNWIND_ROWS = 1 << 21  # 32 MiB of rows: node (≈ 400 k) plus every library of a busy process
 UNWIND_TABLES = 4096
 SEARCH_STEPS = 22  # ceil(log2(UNWIND_ROWS)) + 1
+OFF_CPU_THREADS = 65536  # --off-cpu: threads of followed processes timed at once (72 bytes each)
 UNWIND_ROW_SIZE = 16
 BPF_ANY = 0
 BPF_NOEXIST = 1
@@ -31,6 +32,22 @@ class KernelCounters:
     ringbuf_full: int
     kernel_stack_failed: int
     events_lost: int
+    off_cpu_untracked: int = 0
+
+
+@dataclass(frozen=True)
+class UnreportedWaits:
+    """--off-cpu: what a thread's entry holds at the end of a run: waits
+    not reported yet, and the one it is in (left_ns, 0: none)."""
+
+    pid: int
+    tid: int
+    short_wait_ns: int
+    short_waits: int
+    waited_ns: int
+    left_ns: int
+    runnable_ns: int
+    runnable: bool  # since left_ns: preempted, not waiting
 
 
 class _TrieKey(ctypes.Structure):
@@ -54,6 +71,21 @@ class _V8Process(ctypes.Structure):
     ]
 
 
+class _OffCpuThread(ctypes.Structure):
+    _fields_ = [
+        ("left_ns", ctypes.c_uint64),
+        ("waited_ns", ctypes.c_uint64),
+        ("short_wait_ns", ctypes.c_uint64),
+        ("wait_pc", ctypes.c_uint64),
+        ("wait_sp", ctypes.c_uint64),
+        ("short_waits", ctypes.c_uint32),
+        ("kernel_stack_id", ctypes.c_int32),
+        ("tgid", ctypes.c_uint32),
+        ("runnable", ctypes.c_uint32),
+        ("runnable_ns", ctypes.c_uint64),
+    ]
+
+
 class _UnwindTable(ctypes.Structure):
     _fields_ = [("first_row", ctypes.c_uint32), ("row_count", ctypes.c_uint32)]
 
@@ -66,10 +98,40 @@ class KernelMaps:
         self._specs = map_specs
         self._possible_cpus = possible_cpus
 
-    def install_walkers(self, programs: dict[int, int]) -> None:
+    def install_walkers(self, programs: dict[int, int], array: str = "stack_walkers") -> None:
         """The walker's tail-call slots: index -> program descriptor."""
         for index, descriptor in programs.items():
-            self._update(self._maps["stack_walkers"], ctypes.c_int(index), ctypes.c_int(descriptor))
+            self._update(self._maps[array], ctypes.c_int(index), ctypes.c_int(descriptor))
+
+    def set_shortest_wait(self, nanoseconds: int) -> None:
+        """--off-cpu: waits shorter than this are counted, not recorded one by one."""
+        self._update(self._maps["off_cpu_settings"], ctypes.c_uint32(0), ctypes.c_uint64(nanoseconds))
+
+    def unreported_waits(self) -> list[UnreportedWaits]:
+        """--off-cpu: every timed thread's waits not reported yet."""
+        table = self._maps.get("off_cpu_threads")
+        if table is None:
+            return []
+        found: list[UnreportedWaits] = []
+        key, next_key, value = ctypes.c_uint32(0), ctypes.c_uint32(0), _OffCpuThread()
+        pointer: Any = None
+        while len(found) <= OFF_CPU_THREADS and bpf_calls.next_key(table, pointer, ctypes.byref(next_key)):
+            if bpf_calls.lookup(table, ctypes.byref(next_key), ctypes.byref(value)):
+                found.append(
+                    UnreportedWaits(
+                        value.tgid,
+                        next_key.value,
+                        value.short_wait_ns,
+                        value.short_waits,
+                        value.waited_ns,
+                        value.left_ns,
+                        value.runnable_ns,
+                        bool(value.runnable),
+                    )
+                )
+            key.value = next_key.value
+            pointer = ctypes.byref(key)
+        return found
 
     def _update(self, map_fd: int, key: ctypes._CData, value: ctypes._CData, flags: int = BPF_ANY) -> bool:
         return bpf_calls.update(map_fd, ctypes.byref(key), ctypes.byref(value), flags)
@@ -224,6 +286,7 @@ class KernelMaps:
             ringbuf_full=totals[Counter.RINGBUF_FULL],
             kernel_stack_failed=totals[Counter.KSTACK_FAILED],
             events_lost=totals[Counter.EVENTS_LOST],
+            off_cpu_untracked=totals[Counter.OFF_CPU_UNTRACKED],
         )
 
     # Kernel stacks (called from the symbolizer thread) ------------------

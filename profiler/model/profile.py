@@ -19,6 +19,8 @@ class FrameKind(str, enum.Enum):
     NATIVE = "native"
     KERNEL = "kernel"
     JIT = "jit"
+    WAIT = "wait"  # --off-cpu: what the thread did off the CPU ("(off-CPU)", "(idle)", ...), not code
+    WORK = "work"  # --off-cpu: a threadpool's work, queued by the frames above ("[threadpool] fs.readFile")
     UNKNOWN = "unknown"
 
 
@@ -49,6 +51,11 @@ class Sample:
     comm: str
     frame_ids: tuple[int, ...]  # root first, leaf last
     walk_end: WalkEnd
+    off_cpu_ns: int = 0  # --off-cpu: 0 for a CPU sample, else the nanoseconds the thread waited with this stack
+
+    @property
+    def off_cpu(self) -> bool:
+        return self.off_cpu_ns != 0
 
 
 @dataclass
@@ -59,6 +66,14 @@ class RunInfo:
     root_by_pid: bool = False  # root frame "comm-PID" instead of "comm"
     started_ns: int = 0
     ended_ns: int = 0
+    off_cpu: bool = False  # --off-cpu: samples include waits, weighted by their time
+    idle_kept: bool = False  # --idle: waits for work are in the samples too
+    shortest_wait_ns: int = 0  # --off-cpu-min: shorter waits are summed per thread, not recorded one by one
+
+    @property
+    def sample_period_ns(self) -> int:
+        """The CPU time one CPU sample stands for."""
+        return 1_000_000_000 // self.frequency_hz
 
 
 @dataclass
@@ -72,6 +87,30 @@ class LossCounts:
     @property
     def lost_samples(self) -> int:
         return self.ringbuf_full + self.malformed + self.not_symbolised_in_time
+
+
+@dataclass
+class StackWeight:
+    """What the samples of one stack add up to."""
+
+    cpu_samples: int = 0
+    off_cpu_ns: int = 0
+    waits: int = 0  # off-CPU records
+
+    def total_ns(self, period_ns: int) -> int:
+        return self.cpu_samples * period_ns + self.off_cpu_ns
+
+
+@dataclass
+class WaitTotals:
+    """--off-cpu: time off the CPU that is not in the samples as stacks of its own."""
+
+    idle_ns: int = 0  # waits for work left out (without --idle)
+    idle_waits: int = 0
+    short_ns: int = 0  # waits under --off-cpu-min (in the samples, as one frame per thread)
+    short_waits: int = 0
+    untracked: int = 0  # waits not timed: the kernel's thread table was full
+    runnable_ns: int = 0  # preempted, waiting for a CPU (in the samples, as one frame per thread)
 
 
 @dataclass(frozen=True)
@@ -97,6 +136,7 @@ class Profile:
     # The GNU build-id of each native module with one, by module name (for formats that carry mappings).
     build_ids: dict[str, str] = field(default_factory=dict)
     taken_samples: int = 0  # handed on and forgotten (--push): see take_samples
+    waits: WaitTotals = field(default_factory=WaitTotals)
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
     _taken_frames: tuple[int, int] = field(default=(0, 0), repr=False)  # _frame_counts of the taken samples
@@ -157,13 +197,43 @@ class Profile:
         comm = sample.comm or str(sample.pid)
         return f"{comm}-{sample.pid}" if self.info.root_by_pid else comm
 
+    @property
+    def weight_unit(self) -> str:
+        """What stack_counts counts: samples, or with --off-cpu time (µs)."""
+        return "µs" if self.info.off_cpu else "samples"
+
     def stack_counts(self) -> Counter[tuple[str, tuple[int, ...]]]:
-        """Samples per (root label, frame ids): writers walk each distinct
-        stack once, however many samples share it."""
+        """Samples per (root label, frame ids) (with --off-cpu, microseconds
+        on and off the CPU): writers walk each distinct stack once, however
+        many samples share it."""
         counts: Counter[tuple[str, tuple[int, ...]]] = Counter()
+        if self.info.off_cpu:
+            period_ns = self.info.sample_period_ns
+            for key, weight in self.stack_weights().items():
+                counts[key] = microseconds(weight.total_ns(period_ns))
+            return counts
         for sample in self.samples:
             counts[(self.root_label(sample), sample.frame_ids)] += 1
         return counts
+
+    def stack_weights(self) -> dict[tuple[str, tuple[int, ...]], StackWeight]:
+        """CPU samples and time off the CPU per (root label, frame ids)."""
+        weights: dict[tuple[str, tuple[int, ...]], StackWeight] = {}
+        for sample in self.samples:
+            key = (self.root_label(sample), sample.frame_ids)
+            weight = weights.get(key)
+            if weight is None:
+                weight = weights[key] = StackWeight()
+            if sample.off_cpu_ns:
+                weight.off_cpu_ns += sample.off_cpu_ns
+                weight.waits += 1
+            else:
+                weight.cpu_samples += 1
+        return weights
+
+    def sample_weight_ns(self, sample: Sample) -> int:
+        """The time a sample stands for: a CPU sample's period, or its wait."""
+        return sample.off_cpu_ns or self.info.sample_period_ns
 
     def stack(self, sample: Sample) -> list[Frame]:
         return [self.frames[frame_id] for frame_id in sample.frame_ids]
@@ -174,6 +244,10 @@ class Profile:
         total += self._taken_frames[0]
         unknown += self._taken_frames[1]
         return unknown / total if total else 0.0
+
+
+def microseconds(nanoseconds: int) -> int:
+    return (nanoseconds + 500) // 1000
 
 
 def _frame_counts(frames: list[Frame], samples: list[Sample]) -> tuple[int, int]:

@@ -8,6 +8,8 @@ gzip-compressed JSON lines, written and read as streams:
         (a JS frame with a source map also has "original": {"name", "file",
         "line", ...}: what the map made of it; the frame itself is as generated)
     [time_ns, pid, tid, comm, [frame ids, root first], walk_end]   one per sample
+        (version 2, with --off-cpu: a wait has its nanoseconds off the CPU
+        after walk_end; a CPU sample is as in version 1)
 
 A reader accepts only what it knows: a newer major version, a malformed
 line or a frame id out of range is an error naming the line. A file may
@@ -31,7 +33,7 @@ from profiler.kernel.events import WalkEnd
 from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 
 FORMAT = "jitprof"
-VERSION = 1
+VERSION = 2  # written only for a profile with time off the CPU; 1 otherwise, so older readers read it
 MAX_LINE_BYTES = 64 << 20
 READ_CHUNK = 4 << 20
 # jitprof's own files unpack to about 11 times their size (up to 40 where
@@ -49,17 +51,25 @@ class RawProfileError(ValueError):
 
 def write_raw(profile: Profile, stream: IO[bytes]) -> None:
     with gzip.GzipFile(fileobj=stream, mode="wb", compresslevel=3, mtime=0) as compressed:
+        info: dict[str, Any] = {
+            "command": profile.info.command,
+            "pids": profile.info.pids,
+            "frequency_hz": profile.info.frequency_hz,
+            "root_by_pid": profile.info.root_by_pid,
+            "started_ns": profile.info.started_ns,
+            "ended_ns": profile.info.ended_ns,
+        }
+        if profile.info.off_cpu:
+            info |= {
+                "off_cpu": True,
+                "idle_kept": profile.info.idle_kept,
+                "shortest_wait_ns": profile.info.shortest_wait_ns,
+                "waits": vars(profile.waits),
+            }
         header = {
             "format": FORMAT,
-            "version": VERSION,
-            "info": {
-                "command": profile.info.command,
-                "pids": profile.info.pids,
-                "frequency_hz": profile.info.frequency_hz,
-                "root_by_pid": profile.info.root_by_pid,
-                "started_ns": profile.info.started_ns,
-                "ended_ns": profile.info.ended_ns,
-            },
+            "version": VERSION if profile.info.off_cpu else 1,
+            "info": info,
             "losses": vars(profile.losses),
             "traffic": vars(profile.traffic),
             "modules": {name: {"path": module.path, "build_id": module.build_id} for name, module in profile.modules.items()},
@@ -104,7 +114,8 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
             comm = names.get(sample.comm)
             if comm is None:
                 comm = names[sample.comm] = json.dumps(sample.comm, ensure_ascii=False)
-            batch.append(f'[{sample.time_ns},{sample.pid},{sample.tid},{comm},{stack},"{sample.walk_end.name}"]\n')
+            waited = f",{sample.off_cpu_ns}" if sample.off_cpu_ns else ""
+            batch.append(f'[{sample.time_ns},{sample.pid},{sample.tid},{comm},{stack},"{sample.walk_end.name}"{waited}]\n')
             if len(batch) >= 8192:
                 compressed.write("".join(batch).encode("utf-8", "surrogatepass"))
                 batch.clear()
@@ -230,8 +241,14 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                 bool(info.get("root_by_pid", False)),
                 _integer(info.get("started_ns", 0)),
                 _integer(info.get("ended_ns", 0)),
+                bool(info.get("off_cpu", False)),
+                bool(info.get("idle_kept", False)),
+                _integer(info.get("shortest_wait_ns", 0)),
             )
         )
+        for field_name, value in _mapping(info, "waits").items():
+            if hasattr(profile.waits, field_name):
+                setattr(profile.waits, field_name, _integer(value))
         for counts, name in ((profile.losses, "losses"), (profile.traffic, "traffic")):
             for field_name, value in _mapping(header, name).items():
                 if hasattr(counts, field_name):
@@ -275,7 +292,14 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                         function_column=_integer(original["function_column"]),
                     )
                 continue
-            time_ns, pid, tid, comm, frame_ids, walk_end = record
+            time_ns, pid, tid, comm, frame_ids, walk_end, *rest = record
+            off_cpu_ns = 0
+            if rest:
+                if len(rest) > 1 or not profile.info.off_cpu:
+                    raise ValueError("a sample with fields it cannot have")
+                off_cpu_ns = rest[0]
+                if type(off_cpu_ns) is not int or not 0 < off_cpu_ns < MAX_INT:
+                    raise ValueError("off-CPU time out of range")
             ids = tuple(frame_ids)
             known = stacks.get(ids)
             if known is None:  # checked once per distinct stack, then shared
@@ -288,7 +312,7 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                 raise ValueError("bad sample fields")
             if not 0 <= time_ns < MAX_INT:
                 raise ValueError("time out of range")
-            profile.samples.append(Sample(time_ns, pid, tid, comm, known, walk_ends_by_name[walk_end]))
+            profile.samples.append(Sample(time_ns, pid, tid, comm, known, walk_ends_by_name[walk_end], off_cpu_ns))
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise RawProfileError(f"{path}:{number}: bad record ({error})") from error
     profile.walk_ends = walk_ends if walk_ends else Counter(sample.walk_end for sample in profile.samples)

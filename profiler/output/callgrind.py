@@ -1,16 +1,17 @@
 """callgrind's format (callgrind.out.*), for KCachegrind, QCachegrind and
 callgrind_annotate: per function and file, self samples per source line,
 and for each caller line the samples spent in each callee (inclusive cost).
-Counts are samples; "calls" are the samples a call was seen in."""
+Counts are samples; "calls" are the samples a call was seen in. With
+--off-cpu two events instead: CPU and OffCPU, both in microseconds."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any
 
 from profiler import __version__
-from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile, microseconds
 from profiler.safety.terminal import printable
 
 
@@ -22,8 +23,29 @@ class FunctionKey:
 
 @dataclass
 class _Costs:
-    own: Counter[int] = field(default_factory=Counter)  # line -> samples
-    calls: Counter[tuple[FunctionKey, int, int]] = field(default_factory=Counter)  # (callee, its line, call line)
+    own: dict[int, list[int]] = field(default_factory=dict)  # line -> cost per event
+    calls: dict[tuple[FunctionKey, int, int], list[int]] = field(default_factory=dict)  # (callee, its line, call line)
+    call_counts: Counter[tuple[FunctionKey, int, int]] = field(default_factory=Counter)  # stacks the call was seen in
+
+
+def _add(costs: dict[Any, list[int]], key: Any, values: list[int]) -> None:
+    total = costs.get(key)
+    if total is None:
+        costs[key] = list(values)
+    else:
+        for index, value in enumerate(values):
+            total[index] += value
+
+
+def _stack_costs(profile: Profile) -> tuple[list[str], dict[tuple[str, tuple[int, ...]], list[int]]]:
+    """The events, and their costs per stack: samples, or CPU and off-CPU microseconds."""
+    if not profile.info.off_cpu:
+        return ["Samples"], {key: [count] for key, count in profile.stack_counts().items()}
+    period_ns = profile.info.sample_period_ns
+    return ["CPU", "OffCPU"], {
+        key: [microseconds(weight.cpu_samples * period_ns), microseconds(weight.off_cpu_ns)]
+        for key, weight in profile.stack_weights().items()
+    }
 
 
 def function_key(frame: Frame) -> FunctionKey:
@@ -36,7 +58,7 @@ def _line(frame: Frame) -> int:
     return frame.line if frame.line_exact else frame.function_line
 
 
-def _call_order(item: tuple[tuple[FunctionKey, int, int], int]) -> tuple[str, str, int, int]:
+def _call_order(item: tuple[tuple[FunctionKey, int, int], list[int]]) -> tuple[str, str, int, int]:
     (callee, callee_line, call_line), _ = item
     return (callee.file, callee.name, callee_line, call_line)
 
@@ -59,17 +81,20 @@ def write_callgrind(profile: Profile, stream: IO[bytes]) -> None:
     costs: dict[FunctionKey, _Costs] = defaultdict(_Costs)
     keys = [function_key(frame) for frame in profile.frames]
     lines = [_line(frame) for frame in profile.frames]
-    for (_, ids), count in profile.stack_counts().items():
+    events, stack_costs = _stack_costs(profile)
+    for (_, ids), values in stack_costs.items():
         if not ids:
             continue
-        costs[keys[ids[-1]]].own[lines[ids[-1]]] += count
+        _add(costs[keys[ids[-1]]].own, lines[ids[-1]], values)
         seen: set[tuple[FunctionKey, FunctionKey, int, int]] = set()
         for caller, callee in zip(ids, ids[1:]):
             edge = (keys[caller], keys[callee], lines[callee], lines[caller])
             if edge in seen:  # recursion: a sample counts once per call edge
                 continue
             seen.add(edge)
-            costs[keys[caller]].calls[(keys[callee], lines[callee], lines[caller])] += count
+            call = (keys[callee], lines[callee], lines[caller])
+            _add(costs[keys[caller]].calls, call, values)
+            costs[keys[caller]].call_counts[call] += values[0] if len(values) == 1 else 1
     files, functions = _Names(), _Names()
     command = " ".join(profile.info.command) or "pid " + ", ".join(map(str, profile.info.pids))
     out = [
@@ -78,19 +103,25 @@ def write_callgrind(profile: Profile, stream: IO[bytes]) -> None:
         f"creator: jitprof {__version__}",
         f"cmd: {printable(command)}",
         "positions: line",
-        "events: Samples",
-        f"summary: {len(profile.samples)}",
+    ]
+    if profile.info.off_cpu:
+        out += ["event: CPU : time on the CPU (µs)", "event: OffCPU : time off the CPU, waiting (µs)"]
+    summary = [sum(values[index] for values in stack_costs.values()) for index in range(len(events))]
+    out += [
+        f"events: {' '.join(events)}",
+        f"summary: {' '.join(map(str, summary))}" if profile.info.off_cpu else f"summary: {len(profile.samples)}",
         "",
     ]
     for key, cost in sorted(costs.items(), key=lambda item: (item[0].file, item[0].name)):
         out.append(f"fl={files(key.file)}")
         out.append(f"fn={functions(key.name)}")
-        for line, count in sorted(cost.own.items()):
-            out.append(f"{line} {count}")
-        for (called, callee_line, call_line), count in sorted(cost.calls.items(), key=_call_order):
+        for line, values in sorted(cost.own.items()):
+            out.append(f"{line} {' '.join(map(str, values))}")
+        for call, values in sorted(cost.calls.items(), key=_call_order):
+            called, callee_line, call_line = call
             out.append(f"cfl={files(called.file)}")
             out.append(f"cfn={functions(called.name)}")
-            out.append(f"calls={count} {callee_line}")
-            out.append(f"{call_line} {count}")
+            out.append(f"calls={cost.call_counts[call]} {callee_line}")
+            out.append(f"{call_line} {' '.join(map(str, values))}")
         out.append("")
     stream.write("\n".join(out).encode("utf-8", "surrogatepass"))

@@ -72,7 +72,11 @@ def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
     root = _Node(1, CallFrame("(root)", "", -1, -1))
     nodes = [root]
     call_frames = [call_frame(frame) for frame in profile.frames]
-    order = sorted(range(len(profile.samples)), key=lambda index: profile.samples[index].time_ns)
+    # CPU samples only: DevTools has no place for time off the CPU (its (idle) is the program's, not a thread's wait).
+    order = sorted(
+        (index for index, sample in enumerate(profile.samples) if not sample.off_cpu_ns),
+        key=lambda index: profile.samples[index].time_ns,
+    )
     sample_nodes: list[int] = []
     times: list[int] = []
     leaf_of: dict[tuple[str, tuple[int, ...]], _Node] = {}  # one tree walk per distinct stack

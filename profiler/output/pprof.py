@@ -1,5 +1,6 @@
 """pprof's profile.proto, gzipped (.pb.gz, .pprof), encoded here by hand:
-samples/count and cpu/nanoseconds per unique stack and thread, pid and tid
+samples/count and cpu/nanoseconds (with --off-cpu, off_cpu/nanoseconds too:
+a wait counts one in samples/count and its time there) per unique stack and thread, pid and tid
 labels, one mapping per module, and one location per machine address with
 its inline lines, innermost first (a JIT frame and the frames inlined into
 it share a location, as pprof expects).
@@ -8,7 +9,6 @@ it share a location, as pprof expects).
 from __future__ import annotations
 
 import gzip
-from collections import Counter
 from typing import IO
 
 from profiler.model.profile import Frame, FrameKind, Profile
@@ -113,17 +113,26 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
             location_records.append(_int(1, found) + _int(2, mapping_id(outer.module or outer.file or "[unknown]")) + lines)
         return found
 
-    stacks: Counter[tuple[int, int, str, tuple[int, ...]]] = Counter()
+    # (samples and waits, CPU samples, nanoseconds off the CPU) per stack and thread
+    stacks: dict[tuple[int, int, str, tuple[int, ...]], list[int]] = {}
     for sample in profile.samples:
-        if sample_labels:
-            stacks[(sample.pid, sample.tid, sample.comm, sample.frame_ids)] += 1
+        key = (sample.pid, sample.tid, sample.comm, sample.frame_ids) if sample_labels else (0, 0, "", sample.frame_ids)
+        totals = stacks.get(key)
+        if totals is None:
+            totals = stacks[key] = [0, 0, 0]
+        totals[0] += 1
+        if sample.off_cpu_ns:
+            totals[2] += sample.off_cpu_ns
         else:
-            stacks[(0, 0, "", sample.frame_ids)] += 1
+            totals[1] += 1
+    off_cpu = profile.info.off_cpu
     out = bytearray()
     sample_type = _int(1, strings("samples")) + _int(2, strings("count"))
     cpu_type = _int(1, strings("cpu")) + _int(2, strings("nanoseconds"))
     out += _bytes(PROFILE_SAMPLE_TYPE, sample_type) + _bytes(PROFILE_SAMPLE_TYPE, cpu_type)
-    for (pid, tid, comm, frame_ids), count in stacks.items():
+    if off_cpu:
+        out += _bytes(PROFILE_SAMPLE_TYPE, _int(1, strings("off_cpu")) + _int(2, strings("nanoseconds")))
+    for (pid, tid, comm, frame_ids), (count, cpu_samples, waited_ns) in stacks.items():
         location_ids = [location_id(group) for group in reversed(location_groups(profile.frames, frame_ids))]  # leaf first
         labels = (
             (
@@ -134,7 +143,8 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
             if sample_labels
             else b""
         )
-        out += _bytes(PROFILE_SAMPLE, _packed(1, location_ids) + _packed(2, [count, count * period_ns]) + labels)
+        values = [count, cpu_samples * period_ns, waited_ns] if off_cpu else [count, count * period_ns]
+        out += _bytes(PROFILE_SAMPLE, _packed(1, location_ids) + _packed(2, values) + labels)
     for record in mapping_records:
         out += _bytes(PROFILE_MAPPING, record)
     for record in location_records:

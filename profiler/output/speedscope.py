@@ -1,6 +1,7 @@
 """speedscope's file format: one sampled profile per thread, weights in
-nanoseconds of CPU time (https://www.speedscope.app/file-format-schema.json).
-Written as a stream, sample by sample."""
+nanoseconds of CPU time, and with --off-cpu a wait's weight its time off the
+CPU (https://www.speedscope.app/file-format-schema.json). Written as a
+stream, sample by sample."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
         name = f"{comms[(pid, tid)]} pid {pid} tid {tid}"
         emit(
             '{"type":"sampled","name":' + json.dumps(name, ensure_ascii=False) + ',"unit":"nanoseconds",'
-            f'"startValue":0,"endValue":{len(samples) * period_ns},"samples":['
+            f'"startValue":0,"endValue":{sum(sample.off_cpu_ns or period_ns for sample in samples)},"samples":['
         )
         texts: list[str] = []
         for sample in samples:
@@ -98,5 +99,5 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
                 texts.clear()
         if texts:
             emit(("," if written else "") + ",".join(texts))
-        emit('],"weights":[' + ",".join([str(period_ns)] * len(samples)) + "]}")
+        emit('],"weights":[' + ",".join(str(sample.off_cpu_ns or period_ns) for sample in samples) + "]}")
     emit("]}")

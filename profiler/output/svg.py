@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from html import escape as _escape
 from typing import TextIO
 
-from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile, microseconds
 
 IMAGE_WIDTH = 1200
 FRAME_HEIGHT = 16
@@ -37,6 +37,7 @@ class _Node:
     label: str
     frame: Frame | None
     count: int = 0
+    off_cpu: int = 0  # --off-cpu: of count, the time off the CPU
     children: dict[tuple[str, str, bool], _Node] = field(default_factory=dict)
     tiers: Counter[str] = field(default_factory=Counter)
     lines: Counter[int] = field(default_factory=Counter)  # exact source lines, where known
@@ -70,12 +71,27 @@ def _colour(label: str, frame: Frame | None) -> str:
     return f"rgb({int(205 + 50 * vary[0])},{int(50 + 180 * vary[1])},{int(50 * vary[0])})"
 
 
+def _off_cpu_colour(label: str) -> str:
+    """Time off the CPU: blues and violets, apart from the warm colours of CPU time."""
+    digest = hashlib.md5(label.encode("utf-8", "replace")).digest()  # noqa: S324  (colour only)
+    vary = digest[0] / 255, digest[1] / 255
+    return f"rgb({int(60 + 70 * vary[0])},{int(110 + 70 * vary[1])},{int(210 + 45 * vary[0])})"
+
+
 def _tree(profile: Profile) -> _Node:
     root = _Node("all", None)
-    for (comm, frame_ids), count in profile.stack_counts().items():
+    counts = profile.stack_counts()
+    off_cpu: dict[tuple[str, tuple[int, ...]], int] = {}
+    if profile.info.off_cpu:
+        off_cpu = {key: microseconds(weight.off_cpu_ns) for key, weight in profile.stack_weights().items()}
+    for stack_key, count in counts.items():
+        comm, frame_ids = stack_key
+        waited = off_cpu.get(stack_key, 0)
         root.count += count
+        root.off_cpu += waited
         node = root.children.setdefault(("process", comm, False), _Node(comm, None))
         node.count += count
+        node.off_cpu += waited
         for frame_id in frame_ids:
             frame = profile.frames[frame_id]
             # Merged by what the box shows: one function in several tiers
@@ -83,6 +99,7 @@ def _tree(profile: Profile) -> _Node:
             key = (frame.kind.value, frame.name, frame.inlined)
             node = node.children.get(key) or node.children.setdefault(key, _Node(frame.name, frame))
             node.count += count
+            node.off_cpu += waited
             if frame.tier:
                 node.tiers[frame.tier] += count
             if frame.line_exact:
@@ -127,7 +144,7 @@ def _diff_colour(new: float, old: float) -> str:
     return f"rgb({255 - strength},{255 - strength},255)"
 
 
-def _layout(root: _Node, total: int, baseline: Baseline | None = None) -> list[_Box]:
+def _layout(root: _Node, total: int, baseline: Baseline | None = None, unit: str = "samples") -> list[_Box]:
     boxes: list[_Box] = []
     min_samples = total * MIN_WIDTH_PX / (IMAGE_WIDTH - 2 * X_PAD)
     stack: list[tuple[_Node, _Node | None, int, int]] = [(root, baseline.root if baseline else None, 0, 0)]
@@ -139,12 +156,15 @@ def _layout(root: _Node, total: int, baseline: Baseline | None = None) -> list[_
         detail = ""
         if node.frame is not None:
             detail = " [" + ", ".join(_details(node)) + "]"
-        tooltip = f"{node.label}{detail} ({node.count:,} samples, {share:.2f}%)"
-        fill = _colour(node.label, node.frame)
+        waited = f", {100.0 * node.off_cpu / node.count:.0f}% off-CPU" if node.off_cpu and node.count else ""
+        tooltip = f"{node.label}{detail} ({node.count:,} {unit}{waited}, {share:.2f}%)"
+        # Mostly off the CPU: cool colours (the whole of a wait's own frames).
+        off_cpu = node.off_cpu * 2 > node.count or (node.frame is not None and node.frame.kind is FrameKind.WAIT)
+        fill = _off_cpu_colour(node.label) if off_cpu else _colour(node.label, node.frame)
         if baseline is not None:
             before = (old.count if old is not None else 0) * baseline.scale
             change = (node.count - before) / before * 100 if before else float("inf")
-            tooltip = f"{node.label}{detail} (base {before:,.0f} → new {node.count:,} samples, {change:+.1f}%)"
+            tooltip = f"{node.label}{detail} (base {before:,.0f} → new {node.count:,} {unit}, {change:+.1f}%)"
             fill = _diff_colour(node.count, before)
         boxes.append(_Box(node.label, tooltip, start, node.count, depth, fill))
         cursor = start
@@ -154,10 +174,15 @@ def _layout(root: _Node, total: int, baseline: Baseline | None = None) -> list[_
     return boxes
 
 
+OFF_CPU_TITLE = "Flame Graph: time on and off the CPU (width: time; warm: on the CPU, blue: waiting)"
+
+
 def write_svg(profile: Profile, stream: TextIO, title: str = "Flame Graph", baseline: Baseline | None = None) -> None:
     root = _tree(profile)
     total = max(root.count, 1)
-    boxes = _layout(root, total, baseline)
+    if profile.info.off_cpu and title == "Flame Graph":
+        title = OFF_CPU_TITLE
+    boxes = _layout(root, total, baseline, profile.weight_unit)
     max_depth = max((box.depth for box in boxes), default=0)
     height = TOP_PAD + BOTTOM_PAD + (max_depth + 1) * FRAME_HEIGHT
     subtitle = " ".join(profile.info.command) if profile.info.command else "pids " + ", ".join(map(str, profile.info.pids))
@@ -167,7 +192,7 @@ def write_svg(profile: Profile, stream: TextIO, title: str = "Flame Graph", base
         f'viewBox="0 0 {IMAGE_WIDTH} {height}" xmlns="http://www.w3.org/2000/svg" '
         'xmlns:xlink="http://www.w3.org/1999/xlink" xmlns:fg="http://github.com/jonhoo/inferno">\n'
     )
-    stream.write(f"<!-- Flame graph written by jitprof: {profile.info.frequency_hz} Hz, {root.count} samples -->\n")
+    stream.write(f"<!-- Flame graph written by jitprof: {profile.info.frequency_hz} Hz, {root.count} {profile.weight_unit} -->\n")
     stream.write(_STYLE)
     stream.write(
         f'<script type="text/ecmascript"><![CDATA[\nvar fontsize = {FONT_SIZE}; var fontwidth = {FONT_WIDTH}; var xpad = {X_PAD};\n{_SCRIPT}\n]]></script>\n'

@@ -68,7 +68,9 @@ def encode(interval: Interval, key: SeriesKey, frequency_hz: int) -> bytes:
     """The gzipped pprof of one series of the interval."""
     info = RunInfo([key.app.name], [key.pid] if key.pid is not None else [], frequency_hz)
     info.ended_ns = round((interval.end_s - interval.start_s) * 1e9)
-    profile = with_distinct_names(Profile(info, frames=interval.frames, samples=interval.series[key]))
+    # The series is the CPU's (app.cpu): time off the CPU goes over OTLP only.
+    cpu_samples = [sample for sample in interval.series[key] if not sample.off_cpu_ns]
+    profile = with_distinct_names(Profile(info, frames=interval.frames, samples=cpu_samples))
     stream = io.BytesIO()
     write_pprof(profile, stream, sample_labels=False, time_nanos=round(interval.start_s * 1e9))
     return stream.getvalue()

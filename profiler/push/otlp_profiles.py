@@ -4,7 +4,9 @@ package): a resource per application process with the attributes backends
 group by, one profile each, and one dictionary shared by all of them.
 
 Samples are kept apart by stack and thread; each carries the time of every
-sample (the wall clock) and a count of 1 per time. A location is one machine
+sample (the wall clock) and a count of 1 per time. With --off-cpu a process
+has two profiles instead, cpu/nanoseconds (a sample's period per time) and
+off_cpu/nanoseconds (each wait's time). A location is one machine
 address as the symbolizer saw it: the function and, innermost first, what was
 inlined into it there (JS and native alike), as Location.lines asks.
 """
@@ -161,32 +163,42 @@ def export_request(
     for key, samples in interval.series.items():
         resource_profiles = request.resource_profiles.add(resource=Resource(attributes=_resource_attributes(labels, key)))
         scope = resource_profiles.scope_profiles.add(scope=InstrumentationScope(name=SCOPE_NAME, version=__version__))
-        profile = Profile(
-            sample_type=ValueType(type_strindex=dictionary.string("samples"), unit_strindex=dictionary.string("count")),
-            time_unix_nano=start_ns,
-            duration_nano=duration_ns,
-            period_type=ValueType(type_strindex=dictionary.string("cpu"), unit_strindex=dictionary.string("nanoseconds")),
-            period=period_ns,
-            profile_id=secrets.token_bytes(16),
-        )
         jit_frame_type = registry.jit_frame_type(key.app.runtime)
-        times: dict[_SampleKey, list[int]] = {}
-        for sample in samples:
-            times.setdefault(_SampleKey(sample.frame_ids, sample.tid, sample.comm), []).append(sample.time_ns + wall_offset_ns)
-        for sample_key, stamps in times.items():
-            stamps.sort()
-            profile.samples.append(
-                Sample(
-                    stack_index=dictionary.stack(sample_key.frame_ids, jit_frame_type),
-                    values=[1] * len(stamps),
-                    timestamps_unix_nano=stamps,
-                    attribute_indices=[
-                        dictionary.attribute("thread.id", sample_key.tid),
-                        dictionary.attribute("thread.name", sample_key.comm),
-                    ],
-                )
+        cpu_samples = [sample for sample in samples if not sample.off_cpu_ns]
+        waits = [sample for sample in samples if sample.off_cpu_ns]
+        # With waits (--off-cpu), two profiles: CPU time, and time off the CPU, both in nanoseconds.
+        kinds = (
+            [("cpu", "nanoseconds", cpu_samples), ("off_cpu", "nanoseconds", waits)] if waits else [("samples", "count", samples)]
+        )
+        for type_name, unit, selected in kinds:
+            profile = Profile(
+                sample_type=ValueType(type_strindex=dictionary.string(type_name), unit_strindex=dictionary.string(unit)),
+                time_unix_nano=start_ns,
+                duration_nano=duration_ns,
+                period_type=ValueType(type_strindex=dictionary.string("cpu"), unit_strindex=dictionary.string("nanoseconds")),
+                period=period_ns,
+                profile_id=secrets.token_bytes(16),
             )
-        scope.profiles.append(profile)
+            times: dict[_SampleKey, list[tuple[int, int]]] = {}
+            for sample in selected:
+                value = 1 if unit == "count" else sample.off_cpu_ns or period_ns
+                times.setdefault(_SampleKey(sample.frame_ids, sample.tid, sample.comm), []).append(
+                    (sample.time_ns + wall_offset_ns, value)
+                )
+            for sample_key, stamped in times.items():
+                stamped.sort()
+                profile.samples.append(
+                    Sample(
+                        stack_index=dictionary.stack(sample_key.frame_ids, jit_frame_type),
+                        values=[value for _, value in stamped],
+                        timestamps_unix_nano=[stamp for stamp, _ in stamped],
+                        attribute_indices=[
+                            dictionary.attribute("thread.id", sample_key.tid),
+                            dictionary.attribute("thread.name", sample_key.comm),
+                        ],
+                    )
+                )
+            scope.profiles.append(profile)
     request.dictionary.CopyFrom(dictionary.message)
     return request
 

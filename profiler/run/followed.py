@@ -28,12 +28,14 @@ class FollowedProcesses:
         jit_sources: JitSources,
         jit_files: JitFileJanitor | None,
         on_new_process: Callable[[int, str], None] | None = None,
+        on_runtime_known: Callable[[int], None] | None = None,
     ) -> None:
         self._maps = maps
         self._tracker = tracker
         self._jit_sources = jit_sources
         self._jit_files = jit_files  # set when jitprof injected flags: their files are noted at exec
         self._on_new_process = on_new_process  # a process is followed, or has exec'd
+        self._on_runtime_known = on_runtime_known  # its maps are read (--off-cpu: its threadpool is probed)
         self.live: set[int] = set()
         self.seen: set[int] = set()  # when jitprof made them write JIT files: to remove them at the end
         self.ignored: set[int] = set()  # --all: jitprof's own processes
@@ -67,6 +69,8 @@ class FollowedProcesses:
         the first time takes 0.1 s, a short process's whole life), then the
         kernel walks its stacks, recording what the runtime needs."""
         self._jit_sources.watch(pid)
+        if self._on_runtime_known is not None:
+            self._on_runtime_known(pid)
         self._tracker.release_walks(pid)
 
     def add_spawned(self, pid: int) -> None:

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from profiler.output import OutputRequest
+
+# --off-cpu-min's default: see README, "Time off the CPU".
+DEFAULT_SHORTEST_WAIT_NS = 1_000_000
 from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 
 
@@ -46,3 +49,6 @@ class RecordingOptions:
     as_root: bool = False
     all_processes: bool = False  # --all: every process on the machine
     push: PushOptions | None = None
+    off_cpu: bool = False  # --off-cpu: waits too, with their stacks and time
+    shortest_wait_ns: int = DEFAULT_SHORTEST_WAIT_NS  # --off-cpu-min
+    keep_idle: bool = False  # --idle

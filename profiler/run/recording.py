@@ -20,10 +20,11 @@ from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
 from profiler.kernel import preflight
 from profiler.kernel.bpf_program import BpfProgram, LoadOptions
-from profiler.kernel.events import ProcessEvent, RawSample
+from profiler.kernel.events import EventType, ProcessEvent, RawSample, WalkEnd, thread_waits_record, work_started_record
 from profiler.kernel.kernel_maps import UNWIND_ROWS, UNWIND_TABLES
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
+from profiler.kernel.proc_status import comm_of
 from profiler.model.profile import Profile, RunInfo
 from profiler.native import debuginfod, library
 from profiler.native.heap import give_back_freed_memory
@@ -37,6 +38,7 @@ from profiler.run.options import RecordingOptions
 from profiler.run.push_session import PushSession
 from profiler.run.summary import Summary, report_output_errors, report_tracking_problems
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
+from profiler.run.threadpool_probes import ThreadpoolProbes
 from profiler.safety.terminal import say
 from profiler.safety.users import RunAs, output_owner, resolve_run_as
 from profiler.symbolize.symbolizer import Symbolizer
@@ -73,7 +75,15 @@ class Recording:
         self.options = options
         self.environ = dict(os.environ if environ is None else environ)
         self.profile = Profile(
-            RunInfo(list(options.command), list(options.pids), options.frequency_hz, root_by_pid=options.root_by_pid)
+            RunInfo(
+                list(options.command),
+                list(options.pids),
+                options.frequency_hz,
+                root_by_pid=options.root_by_pid,
+                off_cpu=options.off_cpu,
+                idle_kept=options.keep_idle,
+                shortest_wait_ns=options.shortest_wait_ns if options.off_cpu else 0,
+            )
         )
         self._program: BpfProgram | None = None
         self._jit_sources: JitSources | None = None
@@ -94,6 +104,7 @@ class Recording:
         self._push: PushSession | None = None
         self._inject = False  # the command's runtimes are given their JIT-symbol flags
         self._originals: registry.SourceMapper | None = None  # source maps' frames, unless --no-source-maps
+        self._threadpools: ThreadpoolProbes | None = None  # --off-cpu
 
     # The run -------------------------------------------------------------
 
@@ -130,8 +141,13 @@ class Recording:
     def _set_up(self, run_as: RunAs | None) -> BpfProgram:
         """The BPF program loaded, and everything that takes its records."""
         self._status("compiling and loading the BPF program")
-        program = BpfProgram(LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf))
+        program = BpfProgram(
+            LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf, self.options.off_cpu)
+        )
         self._program = program
+        if self.options.off_cpu:
+            program.maps.set_shortest_wait(self.options.shortest_wait_ns)
+            self._threadpools = ThreadpoolProbes(program)
         if self.options.dwarf:
             library.load()  # a missing build is one error now, not a failure per file later
             self._unwind_tables = UnwindTableStore(
@@ -175,6 +191,7 @@ class Recording:
             self._jit_sources,
             self._jit_files if self._inject else None,
             on_new_process=self._push.apps.note if self._push is not None else None,
+            on_runtime_known=self._threadpools.attach if self._threadpools is not None else None,
         )
         program.events.on_event(self._handle_event)
         return program
@@ -226,6 +243,11 @@ class Recording:
         # and the outputs are written; after that a Ctrl-C aborts.
         self._drain(program)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.options.off_cpu:
+            try:
+                self._add_unreported_waits(program)
+            except Exception as error:  # a bug here must not lose the run
+                say(f"jitprof: internal error while adding the last waits (please report): {type(error).__name__}: {error}")
         if self._mode.exited:
             self._mode.show_captured_output(1.0)
         if self._push is not None:
@@ -249,6 +271,8 @@ class Recording:
             self._originals.close()
         if self._unwind_tables is not None:
             self._stop_unwind_tables(self._unwind_tables)
+        if self._threadpools is not None:
+            self._threadpools.close()
         program.close(in_background=True)
         self._tracker.close()
 
@@ -361,6 +385,11 @@ class Recording:
                 self._symbolizer.note(event)
                 self._polled_samples.append(event)
             return
+        if event.event_type in (EventType.THREAD_WAITS, EventType.THREAD_RUNNABLE, EventType.WORK_STARTED):
+            if self._followed.wants_samples_of(event.pid):
+                record = work_started_record if event.event_type is EventType.WORK_STARTED else thread_waits_record
+                self._polled_samples.append(record(event))
+            return
         self._submit_polled_samples()  # what a process event leads to comes after the samples before it
         self._followed.handle(event)
 
@@ -369,6 +398,44 @@ class Recording:
         self._stop_requests += 1
 
     # The end ---------------------------------------------------------------
+
+    def _add_unreported_waits(self, program: BpfProgram) -> None:
+        """--off-cpu: the waits the kernel holds as the run ends (short ones
+        not reported yet, and waits still going on) join the profile, so a
+        thread's time adds up to its wall time."""
+        assert self._followed is not None
+        ended_ns = self.profile.info.ended_ns
+        assert self._symbolizer is not None
+        recorder = self._symbolizer.waits
+        if recorder is None:
+            return
+        for waits in program.maps.unreported_waits():
+            if not self._followed.wants_samples_of(waits.pid):
+                continue
+            comm = comm_of(waits.tid) or comm_of(waits.pid)
+            # A wait ended but not reported yet has no stack: its thread had not come back from the kernel.
+            record = RawSample(
+                waits.pid,
+                waits.tid,
+                0,
+                ended_ns,
+                comm,
+                (),
+                WalkEnd.COMPLETE,
+                -1,
+                False,
+                off_cpu_ns=waits.waited_ns,
+                short_wait_ns=waits.short_wait_ns,
+                short_waits=waits.short_waits,
+                stack_moved=True,
+                time_only=True,
+                runnable_ns=waits.runnable_ns
+                + (ended_ns - waits.left_ns if waits.runnable and 0 < waits.left_ns < ended_ns else 0),
+            )
+            recorder.add(record, None)
+            if waits.left_ns and not waits.runnable and ended_ns > waits.left_ns:
+                recorder.add_still_waiting(waits.pid, waits.tid, comm, ended_ns, ended_ns - waits.left_ns)
+        self.profile.waits.untracked = program.maps.counters().off_cpu_untracked
 
     def _finish_outputs(self, program: BpfProgram) -> Summary:
         counters = program.maps.counters()
@@ -397,6 +464,8 @@ class Recording:
         self._jit_sources.forget(pid, self._run_as_uid if self._removes_jit_files() else None)
         self._tracker.forget(pid)
         self._followed.forget(pid)
+        if self._threadpools is not None:
+            self._threadpools.detach(pid)
         if self._push is not None:
             self._push.apps.forget(pid)
 

@@ -9,6 +9,7 @@ from profiler.model.profile import Profile
 from profiler.native.unwind_tables import TableStats
 from profiler.output import WrittenOutput
 from profiler.safety.terminal import say
+from profiler.symbolize.waits import duration_text
 
 
 @dataclass
@@ -19,6 +20,7 @@ class Summary:
     cut_short: dict[str, int]
     unsymbolized_share: float
     outputs: list[WrittenOutput] = field(default_factory=list)
+    off_cpu: str = ""  # --off-cpu: what the waits came to
 
     @classmethod
     def of(cls, profile: Profile, written: list[WrittenOutput], processes: int | None = None) -> Summary:
@@ -30,6 +32,7 @@ class Summary:
             cut_short=cut_short,
             unsymbolized_share=profile.unsymbolized_share(),
             outputs=written,
+            off_cpu=off_cpu_text(profile) if profile.info.off_cpu else "",
         )
 
     def render(self) -> str:
@@ -43,8 +46,31 @@ class Summary:
         return (
             f"jitprof: {self.samples:,} samples from {self.processes} process"
             f"{'es' if self.processes != 1 else ''}, {self.lost:,} lost; {cut_text}; "
-            f"{100 * self.unsymbolized_share:.1f}% of frames unsymbolised; {wrote}"
+            f"{100 * self.unsymbolized_share:.1f}% of frames unsymbolised; {self.off_cpu}{wrote}"
         )
+
+
+def off_cpu_text(profile: Profile) -> str:
+    """CPU and off-CPU time, the short waits summed, the idle left out."""
+    period_ns = profile.info.sample_period_ns
+    cpu_ns = waited_ns = waits = 0
+    for sample in profile.samples:
+        if sample.off_cpu_ns:
+            waited_ns += sample.off_cpu_ns
+            waits += 1
+        else:
+            cpu_ns += period_ns
+    totals = profile.waits
+    text = f"{cpu_ns / 1e9:,.2f} s on the CPU, {waited_ns / 1e9:,.2f} s off it"
+    if totals.short_waits:
+        text += f" ({totals.short_waits:,} waits under {duration_text(profile.info.shortest_wait_ns)}: {totals.short_ns / 1e9:,.2f} s)"
+    if totals.runnable_ns >= waited_ns // 100 and totals.runnable_ns:
+        text += f", {totals.runnable_ns / 1e9:,.2f} s of that runnable, waiting for a CPU"
+    if totals.idle_ns and not profile.info.idle_kept:
+        text += f", {totals.idle_ns / 1e9:,.2f} s idle left out (--idle keeps it)"
+    if totals.untracked:
+        text += f", {totals.untracked:,} waits not timed (the thread table was full)"
+    return text + "; "
 
 
 def warn(message: str) -> None:

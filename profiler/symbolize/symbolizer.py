@@ -33,6 +33,8 @@ from profiler.native.blazesym import NativeSymbol, SourcePlace
 from profiler.native.demangle import PLT_SUFFIX
 from profiler.native.elf import ElfImage, UnreadableElf
 from profiler.native.locator_process import CodeLocator
+from profiler.symbolize.waits import WaitRecorder, is_wait_record, needs_stack
+from profiler.symbolize.work_charges import WorkCharges
 
 KERNEL_SUFFIX_MODULE = "[kernel]"
 PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
@@ -203,6 +205,9 @@ class Symbolizer:
         self._kernel_stack = kernel_stack
         self._kernel_symbol = kernel_symbol
         self.elf = ElfSymbols(profile, locator, expand_inlining)  # names native code, first
+        # --off-cpu: wait records become samples there
+        self.waits = WaitRecorder(profile, registry.waits_for_work) if profile.info.off_cpu else None
+        self.work = WorkCharges(profile) if profile.info.off_cpu else None  # threadpool work charged to who queued it
         self.jit_sources: list[JitSymbolSource] = []
         # By process, so that a process's entries go with it: (generation, address) -> frame ids
         self._memo: dict[int, dict[tuple[int, int], tuple[int, ...]]] = {}
@@ -363,10 +368,22 @@ class Symbolizer:
 
     def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
         """Resolve and record one sample; False when it was parked."""
+        # A submitted work item is never parked: the work's samples, coming next, look for its chain.
+        may_park = may_park and not raw.submits_work
         try:
             if raw.stack_copy is not None:
                 raw = self._finish_walk(raw, may_park)
-            self._profile.add(self.resolve_sample(raw, may_park))
+            work = self.work
+            if work is not None and raw.submits_work:
+                work.submitted(raw, self.resolve_sample(raw))
+            elif work is not None and raw.work_started:
+                work.started(raw)
+            elif self.waits is not None and is_wait_record(raw):
+                named = self.resolve_sample(raw, may_park) if needs_stack(raw) else None
+                self.waits.add(raw, work.charged(raw, named) if work is not None and named is not None and raw.work else named)
+            else:
+                named = self.resolve_sample(raw, may_park)
+                self._profile.add(work.charged(raw, named) if work is not None and raw.work else named)
             self._note_new_frames(raw.pid)
         except _NotNamedYet:
             self._parked.append(_Parked(raw, since))

@@ -23,6 +23,9 @@ CONSTANTS = [
     "EVENT_EXIT",
     "EVENT_MAPS_CHANGED",
     "EVENT_DISCOVERED",
+    "EVENT_THREAD_WAITS",
+    "EVENT_WORK_STARTED",
+    "EVENT_THREAD_RUNNABLE",
     "WALK_COMPLETE",
     "WALK_TRUNCATED",
     "WALK_NO_MAPPING",
@@ -36,6 +39,7 @@ CONSTANTS = [
     "COUNTER_RINGBUF_FULL",
     "COUNTER_KSTACK_FAILED",
     "COUNTER_EVENTS_LOST",
+    "COUNTER_OFF_CPU_UNTRACKED",
     "COUNTER_COUNT",
     "MAPPING_ELF",
     "MAPPING_JIT",
@@ -67,6 +71,8 @@ CONSTANTS = [
     "MAX_V8_FRAMES",
     "V8_FRAME_INTERPRETER",
     "V8_FUNCTION_WINDOW",
+    "OFF_CPU_STACK_MOVED",
+    "SAMPLE_SUBMITS_WORK",
 ]
 STRUCTS = {
     "sample_event": [
@@ -81,9 +87,30 @@ STRUCTS = {
         "walk_end",
         "user_mode",
         "comm",
+        "off_cpu_ns",
+        "short_wait_ns",
+        "short_waits",
+        "off_cpu_flags",
+        "work",
+        "parent_work",
+        "runnable_ns",
         "addresses",
         "copy_space",
     ],
+    "off_cpu_thread": [
+        "left_ns",
+        "waited_ns",
+        "short_wait_ns",
+        "wait_pc",
+        "wait_sp",
+        "short_waits",
+        "kernel_stack_id",
+        "tgid",
+        "runnable",
+        "runnable_ns",
+    ],
+    "work_address": ["tgid", "reserved", "address"],
+    "work_item": ["key", "from"],
     "stack_copy": ["pc", "sp", "fp", "copy_length", "flags"],
     "v8_frame": ["shared", "code", "bytecode_array", "bytecode_offset", "frame_index", "flags"],
     "v8_process": [
@@ -159,6 +186,7 @@ def test_codes_are_the_headers(abi):
         abi["MAPPING_ELF_PENDING"],
     )
     assert unwind_tables.TABLE_PENDING == abi["TABLE_PENDING"]
+    assert (events.OFF_CPU_STACK_MOVED, events.SAMPLE_SUBMITS_WORK) == (abi["OFF_CPU_STACK_MOVED"], abi["SAMPLE_SUBMITS_WORK"])
     assert (events.STACK_COPY_REACHED_END, events.STACK_COPY_EXACT_PC) == (
         abi["STACK_COPY_REACHED_END"],
         abi["STACK_COPY_EXACT_PC"],
@@ -192,6 +220,7 @@ def test_records_are_laid_out_as_the_header_says(abi):
         (kernel_maps._TrieKey, "trie_key"),
         (kernel_maps._MappingInfo, "mapping_info"),
         (kernel_maps._UnwindTable, "unwind_table"),
+        (kernel_maps._OffCpuThread, "off_cpu_thread"),
     ]:
         assert layout(structure) == {field: abi[f"{name}.{field}"] for field, _ in structure._fields_}, name
         if name != "sample_event":  # sent up as its header only

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from profiler.jit.contract import Runtime, SourceSettings
 from profiler.jit.jvm.application import java_main
+from profiler.jit.jvm.idle import waits_for_work
 from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
 from profiler.jit.options import merge_options
 from profiler.jit.symbol_source import JitSymbolSource
@@ -100,4 +101,5 @@ JAVA = Runtime(
     application=lambda pid, arguments: java_main(arguments),
     symbol_sources=_symbol_sources,
     attach_notes=_attach_notes,
+    waits_for_work=waits_for_work,
 )

@@ -195,7 +195,7 @@ class V8HeapSymbols(JitSymbolSource):
             maps = read_maps(pid)
         except OSError:
             return
-        entries = _v8_mappings(pid, maps)
+        entries = node_code_mappings(pid, maps)
         if not entries:
             return
         try:
@@ -676,7 +676,7 @@ def _frame(shared: SharedInfo, tier: Tier, position: int | None, inlined: bool) 
     )
 
 
-def _v8_mappings(pid: int, maps: list[MapEntry]) -> list[MapEntry]:
+def node_code_mappings(pid: int, maps: list[MapEntry]) -> list[MapEntry]:
     """The executable mappings of the file V8 is in: libnode.so, else the executable."""
     try:
         executable = os.readlink(f"/proc/{pid}/exe")

@@ -102,7 +102,15 @@ def js_stack(frames: list[Frame]) -> list[Frame] | None:
 
 
 def shown_in_js_view(frames: list[Frame]) -> list[Frame]:
-    """One stack as the JS view shows it (the live view's `j`)."""
+    """One stack as the JS view shows it (the live view's `j`); a wait's
+    last frame ("(off-CPU)", "(idle)") stays last."""
+    if frames and frames[-1].kind is FrameKind.WAIT:
+        shown = _shown(frames[:-1]) if len(frames) > 1 else []
+        return shown if shown and shown[-1] == frames[-1] else [*shown, frames[-1]]
+    return _shown(frames)
+
+
+def _shown(frames: list[Frame]) -> list[Frame]:
     if any(frame.kind is FrameKind.NATIVE and frame.name.startswith(PROFILING_MARKERS) for frame in frames):
         return [PROFILING]
     if any(frame.kind is FrameKind.NATIVE and frame.name.startswith(COLLECTING_MARKERS) for frame in frames):
@@ -125,5 +133,5 @@ def js_only(profile: Profile) -> Profile:
             shown = shown_in_js_view([profile.frames[frame_id] for frame_id in sample.frame_ids])
             ids = tuple(view.intern(frame) for frame in shown)
             stacks[sample.frame_ids] = ids
-        view.add(Sample(sample.time_ns, sample.pid, sample.tid, sample.comm, ids, sample.walk_end))
+        view.add(Sample(sample.time_ns, sample.pid, sample.tid, sample.comm, ids, sample.walk_end, sample.off_cpu_ns))
     return view

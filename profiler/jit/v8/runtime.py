@@ -17,8 +17,10 @@ from profiler.jit.perfmap import candidate_paths
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.jit.v8.application import node_application
 from profiler.jit.v8.heap_source import V8HeapSymbols
+from profiler.jit.v8.idle import waits_for_work
 from profiler.jit.v8.log_source import V8LogSymbols
 from profiler.jit.v8.names import parse_v8_name
+from profiler.jit.v8.threadpool import NODE_THREADPOOL
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import command_line_and_environment
 from profiler.model.profile import Frame, FrameKind
@@ -127,4 +129,6 @@ NODE = Runtime(
     application=node_application,
     symbol_sources=_symbol_sources,
     attach_notes=_attach_notes,
+    waits_for_work=waits_for_work,
+    threadpool=NODE_THREADPOOL,
 )
