@@ -24,6 +24,7 @@ from benchmarks.load import load
 from benchmarks.long_runs import long_runs
 from benchmarks.native_symbols import native_symbols
 from benchmarks.node_cost import node_cost
+from benchmarks.off_cpu_cost import off_cpu_cost
 from benchmarks.perf_map_tailing import perf_map_tailing
 from benchmarks.run_cost import run_cost
 from benchmarks.sampling_cost import sampling_cost
@@ -38,6 +39,7 @@ SECTIONS = {
     "node_cost": lambda repeats, perf, workdir: node_cost(max(repeats - 2, 3), perf, workdir),
     "v8_heap_cost": lambda repeats, perf, workdir: v8_heap_cost(max(repeats - 2, 3), workdir),
     "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
+    "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(max(repeats - 2, 3), workdir),
     "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),
     "code_log_parsing": lambda repeats, perf, workdir: code_log_parsing(workdir, 5),
     "source_map_cost": lambda repeats, perf, workdir: source_map_cost(workdir, 5),

@@ -96,9 +96,10 @@
 #define SAMPLE_HEADER_BYTES                                                                                                      \
     96 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
 
-/* --off-cpu: the sched_switch tracepoint's prev_state of a task preempted
- * while runnable (TASK_REPORT_MAX): it did not leave to wait. */
-#define SWITCH_STATE_PREEMPTED 0x100
+/* Indexes of the off_cpu_settings array: the shortest wait recorded one by one (ns). */
+#define OFF_CPU_SETTING_SHORTEST_WAIT 0
+#define OFF_CPU_SETTINGS 1
+
 /* struct sample_event.off_cpu_flags */
 #define OFF_CPU_STACK_MOVED 1 /* the thread ran user code since the wait began: the stack is not the wait's */
 #define SAMPLE_SUBMITS_WORK 2 /* not a sample: the stack that submits a work item (work) to a threadpool */

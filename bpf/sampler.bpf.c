@@ -99,14 +99,27 @@ BPF_HASH(exec_mapping_calls, u32, struct exec_mapping_call, 4096);
 #ifdef WITH_OFF_CPU
 // --off-cpu: threads of followed processes, timed as they wait.
 BPF_HASH(off_cpu_threads, u32, struct off_cpu_thread, OFF_CPU_THREADS);
-// off_cpu_settings[0]: the shortest wait recorded one by one, in nanoseconds.
-BPF_ARRAY(off_cpu_settings, u64, 1);
+// OFF_CPU_SETTING_*: the shortest wait recorded one by one.
+BPF_ARRAY(off_cpu_settings, u64, OFF_CPU_SETTINGS);
+// Per CPU, the thread running there with a wait to report at its next
+// system call's return (0: none): every system call on the machine returns
+// through sys_exit, and most have only this to look at.
+BPF_PERCPU_ARRAY(wait_to_report, u32, 1);
 // Node's threadpool: items submitted and not done, by process and address;
 // the item each pool thread runs (its key), and the item whose completion
 // each loop thread runs. LRU: a process that dies leaves its entries.
 BPF_TABLE("lru_hash", struct work_address, struct work_item, threadpool_works, OFF_CPU_THREADS);
 BPF_TABLE("lru_hash", u32, u64, threadpool_running, OFF_CPU_THREADS);
 BPF_TABLE("lru_hash", u32, struct work_address, threadpool_completing, OFF_CPU_THREADS);
+
+// A u32 field of a task_struct, at the running kernel's offset: TASK_PID_OFFSET
+// and TASK_FLAGS_OFFSET come from its BTF (profiler/kernel/kernel_btf.py), as
+// BCC's headers may be another kernel version's.
+static __always_inline u32 task_field(u64 task, const u64 offset) {
+    u32 value = 0;
+    if (task != 0) bpf_probe_read_kernel(&value, sizeof(value), (void *)(task + offset));
+    return value;
+}
 
 static __always_inline u64 work_running(u32 tid) {
     u64 *key = threadpool_running.lookup(&tid);
@@ -753,9 +766,15 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
 // one. Kernel work per switch: a lookup for each side, an update only for a
 // thread's first wait.
 
-TRACEPOINT_PROBE(sched, sched_switch) {
+// Raw tracepoints, without the perf buffer a tracepoint's record is copied
+// into first: these run at every switch and every system call's return on
+// the machine. sched_switch(preempt, prev, next, prev_state) runs as prev.
+RAW_TRACEPOINT_PROBE(sched_switch) {
     u64 now = bpf_ktime_get_ns();
-    u32 next = args->next_pid;
+    int preempt = (int)(ctx->args[0] & 1);
+    long prev_state = (long)(u32)ctx->args[3];
+    u32 next = task_field(ctx->args[2], TASK_PID_OFFSET);
+    u32 reporting = 0;
     if (next != 0) {
         struct off_cpu_thread *coming = off_cpu_threads.lookup(&next);
         if (coming && coming->left_ns != 0) {
@@ -765,13 +784,16 @@ TRACEPOINT_PROBE(sched, sched_switch) {
                 coming->waited_ns += now - coming->left_ns;
             coming->left_ns = 0;
         }
+        if (coming && coming->waited_ns != 0) reporting = next;
     }
+    u32 zero = 0;
+    u32 *report = wait_to_report.lookup(&zero);
+    if (report) *report = reporting;
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
     if (tid == 0 || !is_followed(pid_tgid >> 32)) return 0;
     // A thread on its way out (past sched_process_exit, its entry gone) waits no more.
-    struct task_struct *task = bpf_get_current_task_btf();
-    if (task->flags & PF_EXITING) return 0;
+    if (task_field(bpf_get_current_task(), TASK_FLAGS_OFFSET) & PF_EXITING) return 0;
     struct off_cpu_thread *leaving = off_cpu_threads.lookup(&tid);
     if (!leaving) {
         struct off_cpu_thread fresh = {};
@@ -784,17 +806,16 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         }
     }
     leaving->left_ns = now;
-    long state = args->prev_state;
-    // Preempted (or yielding), it is runnable still: no wait, but its time
+    // Preempted (or yielding: TASK_RUNNING), it is runnable still: no wait, but its time
     // waiting for a CPU is summed, so its CPU and off-CPU time add up to its life.
-    leaving->runnable = state == 0 || (state & SWITCH_STATE_PREEMPTED);
+    leaving->runnable = preempt || prev_state == 0;
     if (leaving->runnable || leaving->waited_ns != 0) return 0;
     // A wait begins (not the next part of one): where, to check it is the stack walked at its end.
     u64 pc = 0, fp = 0;
     saved_user_registers(&pc, &leaving->wait_sp, &fp);
     leaving->wait_pc = pc;
 #ifdef WITH_KERNEL_STACKS
-    leaving->kernel_stack_id = kernel_stacks.get_stackid(args, 0);
+    leaving->kernel_stack_id = kernel_stacks.get_stackid(ctx, 0);
 #else
     leaving->kernel_stack_id = -1;
 #endif
@@ -802,15 +823,19 @@ TRACEPOINT_PROBE(sched, sched_switch) {
 }
 
 // A thread back from a system call: report the time it waited in it.
-TRACEPOINT_PROBE(raw_syscalls, sys_exit) {
+RAW_TRACEPOINT_PROBE(sys_exit) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
+    u32 zero = 0;
+    u32 *report = wait_to_report.lookup(&zero);
+    if (!report || *report != tid || tid == 0) return 0;
+    *report = 0;
     struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
     if (!thread || thread->waited_ns == 0) return 0;
     u64 waited = thread->waited_ns;
     thread->waited_ns = 0;
-    u32 zero_index = 0;
-    u64 *shortest = off_cpu_settings.lookup(&zero_index);
+    u32 shortest_index = OFF_CPU_SETTING_SHORTEST_WAIT;
+    u64 *shortest = off_cpu_settings.lookup(&shortest_index);
     if (shortest && waited < *shortest) {
         thread->short_wait_ns += waited;
         thread->short_waits += 1;
@@ -843,7 +868,7 @@ TRACEPOINT_PROBE(raw_syscalls, sys_exit) {
     }
     if (pc == 0) return 0;
     ev->work = work_running(tid);
-    walk_and_send(args, scratch, pid_tgid >> 32, pc, sp, fp, WALKERS_TRACEPOINT);
+    walk_and_send(ctx, scratch, pid_tgid >> 32, pc, sp, fp, WALKERS_TRACEPOINT);
     return 0;
 }
 
@@ -926,9 +951,10 @@ static __always_inline void completion_over(u32 tid) {
 }
 
 // done(w, status) begins on the loop thread: what it submits continues w's
-// work. (No uretprobe marks its end: one would replace the return address on
-// the stack, and every stack walked inside it would end there. The next
-// completion, or the loop's next poll, ends it.)
+// work. No uretprobe marks its end (one would replace the return address on
+// the stack, and every stack walked inside it would end there): the next
+// completion on the thread ends it, and user space takes a submit's parent
+// only when libuv's uv__work_done is in the submitting stack.
 int threadpool_done_begins(struct pt_regs *ctx) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
@@ -938,11 +964,6 @@ int threadpool_done_begins(struct pt_regs *ctx) {
     return 0;
 }
 
-// uv__io_poll: the loop waits for what comes next; no completion runs.
-int threadpool_loop_polls(struct pt_regs *ctx) {
-    completion_over((u32)bpf_get_current_pid_tgid());
-    return 0;
-}
 #endif
 
 TRACEPOINT_PROBE(sched, sched_process_fork) {

@@ -73,6 +73,16 @@ int jp_bpf_prog_load(uint32_t program_type, const char *name, const void *instru
     return bpf_call(BPF_PROG_LOAD, &attributes);
 }
 
+/* A raw tracepoint (the kernel's own arguments, no perf buffer between):
+ * the link's descriptor, or -errno. */
+int jp_bpf_raw_tracepoint_open(const char *name, int program_fd) {
+    union bpf_attr attributes;
+    memset(&attributes, 0, sizeof(attributes));
+    attributes.raw_tracepoint.name = (uint64_t)(uintptr_t)name;
+    attributes.raw_tracepoint.prog_fd = (uint32_t)program_fd;
+    return bpf_call(BPF_RAW_TRACEPOINT_OPEN, &attributes);
+}
+
 static int element_call(int command, int map_fd, const void *key, void *value, uint64_t flags) {
     union bpf_attr attributes;
     memset(&attributes, 0, sizeof(attributes));

@@ -134,6 +134,7 @@ int jp_bpf_map_lookup(int map_fd, const void *key, void *value);
 int jp_bpf_map_update(int map_fd, const void *key, const void *value, uint64_t flags);
 int jp_bpf_map_delete(int map_fd, const void *key);
 int jp_bpf_map_next_key(int map_fd, const void *key, void *next_key);
+int jp_bpf_raw_tracepoint_open(const char *name, int program_fd);
 /* A perf event on (pid, cpu) running program_fd, enabled; sample_freq 0:
  * every sample_period events. */
 int jp_perf_event_attach(int program_fd, uint32_t event_type, uint64_t config, uint64_t sample_period, uint64_t sample_freq,

@@ -44,6 +44,9 @@ def test_attach_options_and_format_override():
         ["--all", "--push", "http://store", "--tag", "9x=1"],
         ["--all", "--push", "http://store", "--tag", "pid=7"],
         ["--all", "--push", "http://store", "--spool-max", "0"],
+        ["--idle", "--pid", "1"],
+        ["--off-cpu", "--off-cpu-min", "soon", "--pid", "1"],
+        ["--off-cpu", "--off-cpu-min", "2h", "--pid", "1"],
     ],
 )
 def test_usage_errors_exit_2(argv, capsys):
@@ -77,8 +80,19 @@ def test_help_documents_every_flag(capsys):
         "--tenant",
         "--spool-dir",
         "--spool-max",
+        "--off-cpu",
+        "--off-cpu-min",
+        "--idle",
     ):
         assert flag in text
+
+
+def test_off_cpu_options():
+    options = parse_options(["--off-cpu", "--idle", "--off-cpu-min", "250us", "--pid", "4"])
+    assert options.off_cpu and options.keep_idle and options.shortest_wait_ns == 250_000
+    assert parse_options(["--off-cpu", "--pid", "4"]).shortest_wait_ns == 1_000_000
+    assert parse_options(["--off-cpu", "--off-cpu-min", "5", "--pid", "4"]).shortest_wait_ns == 5_000_000  # milliseconds
+    assert not parse_options(["--pid", "4"]).off_cpu
 
 
 def test_all_and_push_options():

@@ -49,6 +49,7 @@ def _native() -> ctypes.CDLL:
             "jp_bpf_map_next_key": [integer, pointer, pointer],
             "jp_perf_event_attach": [integer, unsigned, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, integer, integer],
             "jp_perf_event_attach_uprobe": [integer, unsigned, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64, integer],
+            "jp_bpf_raw_tracepoint_open": [ctypes.c_char_p, integer],
         }
         for name, arguments in signatures.items():
             function = getattr(loaded, name)
@@ -117,6 +118,11 @@ def attach_tracepoint(program_fd: int, category: str, event: str) -> int:
     except (OSError, ValueError):
         return -errno.ENOENT  # no such tracepoint
     return int(_native().jp_perf_event_attach(program_fd, PERF_TYPE_TRACEPOINT, identifier, 1, 0, -1, 0))
+
+
+def attach_raw_tracepoint(program_fd: int, name: str) -> int:
+    """The program on a raw tracepoint (sched_switch, sys_exit): the link's descriptor, or -errno."""
+    return int(_native().jp_bpf_raw_tracepoint_open(name.encode(), program_fd))
 
 
 UPROBE_PMU = "/sys/bus/event_source/devices/uprobe"

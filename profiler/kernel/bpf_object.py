@@ -37,10 +37,12 @@ PSEUDO_MAP_FD = 1
 PROG_TYPE_KPROBE = 2  # uprobes too
 PROG_TYPE_TRACEPOINT = 5
 PROG_TYPE_PERF_EVENT = 7
+PROG_TYPE_RAW_TRACEPOINT = 17
 TRACEPOINT_PREFIX = "tracepoint__"
+RAW_TRACEPOINT_PREFIX = "raw_tracepoint__"
 UPROBE_PREFIX = "threadpool_"  # attached by user space to a process's libuv
-# Walker programs that tracepoint and uprobe programs tail-call, so of their type.
-TRACEPOINT_WALKER_SUFFIX = "_off_cpu"
+# Walker programs that raw tracepoint and uprobe programs tail-call, so of their type.
+RAW_TRACEPOINT_WALKER_SUFFIX = "_off_cpu"
 UPROBE_WALKER_SUFFIX = "_uprobe"
 MAX_OBJECT_BYTES = 16 << 20
 LOAD_RETRIES = 5  # a program's load interrupted by a signal
@@ -198,8 +200,10 @@ def from_bcc_module(module: int) -> BpfObject:
 
 def program_type_of(name: str) -> int:
     """A program's type, by its name (see the prefixes and suffixes above)."""
-    if name.startswith(TRACEPOINT_PREFIX) or name.endswith(TRACEPOINT_WALKER_SUFFIX):
+    if name.startswith(TRACEPOINT_PREFIX):
         return PROG_TYPE_TRACEPOINT
+    if name.startswith(RAW_TRACEPOINT_PREFIX) or name.endswith(RAW_TRACEPOINT_WALKER_SUFFIX):
+        return PROG_TYPE_RAW_TRACEPOINT
     if name.startswith(UPROBE_PREFIX) or name.endswith(UPROBE_WALKER_SUFFIX):
         return PROG_TYPE_KPROBE
     return PROG_TYPE_PERF_EVENT

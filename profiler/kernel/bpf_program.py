@@ -15,6 +15,7 @@ from typing import Any
 from profiler.errors import JitprofError
 from profiler.kernel import bpf_calls, bpf_object, preflight
 from profiler.kernel.event_stream import EventStream
+from profiler.kernel.kernel_btf import task_offsets
 from profiler.kernel.kernel_maps import (
     FOLLOWED_ENTRIES,
     KERNEL_STACK_ENTRIES,
@@ -66,7 +67,13 @@ def compile_flags(options: LoadOptions) -> list[str]:
     if options.kernel_stacks:
         cflags.append("-DWITH_KERNEL_STACKS")
     if options.off_cpu:
-        cflags += ["-DWITH_OFF_CPU", f"-DOFF_CPU_THREADS={OFF_CPU_THREADS}"]
+        pid_offset, flags_offset = task_offsets()
+        cflags += [
+            "-DWITH_OFF_CPU",
+            f"-DOFF_CPU_THREADS={OFF_CPU_THREADS}",
+            f"-DTASK_PID_OFFSET={pid_offset}",
+            f"-DTASK_FLAGS_OFFSET={flags_offset}",
+        ]
     if options.dwarf:
         cflags += [
             "-DWITH_DWARF",
@@ -139,8 +146,20 @@ class BpfProgram:
         return spec
 
     def _attach_tracepoints(self) -> None:
-        """Follow forks, execs, exits and executable mappings from now on."""
+        """Follow forks, execs, exits and executable mappings from now on
+        (with --off-cpu, switches and system calls' returns too)."""
         for name, descriptor in self._programs.items():
+            if name.startswith(bpf_object.RAW_TRACEPOINT_PREFIX):
+                event = name[len(bpf_object.RAW_TRACEPOINT_PREFIX) :]
+                link = bpf_calls.attach_raw_tracepoint(descriptor, event)
+                if link < 0:
+                    self.close()
+                    raise JitprofError(
+                        f"cannot attach to the raw tracepoint {event}: {os.strerror(-link)}",
+                        "--off-cpu needs raw tracepoints (Linux 4.17 or later, CONFIG_BPF_EVENTS)",
+                    )
+                self._tracepoint_fds.append(link)
+                continue
             if not name.startswith(bpf_object.TRACEPOINT_PREFIX):
                 continue
             category, _, event = name[len(bpf_object.TRACEPOINT_PREFIX) :].partition("__")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from profiler.errors import JitprofError
 from profiler.kernel import bpf_object, preflight
 from profiler.kernel.bpf_program import LoadOptions, bpf_source, compile_flags, compile_object
 
@@ -16,18 +17,23 @@ def main() -> int:
     bpf_object.make_installed_dir()
     built = 0
     current = set()
-    for kernel_stacks in (False, True):
-        for dwarf in (True, False):
-            cflags = compile_flags(LoadOptions(99, kernel_stacks, dwarf))
-            key = bpf_object.object_key(source, cflags)
-            path = bpf_object.installed_path(key)
-            if path is None:
-                continue
-            current.add(path.name)
-            if path.exists():
-                continue
-            bpf_object.store_installed(key, compile_object(bcc, cflags))
-            built += 1
+    variants = [(kernel_stacks, dwarf, False) for kernel_stacks in (False, True) for dwarf in (True, False)]
+    variants += [(kernel_stacks, True, True) for kernel_stacks in (False, True)]  # --off-cpu
+    for kernel_stacks, dwarf, off_cpu in variants:
+        try:
+            cflags = compile_flags(LoadOptions(99, kernel_stacks, dwarf, off_cpu))
+        except JitprofError as error:  # no BTF: --off-cpu says so when asked
+            print(f"setup: note: {error.message}", file=sys.stderr)
+            continue
+        key = bpf_object.object_key(source, cflags)
+        path = bpf_object.installed_path(key)
+        if path is None:
+            continue
+        current.add(path.name)
+        if path.exists():
+            continue
+        bpf_object.store_installed(key, compile_object(bcc, cflags))
+        built += 1
     # Objects of an earlier sampler source are never loaded again.
     for stale in bpf_object.INSTALLED_DIR.glob("*.json"):
         if current and stale.name not in current:

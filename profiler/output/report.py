@@ -118,10 +118,20 @@ def report(
 
 def base_scale(base: Profile, new: Profile, normalize: bool) -> float:
     """What a base sample is worth in new samples: equal CPU time (the
-    frequencies may differ), or, normalised, equal totals."""
+    frequencies may differ), or, normalised, equal totals. With --off-cpu
+    both count microseconds: equal time is 1."""
+    if base.info.off_cpu != new.info.off_cpu:
+        with_waits, without = (base, new) if base.info.off_cpu else (new, base)
+        raise JitprofError(
+            f"one profile has time off the CPU and the other not ({' '.join(with_waits.info.command)[:60]} was recorded "
+            f"with --off-cpu, {' '.join(without.info.command)[:60]} without)",
+            "compare profiles recorded the same way",
+        )
     if normalize:
+        if new.info.off_cpu:
+            return sum(new.stack_counts().values()) / max(sum(base.stack_counts().values()), 1)
         return len(new.samples) / max(len(base.samples), 1)
-    return new.info.frequency_hz / base.info.frequency_hz
+    return 1.0 if new.info.off_cpu else new.info.frequency_hz / base.info.frequency_hz
 
 
 def write_diff_folded(base: Profile, new: Profile, stream: TextIO, normalize: bool) -> None:

@@ -18,7 +18,6 @@ PROGRAMS = {
     "queue_work": "threadpool_queue_work",
     "work": "threadpool_work_begins",
     "done": "threadpool_done_begins",
-    "poll": "threadpool_loop_polls",
 }
 
 

@@ -1,6 +1,7 @@
 """The live view's table, without a terminal: own and total samples per
 function (or per source line), percentages over a recent window, times
-cumulative since the start (as py-spy top shows them).
+cumulative since the start (as py-spy top shows them); with --off-cpu, the
+time off the CPU under each function too (cumulative, inclusive).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class SortColumn(enum.IntEnum):
     TOTAL_PERCENT = 2
     OWN_TIME = 3
     TOTAL_TIME = 4
+    OFF_CPU_TIME = 5  # --off-cpu: time off the CPU under the function
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class Row:
     own_seconds: float  # cumulative CPU time
     total_seconds: float
     tier: str
+    off_cpu_seconds: float = 0.0  # cumulative, under this function (its callees' waits included)
 
     @property
     def location(self) -> str:
@@ -120,6 +123,7 @@ class LiveTable:
         self._tiers: dict[RowKey, str] = {}
         self._keys: dict[Frame, tuple[RowKey, RowKey]] = {}
         self._stacks: dict[tuple[int, ...], _StackParts] = {}  # by frame ids
+        self._off_cpu_ns: tuple[Counter[RowKey], Counter[RowKey]] = (Counter(), Counter())  # per function, per line
 
     def _frame_keys(self, frame: Frame) -> tuple[RowKey, RowKey]:
         keys = self._keys.get(frame)
@@ -156,14 +160,20 @@ class LiveTable:
         """The frames' names changed (their originals found): stacks are named anew."""
         self._stacks.clear()
 
-    def add_ids(self, time_ns: int, frame_ids: tuple[int, ...], frames: Sequence[Frame]) -> None:
-        """One sample by frame ids: a stack seen before costs one lookup."""
+    def add_ids(self, time_ns: int, frame_ids: tuple[int, ...], frames: Sequence[Frame], off_cpu_ns: int = 0) -> None:
+        """One sample by frame ids (a stack seen before costs one lookup); a
+        wait's off_cpu_ns go to the off-CPU column, not the CPU's."""
         parts = self._stacks.get(frame_ids)
         if parts is None:
             if len(self._stacks) >= MAX_CACHED_STACKS:
                 self._stacks.clear()
             stack = [frames[frame_id] for frame_id in frame_ids]
             parts = self._stacks[frame_ids] = self._parts(self.stack_view(stack) if self.stack_view else stack)
+        if off_cpu_ns:
+            for counter, keys in zip(self._off_cpu_ns, (parts.total_functions, parts.total_lines)):
+                for key in keys:
+                    counter[key] += off_cpu_ns
+            return
         self._count(time_ns, parts)
 
     def _count(self, time_ns: int, parts: _StackParts) -> None:
@@ -210,11 +220,13 @@ class LiveTable:
         window, cumulative = self._window_counts[index], self._all_counts[index]
         in_window = max(len(self._window), 1)
         needle = filter_text.lower()
+        off_cpu = self._off_cpu_ns[index]
         first, second = {
             SortColumn.OWN_PERCENT: (window.own, cumulative.own),
             SortColumn.TOTAL_PERCENT: (window.total, cumulative.total),
             SortColumn.OWN_TIME: (cumulative.own, window.own),
             SortColumn.TOTAL_TIME: (cumulative.total, window.total),
+            SortColumn.OFF_CPU_TIME: (off_cpu, cumulative.total),
         }[sort]
 
         def wanted(key: RowKey) -> bool:
@@ -225,7 +237,11 @@ class LiveTable:
 
         # Sorting by own time, only leaves can lead: rank those first (a
         # service has thousands of functions; the screen shows a few dozen).
-        candidates = [key for key in (cumulative.own if sort in _OWN_SORTS else cumulative.total) if wanted(key)]
+        if sort is SortColumn.OFF_CPU_TIME:
+            pool: Counter[RowKey] | dict[RowKey, int] = off_cpu
+        else:
+            pool = cumulative.own if sort in _OWN_SORTS else cumulative.total
+        candidates = [key for key in pool if wanted(key)]
         if limit is None or len(candidates) < limit:
             candidates += (
                 [key for key in cumulative.total if key not in cumulative.own and wanted(key)] if sort in _OWN_SORTS else []
@@ -239,8 +255,9 @@ class LiveTable:
                 100.0 * window.own.get(key, 0) / in_window,
                 100.0 * window.total.get(key, 0) / in_window,
                 cumulative.own.get(key, 0) * self.seconds_per_sample,
-                cumulative.total[key] * self.seconds_per_sample,
+                cumulative.total.get(key, 0) * self.seconds_per_sample,
                 self._tiers.get(key, ""),
+                off_cpu.get(key, 0) / 1e9,
             )
             for key in chosen
         ]

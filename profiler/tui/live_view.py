@@ -40,15 +40,18 @@ SORT_NAMES = {
     SortColumn.TOTAL_PERCENT: "% total",
     SortColumn.OWN_TIME: "own time",
     SortColumn.TOTAL_TIME: "total time",
+    SortColumn.OFF_CPU_TIME: "off-CPU time",
 }
 COLUMN_TITLES = {
     SortColumn.OWN_PERCENT: "% Own",
     SortColumn.TOTAL_PERCENT: "% Total",
     SortColumn.OWN_TIME: "Own time",
     SortColumn.TOTAL_TIME: "Total time",
+    SortColumn.OFF_CPU_TIME: "Off-CPU",  # with --off-cpu only
 }
 HELP = """\
- 1 2 3 4   sort by % own, % total, own time, total time
+ 1 2 3 4   sort by % own, % total, own time, total time (CPU)
+ 5         sort by time off the CPU, waits under the function included (--off-cpu)
  l         rows per source line / per function
  j         JavaScript only (node's and V8's own frames given to the JS that called them) / everything
  /         filter by a substring of the function or file (Enter keeps, Esc clears)
@@ -149,7 +152,7 @@ class LiveView:
             self._originals_known = len(self._profile.originals)
             self.table.forget_stacks()
         for sample in self._profile.samples_since(self._seen):
-            self.table.add_ids(sample.time_ns, sample.frame_ids, frames)
+            self.table.add_ids(sample.time_ns, sample.frame_ids, frames, sample.off_cpu_ns)
             self._seen += 1
         now = time.monotonic()
         due = now - self._last_draw >= REFRESH_S
@@ -183,7 +186,7 @@ class LiveView:
             elif key.isprintable():
                 self._typing_filter += key
             return
-        if key in ("1", "2", "3", "4"):
+        if key in ("1", "2", "3", "4") or (key == "5" and self._profile.info.off_cpu):
             self._sort = SortColumn(int(key))
         elif key in ("l", "L"):
             self._by_line = not self._by_line
@@ -216,7 +219,7 @@ class LiveView:
         samples = self._profile.snapshot()
         frames = self._frames()
         for sample in samples:
-            table.add_ids(sample.time_ns, sample.frame_ids, frames)
+            table.add_ids(sample.time_ns, sample.frame_ids, frames, sample.off_cpu_ns)
         table.expire(time.monotonic_ns())
         self.table, self._seen = table, len(samples)
         self._frozen = None
@@ -284,6 +287,8 @@ class LiveView:
     def _rows_table(self, limit: int) -> Table:
         table = Table(box=None, expand=True, pad_edge=False, show_edge=False, header_style="bold reverse")
         for column, title in COLUMN_TITLES.items():
+            if column is SortColumn.OFF_CPU_TIME and not self._profile.info.off_cpu:
+                continue
             marker = "▼" if column is self._sort else ""
             table.add_column(title + marker, justify="right", no_wrap=True, width=11)
         table.add_column("Tier", no_wrap=True, width=11)
@@ -291,7 +296,7 @@ class LiveView:
         table.add_column("File:Line", no_wrap=True, overflow="ellipsis", ratio=2)
         active_filter = self._typing_filter if self._typing_filter is not None else self._filter
         for row in self.table.rows(self._by_line, self._sort, active_filter, limit):
-            table.add_row(*_cells(row))
+            table.add_row(*_cells(row, self._profile.info.off_cpu))
         return table
 
     def _help_panel(self) -> Panel:
@@ -306,7 +311,10 @@ class LiveView:
         return Panel(Text("\n".join(shown), no_wrap=True, overflow="crop"), title=title, title_align="left", height=lines + 2)
 
     def _footer(self) -> Text:
-        return Text(" 1-4 sort  l lines/functions  j JS only  / filter  p pause  r reset window  ? help  q quit", style="reverse")
+        sorts = "1-5" if self._profile.info.off_cpu else "1-4"
+        return Text(
+            f" {sorts} sort  l lines/functions  j JS only  / filter  p pause  r reset window  ? help  q quit", style="reverse"
+        )
 
     def _refresh_usage(self) -> None:
         usage = _TargetUsage()
@@ -326,13 +334,14 @@ class LiveView:
         self._usage = usage
 
 
-def _cells(row: Row) -> tuple[Text, ...]:
+def _cells(row: Row, off_cpu: bool = False) -> tuple[Text, ...]:
     # Text, not strings: names like "[unknown]" or "[builtin] X" are not markup.
     return (
         Text(f"{row.own_percent:.1f}"),
         Text(f"{row.total_percent:.1f}"),
         Text(_duration(row.own_seconds)),
         Text(_duration(row.total_seconds)),
+        *((Text(_duration(row.off_cpu_seconds)),) if off_cpu else ()),
         Text(row.tier),
         Text(printable(row.key.function)),
         Text(printable(_short_location(row))),

@@ -102,3 +102,49 @@ def test_malformed_records_raise(event_type, size):
     raw = _RawProcessEvent(event_type=event_type)
     with pytest.raises(MalformedEvent):
         decode_event(memoryview(raw).cast("B")[:size])
+
+
+def test_a_wait_carries_its_time_and_the_threads_short_waits():
+    header = _RawSampleHeader(
+        event_type=1,
+        pid=10,
+        tid=12,
+        time_ns=9,
+        kernel_stack_id=-1,
+        frame_count=1,
+        walk_end=0,
+        comm=b"node",
+        off_cpu_ns=250_000_000,
+        short_wait_ns=3_000,
+        short_waits=4,
+        work=77,
+        runnable_ns=500,
+    )
+    event = decode(record(header, (0x10,)))
+    assert isinstance(event, RawSample)
+    assert (event.off_cpu_ns, event.short_wait_ns, event.short_waits, event.work, event.runnable_ns) == (
+        250_000_000,
+        3_000,
+        4,
+        77,
+        500,
+    )
+    assert not event.stack_moved and not event.submits_work and not event.time_only
+
+
+def test_a_submit_of_work_is_flagged_with_its_parent():
+    header = _RawSampleHeader(event_type=1, pid=10, tid=10, frame_count=0, walk_end=0, off_cpu_flags=2, work=5, parent_work=3)
+    event = decode(record(header))
+    assert isinstance(event, RawSample) and event.submits_work and (event.work, event.parent_work) == (5, 3)
+
+
+def test_thread_waits_and_work_started_become_time_records():
+    from profiler.kernel.events import thread_waits_record, work_started_record  # noqa: PLC0415
+
+    waits = ProcessEvent(EventType.THREAD_WAITS, 10, 12, 0, 100, "node", address=7_000, length=3)
+    record_ = thread_waits_record(waits)
+    assert record_.time_only and record_.short_wait_ns == 7_000 and record_.short_waits == 3 and not record_.addresses
+    runnable = thread_waits_record(ProcessEvent(EventType.THREAD_RUNNABLE, 10, 12, 0, 100, "node", address=900))
+    assert runnable.time_only and runnable.runnable_ns == 900 and runnable.short_wait_ns == 0
+    started = work_started_record(ProcessEvent(EventType.WORK_STARTED, 10, 13, 0, 1_000, "libuv-worker", address=400))
+    assert started.work_started and started.work == 400 and started.off_cpu_ns == 600

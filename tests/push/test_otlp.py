@@ -186,3 +186,23 @@ def test_push_and_otlp_together_each_get_every_interval(receiver, tmp_path):
         summary = session.summary()
         assert summary[0].startswith(f"jitprof: --push to {receiver.url}: 2 of 2 profiles sent")
         assert summary[1].startswith(f"jitprof: --otlp to {second.url}: 1 of 1 requests sent (2 profiles")
+
+
+def test_off_cpu_time_goes_as_a_second_profile_of_nanoseconds():
+    from profiler.push.otlp_profiles import export_request  # noqa: PLC0415
+    from profiler.symbolize.waits import OFF_CPU  # noqa: PLC0415
+    from tests.output.test_off_cpu_formats import PERIOD_NS, off_cpu_profile  # noqa: PLC0415
+
+    profile = off_cpu_profile(cpu_samples=4, waits=[200_000_000, 50_000_000])
+    registry = AppRegistry()
+    registry._apps = {7: App("worker", "native", "native")}
+    request = export_request(
+        Interval(NOW, NOW + 15.0, profile.frames, group_samples(profile.samples, registry)), LABELS, 99, 0, {}
+    )
+    profiles = {record.sample_type: record for record in read(request)}
+    assert set(profiles) == {("cpu", "nanoseconds"), ("off_cpu", "nanoseconds")}
+    cpu, waits = profiles[("cpu", "nanoseconds")], profiles[("off_cpu", "nanoseconds")]
+    assert sorted(value for sample in cpu.samples for value in sample.values) == [PERIOD_NS] * 4
+    assert sorted(value for sample in waits.samples for value in sample.values) == [50_000_000, 200_000_000]
+    assert all(sample.stack[0].lines[0].function == OFF_CPU.name for sample in waits.samples)  # leaf first
+    assert cpu.resource == waits.resource and cpu.resource["service.name"] == "worker"

@@ -204,3 +204,35 @@ def test_names_carrying_escapes_reach_the_terminal_escaped():
     screen = render_text(view, console)
     assert "\x1b]" not in screen and "\x07" not in screen and "\x1b[2J" not in screen
     assert "f\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J\\x0arow" in screen and "\\x1b]0;cmd\\x07" in screen
+
+
+WAIT_READ = Frame("read", "/lib/libc.so.6", FrameKind.NATIVE)
+OFF_CPU = Frame("(off-CPU)", "", FrameKind.WAIT)
+
+
+def test_waits_go_to_the_off_cpu_column_not_the_cpus():
+    table = LiveTable(frequency_hz=100)
+    frames = [MAIN, WORK, WAIT_READ, OFF_CPU]
+    table.add_ids(0, (0, 1), frames)
+    table.add_ids(1, (0, 1, 2, 3), frames, off_cpu_ns=2 * SECOND)
+    rows = by_function(table, SortColumn.OFF_CPU_TIME)
+    assert table.samples == 1 and rows["work app.js:3"].own_percent == 100.0
+    assert rows["read"].off_cpu_seconds == 2.0 and rows["main"].off_cpu_seconds == 2.0
+    assert list(rows)[0] in ("main", "work app.js:3", "read", "(off-CPU)") and rows["read"].total_seconds == 0.0
+
+
+def test_the_view_shows_an_off_cpu_column_with_off_cpu():
+    profile = Profile(RunInfo(["node", "app.js"], [42], 99, off_cpu=True))
+    cpu = tuple(profile.intern(frame) for frame in [MAIN, WORK])
+    wait = tuple(profile.intern(frame) for frame in [MAIN, WORK, WAIT_READ, OFF_CPU])
+    profile.add(Sample(0, 42, 42, "node", cpu, WalkEnd.COMPLETE))
+    profile.add(Sample(1, 42, 42, "node", wait, WalkEnd.COMPLETE, 3 * SECOND))
+    console = Console(file=io.StringIO(), width=160, height=30, force_terminal=False, color_system=None)
+    view = LiveView(profile, None, lambda: RunCounters(0, 0), lambda: [], console=console)
+    view.tick()
+    view.handle_key("5")
+    screen = render_text(view, console)
+    assert "Off-CPU▼" in screen and "sort: off-CPU time" in screen
+    read_row = next(line for line in table_rows(screen) if " read " in line)
+    assert read_row.split()[4] == "3.00s"  # the fifth column, after CPU's four
+    assert "Off-CPU" not in render_text(*_view_with_samples())

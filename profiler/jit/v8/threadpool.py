@@ -28,7 +28,7 @@ from profiler.native.elf import MAX_ELF_BYTES, PARSE_ERRORS
 from profiler.safety import files
 
 SUBMIT = "uv__work_submit"
-EVENT_LOOP_POLL = "uv__io_poll"  # the loop between callbacks: no completion runs
+COMPLETIONS = "uv__work_done"  # the loop thread running the done functions of finished items
 QUEUE_WORK = "uv_queue_work"  # public; node's build has uv__work_submit inlined in it
 WORK_FUNCTIONS = ("uv__fs_work", "uv__getaddrinfo_work", "uv__getnameinfo_work", "uv__random_work", "uv__queue_work")
 DONE_FUNCTIONS = ("uv__fs_done", "uv__getaddrinfo_done", "uv__getnameinfo_done", "uv__random_done", "uv__queue_done")
@@ -58,7 +58,7 @@ def probe_points(pid: int) -> tuple[Any, list[ProbePoint]] | None:
         return None
     try:
         wanted = (
-            {SUBMIT: "submit", QUEUE_WORK: "queue_work", EVENT_LOOP_POLL: "poll"}
+            {SUBMIT: "submit", QUEUE_WORK: "queue_work"}
             | dict.fromkeys(WORK_FUNCTIONS, "work")
             | dict.fromkeys(DONE_FUNCTIONS, "done")
         )
@@ -88,9 +88,9 @@ def _program_code(frame: Frame) -> bool:
 
 def starts_work(frames: Sequence[Frame]) -> bool:
     """A submit under the program's own JavaScript starts a chain of work; one
-    under node's alone (readFile's next read, from the last one's callback)
-    continues the chain whose completion runs."""
-    return any(_program_code(frame) for frame in frames)
+    under node's alone, in the completion of another item (readFile's next
+    read, from the last one's callback), continues that item's chain."""
+    return any(_program_code(frame) for frame in frames) or not any(frame.name == COMPLETIONS for frame in frames)
 
 
 def label(frames: Sequence[Frame]) -> str:

@@ -1,0 +1,207 @@
+"""What --off-cpu costs: a node HTTP server under a bounded load on
+127.0.0.1 (its requests per second, alone and with jitprof attached, CPU only
+and with --off-cpu), and jitprof's own CPU at about 10,000 context switches a
+second. Medians of interleaved rounds, all measured in the same run."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from benchmarks.harness import FIXTURES, JITPROF, NODE, ROOT
+
+SERVER = ROOT / "benchmarks" / "http_server.js"
+LOAD = ROOT / "benchmarks" / "http_load.js"
+LOAD_SECONDS = 6
+CONNECTIONS = 16
+SWITCH_RATE = 4500  # round trips a second: about 10,000 voluntary switches
+SWITCH_SECONDS = 10
+SETTLE_S = 2.0
+SETUPS = {"server alone": None, "jitprof --pid (CPU only)": [], "jitprof --off-cpu --pid": ["--off-cpu"]}
+
+
+def _pinned(cpu: int) -> list[str]:
+    """The server gets a CPU of its own, the load and jitprof the other: what
+    is measured is what jitprof makes the server do (BPF programs run in its
+    context, uprobes trap in it), not jitprof's own CPU, reported apart."""
+    return ["taskset", "-c", str(cpu)] if (os.cpu_count() or 1) >= 2 else []
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and its descendants (jitprof's naming helper)."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            pending += [int(child) for child in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _voluntary_switches(pid: int) -> int:
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+def _sampling(jitprof: subprocess.Popen, deadline_s: float = 60.0) -> None:
+    """Until jitprof has its perf events open (one per CPU): it samples."""
+    end = time.monotonic() + deadline_s
+    cpus = os.cpu_count() or 1
+    while time.monotonic() < end:
+        try:
+            links = [os.readlink(f"/proc/{jitprof.pid}/fd/{name}") for name in os.listdir(f"/proc/{jitprof.pid}/fd")]
+        except OSError:
+            links = []
+        if sum(link == "anon_inode:[perf_event]" for link in links) >= cpus:
+            return
+        if jitprof.poll() is not None:
+            raise RuntimeError("jitprof ended before sampling")
+        time.sleep(0.05)
+    raise RuntimeError("jitprof did not start sampling")
+
+
+def _round(flags: list[str] | None, server: int, port: int, workdir: Path) -> tuple[float, float, float, float]:
+    """(requests/s, jitprof's CPU as a share of a core, the server's switches/s,
+    the server's CPU µs per request) over one load."""
+    jitprof = None
+    if flags is not None:
+        jitprof = subprocess.Popen(
+            [*_pinned(1), *JITPROF, "--no-tui", *flags, "--pid", str(server), "-d", str(LOAD_SECONDS + 30), "-o", "out.pb.gz"],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _sampling(jitprof)
+    switches_before = _voluntary_switches(server)
+    cpu_before = _cpu_seconds(_tree(jitprof.pid)) if jitprof else 0.0
+    server_before = _cpu_seconds([server])
+    started = time.monotonic()
+    load = subprocess.run(
+        [*_pinned(1), str(NODE), str(LOAD), str(port), str(LOAD_SECONDS), str(CONNECTIONS)], capture_output=True, text=True
+    )
+    elapsed = time.monotonic() - started
+    share = (_cpu_seconds(_tree(jitprof.pid)) - cpu_before) / elapsed if jitprof else 0.0
+    switches = (_voluntary_switches(server) - switches_before) / elapsed
+    server_cpu = _cpu_seconds([server]) - server_before
+    if jitprof is not None:
+        jitprof.send_signal(2)
+        jitprof.wait(timeout=120)
+    rate = float(load.stdout.strip() or 0)
+    return rate, share, switches, 1e6 * server_cpu / max(rate * elapsed, 1.0)
+
+
+def _server_throughput(repeats: int, workdir: Path) -> list[str]:
+    server = subprocess.Popen([*_pinned(0), str(NODE), str(SERVER)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        subprocess.run([str(NODE), str(LOAD), str(port), "2", str(CONNECTIONS)], capture_output=True)  # warm up V8
+        results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in SETUPS}
+        for round_index in range(repeats):
+            names = list(SETUPS)
+            for name in names[round_index % len(names) :] + names[: round_index % len(names)]:
+                results[name].append(_round(SETUPS[name], server.pid, port, workdir))
+    finally:
+        server.terminate()
+        server.wait()
+    alone_rate = statistics.median(round_[0] for round_ in results["server alone"])
+    alone_cost = statistics.median(round_[3] for round_ in results["server alone"])
+    lines = [
+        "### A node HTTP server under load",
+        "",
+        f"`node benchmarks/http_server.js` on 127.0.0.1 (pinned to CPU 0; each request about 60 µs of JavaScript), "
+        f"loaded by `node benchmarks/http_load.js` ({CONNECTIONS} keep-alive connections, each sending its next request "
+        f"when answered, {LOAD_SECONDS} s; CPU 1), jitprof attached with `--pid` for each load (on CPU 1, beside the "
+        f"load: its own CPU is the column apart); medians of {repeats} interleaved rounds. *Server CPU per request* is "
+        "the server's own CPU time (user and system) over the requests it answered: what jitprof makes the server do "
+        "(its BPF programs run in the server's context, its uprobes trap there), which sets how many requests a "
+        "saturated server can answer (*capacity*); requests/s also moves with the load's CPU, which jitprof shares.",
+        "",
+        "| setup | requests/s | vs alone | server CPU per request (µs) | capacity vs alone | jitprof's CPU (share of a core) "
+        "| server's voluntary switches/s |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, rounds in results.items():
+        rate = statistics.median(round_[0] for round_ in rounds)
+        share = statistics.median(round_[1] for round_ in rounds)
+        switches = statistics.median(round_[2] for round_ in rounds)
+        cost = statistics.median(round_[3] for round_ in rounds)
+        lines.append(
+            f"| {name} | {rate:,.0f} | {100 * rate / alone_rate:.1f} % | {cost:.1f} | {100 * alone_cost / cost:.1f} % "
+            f"| {100 * share:.1f} % | {switches:,.0f} |"
+        )
+    lines += ["", "Target: with `--off-cpu`, ≥ 98 % of the server's capacity alone.", ""]
+    return lines
+
+
+def _switch_cost(repeats: int, workdir: Path) -> list[str]:
+    program = FIXTURES / "switches"
+    shares: dict[str, list[float]] = {"jitprof --pid (CPU only)": [], "jitprof --off-cpu --pid": []}
+    rates: list[float] = []
+    for round_index in range(repeats):
+        for name in list(shares)[round_index % 2 :] + list(shares)[: round_index % 2]:
+            target = subprocess.Popen(
+                [str(program), str(SWITCH_RATE), str(SWITCH_SECONDS + 30)], stdout=subprocess.PIPE, text=True
+            )
+            try:
+                assert target.stdout is not None and target.stdout.readline().strip() == "ready"
+                flags = ["--off-cpu"] if "off-cpu" in name else []
+                jitprof = subprocess.Popen(
+                    [*JITPROF, "--no-tui", *flags, "--pid", str(target.pid), "-d", str(SWITCH_SECONDS + 20), "-o", "out.pb.gz"],
+                    cwd=workdir,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                _sampling(jitprof)
+                time.sleep(SETTLE_S)  # its start-up (the target's symbols, unwind tables) is not steady state
+                switches, cpu, started = _voluntary_switches(target.pid), _cpu_seconds(_tree(jitprof.pid)), time.monotonic()
+                time.sleep(SWITCH_SECONDS)  # a benchmark's window, not a test's wait
+                elapsed = time.monotonic() - started
+                shares[name].append((_cpu_seconds(_tree(jitprof.pid)) - cpu) / elapsed)
+                rates.append((_voluntary_switches(target.pid) - switches) / elapsed)
+                jitprof.send_signal(2)
+                jitprof.wait(timeout=120)
+            finally:
+                target.kill()
+                target.wait()
+    lines = [
+        "### jitprof's own CPU at 10,000 context switches a second",
+        "",
+        f"`fixtures/build/switches {SWITCH_RATE}`: two threads handing a byte over pipes, "
+        f"{statistics.median(rates):,.0f} voluntary switches a second (median); jitprof attached, its CPU "
+        f"(with its naming helper) over {SWITCH_SECONDS} s of steady state ({SETTLE_S:g} s after it began sampling), "
+        f"medians of {repeats} interleaved rounds.",
+        "",
+        "| setup | jitprof's CPU (share of a core) |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {name} | {100 * statistics.median(values):.2f} % |" for name, values in shares.items()]
+    lines += ["", "Target: ≤ 2 % of a core with `--off-cpu`.", ""]
+    return lines
+
+
+def off_cpu_cost(repeats: int, workdir: Path) -> list[str]:
+    return ["## Cost of --off-cpu", ""] + _server_throughput(repeats, workdir) + _switch_cost(max(repeats // 2, 2), workdir)

@@ -1,0 +1,217 @@
+"""--off-cpu on the real kernel: where threads wait, walked and named as CPU
+samples are, weighted by time, in a C program, node (spawned and attached),
+node's threadpool and the JVM. Shares are read from the pprof by an
+independent reader (pprof-format), as a user's tools read them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import ROOT, read_folded
+from e2e.test_other_runtimes import JAVA_CLASSES, needs
+from tests.output.test_formats import TOOLS
+
+WAITS = ROOT / "fixtures" / "build" / "waits"
+JS = ROOT / "fixtures" / "js"
+C_PHASES = ["burn_cpu", "sleep_a_while", "read_pipe", "wait_for_mutex"]
+NODE_PHASES = ["spin", "waitOnAtomics", "runChild"]
+
+
+def read_pprof(path: Path) -> dict:
+    reader = ROOT / "tests" / "readers" / "read_pprof.js"
+    completed = subprocess.run(["node", str(reader), str(TOOLS / "pprof-format"), str(path)], capture_output=True, check=True)
+    return json.loads(completed.stdout)
+
+
+def thread_shares(profile: dict, tid: int, phases: list[str]) -> tuple[dict[str, float], int]:
+    """Each phase's share of the thread's time on and off the CPU (a sample
+    counts for the first phase function in its stack), and the thread's total ns."""
+    assert profile["sampleTypes"] == [["samples", "count"], ["cpu", "nanoseconds"], ["off_cpu", "nanoseconds"]]
+    times: dict[str, int] = defaultdict(int)
+    for sample in profile["samples"]:
+        _count, cpu_ns, off_cpu_ns = sample["values"]
+        assert cpu_ns == 0 or off_cpu_ns == 0, "a sample counted both on and off the CPU"
+        if sample["labels"]["tid"] != tid:
+            continue
+        names = [line["name"].split(" ")[0] for location in sample["stack"] for line in location]
+        phase = next((name for name in phases if name in names), "other")
+        times[phase] += cpu_ns + off_cpu_ns
+    whole = sum(times.values())
+    return {phase: times[phase] / whole for phase in [*phases, "other"]}, whole
+
+
+def assert_shares(shares: dict[str, float], phases: list[str], expected: float, points: float) -> None:
+    for phase in phases:
+        assert abs(shares[phase] - expected) <= points, f"{phase}: {shares[phase]:.1%} of the thread (all: {shares})"
+
+
+def assert_adds_up(total_ns: int, profile: dict) -> None:
+    """CPU and off-CPU time of the thread add up to its wall time over the run."""
+    wall = profile["durationNanos"]
+    assert abs(total_ns - wall) <= 0.05 * wall, f"{total_ns / 1e9:.3f} s on and off the CPU in {wall / 1e9:.3f} s"
+
+
+def started(process: subprocess.Popen) -> None:
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+
+
+def test_a_c_threads_quarters_on_the_cpu_asleep_on_a_pipe_and_a_mutex(jitprof, tmp_path, fixtures_built):
+    run = jitprof("--off-cpu", "-o", "out.pb.gz", "-o", "out.folded", "--", str(WAITS), "4", "50")
+    assert run.returncode == 0, run.stderr
+    assert "s on the CPU" in run.stderr and "s off it" in run.stderr
+    profile = read_pprof(tmp_path / "out.pb.gz")
+    main = next(sample["labels"]["pid"] for sample in profile["samples"])
+    shares, total_ns = thread_shares(profile, main, C_PHASES)
+    assert_shares(shares, C_PHASES, 0.25, 0.05)
+    assert_adds_up(total_ns, profile)
+    # A wait's stack is named as a CPU sample's, down to the libc call it waits in.
+    lines = read_folded(tmp_path / "out.folded")
+    sleeping = [line for line in lines if "sleep_a_while" in line.frames and line.frames[-1] == "(off-CPU)"]
+    assert sleeping and all("nanosleep" in line.frames or "__clock_nanosleep" in line.frames for line in sleeping)
+
+
+def test_the_same_program_attached(jitprof, tmp_path, background, fixtures_built):
+    process = background(str(WAITS), "0", "50", stdout=subprocess.PIPE, text=True)
+    started(process)
+    run = jitprof("--off-cpu", "--pid", str(process.pid), "-d", "5", "-o", "out.pb.gz")
+    assert run.returncode == 0, run.stderr
+    profile = read_pprof(tmp_path / "out.pb.gz")
+    shares, total_ns = thread_shares(profile, process.pid, C_PHASES)
+    assert_shares(shares, C_PHASES, 0.25, 0.05)
+    assert_adds_up(total_ns, profile)
+
+
+def test_kernel_stacks_of_the_waits(jitprof, tmp_path, fixtures_built):
+    run = jitprof("--off-cpu", "--kernel", "-o", "out.folded", "--", str(WAITS), "2", "50")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+
+    def kernel_frames(phase: str) -> set[str]:
+        return {
+            frame.removesuffix("_[k]")
+            for line in lines
+            if phase in line.frames and line.frames[-1] == "(off-CPU)"
+            for frame in line.frames
+            if frame.endswith("_[k]")
+        }
+
+    assert kernel_frames("sleep_a_while") & {"do_nanosleep", "hrtimer_nanosleep", "common_nsleep"}
+    assert kernel_frames("read_pipe") & {"pipe_read", "anon_pipe_read"}
+    assert kernel_frames("wait_for_mutex") & {"futex_wait", "__futex_wait", "futex_wait_queue", "do_futex"}
+    assert all("schedule" in kernel_frames(phase) for phase in C_PHASES[1:])
+
+
+@pytest.mark.parametrize("how", ["spawned", "attached"])
+def test_node_main_thread_spinning_in_atomics_wait_and_in_exec_sync(jitprof, tmp_path, background, how):
+    if how == "spawned":
+        run = jitprof("--off-cpu", "-o", "out.pb.gz", "--", "node", str(JS / "waits.js"), "5", "100")
+    else:
+        process = background("node", str(JS / "waits.js"), "0", "100", stdout=subprocess.PIPE, text=True)  # no flags
+        started(process)
+        run = jitprof("--off-cpu", "--pid", str(process.pid), "-d", "6", "-o", "out.pb.gz")
+    assert run.returncode == 0, run.stderr
+    profile = read_pprof(tmp_path / "out.pb.gz")
+    node = process.pid if how == "attached" else min(sample["labels"]["pid"] for sample in profile["samples"])
+    shares, total_ns = thread_shares(profile, node, NODE_PHASES)
+    assert_shares(shares, NODE_PHASES, 1 / 3, 0.06)
+    assert_adds_up(total_ns, profile) if how == "attached" else None
+    # The JS functions are named with their files, blocked or not.
+    names = {line["name"] for sample in profile["samples"] for location in sample["stack"] for line in location}
+    for phase in NODE_PHASES:
+        assert any(name.startswith(f"{phase} ") and "waits.js" in name for name in names), phase
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("threadpool") / "data.bin"
+    path.write_bytes(bytes(range(256)) * (8 << 12))  # 8 MiB
+    return path
+
+
+def charged(lines, function: str, api: str) -> int:
+    """µs under function's JS frame and the threadpool frame for api."""
+    return sum(
+        line.count
+        for line in lines
+        if any(frame.startswith(f"{function} ") for frame in line.frames) and f"[threadpool] {api}" in line.frames
+    )
+
+
+def test_node_threadpool_work_is_charged_to_the_javascript_that_queued_it(jitprof, tmp_path, big_file):
+    run = jitprof("--off-cpu", "-o", "out.folded", "--", "node", str(JS / "threadpool.js"), "4", str(big_file))
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    # pbkdf2 keeps the four pool threads busy: seconds of their CPU, under hashPasswords.
+    hashing = charged(lines, "hashPasswords", "crypto.pbkdf2")
+    assert hashing >= 2_000_000, hashing
+    hashing_on_cpu = sum(
+        line.count
+        for line in lines
+        if "[threadpool] crypto.pbkdf2" in line.frames and line.frames[-1] not in ("(queued)", "(off-CPU)")
+    )
+    assert hashing_on_cpu >= 1_500_000
+    # readFile's open, stat, reads and close queue behind them: under readFiles, queued and running.
+    assert charged(lines, "readFiles", "fs.readFile") >= 200_000
+    assert any(line.frames[-1] == "(queued)" and "[threadpool] fs.readFile" in line.frames for line in lines)
+    # The event loop waits with nothing else to do: idle, left out.
+    assert not any(line.frames[-1] == "(idle)" for line in lines)
+    waiting_loop = [line for line in lines if line.frames[-1] == "(off-CPU)" and line.frames[-2].startswith("epoll_")]
+    assert not [line for line in waiting_loop if "uv__io_poll" in line.frames], "the event loop's idle wait is not left out"
+    assert "idle left out (--idle keeps it)" in run.stderr
+
+
+def test_node_threadpool_attached(jitprof, tmp_path, background, big_file):
+    """No flag, no preload: the pool is probed in a node that is running."""
+    process = background("node", str(JS / "threadpool.js"), "60", str(big_file), stdout=subprocess.PIPE, text=True)
+    started(process)
+    run = jitprof("--off-cpu", "--pid", str(process.pid), "-d", "4", "-o", "out.folded")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert charged(lines, "hashPasswords", "crypto.pbkdf2") >= 2_000_000
+    assert charged(lines, "readFiles", "fs.readFile") >= 100_000
+
+
+def test_whole_machine_records_waits_too(jitprof, tmp_path, background, fixtures_built):
+    process = background(str(WAITS), "0", "50", stdout=subprocess.PIPE, text=True)
+    started(process)
+    run = jitprof("--all", "--off-cpu", "-d", "4", "-o", "out.pb.gz")
+    assert run.returncode == 0, run.stderr
+    shares, _total = thread_shares(read_pprof(tmp_path / "out.pb.gz"), process.pid, C_PHASES)
+    assert_shares(shares, C_PHASES, 0.25, 0.06)
+
+
+def test_idle_is_kept_when_asked(jitprof, tmp_path, big_file):
+    run = jitprof("--off-cpu", "--idle", "-o", "out.folded", "--", "node", str(JS / "threadpool.js"), "2", str(big_file))
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    idle_loop = [line for line in lines if line.frames[-1] == "(idle)" and "uv__io_poll" in line.frames]
+    assert sum(line.count for line in idle_loop) >= 200_000
+
+
+def test_a_jvm_thread_blocked_on_a_monitor_is_named(jitprof, tmp_path):
+    needs("java")
+    run = jitprof(
+        "--off-cpu",
+        "-o",
+        "out.folded",
+        "--",
+        "java",
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=dontinline,Blocked::*",
+        "-cp",
+        str(JAVA_CLASSES),
+        "Blocked",
+        "4",
+    )
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    blocked = [line for line in lines if "Blocked.waitForLock()_[j]" in line.frames and line.frames[-1] == "(off-CPU)"]
+    assert sum(line.count for line in blocked) >= 2_500_000  # of about 4 s
+    assert all(any(frame.startswith("ObjectMonitor::") for frame in line.frames) for line in blocked)
+    assert not Path(f"/tmp/.java_pid{run.returncode}").exists()

@@ -1,0 +1,126 @@
+"""Where fields are in the running kernel's structs, from its BTF
+(/sys/kernel/btf/vmlinux), for the few the BPF program reads by hand: BCC
+compiles against whatever headers set-up found, which may be another
+version's (a Debian 6.1 package under a 6.18 kernel), so their offsets are
+not the running kernel's. Read once per kernel, and kept in the cache."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import struct
+
+from profiler.errors import JitprofError
+from profiler.native import cache
+
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
+MAX_BTF_BYTES = 64 << 20
+BTF_MAGIC = 0xEB9F
+HEADER = struct.Struct("<HBBIIIII")  # magic, version, flags, hdr_len, type_off, type_len, str_off, str_len
+TYPE = struct.Struct("<III")  # name_off, info, size or type
+MEMBER = struct.Struct("<III")  # name_off, type, offset (bits; with kind_flag, bit field size in the top 8)
+KIND_STRUCT, KIND_UNION = 4, 5
+# Bytes that follow a type's 12, by kind: fixed, or per vlen entry.
+_FIXED = {1: 4, 3: 12, 14: 4, 17: 4}
+_PER_ENTRY = {4: 12, 5: 12, 6: 8, 13: 8, 15: 12, 19: 12}
+
+
+class BtfError(Exception):
+    pass
+
+
+def member_offsets(wanted: dict[str, list[str]]) -> dict[str, int]:
+    """{"task_struct.pid": byte offset, ...} for wanted {"task_struct": ["pid", ...]};
+    BtfError if the kernel has no BTF or lacks one of them."""
+    identity = "\0".join([platform.release(), platform.version(), json.dumps(wanted, sort_keys=True)])
+    path = cache.entry_path("btf", "k-" + hashlib.sha256(identity.encode()).hexdigest()[:48], ".json")
+    if path is not None:
+        kept = cache.read_entry(path)
+        if kept is not None:
+            try:
+                found = json.loads(kept)
+                if isinstance(found, dict) and all(isinstance(value, int) for value in found.values()):
+                    return found
+            except ValueError:
+                pass
+    found = _read(wanted)
+    if path is not None:
+        cache.write_entry(path, [json.dumps(found).encode()])
+    return found
+
+
+def _read(wanted: dict[str, list[str]]) -> dict[str, int]:
+    try:
+        with open(VMLINUX_BTF, "rb") as stream:
+            data = stream.read(MAX_BTF_BYTES + 1)
+    except OSError as error:
+        raise BtfError(f"cannot read {VMLINUX_BTF}: {error.strerror}") from error
+    if len(data) > MAX_BTF_BYTES or len(data) < HEADER.size:
+        raise BtfError(f"{VMLINUX_BTF} is not a BTF file this reads")
+    magic, _version, _flags, header_length, type_offset, type_length, string_offset, string_length = HEADER.unpack_from(data)
+    if magic != BTF_MAGIC:
+        raise BtfError(f"{VMLINUX_BTF} is not BTF (or not this byte order)")
+    types_start = header_length + type_offset
+    types_end = types_start + type_length
+    strings = data[header_length + string_offset : header_length + string_offset + string_length]
+    if types_end > len(data) or header_length + string_offset + string_length > len(data):
+        raise BtfError(f"{VMLINUX_BTF} is truncated")
+
+    def name_at(offset: int) -> bytes:
+        end = strings.find(b"\0", offset)
+        return strings[offset:end] if end >= 0 else b""
+
+    # Every type by id (1-based): (kind, name offset, where its members start, vlen, kind_flag).
+    types: list[tuple[int, int, int, int, int]] = [(0, 0, 0, 0, 0)]
+    position = types_start
+    while position + TYPE.size <= types_end:
+        name_offset, info, _size = TYPE.unpack_from(data, position)
+        kind, vlen, kind_flag = (info >> 24) & 0x1F, info & 0xFFFF, info >> 31
+        types.append((kind, name_offset, position + TYPE.size, vlen, kind_flag))
+        position += TYPE.size + _FIXED.get(kind, 0) + _PER_ENTRY.get(kind, 0) * vlen
+    found: dict[str, int] = {}
+    for kind, name_offset, members, vlen, kind_flag in types:
+        if kind != KIND_STRUCT:
+            continue
+        struct_name = name_at(name_offset).decode("ascii", "replace")
+        if struct_name not in wanted or any(key.startswith(struct_name + ".") for key in found):
+            continue
+        for member in wanted[struct_name]:
+            bits = _member_bits(data, types, name_at, members, vlen, kind_flag, member.encode(), 0)
+            if bits is not None:
+                found[f"{struct_name}.{member}"] = bits // 8
+    missing = [f"{name}.{member}" for name, members in wanted.items() for member in members if f"{name}.{member}" not in found]
+    if missing:
+        raise BtfError(f"the kernel's BTF has no {', '.join(missing)}")
+    return found
+
+
+def _member_bits(data, types, name_at, members: int, vlen: int, kind_flag: int, member: bytes, depth: int) -> int | None:  # noqa: ANN001
+    """A member's offset in bits, looking into anonymous structs and unions."""
+    if depth > 8:
+        return None
+    for index in range(vlen):
+        name_offset, type_id, offset = MEMBER.unpack_from(data, members + index * MEMBER.size)
+        bits = offset & 0xFFFFFF if kind_flag else offset
+        if name_at(name_offset) == member:
+            return bits
+        if name_offset == 0 and 0 < type_id < len(types):
+            inner_kind, _name, inner_members, inner_vlen, inner_flag = types[type_id]
+            if inner_kind in (KIND_STRUCT, KIND_UNION):
+                inner = _member_bits(data, types, name_at, inner_members, inner_vlen, inner_flag, member, depth + 1)
+                if inner is not None:
+                    return bits + inner
+    return None
+
+
+def task_offsets() -> tuple[int, int]:
+    """(pid, flags) offsets in the running kernel's task_struct, for --off-cpu."""
+    try:
+        found = member_offsets({"task_struct": ["pid", "flags"]})
+    except BtfError as error:
+        raise JitprofError(
+            f"--off-cpu cannot find where the kernel keeps a thread's id ({error})",
+            "it needs a kernel built with CONFIG_DEBUG_INFO_BTF (/sys/kernel/btf/vmlinux)",
+        ) from error
+    return found["task_struct.pid"], found["task_struct.flags"]

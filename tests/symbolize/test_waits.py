@@ -1,0 +1,186 @@
+"""--off-cpu in user space: what wait records and threadpool records become
+in the profile (the kernel's side is e2e/test_off_cpu.py)."""
+
+from __future__ import annotations
+
+from profiler.jit.jvm.idle import waits_for_work as jvm_waits_for_work
+from profiler.jit.v8 import threadpool
+from profiler.jit.v8.idle import waits_for_work as node_waits_for_work
+from profiler.kernel.events import RawSample, WalkEnd
+from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample
+from profiler.symbolize.waits import WaitRecorder, duration_text, is_wait_record, needs_stack
+from profiler.symbolize.work_charges import WorkCharges
+from tests.helpers import native
+
+
+def js(name: str, file: str = "/app/server.js", line: int = 3) -> Frame:
+    return Frame(f"{name} {file.rsplit('/', 1)[-1]}:{line}", "[jit]", FrameKind.JIT, file=file, line=line)
+
+
+def node_js(name: str, file: str) -> Frame:
+    return Frame(f"{name} {file}:10", "[jit]", FrameKind.JIT, file=file, line=10)
+
+
+EVENT_LOOP = [
+    native("main"),
+    native("node::SpinEventLoopInternal(node::Environment*)"),
+    native("uv_run"),
+    native("uv__io_poll"),
+    native("epoll_wait"),
+]
+
+
+def test_node_event_loop_with_nothing_to_do_is_idle():
+    assert node_waits_for_work(EVENT_LOOP)
+
+
+def test_a_loop_run_under_javascript_is_blocking():
+    """execSync runs a loop of its own under the JS that called it."""
+    stack = [native("main"), js("runChild"), native("node::SyncProcessRunner::Spawn"), native("uv_run"), native("uv__io_poll")]
+    assert not node_waits_for_work(stack)
+
+
+def test_pool_threads_waiting_for_work_are_idle_but_not_waiting_in_it():
+    idle = [native("start_thread"), native("worker"), native("uv_cond_wait"), native("pthread_cond_wait")]
+    assert node_waits_for_work(idle)
+    platform = [
+        native("start_thread"),
+        native("node::(anonymous namespace)::PlatformWorkerThread(void*)"),
+        native("uv_cond_wait"),
+    ]
+    assert node_waits_for_work(platform)
+    busy = [native("start_thread"), native("worker"), native("uv__fs_work"), native("uv_cond_wait")]
+    assert not node_waits_for_work(busy)
+
+
+def test_jvm_pool_and_vm_threads_waiting_are_idle_but_a_monitor_is_not():
+    pool = [Frame("java.util.concurrent.ThreadPoolExecutor.getTask()", "[jit]", FrameKind.JIT), native("Unsafe_Park")]
+    assert jvm_waits_for_work(pool)
+    assert jvm_waits_for_work([native("VMThread::run()"), native("VMThread::wait_for_operation()")])
+    blocked = [Frame("Blocked.waitForLock()", "[jit]", FrameKind.JIT), native("ObjectMonitor::EnterI(JavaThread*)")]
+    assert not jvm_waits_for_work(blocked)
+
+
+def raw(**fields: object) -> RawSample:
+    base: dict[str, object] = {
+        "pid": 5,
+        "tid": 6,
+        "cpu": 0,
+        "time_ns": 1,
+        "comm": "app",
+        "addresses": (0x10,),
+        "walk_end": WalkEnd.COMPLETE,
+        "kernel_stack_id": -1,
+        "user_mode": False,
+    }
+    return RawSample(**(base | fields))  # type: ignore[arg-type]
+
+
+def named(profile: Profile, frames: list[Frame], record: RawSample) -> Sample:
+    ids = tuple(profile.intern(frame) for frame in frames)
+    return Sample(record.time_ns, record.pid, record.tid, record.comm, ids, WalkEnd.COMPLETE)
+
+
+def off_cpu_profile(keep_idle: bool = False) -> Profile:
+    return Profile(RunInfo(["app"], [5], 99, off_cpu=True, idle_kept=keep_idle, shortest_wait_ns=1_000_000))
+
+
+def leaf_names(profile: Profile) -> list[tuple[str, int]]:
+    return [(profile.frames[sample.frame_ids[-1]].name, sample.off_cpu_ns) for sample in profile.samples]
+
+
+def test_a_wait_ends_in_off_cpu_with_its_time_and_the_threads_short_waits_beside():
+    profile = off_cpu_profile()
+    recorder = WaitRecorder(profile, node_waits_for_work)
+    wait = raw(off_cpu_ns=40_000_000, short_wait_ns=700_000, short_waits=9)
+    recorder.add(wait, named(profile, [native("main"), native("read")], wait))
+    assert leaf_names(profile) == [("(waits under 1 ms)", 700_000), ("(off-CPU)", 40_000_000)]
+    assert profile.waits.short_waits == 9
+
+
+def test_idle_is_left_out_unless_kept():
+    for keep in (False, True):
+        profile = off_cpu_profile(keep)
+        wait = raw(off_cpu_ns=2_000_000_000)
+        WaitRecorder(profile, node_waits_for_work).add(wait, named(profile, EVENT_LOOP, wait))
+        assert leaf_names(profile) == ([("(idle)", 2_000_000_000)] if keep else [])
+        assert profile.waits.idle_ns == 2_000_000_000
+
+
+def test_time_runnable_goes_under_the_stack_it_came_with_and_the_cpu_sample_stays():
+    profile = off_cpu_profile()
+    sample = raw(runnable_ns=3_000_000)
+    WaitRecorder(profile, node_waits_for_work).add(sample, named(profile, [native("main"), native("burn")], sample))
+    stacks = [([profile.frames[i].name for i in s.frame_ids], s.off_cpu_ns) for s in profile.samples]
+    assert stacks == [(["main", "burn", "(runnable, waiting for a CPU)"], 3_000_000), (["main", "burn"], 0)]
+
+
+def test_records_of_time_only_have_no_stack():
+    record = raw(addresses=(), short_wait_ns=5, time_only=True)
+    assert is_wait_record(record) and not needs_stack(record)
+    assert needs_stack(raw()) and not is_wait_record(raw())
+    assert not needs_stack(raw(off_cpu_ns=9, stack_moved=True))
+
+
+def test_durations_read_as_people_write_them():
+    assert [duration_text(value) for value in (1_000_000, 250_000, 2_500_000_000, 10)] == ["1 ms", "250 µs", "2.5 s", "10 ns"]
+
+
+READ_FILES = [
+    native("main"),
+    js("readFiles"),
+    node_js("readFile", "node:fs"),
+    native("node::fs::Open"),
+    native("uv__work_submit"),
+]
+CONTINUED = [native("main"), native("uv__work_done"), node_js("readFileAfterOpen", "node:fs"), native("uv__work_submit")]
+POOL_READ = [native("start_thread"), native("worker"), native("uv__fs_work"), native("uv__fs_read"), native("read")]
+
+
+def test_node_names_work_by_the_api_the_program_called():
+    assert threadpool.label(READ_FILES) == "fs.readFile"
+    pbkdf2 = [js("hashPasswords"), node_js("pbkdf2", "node:internal/crypto/pbkdf2"), native("uv_queue_work")]
+    assert threadpool.label(pbkdf2) == "crypto.pbkdf2"
+    assert threadpool.starts_work(READ_FILES) and not threadpool.starts_work(CONTINUED)
+    assert threadpool.work_begins(POOL_READ) == 2
+    assert threadpool.work_begins([native("start_thread"), native("worker"), native("uv_cond_wait")]) is None
+
+
+def test_a_pool_threads_work_is_charged_to_the_javascript_that_queued_its_chain():
+    profile = off_cpu_profile()
+    charges = WorkCharges(profile)
+    first = raw(tid=5, submits_work=True, work=100)
+    charges.submitted(first, named(profile, READ_FILES, first))
+    second = raw(tid=5, submits_work=True, work=200, parent_work=100, time_ns=2)
+    charges.submitted(second, named(profile, CONTINUED, second))
+    charges.started(raw(tid=9, work_started=True, work=200, off_cpu_ns=30_000_000, addresses=()))
+    on_pool = raw(tid=9, work=200, off_cpu_ns=4_000_000)
+    charged = charges.charged(on_pool, named(profile, POOL_READ, on_pool))
+    names = [profile.frames[frame_id].name for frame_id in charged.frame_ids]
+    assert names == [
+        "main",
+        "readFiles server.js:3",
+        "readFile node:fs:10",
+        "node::fs::Open",
+        "uv__work_submit",
+        "[threadpool] fs.readFile",
+        "uv__fs_work",
+        "uv__fs_read",
+        "read",
+    ]
+    assert charged.tid == 9 and charged.comm == "app"
+    (queued,) = profile.samples
+    assert [profile.frames[i].name for i in queued.frame_ids][-2:] == ["[threadpool] fs.readFile", "(queued)"]
+    assert queued.off_cpu_ns == 30_000_000 and queued.tid == 5
+
+
+def test_a_pool_thread_between_items_is_its_own():
+    profile = off_cpu_profile()
+    charges = WorkCharges(profile)
+    first = raw(submits_work=True, work=100)
+    charges.submitted(first, named(profile, READ_FILES, first))
+    idle = raw(tid=9, work=100, off_cpu_ns=9)
+    stack = named(profile, [native("start_thread"), native("worker"), native("uv_cond_wait")], idle)
+    assert charges.charged(idle, stack) is stack
+    unknown = raw(tid=9, work=555)
+    assert charges.charged(unknown, named(profile, POOL_READ, unknown)).frame_ids == named(profile, POOL_READ, unknown).frame_ids
