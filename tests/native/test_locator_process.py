@@ -129,3 +129,20 @@ def test_thousands_of_nested_inlined_functions_keep_the_outermost_and_the_innerm
     (symbol,) = locator_process._symbols_from({"symbols": [["outer", 16, None, nested]]}, 1)
     assert symbol is not None and len(symbol.inlined) == locator_process.MAX_INLINED_CALLS
     assert symbol.inlined[0].name == "level_0" and symbol.inlined[-1].name == "level_4999"
+
+
+def test_a_line_table_whose_rows_name_files_it_does_not_list(tmp_path, locator):
+    """Every row's file index past the table (as DW_LNS_set_file 99 makes it):
+    the function is named, its line is not made up, and the helper goes on."""
+    from tests.hostile_elf import line_table_without_files  # noqa: PLC0415
+
+    binary = line_table_without_files(tmp_path)
+    try:
+        with binary.open("rb") as handle:
+            (symbol,) = locator.locate(handle, [symbol_address(binary, "hot") + 4], str(binary))
+    except LocatorFailed as failure:  # contained: the file's lines are lost, nothing else
+        assert str(binary) in locator.failures, failure
+    else:
+        assert symbol is not None and symbol.name == "hot"
+        assert symbol.place is None or not symbol.place.file.endswith("nofiles.c") or symbol.place.line > 0
+    assert named_node(locator) == "uv_run"

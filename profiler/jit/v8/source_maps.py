@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import json
+import re
 from dataclasses import dataclass
 
 from profiler.native import library
@@ -20,6 +21,10 @@ from profiler.native import library
 MAX_SOURCES = 1 << 20
 MAX_NAMES = 1 << 21
 MAX_SECTIONS = 1 << 12
+# Arrays and objects a map is made of (its lists, its sections' few each):
+# 120 MB of `[[],[],...]` would be 40 M lists, gigabytes once parsed.
+MAX_CONTAINERS = 16 * MAX_SECTIONS + 1024
+_STRING_OR_CONTAINER = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[{]', re.S)
 
 
 class SourceMapError(ValueError):
@@ -125,11 +130,25 @@ def parse_source_map(text: bytes | str, source_base: str = "") -> SourceMap:
     # is refused before it is, not after.
     if raw.count(b'"') - raw.count(b'\\"') > 2 * (MAX_NAMES + 2 * MAX_SOURCES + 64 * MAX_SECTIONS):
         raise SourceMapError("it has too many strings")
+    if raw.count(b"[") + raw.count(b"{") > MAX_CONTAINERS and _containers(raw) > MAX_CONTAINERS:
+        raise SourceMapError("it has too many arrays and objects")
     try:
         document = json.loads(raw)
     except (ValueError, RecursionError) as error:
         raise SourceMapError("it is not JSON") from error
     return _parse(document, source_base, nested=False)
+
+
+def _containers(raw: bytes) -> int:
+    """The arrays and objects outside strings (code in sourcesContent has
+    brackets of its own), counted up to just past MAX_CONTAINERS."""
+    count = 0
+    for found in _STRING_OR_CONTAINER.finditer(raw):
+        if found.end() - found.start() == 1:
+            count += 1
+            if count > MAX_CONTAINERS:
+                break
+    return count
 
 
 def _parse(document: object, source_base: str, nested: bool) -> SourceMap:

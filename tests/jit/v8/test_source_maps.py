@@ -168,3 +168,26 @@ def test_a_map_of_more_strings_than_its_caps_is_refused_before_it_is_parsed(monk
     with pytest.raises(SourceMapError, match="too many strings"):
         parse_source_map(json.dumps({"version": 3, "sources": ["a.ts"], "names": names, "mappings": "AAAA"}))
     parse_source_map(json.dumps({"version": 3, "sources": ["a.ts"], "names": names[:4], "mappings": "AAAA"}))
+
+
+def test_a_map_of_millions_of_empty_arrays_is_refused_before_it_is_parsed():
+    """120 MB of `[[],[],...]` parses into gigabytes of lists: counted first
+    (outside strings), and refused."""
+    import resource  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    bomb = b'{"version":3,"sources":["a.ts"],"names":[],"mappings":"AAAA","x_pad":[' + b"[]," * 2_000_000 + b"[]]}"
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.monotonic()
+    with pytest.raises(SourceMapError, match="too many arrays and objects"):
+        parse_source_map(bomb)
+    assert time.monotonic() - started < 2.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB: nothing parsed
+
+
+def test_brackets_inside_sources_content_are_not_structure():
+    code = "function f(a) { return [a, [a], {a}]; }\n" * 20_000  # 100,000 brackets, in a string
+    parsed = parse_source_map(
+        json.dumps({"version": 3, "sources": ["a.ts"], "sourcesContent": [code], "names": [], "mappings": "AAAA"})
+    )
+    assert parsed.sources == ("a.ts",)
