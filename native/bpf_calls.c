@@ -109,6 +109,19 @@ int jp_bpf_map_next_key(int map_fd, const void *key, void *next_key) {
     return element_call(BPF_MAP_GET_NEXT_KEY, map_fd, key, next_key, 0);
 }
 
+/* The perf event, with the program attached and enabled: its descriptor, or -errno. */
+static int open_with_program(struct perf_event_attr *attributes, int pid, int cpu, int program_fd) {
+    long opened = syscall(__NR_perf_event_open, attributes, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+    if (opened < 0) return -errno;
+    int event_fd = (int)opened;
+    if (ioctl(event_fd, PERF_EVENT_IOC_SET_BPF, program_fd) != 0 || ioctl(event_fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+        int error = -errno;
+        close(event_fd);
+        return error;
+    }
+    return event_fd;
+}
+
 int jp_perf_event_attach(int program_fd, uint32_t event_type, uint64_t config, uint64_t sample_period, uint64_t sample_freq,
                          int pid, int cpu) {
     struct perf_event_attr attributes;
@@ -123,15 +136,7 @@ int jp_perf_event_attach(int program_fd, uint32_t event_type, uint64_t config, u
         attributes.sample_period = sample_period;
     }
     attributes.wakeup_events = 1;
-    long opened = syscall(__NR_perf_event_open, &attributes, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
-    if (opened < 0) return -errno;
-    int event_fd = (int)opened;
-    if (ioctl(event_fd, PERF_EVENT_IOC_SET_BPF, program_fd) != 0 || ioctl(event_fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
-        int error = -errno;
-        close(event_fd);
-        return error;
-    }
-    return event_fd;
+    return open_with_program(&attributes, pid, cpu, program_fd);
 }
 
 /* A uprobe at offset in the file at path (config 0: at entry; the retprobe
@@ -148,15 +153,7 @@ int jp_perf_event_attach_uprobe(int program_fd, uint32_t pmu_type, uint64_t conf
     attributes.config2 = offset;                    /* probe_offset */
     attributes.sample_period = 1;
     attributes.wakeup_events = 1;
-    long opened = syscall(__NR_perf_event_open, &attributes, pid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-    if (opened < 0) return -errno;
-    int event_fd = (int)opened;
-    if (ioctl(event_fd, PERF_EVENT_IOC_SET_BPF, program_fd) != 0 || ioctl(event_fd, PERF_EVENT_IOC_ENABLE, 0) != 0) {
-        int error = -errno;
-        close(event_fd);
-        return error;
-    }
-    return event_fd;
+    return open_with_program(&attributes, pid, -1, program_fd);
 }
 
 /* The ring buffer's consumer (the layout of kernel/bpf/ringbuf.c): a

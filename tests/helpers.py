@@ -28,3 +28,15 @@ def native(name: str, module: str = "prog") -> Frame:
 
 def kernel(name: str) -> Frame:
     return Frame(name, "[kernel]", FrameKind.KERNEL)
+
+
+def read_uleb(data: bytes | bytearray, offset: int) -> tuple[int, int]:
+    """An unsigned LEB128 (a protobuf varint, a DWARF ULEB) at offset: (value, the offset after it)."""
+    value = shift = 0
+    while True:
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, offset

@@ -9,6 +9,8 @@ import struct
 import subprocess
 from pathlib import Path
 
+from tests.helpers import read_uleb
+
 # mix's loop is most of hot's time: the inlined frame is in most of its samples, not only where a sample happens to land.
 HOT_SOURCE = r"""
 #include <stdlib.h>
@@ -87,17 +89,6 @@ def symbol_address(binary: Path, name: str) -> int:
     raise AssertionError(name)
 
 
-def _uleb(data: bytes, offset: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if byte < 0x80:
-            return value, offset
-
-
 def line_table_without_files(directory: Path, source: str = HOT_SOURCE, flags: tuple[str, ...] | list[str] = ("-g",)) -> Path:
     """-gdwarf-5, its line table's header listing no file names while every
     row names file 1: an index past the table, as DW_LNS_set_file 99 makes it
@@ -116,11 +107,11 @@ def line_table_without_files(directory: Path, source: str = HOT_SOURCE, flags: t
         position += 1
         forms = []
         for _ in range(format_count):
-            _content, position = _uleb(data, position)
-            form, position = _uleb(data, position)
+            _content, position = read_uleb(data, position)
+            form, position = read_uleb(data, position)
             forms.append(form)
         count_at = position
-        count, position = _uleb(data, position)
+        count, position = read_uleb(data, position)
         if _table == "file names":
             assert data[count_at] == count and count >= 1, count  # a one-byte count
             data[count_at] = 0

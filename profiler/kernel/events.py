@@ -422,54 +422,32 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
     )
 
 
+def _time_record(event: ProcessEvent, **time: int | bool) -> RawSample:
+    """A record of a process event's time, without a stack."""
+    return RawSample(
+        pid=event.pid,
+        tid=event.tid,
+        cpu=0,
+        time_ns=event.time_ns,
+        comm=event.comm,
+        addresses=(),
+        walk_end=WalkEnd.COMPLETE,
+        kernel_stack_id=-1,
+        user_mode=False,
+        **time,  # type: ignore[arg-type]
+    )
+
+
 def thread_waits_record(event: ProcessEvent) -> RawSample:
     """--off-cpu: an exiting thread's waits (EventType.THREAD_WAITS) or time
     runnable (THREAD_RUNNABLE) not reported yet, as the record of time without
     a stack of its own."""
     if event.event_type is EventType.THREAD_RUNNABLE:
-        return RawSample(
-            pid=event.pid,
-            tid=event.tid,
-            cpu=0,
-            time_ns=event.time_ns,
-            comm=event.comm,
-            addresses=(),
-            walk_end=WalkEnd.COMPLETE,
-            kernel_stack_id=-1,
-            user_mode=False,
-            runnable_ns=event.address,
-            time_only=True,
-        )
-    return RawSample(
-        pid=event.pid,
-        tid=event.tid,
-        cpu=0,
-        time_ns=event.time_ns,
-        comm=event.comm,
-        addresses=(),
-        walk_end=WalkEnd.COMPLETE,
-        kernel_stack_id=-1,
-        user_mode=False,
-        short_wait_ns=event.address,
-        short_waits=event.length,
-        time_only=True,
-    )
+        return _time_record(event, runnable_ns=event.address, time_only=True)
+    return _time_record(event, short_wait_ns=event.address, short_waits=event.length, time_only=True)
 
 
 def work_started_record(event: ProcessEvent) -> RawSample:
     """--off-cpu: a pool thread starting a work item (EventType.WORK_STARTED),
     with the time the item was queued."""
-    return RawSample(
-        pid=event.pid,
-        tid=event.tid,
-        cpu=0,
-        time_ns=event.time_ns,
-        comm=event.comm,
-        addresses=(),
-        walk_end=WalkEnd.COMPLETE,
-        kernel_stack_id=-1,
-        user_mode=False,
-        off_cpu_ns=max(event.time_ns - event.address, 1),
-        work=event.address,
-        work_started=True,
-    )
+    return _time_record(event, off_cpu_ns=max(event.time_ns - event.address, 1), work=event.address, work_started=True)

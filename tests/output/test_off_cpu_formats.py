@@ -21,7 +21,7 @@ from profiler.output.report import write_diff_folded
 from profiler.output.speedscope import write_speedscope
 from profiler.output.svg import OFF_CPU_TITLE, write_svg
 from profiler.symbolize.waits import IDLE, OFF_CPU
-from tests.helpers import native
+from tests.helpers import native, read_uleb
 
 PERIOD_NS = 1_000_000_000 // 99
 MAIN = [native("main"), native("work")]
@@ -59,26 +59,16 @@ def read_pprof(data: bytes) -> dict[str, object]:
     """The fields of profile.proto these tests need, decoded by hand (the e2e
     tests use an independent reader)."""
 
-    def varint(buffer: bytes, position: int) -> tuple[int, int]:
-        value = shift = 0
-        while True:
-            byte = buffer[position]
-            position += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value, position
-
     def fields(buffer: bytes) -> list[tuple[int, int | bytes]]:
         found: list[tuple[int, int | bytes]] = []
         position = 0
         while position < len(buffer):
-            key, position = varint(buffer, position)
+            key, position = read_uleb(buffer, position)
             if key & 7 == 0:
-                value, position = varint(buffer, position)
+                value, position = read_uleb(buffer, position)
                 found.append((key >> 3, value))
             else:
-                length, position = varint(buffer, position)
+                length, position = read_uleb(buffer, position)
                 found.append((key >> 3, buffer[position : position + length]))
                 position += length
         return found
@@ -86,7 +76,7 @@ def read_pprof(data: bytes) -> dict[str, object]:
     def packed(buffer: bytes) -> list[int]:
         values, position = [], 0
         while position < len(buffer):
-            value, position = varint(buffer, position)
+            value, position = read_uleb(buffer, position)
             values.append(value)
         return values
 
