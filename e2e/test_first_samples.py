@@ -42,9 +42,17 @@ def test_short_processes_one_after_another(jitprof, tmp_path, fixtures_built):
     cut_short = [sample for sample in short if sample.walk_end.cut_short]
     assert len(cut_short) <= 0.01 * len(short), profile.walk_ends
     # Every native sample with a user stack (not one taken in _exit, after
-    # the process's memory went) reaches main, from the first one on.
-    with_stack = [sample for sample in native if sample.walk_end is not WalkEnd.THREAD_EXITING]
+    # the process's memory went, nor one inside execve, before the new
+    # program's stack is there: a known limit the README states) reaches main,
+    # from the first one on. A loaded machine makes execve slower, and hits it more.
     names = profile.frames
+    in_execve = [
+        sample
+        for sample in native
+        if sample.walk_end is WalkEnd.READ_FAULT and [names[frame].name for frame in sample.frame_ids] == ["execve"]
+    ]
+    with_stack = [sample for sample in native if sample.walk_end is not WalkEnd.THREAD_EXITING and sample not in in_execve]
+    assert len(in_execve) <= 10, len(in_execve)  # one exec each at most
     reach_main = [sample for sample in with_stack if any(names[frame].name == "main" for frame in sample.frame_ids)]
     assert len(reach_main) >= 0.99 * len(with_stack), profile.walk_ends
     chain = ["main", "run_recursion", *["recurse"] * 13, "burn"]
