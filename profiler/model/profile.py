@@ -231,10 +231,6 @@ class Profile:
                 weight.cpu_samples += 1
         return weights
 
-    def sample_weight_ns(self, sample: Sample) -> int:
-        """The time a sample stands for: a CPU sample's period, or its wait."""
-        return sample.off_cpu_ns or self.info.sample_period_ns
-
     def stack(self, sample: Sample) -> list[Frame]:
         return [self.frames[frame_id] for frame_id in sample.frame_ids]
 

@@ -39,7 +39,6 @@ class WorkCharges:
         self._profile = profile
         self._chains: dict[tuple[int, int], _Chain] = {}  # (pid, item key)
         self._queued_id = profile.intern(QUEUED)
-        self.unknown_items = 0  # samples of items whose submit was never seen (submitted before the run)
 
     def submitted(self, raw: RawSample, named: Sample) -> None:
         pools = registry.threadpools()
@@ -61,8 +60,7 @@ class WorkCharges:
     def started(self, raw: RawSample) -> None:
         """An item started on a pool thread: the time it was queued."""
         chain = self._chains.get((raw.pid, raw.work))
-        if chain is None:
-            self.unknown_items += 1
+        if chain is None:  # submitted before the run, or its submit was not seen
             return
         stack = self._profile.intern_stack((*chain.frame_ids, self._queued_id))
         self._profile.add(Sample(raw.time_ns, raw.pid, chain.tid, chain.comm, stack, WalkEnd.COMPLETE, raw.off_cpu_ns))
