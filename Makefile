@@ -4,7 +4,7 @@ VENV = .venv
 PYTHON = $(VENV)/bin/python
 JITPROF = $(VENV)/bin/jitprof
 
-.PHONY: setup demo test unit e2e bench soak soak-push lint fixtures clean
+.PHONY: setup demo test unit e2e bench fuzz soak soak-push lint fixtures clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,11 @@ e2e: setup
 bench: setup
 	@dpkg -s linux-perf >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
 	$(PYTHON) -m benchmarks.run --write docs/benchmarks.md
+
+# Mutated ELF/DWARF/.gopclntab files through the symbolising path, under the
+# limits jitprof runs it with; findings are kept in tests/data/fuzz/.
+fuzz: setup
+	$(PYTHON) -m tests.fuzz_symbolizing --runs $(or $(RUNS),3000) --seed $(or $(SEED),1)
 
 soak: setup
 	benchmarks/soak/run.sh

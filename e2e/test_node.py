@@ -83,6 +83,29 @@ def test_user_node_options_are_kept(jitprof, tmp_path):
     assert no_inject.returncode == 0 and report.read_text() == ""
 
 
+def test_node_s_own_cpu_profiler_runs_beside_jitprof(jitprof, tmp_path):
+    """node --cpu-prof is not given --interpreted-frames-native-stack (with
+    it V8's SIGPROF handler can deadlock: prettier hung 1 run in 4); its
+    .cpuprofile is written and jitprof still names its JavaScript, down to
+    the interpreted frames, from V8's objects."""
+    script = tmp_path / "options.js"
+    script.write_text(
+        "require('fs').writeFileSync(process.argv.splice(2, 1)[0], process.env.NODE_OPTIONS);\n"
+        f"require({str(JS / 'chain.js')!r});\n"  # its seconds are now argv[2]
+    )
+    report = tmp_path / "options.txt"
+    run = jitprof(
+        "-o", "out.folded", "--", "node", "--cpu-prof", f"--cpu-prof-dir={tmp_path / 'prof'}", str(script), str(report), "3"
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    options = report.read_text().split()
+    assert "--perf-basic-prof" in options and "--interpreted-frames-native-stack" not in options
+    assert len(list((tmp_path / "prof").glob("*.cpuprofile"))) == 1
+    lines = read_folded(tmp_path / "out.folded")
+    named = sum(line.count for line in lines if js_chain(line.frames))
+    assert total(lines) >= 150 and named / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
+
+
 def test_npm_run_and_shebang_script(jitprof, tmp_path):
     shutil.copy(JS / "chain.js", tmp_path / "chain.js")
     (tmp_path / "package.json").write_text('{"name": "fixture", "version": "1.0.0", "scripts": {"burn": "node chain.js 2"}}\n')

@@ -85,8 +85,8 @@ class Runtime:
     libraries: tuple[str, ...] = ()
     exported_name: bytes = b""
     # What a spawned command's environment gets for it (its flags), from the
-    # environment so far and the code-log script jitprof installed (or None).
-    spawn_environment: Callable[[dict[str, str], Path | None], dict[str, str]] | None = None
+    # environment so far, the code-log script jitprof installed (or None) and the command.
+    spawn_environment: Callable[[dict[str, str], Path | None, Sequence[str]], dict[str, str]] | None = None
     # Its form of JIT code names (perf maps, jitdumps) as a frame; None: not its form.
     frame_for_name: Callable[[str], Frame | None] | None = None
     # Names written by this runtime are only ever in its own form.

@@ -5,6 +5,7 @@ libmoar.so; told to write its perf map when spawned; its names read as
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from profiler.jit.contract import Runtime
@@ -17,7 +18,7 @@ MOARVM_PERF_MAP = "MVM_JIT_PERF_MAP"
 _MOAR_FRAME = re.compile(r"^(.*)\((.+):(\d+)\)$")
 
 
-def _spawn_environment(environ: dict[str, str], preload: Path | None) -> dict[str, str]:
+def _spawn_environment(environ: dict[str, str], preload: Path | None, command: Sequence[str]) -> dict[str, str]:
     return {} if MOARVM_PERF_MAP in environ else {MOARVM_PERF_MAP: "1"}
 
 

@@ -9,6 +9,8 @@ that no generic layer imports a runtime's package.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from profiler.jit import runtimes
 from profiler.jit.contract import Threadpool
 from profiler.jit.v8 import js_view, preload
@@ -17,11 +19,11 @@ from profiler.jit.v8.original_frames import OriginalFrames
 from profiler.model.profile import Frame, FrameKind, Profile
 
 
-def spawn_environment(environ: dict[str, str], code_log: bool) -> dict[str, str]:
+def spawn_environment(environ: dict[str, str], code_log: bool, command: Sequence[str] = ()) -> dict[str, str]:
     """The environment a spawned command gets: every runtime's flags for
     describing its JIT code (inherited by all it starts); code_log: node
     writes V8's code log too (when its heap is not read)."""
-    return runtimes.inject_environment(environ, preload.install() if code_log else None)
+    return runtimes.inject_environment(environ, preload.install() if code_log else None, command)
 
 
 def native_symbol_frame(symbol: str, module: str) -> Frame:

@@ -5,6 +5,7 @@ runs, and the environment a spawned command gets."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from profiler.jit.contract import Runtime
@@ -26,14 +27,14 @@ _exports_known: dict[tuple[int, int, int, bytes], bool] = {}
 _found: dict[tuple[int, int, int, int], Runtime | None] = {}
 
 
-def inject_environment(environ: dict[str, str], preload: Path | None = None) -> dict[str, str]:
+def inject_environment(environ: dict[str, str], preload: Path | None = None, command: Sequence[str] = ()) -> dict[str, str]:
     """The environment for a spawned command: every runtime's flags (preload:
     the code-log script node loads). Inherited by every child, so `npm test`,
     npx and shell scripts that end up in node get the flags too."""
     injected = dict(environ)
     for runtime in RUNTIMES:
         if runtime.spawn_environment is not None:
-            injected.update(runtime.spawn_environment(injected, preload))
+            injected.update(runtime.spawn_environment(injected, preload, command))
     return injected
 
 

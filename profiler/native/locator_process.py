@@ -15,8 +15,8 @@ others more than one deadline), and the next request starts a fresh helper.
 Frames of such files are named from their symbol tables (read by jitprof's
 own bounded reader) as before.
 
-The helper's limits (sandbox.confine): ADDRESS_SPACE_BYTES, no core, its
-own uid, CAP_DAC_READ_SEARCH only, a seccomp filter.
+The helper's limits (sandbox.confine): ADDRESS_SPACE_BYTES, DATA_BYTES, no
+core, its own uid, CAP_DAC_READ_SEARCH only, a seccomp filter.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ from profiler.safety.processes import TRUSTED_DIRECTORY, trusted_environment
 DEADLINE_S = 3.0  # one request: node's first lookup takes 50 ms, libpython's 11 ms
 START_DEADLINE_S = 10.0  # Python, cffi and blazesym's header: ~0.2 s on an idle machine
 ADDRESS_SPACE_BYTES = 3 << 30  # files are mapped whole: node's 100 MiB, a large debug file's GiB
+# What blazesym allocates (heap, not mapped files): naming node takes 12 MiB,
+# a real program's DWARF some KiB per compile unit; 2 M crafted units took 1.8 GiB.
+DATA_BYTES = 512 << 20
 CPU_SECONDS = 3600  # a backstop; the deadline ends a runaway request first
 OPEN_FILES = 16384
 MAX_ANSWER_BYTES = 16 << 20
@@ -139,7 +142,8 @@ class CodeLocator:
             helper.known.add(file_id)
             answer = _receive(helper.channel, deadline, MAX_ANSWER_BYTES)
             if isinstance(answer, dict) and isinstance(answer.get("error"), str):
-                raise LocatorFailed(f"blazesym: {answer['error'][:500]}")  # a file it refused, not a failure
+                refusal = answer["error"][:500]  # a file it refused, not a failure
+                raise LocatorFailed(refusal if refusal.startswith("blazesym: ") else f"blazesym: {refusal}")
             symbols = _symbols_from(answer, len(vaddrs))
         except LocatorFailed:
             raise
@@ -294,7 +298,7 @@ def _serve(channel: socket.socket) -> None:
     from profiler.safety.sandbox import confine  # noqa: PLC0415
 
     locator = BlazesymLocator()
-    confine(ADDRESS_SPACE_BYTES, CPU_SECONDS, OPEN_FILES)
+    confine(ADDRESS_SPACE_BYTES, DATA_BYTES, CPU_SECONDS, OPEN_FILES)
     _send(channel, {"ready": True}, [])
     files: dict[int, BinaryIO] = {}
     while True:

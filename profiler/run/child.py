@@ -23,7 +23,7 @@ class Child:
         """Fork the command, stopped before exec. With capture, its output
         goes to a pane of the live view instead of the terminal; inject: its
         runtimes get their JIT-symbol flags (code_log: and node its code log)."""
-        environment = registry.spawn_environment(environ, code_log) if inject else environ
+        environment = registry.spawn_environment(environ, code_log, command) if inject else environ
         self.output: CapturedOutput | None = None
         stdio = None
         if capture:

@@ -5,10 +5,13 @@ parser's bug) stays inside it.
 The helper drops root for a uid no account or process has (another user
 cannot signal, ptrace or share files with it), keeping one capability:
 CAP_DAC_READ_SEARCH, to reopen the files root opened for it through
-/proc/self/fd (blazesym takes paths). No new privileges, no core dump, an
-address-space, CPU and file limit, dies with its parent, and a seccomp filter
-that refuses every system call that writes a file, starts a program, opens a
-socket or reaches another process.
+/proc/self/fd (blazesym takes paths). Its root is an empty read-only
+directory holding only /proc, in a mount namespace of its own: a path a
+target's file names (a debug link, a .dwp beside it) leads nowhere, so the
+helper reads only what jitprof opened and checked. No new privileges, no
+core dump, an address-space, heap, CPU and file limit, dies with its parent,
+and a seccomp filter that refuses every system call that writes a file,
+starts a program, opens a socket or reaches another process.
 """
 
 from __future__ import annotations
@@ -32,6 +35,11 @@ PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
 SYS_CAPSET = 126  # x86_64
 LINUX_CAPABILITY_VERSION_3 = 0x20080522
+CLONE_NEWNS = 0x0002_0000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 16384, 1 << 18,
+)  # fmt: skip
+EMPTY_ROOT_MOUNT = "/tmp"  # covered in the helper's namespace only
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -53,17 +61,40 @@ def _keep_only_capability(capability: int) -> None:
         raise ConfinementFailed(f"capset: {os.strerror(ctypes.get_errno())}")
 
 
-def confine(address_space_bytes: int, cpu_seconds: int, open_files: int) -> None:
+def _mount(source: str | None, target: str, kind: str | None, flags: int, options: str | None = None) -> None:
+    encoded = [None if text is None else text.encode() for text in (source, target, kind, options)]
+    if _libc.mount(encoded[0], encoded[1], encoded[2], ctypes.c_ulong(flags), encoded[3]) != 0:
+        raise ConfinementFailed(f"mount {target}: {os.strerror(ctypes.get_errno())}")
+
+
+def _empty_root() -> None:
+    """Root becomes an empty read-only tmpfs with /proc bound in, seen by
+    this process alone: /proc/self/fd still reaches the files handed over,
+    and nothing else is there to open by name."""
+    if _libc.unshare(CLONE_NEWNS) != 0:
+        raise ConfinementFailed(f"unshare: {os.strerror(ctypes.get_errno())}")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here reaches the parent's mounts
+    _mount("jitprof-helper", EMPTY_ROOT_MOUNT, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0555")
+    os.mkdir(f"{EMPTY_ROOT_MOUNT}/proc", 0o555)
+    _mount("/proc", f"{EMPTY_ROOT_MOUNT}/proc", None, MS_BIND | MS_REC)
+    os.chroot(EMPTY_ROOT_MOUNT)
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def confine(address_space_bytes: int, data_bytes: int, cpu_seconds: int, open_files: int) -> None:
     """Called by the helper itself, once it has loaded what it needs and
     before it reads anything a target controls. ConfinementFailed when a
     step cannot be taken (the helper must then not go on)."""
     parent = os.getppid()
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_AS, (address_space_bytes, address_space_bytes))
+    resource.setrlimit(resource.RLIMIT_DATA, (data_bytes, data_bytes))  # the heap; files mapped read-only are not counted
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
     resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
     _prctl(PR_SET_DUMPABLE, 0)
     if os.geteuid() == 0:
+        _empty_root()
         os.setgroups([])
         os.setresgid(HELPER_GID, HELPER_GID, HELPER_GID)
         _prctl(PR_SET_KEEPCAPS, 1)

@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 from profiler.jit.options import merge_options
 from profiler.jit.runtimes import NODE, PYTHON, inject_environment, runtime_of
 from profiler.jit.v8.preload import PRELOAD_NAME, SCRIPT, install
@@ -148,3 +150,22 @@ def test_each_runtime_brings_its_own_sources_and_the_generic_ones_come_last():
         assert source.forget(1 << 30, None) == [] and not source.has_source(1 << 30)
     spawned.close()
     whole_machine.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "node_options"),
+    [
+        (["node", "--cpu-prof", "app.js"], ""),
+        (["node", "--cpu-prof-dir=/tmp/p", "app.js"], ""),
+        (["node", "--prof", "app.js"], ""),
+        (["node", "--inspect-brk=9229", "app.js"], ""),
+        (["npm", "test"], "--cpu-prof"),
+    ],
+)
+def test_a_node_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines(command, node_options):
+    """V8's SIGPROF handler deadlocks with --interpreted-frames-native-stack
+    (prettier under node --cpu-prof hung 1 run in 4 with that flag alone)."""
+    injected = inject_environment({"NODE_OPTIONS": node_options} if node_options else {}, None, command)
+    assert "--perf-basic-prof" in injected["NODE_OPTIONS"].split()
+    assert "--interpreted-frames-native-stack" not in injected["NODE_OPTIONS"]
+    assert "--interpreted-frames-native-stack" in inject_environment({}, None, ["node", "app.js"])["NODE_OPTIONS"]

@@ -12,9 +12,20 @@ from pathlib import Path
 import pytest
 
 from profiler.native import locator_process
-from profiler.native.locator_process import CodeLocator, LocatorFailed
+from profiler.native.locator_process import DEADLINE_S, CodeLocator, LocatorFailed
 from profiler.safety import sandbox
-from tests.hostile_elf import build, compressed_size_bomb, fifo_debuglink, load_end, symbol_address
+from tests.hostile_elf import (
+    build,
+    compressed_size_bomb,
+    deep_inlines,
+    fifo_debuglink,
+    line_string_bomb,
+    load_end,
+    many_rows,
+    many_units,
+    sparse_debug_link,
+    symbol_address,
+)
 
 NODE = Path("/usr/bin/node")
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
@@ -79,17 +90,73 @@ def test_a_file_truncated_under_the_helper_s_mapping_costs_that_file_only(tmp_pa
     assert named_node(locator)
 
 
-def test_a_debug_link_to_a_fifo_overruns_the_deadline_and_nothing_else(tmp_path):
-    binary = fifo_debuglink(tmp_path)
-    locator = CodeLocator(deadline_s=1.0)
+@as_root
+@pytest.mark.parametrize("make", [fifo_debuglink, sparse_debug_link], ids=["fifo", "200-GB-sparse"])
+def test_a_debug_link_is_not_followed_by_the_helper(tmp_path, locator, make):
+    """A debug link names a FIFO (opening it blocked for ever) or a 200 GB
+    sparse file (13.6 GB RSS): the helper sees an empty root, so blazesym
+    cannot open what the link names; the file is named by its symbol table."""
+    binary = make(tmp_path)
+    started = time.monotonic()
+    with binary.open("rb") as handle:
+        (symbol,) = locator.locate(handle, [symbol_address(binary, "hot") + 4], str(binary))
+    assert time.monotonic() - started < 2
+    assert symbol is not None and symbol.name == "hot" and symbol.place is None
+    assert locator.failures == {}
+    assert locator._helper is not None and os.listdir(f"/proc/{locator._helper.process.pid}/root") == ["proc"]
+
+
+def test_a_request_over_its_deadline_costs_that_file_only(tmp_path):
+    """50 M line rows (50 MB) take blazesym a quarter of a second or more."""
+    binary = many_rows(tmp_path)
+    locator = CodeLocator(deadline_s=0.02)
     try:
+        named_node(locator)  # the helper is up before the clock starts
         started = time.monotonic()
         with binary.open("rb") as handle, pytest.raises(LocatorFailed, match="deadline"):
             locator.locate(handle, [symbol_address(binary, "hot")], str(binary))
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 1
+        assert "overran its deadline" in locator.failures[str(binary)]
+        locator._deadline_s = DEADLINE_S
         assert named_node(locator)
     finally:
         locator.close()
+
+
+@pytest.mark.parametrize(
+    ("make", "death"),
+    [(deep_inlines, "SIGSEGV"), (many_units, "SIGABRT"), (line_string_bomb, "SIGABRT")],
+    ids=["100k-nested-inlines", "2M-units", "8-GiB-line-strings"],
+)
+def test_dwarf_that_overflows_or_exhausts_the_helper_costs_that_file_only(tmp_path, locator, make, death):
+    """100,000 nested inlined calls overflow blazesym's stack; 2 M compile
+    units (1.8 GiB of its records) and a .debug_line_str that inflates to
+    8 GiB pass the helper's heap limit. Each killed or blew up root's
+    jitprof; now the helper dies, jitprof's own memory does not move, and
+    the next file is named by a fresh helper."""
+    binary = make(tmp_path)
+    named_node(locator)
+    before = resident_kib()
+    started = time.monotonic()
+    with binary.open("rb") as handle, pytest.raises(LocatorFailed, match=death):
+        locator.locate(handle, [symbol_address(binary, "hot") + 4], str(binary))
+    assert time.monotonic() - started < DEADLINE_S
+    assert resident_kib() - before < 16 << 10
+    assert named_node(locator) == "uv_run" and locator.helpers_started == 2
+
+
+def test_fifty_million_line_rows_are_read_within_the_helper_s_limits(tmp_path, locator):
+    binary = many_rows(tmp_path)
+    with binary.open("rb") as handle:
+        (symbol,) = locator.locate(handle, [symbol_address(binary, "hot") + 4], str(binary))
+    assert symbol is not None and symbol.name == "hot"
+    assert locator._helper is not None
+    status = Path(f"/proc/{locator._helper.process.pid}/status").read_text()
+    assert int(re.search(r"RssAnon:\s+(\d+) kB", status).group(1)) < locator_process.DATA_BYTES >> 10
+
+
+def resident_kib() -> int:
+    return int(re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1))
 
 
 @as_root

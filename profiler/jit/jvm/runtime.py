@@ -31,7 +31,7 @@ JAVA_EXIT_MAP_SINCE = 17
 _JAVA_METHOD = re.compile(r"^(?:[\w$.]+(?:\[\])*) ([\w$.]+\.[\w$<>]+)\(([^()]*)\)$")
 
 
-def _spawn_environment(environ: dict[str, str], preload: Path | None) -> dict[str, str]:
+def _spawn_environment(environ: dict[str, str], preload: Path | None, command: Sequence[str]) -> dict[str, str]:
     return {"JAVA_TOOL_OPTIONS": merge_options(environ.get("JAVA_TOOL_OPTIONS"), _java_flags(environ))}
 
 

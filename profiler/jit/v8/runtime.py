@@ -26,21 +26,33 @@ from profiler.kernel.proc_status import command_line_and_environment
 from profiler.model.profile import Frame, FrameKind
 
 NODE_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
+# V8's own sampler (--cpu-prof, --prof, or DevTools' profiler through
+# --inspect) walks the stack in a SIGPROF handler, and with
+# --interpreted-frames-native-stack that walk takes the code space's lock: a
+# tick that lands while the thread holds it hangs node for ever (node
+# --cpu-prof running prettier hung 1 run in 4 with that flag alone). Such a
+# command is not given it; its interpreted frames are named from V8's objects.
+V8_SAMPLER_FLAGS = ("--cpu-prof", "--prof", "--inspect")
 NODE_NAMES = ("node", "nodejs", "nsolid", "bun")
 NODE_CODE_LOG_FIX = (
     "start it with `node --log-code --perf-basic-prof --interpreted-frames-native-stack ...` (or under jitprof -- node ...)"
 )
 
 
-def node_flags(preload: Path | None) -> tuple[str, ...]:
-    """The perf-map flags, and the code-log preload when there is one."""
+def node_flags(preload: Path | None, v8_samples: bool = False) -> tuple[str, ...]:
+    """The perf-map flags (without the per-function interpreter trampolines
+    when V8's own sampler runs), and the code-log preload when there is one."""
+    flags = NODE_FLAGS[:1] if v8_samples else NODE_FLAGS
     if preload is None or " " in str(preload):
-        return NODE_FLAGS
-    return (*NODE_FLAGS, f"--require={preload}")
+        return flags
+    return (*flags, f"--require={preload}")
 
 
-def _spawn_environment(environ: dict[str, str], preload: Path | None) -> dict[str, str]:
-    return {"NODE_OPTIONS": merge_options(environ.get("NODE_OPTIONS"), node_flags(preload))}
+def _spawn_environment(environ: dict[str, str], preload: Path | None, command: Sequence[str]) -> dict[str, str]:
+    existing = environ.get("NODE_OPTIONS")
+    words = [*command, *(existing or "").split()]
+    v8_samples = any(word.startswith(V8_SAMPLER_FLAGS) for word in words)
+    return {"NODE_OPTIONS": merge_options(existing, node_flags(preload, v8_samples))}
 
 
 def _frame_for_name(name: str) -> Frame | None:
