@@ -133,10 +133,16 @@ def _measure(label: str, path: Path) -> Measured | None:
     )
 
 
-def _memory_over_rounds(path: Path, rounds: int) -> tuple[float, float, int]:
-    """RSS (MiB) after the first and the last of `rounds` rounds of opening a
-    file anew, naming addresses in it and closing it (as files come and go
-    over a long --all run), and how often the symbolizer was renewed."""
+def _helper_heap_mib(locator: CodeLocator) -> float:
+    assert locator._helper is not None
+    status = Path(f"/proc/{locator._helper.process.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("RssAnon:"))) / 1024
+
+
+def _memory_over_rounds(path: Path, rounds: int) -> tuple[float, float]:
+    """The helper's heap (MiB) after the first and the last of `rounds`
+    rounds of opening a file anew, naming addresses in it and closing it (as
+    files come and go over a long --all run)."""
     locator = CodeLocator()
     after: list[float] = []
     for _ in range(rounds):
@@ -146,10 +152,61 @@ def _memory_over_rounds(path: Path, rounds: int) -> tuple[float, float, int]:
             locator.locate(image.debug_handle() or image.handle, _addresses(table, ADDRESSES))
         finally:
             image.close()
-        after.append(rss_kib(os.getpid()) / 1024)
-    renewals = locator.renewals
+        after.append(_helper_heap_mib(locator))
     locator.close()
-    return after[0], after[-1], renewals
+    return after[0], after[-1]
+
+
+@dataclass
+class HelperCost:
+    label: str
+    start_s: float  # the helper's start: Python, cffi, blazesym's library, its confinement
+    batch_s: tuple[float, float]  # ADDRESSES in one request, a parsed file: (helper, in process)
+    single_s: tuple[float, float]  # one address per request, per address
+    heap_mib: tuple[float, float]  # the helper's RssAnon; jitprof's RSS growth in process
+
+
+def _helper_cost(label: str, path: Path) -> HelperCost | None:
+    """blazesym in its confined helper against blazesym in jitprof's own
+    process (as before the helper), the file's pages in the page cache."""
+    from profiler.native.blazesym import BlazesymLocator  # noqa: PLC0415  (in process: only here, to compare)
+
+    if not path.exists():
+        return None
+    image = elf.open_elf([str(path)], str(path))
+    try:
+        addresses = _addresses(elf.read_symbols(image.handle), ADDRESSES)
+        source = image.debug_handle() or image.handle
+        locator = CodeLocator()
+        started = time.monotonic()
+        locator.locate(source, addresses[:1])
+        start_s = time.monotonic() - started
+        in_process = BlazesymLocator()
+        before_kib = rss_kib(os.getpid())
+        in_process.locate(source, addresses[:1])
+        timings: dict[str, list[float]] = {"helper batch": [], "own batch": [], "helper single": [], "own single": []}
+        for _ in range(3):  # interleaved
+            for name, locate in (("helper", locator.locate), ("own", in_process.locate)):
+                started = time.monotonic()
+                locate(source, addresses)
+                timings[f"{name} batch"].append(time.monotonic() - started)
+                started = time.monotonic()
+                for address in addresses[:200]:
+                    locate(source, [address])
+                timings[f"{name} single"].append((time.monotonic() - started) / 200)
+        helper_mib = _helper_heap_mib(locator)
+        own_kib = rss_kib(os.getpid()) - before_kib
+        locator.close()
+    finally:
+        image.close()
+    median = statistics.median
+    return HelperCost(
+        label,
+        start_s,
+        (median(timings["helper batch"]), median(timings["own batch"])),
+        (median(timings["helper single"]), median(timings["own single"])),
+        (helper_mib, own_kib / 1024),
+    )
 
 
 def native_symbols() -> list[str]:
@@ -187,12 +244,37 @@ def native_symbols() -> list[str]:
             f"| {result.lines_agree:.1%} | {result.with_inlined:.1%} |"
         )
     rows.append("")
+    costs = [cost for cost in (_helper_cost("node", NODE), _helper_cost("libc.so.6 (with its DWARF)", LIBC)) if cost is not None]
+    rows += [
+        "### What the confined helper costs",
+        "",
+        "blazesym runs in a helper process (its own uid, an empty root, a seccomp filter, 512 MiB of heap), asked",
+        "over a Unix socket; before, it ran in jitprof's own process. Both warm (the file parsed once), medians of 3",
+        "interleaved rounds. First name: the helper's start included (on the symbolizer thread; sampling goes on).",
+        "Heap: the helper's RssAnon after the rounds, beside what the same lookups add to a process's RSS in process.",
+        "",
+        f"| file | first name, helper started | {ADDRESSES:,} addresses, one request: helper | in process "
+        "| one address per request: helper | in process | heap: helper | in process |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for cost in costs:
+        rows.append(
+            f"| {cost.label} | {cost.start_s * 1000:.0f} ms | {cost.batch_s[0] * 1000:.1f} ms | {cost.batch_s[1] * 1000:.1f} ms "
+            f"| {cost.single_s[0] * 1e6:.0f} µs | {cost.single_s[1] * 1e6:.0f} µs | {cost.heap_mib[0]:.0f} MiB "
+            f"| {cost.heap_mib[1]:.0f} MiB |"
+        )
+    rows += [
+        "",
+        "A request is a round trip, so jitprof names a new stack's native callers in one request per file",
+        "(their functions, then the lines they begin on), not one per frame.",
+        "",
+    ]
     if LIBC.exists():
-        first, last, renewals = _memory_over_rounds(LIBC, 40)
+        first, last = _memory_over_rounds(LIBC, 40)
         rows += [
             f"Memory: libc with its DWARF opened anew, {ADDRESSES:,} addresses named and closed, 40 times (files coming",
-            f"and going over a long `--all` run): RSS {first:.0f} MiB after the first round, {last:.0f} MiB after the last;",
-            f"the symbolizer was renewed {renewals} times (blazesym keeps every file it parsed until it is freed).",
+            f"and going over a long `--all` run): the helper's heap {first:.0f} MiB after the first round, {last:.0f} MiB",
+            "after the last (blazesym keeps every file it parsed until its symbolizer is renewed).",
             "",
         ]
     return rows

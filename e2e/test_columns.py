@@ -33,8 +33,10 @@ def theirs(directory: Path) -> set[tuple[str, str, int, int]]:
     return call_frames(profile)
 
 
-def assert_same_functions(tmp_path: Path) -> None:
+def assert_same_functions(tmp_path: Path, interpreted_named: bool = True) -> None:
     ours, node_says = call_frames(tmp_path / "ours.cpuprofile"), theirs(tmp_path)
+    if not interpreted_named:  # the script's top level runs once, interpreted
+        node_says = {frame for frame in node_says if frame[2:] != (0, 0)}
     # Every function on line 6 (0-based 5) is sampled: three side by side.
     assert len({frame for frame in node_says if frame[2] == 5}) == 3, node_says
     assert ours == node_says, (sorted(ours - node_says), sorted(node_says - ours))
@@ -53,6 +55,9 @@ def test_attached_columns_are_cpu_profs(jitprof, tmp_path, background, major):
     assert_same_functions(tmp_path)
 
 
+# node --cpu-prof is not given --interpreted-frames-native-stack (V8's
+# sampler can deadlock with it): from the code log alone, without V8's
+# objects, an interpreted frame has no code of its own to be named by.
 @pytest.mark.parametrize("source", ["V8's objects", "the code log"])
 def test_spawned_columns_are_cpu_profs(jitprof, tmp_path, source):
     flags = ["--no-v8-heap"] if source == "the code log" else []
@@ -61,4 +66,4 @@ def test_spawned_columns_are_cpu_profs(jitprof, tmp_path, source):
         "--", "node", "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(SCRIPT), "3",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert_same_functions(tmp_path)
+    assert_same_functions(tmp_path, interpreted_named=source != "the code log")

@@ -46,6 +46,7 @@ MAX_STACKS = 20_000  # stacks' callers remembered (see resolve_sample): a few Mi
 EPOCHS_REUSE_S = 0.01  # as often as the JIT sources read what their processes write
 MAX_MEMO = 1_000_000  # named addresses remembered
 MAX_FUNCTION_LINES = 100_000
+MAX_NAMED_AHEAD = 65_536  # addresses named ahead and not yet taken (a stack that never came back)
 MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
 
 
@@ -84,6 +85,49 @@ class ElfSymbols:
         self._locator = locator
         self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
         self._function_lines: dict[tuple[str, int], int] = {}
+        # Addresses named ahead in one request per file (a new stack's frames),
+        # taken by resolve_chain: the helper's round trip, not blazesym, is
+        # most of what naming one address costs.
+        self._named_ahead: dict[tuple[str, int], NativeSymbol | None] = {}
+        self.requests = 0  # to blazesym's helper
+
+    def name_ahead(self, wanted: list[tuple[KnownMapping, int]]) -> None:
+        """Name these (mapping, address) pairs now, one request per file for
+        their functions and one for the lines those functions begin on."""
+        if self._locator is None:
+            return
+        by_image: dict[int, tuple[ElfImage, list[int]]] = {}
+        for mapping, address in wanted:
+            image = mapping.image
+            if image is None:
+                continue
+            vaddr = image.vaddr_for_file_offset(address - mapping.entry.start + mapping.entry.offset)
+            if vaddr is not None and (image.cache_key, vaddr) not in self._named_ahead:
+                by_image.setdefault(id(image), (image, []))[1].append(vaddr)
+        if len(self._named_ahead) >= MAX_NAMED_AHEAD:
+            self._named_ahead.clear()
+        for image, vaddrs in by_image.values():
+            if len(vaddrs) < 2:
+                continue  # asked when it is named, as it would be
+            located = self._locate(image, sorted(set(vaddrs)))
+            if located is None:
+                continue
+            starts = set()
+            for vaddr, symbol in located.items():
+                self._named_ahead[(image.cache_key, vaddr)] = symbol
+                if symbol is not None and (image.cache_key, symbol.start) not in self._function_lines:
+                    starts.add(symbol.start)
+            for start, symbol in (self._locate(image, sorted(starts)) or {}).items() if starts else ():
+                self._keep_function_line(image, start, symbol)
+
+    def _locate(self, image: ElfImage, vaddrs: list[int]) -> dict[int, NativeSymbol | None] | None:
+        assert self._locator is not None
+        self.requests += 1
+        try:
+            located = self._locator.locate(image.debug_handle() or image.handle, vaddrs, image.path)
+        except (OSError, ValueError):
+            return None
+        return dict(zip(vaddrs, located, strict=True))
 
     def resolve_chain(self, pid: int, mapping: KnownMapping, address: int) -> list[Frame] | None:
         """The frames at an address, outermost first: the function, then what
@@ -101,10 +145,11 @@ class ElfSymbols:
         if linkage is not None and linkage.name.endswith(PLT_SUFFIX):
             return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]
         if self._locator is not None:
-            try:
-                located = self._locator.locate(image.debug_handle() or image.handle, [vaddr], image.path)[0]
-            except (OSError, ValueError):
-                located = None
+            key = (image.cache_key, vaddr)
+            if key in self._named_ahead:
+                located = self._named_ahead.pop(key)
+            else:
+                located = (self._locate(image, [vaddr]) or {}).get(vaddr)
             if located is not None and located.name:
                 frames = _located_frames(located, mapping.module_name)
                 frames[0] = dataclasses.replace(frames[0], function_line=self._function_line(image, located.start))
@@ -123,18 +168,16 @@ class ElfSymbols:
     def _function_line(self, image: ElfImage, start: int) -> int:
         """The line a function begins on: its first address's (for formats
         that show one line per function: speedscope, .cpuprofile)."""
-        key = (image.cache_key, start)
-        line = self._function_lines.get(key)
+        line = self._function_lines.get((image.cache_key, start))
         if line is None:
-            assert self._locator is not None
-            try:
-                located = self._locator.locate(image.debug_handle() or image.handle, [start], image.path)[0]
-            except (OSError, ValueError):
-                located = None
-            line = located.place.line if located is not None and located.place is not None else 0
-            if len(self._function_lines) >= MAX_FUNCTION_LINES:
-                self._function_lines.clear()
-            self._function_lines[key] = line
+            line = self._keep_function_line(image, start, (self._locate(image, [start]) or {}).get(start))
+        return line
+
+    def _keep_function_line(self, image: ElfImage, start: int, located: NativeSymbol | None) -> int:
+        line = located.place.line if located is not None and located.place is not None else 0
+        if len(self._function_lines) >= MAX_FUNCTION_LINES:
+            self._function_lines.clear()
+        self._function_lines[(image.cache_key, start)] = line
         return line
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
@@ -459,6 +502,7 @@ class Symbolizer:
             all_read = True
             collected: list[int] = []
             records = {record.frame_index: record for record in raw.v8_frames}
+            self._name_callers_ahead(raw, generation, records)
             for depth in range(len(addresses) - 1, 0, -1):  # root first
                 frame_ids, read = self._resolve_frame(raw, generation, depth, records.get(depth), may_park)
                 collected.extend(frame_ids)
@@ -524,6 +568,20 @@ class Symbolizer:
             if recorded is not None and recorded.frames:
                 return recorded
         return None
+
+    def _name_callers_ahead(self, raw: RawSample, generation: int, records: dict[int, V8FrameSlots]) -> None:
+        """The native callers the memo does not know, named in a batch."""
+        memo = self._memo.get(raw.pid, {})
+        wanted = []
+        for depth in range(1, len(raw.addresses)):
+            lookup_address = raw.addresses[depth] - 1
+            if depth in records or (generation, lookup_address) in memo:
+                continue
+            mapping = self._tracker.find(raw.pid, raw.time_ns, lookup_address).mapping
+            if mapping is not None and not mapping.entry.is_anonymous_exec:
+                wanted.append((mapping, lookup_address))
+        if len(wanted) >= 2:
+            self.elf.name_ahead(wanted)
 
     def _resolve_user(self, pid: int, time_ns: int, generation: int, address: int, caller: bool, may_park: bool) -> list[int]:
         """The frame ids at one return address, outermost first (more than

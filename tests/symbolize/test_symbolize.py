@@ -409,3 +409,39 @@ def test_native_frames_through_blazesym_inlined_and_plt():
     chain = profile.stack(profile.samples[1])
     assert len(chain) >= 2 and not chain[0].inlined and all(frame.inlined for frame in chain[1:])
     assert chain[0].name in ("qsort_r", "__qsort_r") and chain[-1].line_exact and chain[-1].file.endswith(".c")
+
+
+def test_a_new_stack_s_native_callers_are_named_in_one_request_per_file():
+    """Each request to blazesym's helper is a round trip (a quarter of a
+    millisecond): a stack of 16 new libc callers costs the leaf's request and
+    two for the callers (their functions, then the lines they begin on), and
+    names every frame as naming them one at a time does."""
+    from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
+
+    names = ["qsort", "memcpy", "strlen", "malloc", "free", "printf", "fopen", "fclose", "getenv", "strtol", "abs",
+             "strchr", "sprintf", "fwrite", "fread", "strcmp", "atoi"]  # fmt: skip
+    addresses = tuple(libc_function_address(name) + 5 for name in names)
+    frames = {}
+    for batched in (True, False):
+        locator = CodeLocator()
+        profile = Profile(RunInfo([], [os.getpid()], 99))
+        tracker = MappingTracker(RecordingTrie())
+        tracker.add_process(os.getpid())
+        symbolizer = Symbolizer(profile, tracker, locator=locator)
+        if not batched:
+            symbolizer.elf.name_ahead = lambda wanted: None
+        symbolizer.start()
+        symbolizer.submit(
+            [RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", addresses, WalkEnd.COMPLETE, -1, True)]
+        )
+        symbolizer.finish()
+        tracker.close()
+        locator.close()
+        assert symbolizer.errors == []
+        frames[batched] = [(frame.name, frame.file, frame.line) for frame in profile.stack(profile.samples[0])]
+        if batched:
+            assert symbolizer.elf.requests <= 4, symbolizer.elf.requests
+        else:
+            assert symbolizer.elf.requests >= 2 * (len(names) - 1)
+    assert frames[True] == frames[False]
+    assert sum(1 for name, _file, _line in frames[True] if name.lstrip("_").startswith(("qsort", "strlen", "malloc"))) >= 2
