@@ -43,7 +43,7 @@ def test_short_processes_one_after_another(jitprof, tmp_path, fixtures_built):
     assert len(cut_short) <= 0.01 * len(short), profile.walk_ends
     # Every native sample with a user stack (not one taken in _exit, after
     # the process's memory went, nor one inside execve, before the new
-    # program's stack is there: a known limit the README states) reaches main,
+    # program's stack is there: a known limit docs/limits.md states) reaches main,
     # from the first one on. A loaded machine makes execve slower, and hits it more.
     names = profile.frames
     in_execve = [

@@ -336,4 +336,4 @@ def _explain_load_failure(error: Exception) -> JitprofError:
             f"BCC could not compile the sampler: {first_line}",
             "check the kernel headers (`make setup`) and BCC installation",
         )
-    return JitprofError(f"cannot load the BPF program: {first_line}", "run `make setup`; see README, Known limits")
+    return JitprofError(f"cannot load the BPF program: {first_line}", "run `make setup`; see docs/limits.md")
