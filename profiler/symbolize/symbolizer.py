@@ -364,6 +364,7 @@ class Symbolizer:
                     self._call(raw)
                 else:
                     self._start_batch()
+                    self._name_leaves_ahead(raw)
                     for index, sample in enumerate(raw):
                         if self._abandoned.is_set():
                             self._give_up(raw[index:])
@@ -568,6 +569,23 @@ class Symbolizer:
             if recorded is not None and recorded.frames:
                 return recorded
         return None
+
+    def _name_leaves_ahead(self, batch: list[RawSample]) -> None:
+        """The native leaves of a batch of samples the memo does not know,
+        named in one request per file: a busy program's leaf is at a new
+        instruction in most samples, and each would be a round trip."""
+        wanted = []
+        for raw in batch:
+            if not raw.addresses or raw.leaf_v8_frame is not None or raw.stack_copy is not None:
+                continue
+            generation = self._tracker.space_state(raw.pid, raw.time_ns)[0]
+            if (generation, raw.addresses[0]) in self._memo.get(raw.pid, {}):
+                continue
+            mapping = self._tracker.find(raw.pid, raw.time_ns, raw.addresses[0]).mapping
+            if mapping is not None and not mapping.entry.is_anonymous_exec:
+                wanted.append((mapping, raw.addresses[0]))
+        if len(wanted) >= 2:
+            self.elf.name_ahead(wanted)
 
     def _name_callers_ahead(self, raw: RawSample, generation: int, records: dict[int, V8FrameSlots]) -> None:
         """The native callers the memo does not know, named in a batch."""

@@ -445,3 +445,33 @@ def test_a_new_stack_s_native_callers_are_named_in_one_request_per_file():
             assert symbolizer.elf.requests >= 2 * (len(names) - 1)
     assert frames[True] == frames[False]
     assert sum(1 for name, _file, _line in frames[True] if name.lstrip("_").startswith(("qsort", "strlen", "malloc"))) >= 2
+
+
+def test_a_batch_s_new_native_leaves_are_named_in_one_request_per_file():
+    """A busy program's leaf is at a new instruction in most samples: the
+    samples submitted together cost one request for their leaves (and one for
+    the lines their functions begin on), not one or two each."""
+    from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
+
+    leaves = [libc_function_address(name) + 3 for name in ("qsort", "memcpy", "strlen", "malloc", "free", "getenv", "strtol")]
+    named = {}
+    for batched in (True, False):
+        locator = CodeLocator()
+        profile = Profile(RunInfo([], [os.getpid()], 99))
+        tracker = MappingTracker(RecordingTrie())
+        tracker.add_process(os.getpid())
+        symbolizer = Symbolizer(profile, tracker, locator=locator)
+        if not batched:
+            symbolizer.elf.name_ahead = lambda wanted: None
+        symbolizer.start()
+        now = time.monotonic_ns()
+        symbolizer.submit(
+            [RawSample(os.getpid(), os.getpid(), 0, now, "t", (leaf,), WalkEnd.COMPLETE, -1, True) for leaf in leaves]
+        )
+        symbolizer.finish()
+        tracker.close()
+        locator.close()
+        assert symbolizer.errors == []
+        named[batched] = [[frame.name for frame in profile.stack(sample)] for sample in profile.samples]
+        assert symbolizer.elf.requests <= 3 if batched else symbolizer.elf.requests >= len(leaves)
+    assert named[True] == named[False] and len(named[True]) == len(leaves)
