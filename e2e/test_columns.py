@@ -33,10 +33,8 @@ def theirs(directory: Path) -> set[tuple[str, str, int, int]]:
     return call_frames(profile)
 
 
-def assert_same_functions(tmp_path: Path, interpreted_named: bool = True) -> None:
+def assert_same_functions(tmp_path: Path) -> None:
     ours, node_says = call_frames(tmp_path / "ours.cpuprofile"), theirs(tmp_path)
-    if not interpreted_named:  # the script's top level runs once, interpreted
-        node_says = {frame for frame in node_says if frame[2:] != (0, 0)}
     # Every function on line 6 (0-based 5) is sampled: three side by side.
     assert len({frame for frame in node_says if frame[2] == 5}) == 3, node_says
     assert ours == node_says, (sorted(ours - node_says), sorted(node_says - ours))
@@ -66,4 +64,11 @@ def test_spawned_columns_are_cpu_profs(jitprof, tmp_path, source):
         "--", "node", "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(SCRIPT), "3",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
-    assert_same_functions(tmp_path, interpreted_named=source != "the code log")
+    if source == "V8's objects":
+        assert_same_functions(tmp_path)
+        return
+    # From the code log alone, a function is named where it ran compiled:
+    # which of its samples fell in the interpreter depends on V8's tiering.
+    ours, node_says = call_frames(tmp_path / "ours.cpuprofile"), theirs(tmp_path)
+    assert ours <= node_says, sorted(ours - node_says)
+    assert {name for name, _url, _line, _column in ours} >= {"spin", "run"}, sorted(ours)
