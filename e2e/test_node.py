@@ -95,7 +95,7 @@ def test_node_s_own_cpu_profiler_runs_beside_jitprof(jitprof, tmp_path):
     )
     report = tmp_path / "options.txt"
     run = jitprof(
-        "-o", "out.folded", "--", "node", "--cpu-prof", f"--cpu-prof-dir={tmp_path / 'prof'}", str(script), str(report), "3"
+        "-o", "out.folded", "--", "node", "--cpu-prof", f"--cpu-prof-dir={tmp_path / 'prof'}", str(script), str(report), "4"
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     options = report.read_text().split()
@@ -103,7 +103,8 @@ def test_node_s_own_cpu_profiler_runs_beside_jitprof(jitprof, tmp_path):
     assert len(list((tmp_path / "prof").glob("*.cpuprofile"))) == 1
     lines = read_folded(tmp_path / "out.folded")
     named = sum(line.count for line in lines if js_chain(line.frames))
-    assert total(lines) >= 150 and named / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
+    # 4 s of a CPU at 99 Hz is about 400 samples: 100 leaves room for a machine shared with other work.
+    assert total(lines) >= 100 and named / total(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
 
 
 def test_npm_run_and_shebang_script(jitprof, tmp_path):
