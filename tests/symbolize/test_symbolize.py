@@ -411,38 +411,41 @@ def test_native_frames_through_blazesym_inlined_and_plt():
     assert chain[0].name in ("qsort_r", "__qsort_r") and chain[-1].line_exact and chain[-1].file.endswith(".c")
 
 
+def named_through_the_helper(stacks: list[tuple[int, ...]], batched: bool) -> tuple[Profile, int]:
+    """The stacks (this process's addresses, leaf first) named as one batch,
+    with or without naming ahead; the profile and the requests it took."""
+    from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
+
+    locator = CodeLocator()
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker, locator=locator)
+    if not batched:
+        symbolizer.elf.name_ahead = lambda wanted: None
+    symbolizer.start()
+    now = time.monotonic_ns()
+    symbolizer.submit([RawSample(os.getpid(), os.getpid(), 0, now, "t", stack, WalkEnd.COMPLETE, -1, True) for stack in stacks])
+    symbolizer.finish()
+    tracker.close()
+    locator.close()
+    assert symbolizer.errors == []
+    return profile, symbolizer.elf.requests
+
+
 def test_a_new_stack_s_native_callers_are_named_in_one_request_per_file():
-    """Each request to blazesym's helper is a round trip (a quarter of a
+    """Each request to blazesym's helper is a round trip (a fifth of a
     millisecond): a stack of 16 new libc callers costs the leaf's request and
     two for the callers (their functions, then the lines they begin on), and
     names every frame as naming them one at a time does."""
-    from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
-
     names = ["qsort", "memcpy", "strlen", "malloc", "free", "printf", "fopen", "fclose", "getenv", "strtol", "abs",
              "strchr", "sprintf", "fwrite", "fread", "strcmp", "atoi"]  # fmt: skip
     addresses = tuple(libc_function_address(name) + 5 for name in names)
     frames = {}
     for batched in (True, False):
-        locator = CodeLocator()
-        profile = Profile(RunInfo([], [os.getpid()], 99))
-        tracker = MappingTracker(RecordingTrie())
-        tracker.add_process(os.getpid())
-        symbolizer = Symbolizer(profile, tracker, locator=locator)
-        if not batched:
-            symbolizer.elf.name_ahead = lambda wanted: None
-        symbolizer.start()
-        symbolizer.submit(
-            [RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", addresses, WalkEnd.COMPLETE, -1, True)]
-        )
-        symbolizer.finish()
-        tracker.close()
-        locator.close()
-        assert symbolizer.errors == []
+        profile, requests = named_through_the_helper([addresses], batched)
         frames[batched] = [(frame.name, frame.file, frame.line) for frame in profile.stack(profile.samples[0])]
-        if batched:
-            assert symbolizer.elf.requests <= 4, symbolizer.elf.requests
-        else:
-            assert symbolizer.elf.requests >= 2 * (len(names) - 1)
+        assert requests <= 4 if batched else requests >= 2 * (len(names) - 1), requests
     assert frames[True] == frames[False]
     assert sum(1 for name, _file, _line in frames[True] if name.lstrip("_").startswith(("qsort", "strlen", "malloc"))) >= 2
 
@@ -451,27 +454,10 @@ def test_a_batch_s_new_native_leaves_are_named_in_one_request_per_file():
     """A busy program's leaf is at a new instruction in most samples: the
     samples submitted together cost one request for their leaves (and one for
     the lines their functions begin on), not one or two each."""
-    from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
-
     leaves = [libc_function_address(name) + 3 for name in ("qsort", "memcpy", "strlen", "malloc", "free", "getenv", "strtol")]
     named = {}
     for batched in (True, False):
-        locator = CodeLocator()
-        profile = Profile(RunInfo([], [os.getpid()], 99))
-        tracker = MappingTracker(RecordingTrie())
-        tracker.add_process(os.getpid())
-        symbolizer = Symbolizer(profile, tracker, locator=locator)
-        if not batched:
-            symbolizer.elf.name_ahead = lambda wanted: None
-        symbolizer.start()
-        now = time.monotonic_ns()
-        symbolizer.submit(
-            [RawSample(os.getpid(), os.getpid(), 0, now, "t", (leaf,), WalkEnd.COMPLETE, -1, True) for leaf in leaves]
-        )
-        symbolizer.finish()
-        tracker.close()
-        locator.close()
-        assert symbolizer.errors == []
+        profile, requests = named_through_the_helper([(leaf,) for leaf in leaves], batched)
         named[batched] = [[frame.name for frame in profile.stack(sample)] for sample in profile.samples]
-        assert symbolizer.elf.requests <= 3 if batched else symbolizer.elf.requests >= len(leaves)
+        assert requests <= 3 if batched else requests >= len(leaves), requests
     assert named[True] == named[False] and len(named[True]) == len(leaves)
