@@ -185,6 +185,22 @@ _LINE_PROGRAM = """
 """
 
 
+# A DWARF 4 compile unit over the code, its line table at .Lline; its
+# children and its end (.Lunit_end) follow.
+_UNIT_START = """
+    .section .debug_info,"",@progbits
+.Lunit:
+    .long .Lunit_end - .Lunit - 4
+    .short 4
+    .long 0
+    .byte 8
+    .uleb128 1
+    .asciz "crafted.c"
+    .quad {low}, {high}
+    .long .Lline
+"""
+
+
 def _with_dwarf(directory: Path, name: str, source: str, flags: tuple[str, ...] | list[str], dwarf: str) -> Path:
     """The program built without debug info, then again with `dwarf` (an
     assembly text naming {low}, {high} and {length}, the text's range) as its
@@ -207,18 +223,9 @@ def deep_inlines(
 ) -> Path:
     """Every function's code inside `depth` nested inlined calls (blazesym
     0.2 recurses once per level: 5,000 survive, 20,000 overflow its stack)."""
-    dwarf = f"""
-    .section .debug_info,"",@progbits
-.Lunit:
-    .long .Lunit_end - .Lunit - 4
-    .short 4
-    .long 0
-    .byte 8
-    .uleb128 1
-    .asciz "crafted.c"
-    .quad {{low}}, {{high}}
-    .long .Lline
-.Linlined:
+    dwarf = (
+        _UNIT_START
+        + f""".Linlined:
     .uleb128 2
     .asciz "deep"
     .byte 1
@@ -233,27 +240,22 @@ def deep_inlines(
     .endr
     .fill {depth + 2}, 1, 0
 .Lunit_end:
-""" + _LINE_PROGRAM.replace("{rows}", "1")
+"""
+        + _LINE_PROGRAM.replace("{rows}", "1")
+    )
     return _with_dwarf(directory, "deep", source, flags, dwarf)
 
 
 def many_rows(directory: Path, rows: int = 50_000_000, source: str = HOT_SOURCE, flags: tuple[str, ...] | list[str] = ()) -> Path:
     """One line table of `rows` rows, a byte each, over the code (blazesym
     0.2 keeps every row: 1.25 GB for 50 M)."""
-    dwarf = """
-    .section .debug_info,"",@progbits
-.Lunit:
-    .long .Lunit_end - .Lunit - 4
-    .short 4
-    .long 0
-    .byte 8
-    .uleb128 1
-    .asciz "crafted.c"
-    .quad {low}, {high}
-    .long .Lline
-    .byte 0
+    dwarf = (
+        _UNIT_START
+        + """    .byte 0
 .Lunit_end:
-""" + _LINE_PROGRAM.replace("{rows}", str(rows))
+"""
+        + _LINE_PROGRAM.replace("{rows}", str(rows))
+    )
     return _with_dwarf(directory, "rows", source, flags, dwarf)
 
 

@@ -576,30 +576,32 @@ class Symbolizer:
         instruction in most samples, and each would be a round trip."""
         wanted = []
         for raw in batch:
-            if not raw.addresses or raw.leaf_v8_frame is not None or raw.stack_copy is not None:
-                continue
-            generation = self._tracker.space_state(raw.pid, raw.time_ns)[0]
-            if (generation, raw.addresses[0]) in self._memo.get(raw.pid, {}):
-                continue
-            mapping = self._tracker.find(raw.pid, raw.time_ns, raw.addresses[0]).mapping
-            if mapping is not None and not mapping.entry.is_anonymous_exec:
-                wanted.append((mapping, raw.addresses[0]))
+            if raw.addresses and raw.leaf_v8_frame is None and raw.stack_copy is None:
+                generation = self._tracker.space_state(raw.pid, raw.time_ns)[0]
+                mapping = self._unknown_native(raw, generation, raw.addresses[0])
+                if mapping is not None:
+                    wanted.append((mapping, raw.addresses[0]))
         if len(wanted) >= 2:
             self.elf.name_ahead(wanted)
 
     def _name_callers_ahead(self, raw: RawSample, generation: int, records: dict[int, V8FrameSlots]) -> None:
         """The native callers the memo does not know, named in a batch."""
-        memo = self._memo.get(raw.pid, {})
         wanted = []
         for depth in range(1, len(raw.addresses)):
             lookup_address = raw.addresses[depth] - 1
-            if depth in records or (generation, lookup_address) in memo:
-                continue
-            mapping = self._tracker.find(raw.pid, raw.time_ns, lookup_address).mapping
-            if mapping is not None and not mapping.entry.is_anonymous_exec:
+            mapping = None if depth in records else self._unknown_native(raw, generation, lookup_address)
+            if mapping is not None:
                 wanted.append((mapping, lookup_address))
         if len(wanted) >= 2:
             self.elf.name_ahead(wanted)
+
+    def _unknown_native(self, raw: RawSample, generation: int, lookup_address: int) -> KnownMapping | None:
+        """The file mapping of an address the memo has not named, if it is one
+        (JIT code is named by the JIT sources, never ahead)."""
+        if (generation, lookup_address) in self._memo.get(raw.pid, {}):
+            return None
+        mapping = self._tracker.find(raw.pid, raw.time_ns, lookup_address).mapping
+        return mapping if mapping is not None and not mapping.entry.is_anonymous_exec else None
 
     def _resolve_user(self, pid: int, time_ns: int, generation: int, address: int, caller: bool, may_park: bool) -> list[int]:
         """The frame ids at one return address, outermost first (more than
