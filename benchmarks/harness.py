@@ -100,13 +100,18 @@ def runtime_runs(
     setups: dict[str, Setup], warm: str, command: list[str], repeats: int, workdir: Path, label: str
 ) -> dict[str, list[WorkloadRun]]:
     """Interleaved runs after one run of `warm` (caches); removes the perf
-    maps the runs without jitprof left (the runtime's own flags write them)."""
-    before = set(Path("/tmp").glob("perf-*.map"))
+    maps, jitdumps and V8 logs the runs without jitprof left (the runtime's
+    own flags write them)."""
+    before = set(_jit_files(workdir))
     run_workload(setups[warm].prefix, workdir, command, setups[warm].env)
     results = interleaved_runs(setups, repeats, workdir, command, label)
-    for leftover in set(Path("/tmp").glob("perf-*.map")) - before:
+    for leftover in set(_jit_files(workdir)) - before:
         leftover.unlink()
     return results
+
+
+def _jit_files(workdir: Path) -> list[Path]:
+    return [*Path("/tmp").glob("perf-*.map"), *Path("/tmp").glob("jit-*.dump"), *workdir.glob("isolate-*-v8.log")]
 
 
 def slowdown_table(results: dict[str, list[WorkloadRun]], baseline: str) -> list[str]:

@@ -137,10 +137,10 @@ def jitprof_module(symbol_cache, tmp_path_factory):
     return _jitprof_runner(symbol_cache, tmp_path_factory.mktemp("setup-run"))
 
 
-def _perf_maps() -> dict[str, int]:
-    """/tmp's perf maps now: path -> inode."""
+def _jit_files() -> dict[str, int]:
+    """/tmp's perf maps and jitdumps now: path -> inode."""
     maps = {}
-    for path in Path("/tmp").glob("perf-*.map"):
+    for path in [*Path("/tmp").glob("perf-*.map"), *Path("/tmp").glob("jit-*.dump")]:
         try:
             maps[str(path)] = path.lstat().st_ino
         except FileNotFoundError:
@@ -149,21 +149,26 @@ def _perf_maps() -> dict[str, int]:
 
 
 def _pid_alive(path: str) -> bool:
-    pid = path.removeprefix("/tmp/perf-").removesuffix(".map")
+    name = Path(path).name
+    # perf-PID.map, jit-PID.dump, jit-TID-PID.dump
+    pid = (
+        name.removeprefix("perf-").removesuffix(".map") if name.startswith("perf-") else name.removesuffix(".dump").split("-")[-1]
+    )
     return pid.isdigit() and process_alive(int(pid))
 
 
 @pytest.fixture(autouse=True)
 def no_perf_maps_left_behind():
-    """Each test leaves /tmp as it found it: a perf map that appeared during
-    the test, of a process now gone, was left by jitprof or by the test.
+    """Each test leaves /tmp as it found it: a perf map or jitdump that
+    appeared during the test, of a process now gone, was left by jitprof or
+    by the test.
     (Autouse: set up first, so checked after the test's processes are stopped.)"""
-    before = _perf_maps()
+    before = _jit_files()
     yield
-    left = sorted(path for path, inode in _perf_maps().items() if before.get(path) != inode and not _pid_alive(path))
+    left = sorted(path for path, inode in _jit_files().items() if before.get(path) != inode and not _pid_alive(path))
     for path in left:
         Path(path).unlink(missing_ok=True)  # reported once, not again by every later test
-    assert not left, f"perf maps left behind: {left}"
+    assert not left, f"perf maps or jitdumps left behind: {left}"
 
 
 @pytest.fixture

@@ -30,7 +30,16 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ALL_OUTPUTS = ["run.jitprof", "run.folded", "run.svg", "run.speedscope.json", "run.cpuprofile", "run.pb.gz", "callgrind.out.run"]
+ALL_OUTPUTS = [
+    "run.jitprof",
+    "run.folded",
+    "run.svg",
+    "run.html",
+    "run.speedscope.json",
+    "run.cpuprofile",
+    "run.pb.gz",
+    "callgrind.out.run",
+]
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +166,15 @@ def test_svg_and_speedscope_render_in_chromium(node_run, tmp_path):
         server.server_close()
 
 
-def test_diff_shows_the_doubled_function(jitprof, tmp_path):
+def record_base_and_new(jitprof) -> None:  # noqa: ANN001
+    """base.jitprof and new.jitprof of diff_work.js, g's work doubled in new."""
     for name, factor in (("base", "1"), ("new", "2")):
         run = jitprof("-F", "499", "-o", f"{name}.jitprof", "--", "node", str(JS / "diff_work.js"), "200", factor)
         assert run.returncode == 0, run.stderr
+
+
+def test_diff_shows_the_doubled_function(jitprof, tmp_path):
+    record_base_and_new(jitprof)
     printed = jitprof("diff", "base.jitprof", "new.jitprof", "--format", "folded")
     assert printed.returncode == 0, printed.stderr
     before: Counter[str] = Counter()

@@ -157,12 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-inject",
         action="store_true",
         help="do not add the JIT flags to a spawned command (NODE_OPTIONS: --perf-basic-prof "
-        "--interpreted-frames-native-stack; with --no-v8-heap, the V8 code-log preload too)",
+        "--interpreted-frames-native-stack, with --no-v8-heap the V8 code-log preload too; DENO_V8_FLAGS, "
+        "BUN_JSC_useJITDump, JAVA_TOOL_OPTIONS, MVM_JIT_PERF_MAP)",
     )
     parser.add_argument(
         "--keep-jit-files",
         action="store_true",
-        help="keep the perf maps and V8 code logs that the injected flags made the program write (default: removed at the end)",
+        help="keep the perf maps, jitdumps and V8 code logs that the injected flags made the program write (default: removed at the end)",
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP + " (a .jitprof output keeps everything)")
     parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
@@ -398,8 +399,12 @@ def build_diff_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("base", type=Path, metavar="BASE.jitprof")
     parser.add_argument("new", type=Path, metavar="NEW.jitprof")
-    parser.add_argument("-o", "--output", type=Path, default=None, metavar="PATH", help="write here: .svg, or .folded/.txt")
-    parser.add_argument("--format", choices=("svg", "folded"), default=None, help="svg, or folded (two columns)")
+    parser.add_argument(
+        "-o", "--output", type=Path, default=None, metavar="PATH", help="write here: .svg, .html, or .folded/.txt"
+    )
+    parser.add_argument(
+        "--format", choices=("svg", "html", "folded"), default=None, help="svg, html (a page to explore), or folded (two columns)"
+    )
     parser.add_argument(
         "--normalize",
         action="store_true",
@@ -429,7 +434,8 @@ def run_diff(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     format_name = args.format
     if format_name is None:
-        format_name = "svg" if args.output is not None and args.output.name.endswith(".svg") else "folded"
+        suffix = args.output.suffix if args.output is not None else ""
+        format_name = {".svg": "svg", ".html": "html"}.get(suffix, "folded")
     base, new = report.load(args.base), report.load(args.new)
     if not args.no_source_maps:
         base, new = with_originals(base), with_originals(new)
@@ -440,12 +446,15 @@ def run_diff(argv: list[str]) -> int:
         report.write_diff_folded(base, new, sys.stdout, args.normalize)
         return 0
     if args.output is None:
-        report.write_diff_svg(base, new, sys.stdout.buffer, args.normalize)
+        write_diff = report.write_diff_html if format_name == "html" else report.write_diff_svg
+        write_diff(base, new, sys.stdout.buffer, args.normalize)
         return 0
 
     def produce(stream: IO[bytes]) -> None:
         if format_name == "svg":
             report.write_diff_svg(base, new, stream, args.normalize)
+        elif format_name == "html":
+            report.write_diff_html(base, new, stream, args.normalize)
         else:
             write_text(stream, lambda text: report.write_diff_folded(base, new, text, args.normalize))
 

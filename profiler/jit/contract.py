@@ -2,8 +2,9 @@
 in a process, what it is given when jitprof spawns a command, how the names
 it gives its JIT code read as frames, what a store calls it, and what to tell
 its user. Each runtime's record is in its own module (jit/v8/runtime.py,
-jit/jvm/runtime.py, jit/moarvm.py, jit/cpython.py, jit/dotnet.py) and
-jit/runtimes.py lists them: adding a runtime touches its module and that list.
+jit/jvm/runtime.py, jit/deno.py, jit/bun.py, jit/moarvm.py, jit/cpython.py,
+jit/dotnet.py) and jit/runtimes.py lists them: adding a runtime touches its
+module and that list.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class Runtime:
     frame_for_name: Callable[[str], Frame | None] | None = None
     # Names written by this runtime are only ever in its own form.
     own_names_only: bool = False
+    # Given V8's flags, it writes V8's logs into its working directory
+    # (isolate-0x…-PID-v8.log), which the run removes at its end (jit/files.py).
+    writes_v8_logs: bool = False
     # The application a process of it is (a package, a main class); None: unknown.
     application: Callable[[int, list[str]], str | None] | None = None
     # The symbol sources it brings to a run, asked before the generic ones

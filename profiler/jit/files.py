@@ -3,9 +3,9 @@
 `--perf-basic-prof` makes V8 write `isolate-0x…-PID-v8.log` into the
 process's working directory (the code log, when jitprof's preload turns it
 on), and Node does not allow `--logfile` in NODE_OPTIONS to send it
-elsewhere. jitprof notes the working directory of
-each Node process while it lives (a directory descriptor, usable after it
-exits) and removes those logs at the end.
+elsewhere; Deno writes its own there too. jitprof notes the working
+directory of each such process while it lives (a directory descriptor,
+usable after it exits) and removes those logs at the end.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ class JitFileJanitor:
     def note_process(self, pid: int) -> None:
         if pid in self._directories or len(self._directories) >= MAX_TRACKED_DIRECTORIES:
             return
-        if runtimes.runtime_of(pid) is not runtimes.NODE:
+        runtime = runtimes.runtime_of(pid)
+        if runtime is None or not runtime.writes_v8_logs:
             return
         try:
             self._directories[pid] = os.open(f"/proc/{pid}/cwd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -10,24 +10,22 @@ file owned by the process's user.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import threading
 import time
 from dataclasses import dataclass, field
 
 from profiler.jit.jitdump import CodeLoad, JitdumpFile
+from profiler.jit.jitdump_files import mapped_dumps, remove_jitdumps
 from profiler.jit.names import frame_for_name
 from profiler.jit.rescan import Rescan
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import process_uid
-from profiler.kernel.procmaps import read_maps
 from profiler.model.profile import Frame, FrameKind
 
 TAIL_INTERVAL_S = 0.01
-MAX_DUMPS_PER_PROCESS = 8
-_DUMP_NAME = re.compile(r"/jit-\d+\.dump$")
+MAX_DUMPS_PER_PROCESS = 64  # JavaScriptCore writes one per thread that compiles
 
 
 @dataclass
@@ -145,7 +143,7 @@ class JitdumpSymbols(JitSymbolSource):
     def _scan(self, state: _ProcessDumps) -> None:
         if state.owner_uid is None or len(state.dumps) >= MAX_DUMPS_PER_PROCESS:
             return
-        for map_file in _mapped_dumps(state.pid):
+        for map_file in mapped_dumps(state.pid):
             try:
                 descriptor = os.open(map_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
             except OSError:
@@ -167,7 +165,8 @@ class JitdumpSymbols(JitSymbolSource):
             state.dumps.append(JitdumpFile(os.readlink(map_file), descriptor))
 
     def forget(self, pid: int, remove_as: int | None = None) -> list[str]:
-        """A process long gone: close its dumps and let its code go."""
+        """A process long gone: close its dumps and let its code go (and
+        remove_as: remove the dumps it was told to write, as their owner)."""
         with self._lock:
             state = self._processes.pop(pid, None)
             if state is not None:
@@ -177,6 +176,8 @@ class JitdumpSymbols(JitSymbolSource):
         reports = _reports_of(state)
         for dump in state.dumps:
             dump.close()
+        if remove_as is not None and state.dumps:
+            remove_jitdumps([pid], remove_as)
         return [report.warning() for report in reports if report.error]
 
     def warnings(self) -> list[str]:
@@ -215,8 +216,3 @@ def _reports_of(state: _ProcessDumps) -> list[JitdumpReport]:
     if state.refused and not state.dumps:
         reports.append(JitdumpReport(state.pid, "", 0, state.refused, 0))
     return reports
-
-
-def _mapped_dumps(pid: int) -> list[str]:
-    """/proc/PID/map_files entries of the jit-*.dump files the process maps."""
-    return [f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}" for entry in read_maps(pid) if _DUMP_NAME.search(entry.path)]

@@ -5,6 +5,7 @@ understood; any other name is shown as written.
 
 from __future__ import annotations
 
+from profiler.jit.bun import BUN
 from profiler.jit.contract import Runtime
 from profiler.jit.cpython import PYTHON
 from profiler.jit.v8.runtime import NODE
@@ -29,4 +30,4 @@ def frame_for_name(name: str, runtime: Runtime | None = None) -> Frame:
 
 # The forms tried whoever wrote the name (an unknown writer, node's own):
 # they cannot be mistaken for another's.
-GENERIC_FORMS = [form for form in (PYTHON.frame_for_name, NODE.frame_for_name) if form is not None]
+GENERIC_FORMS = [form for form in (PYTHON.frame_for_name, NODE.frame_for_name, BUN.frame_for_name) if form is not None]

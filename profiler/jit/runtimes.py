@@ -8,8 +8,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from profiler.jit.bun import BUN
 from profiler.jit.contract import Runtime
 from profiler.jit.cpython import PYTHON
+from profiler.jit.deno import DENO
 from profiler.jit.dotnet import DOTNET
 from profiler.jit.jvm.runtime import JAVA
 from profiler.jit.moarvm import MOARVM
@@ -19,7 +21,7 @@ from profiler.native.elf import MAX_ELF_BYTES
 from profiler.native.elf_format import dynamic_strings
 from profiler.safety import files
 
-RUNTIMES = (NODE, JAVA, MOARVM, PYTHON, DOTNET)
+RUNTIMES = (NODE, DENO, BUN, JAVA, MOARVM, PYTHON, DOTNET)
 UNKNOWN = Runtime("this runtime", "make it write /tmp/perf-PID.map or a jit-PID.dump (its perf-map or jitdump option)")
 MAX_EXPORT_NAMES_BYTES = 16 << 20  # node's are 5-8 MB
 MAX_EXPORTS_KNOWN = 4096

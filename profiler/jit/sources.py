@@ -13,6 +13,7 @@ from typing import Any
 from profiler.jit import runtimes
 from profiler.jit.contract import SourceSettings
 from profiler.jit.files import JitFileJanitor
+from profiler.jit.jitdump_files import remove_jitdumps
 from profiler.jit.jitdump_source import JitdumpSymbols
 from profiler.jit.perfmap import candidate_paths, remove_perf_map
 from profiler.jit.perfmap_source import PerfMapSymbols
@@ -132,12 +133,13 @@ class JitSources:
             source.remove_asked_files()
 
     def remove_files(self, owner_uid: int, pids: Iterable[int]) -> None:
-        """Perf maps and V8 logs exist because jitprof asked for them."""
+        """Perf maps, jitdumps and V8 logs exist because jitprof asked for them."""
         for source in self._sources:
             source.remove_files(owner_uid)
         self._janitor.remove_files(owner_uid)  # V8's logs, the code log among them
         for pid in sorted(pids):  # processes whose map was never read
             remove_perf_map(f"/tmp/perf-{pid}.map", owner_uid)
+        remove_jitdumps(pids, owner_uid)
 
     def close(self) -> None:
         for source in self._sources:

@@ -44,6 +44,8 @@ class FileImages:
     def image_for(self, pid: int, entry: MapEntry) -> ElfImage | None:
         """The mapping's file, opened while pid is alive (its map_files entry
         goes with it); None for a file jitprof cannot use."""
+        if entry.is_jitdump_marker:  # mapped executable for profilers to find, not code
+            return None
         if entry.path == VDSO:  # the same kernel's vDSO in every process
             if self._vdso is False:
                 self._vdso = vdso_image()

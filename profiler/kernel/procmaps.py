@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # Pseudo-files whose code is not backed by an ELF file on disk.
@@ -9,6 +10,9 @@ SPECIAL_NAMES = ("[vdso]", "[vsyscall]", "[stack]", "[heap]", "[vvar]", "[uprobe
 # Shared anonymous memory and memfd double-mapping (used by some JITs) have a
 # path and an inode, but no file worth reading.
 ANONYMOUS_PATH_PREFIXES = ("/dev/zero", "/memfd:", "/SYSV")
+# A jitdump its writer maps executable for profilers to find (perf's
+# jit-PID.dump; JavaScriptCore's jit-TID-PID.dump): a marker, never code.
+JITDUMP_MARKER = re.compile(r"/jit-\d+(?:-\d+)?\.dump$")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,10 @@ class MapEntry:
     def is_anonymous_exec(self) -> bool:
         """Executable memory with no file behind it: JIT code, most likely."""
         return self.executable and not self.is_file_backed and self.path not in SPECIAL_NAMES
+
+    @property
+    def is_jitdump_marker(self) -> bool:
+        return JITDUMP_MARKER.search(self.path) is not None
 
     def contains(self, address: int) -> bool:
         return self.start <= address < self.end

@@ -140,6 +140,7 @@ class Profile:
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
     _taken_frames: tuple[int, int] = field(default=(0, 0), repr=False)  # _frame_counts of the taken samples
+    _counted: tuple[tuple[int, int, bool, bool], Counter[tuple[str, tuple[int, ...]]]] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def intern(self, frame: Frame) -> int:
@@ -194,8 +195,11 @@ class Profile:
 
     def root_label(self, sample: Sample) -> str:
         """The process frame at the root of every stack."""
-        comm = sample.comm or str(sample.pid)
-        return f"{comm}-{sample.pid}" if self.info.root_by_pid else comm
+        return self.process_label(sample.comm, sample.pid)
+
+    def process_label(self, comm: str, pid: int) -> str:
+        comm = comm or str(pid)
+        return f"{comm}-{pid}" if self.info.root_by_pid else comm
 
     @property
     def weight_unit(self) -> str:
@@ -206,15 +210,32 @@ class Profile:
         """Samples per (root label, frame ids) (with --off-cpu, microseconds
         on and off the CPU): writers walk each distinct stack once, however
         many samples share it."""
+        # Every format asks (six for one `jitprof report`): counted once for
+        # the samples so far (they are only ever appended, or all taken).
+        key = (self.taken_samples, len(self.samples), self.info.root_by_pid, self.info.off_cpu)
+        if self._counted is not None and self._counted[0] == key:
+            return Counter(self._counted[1])
         counts: Counter[tuple[str, tuple[int, ...]]] = Counter()
         if self.info.off_cpu:
             period_ns = self.info.sample_period_ns
-            for key, weight in self.stack_weights().items():
-                counts[key] = microseconds(weight.total_ns(period_ns))
-            return counts
-        for sample in self.samples:
-            counts[(self.root_label(sample), sample.frame_ids)] += 1
-        return counts
+            for stack_key, weight in self.stack_weights().items():
+                counts[stack_key] = microseconds(weight.total_ns(period_ns))
+        else:
+            for (comm, pid, _), (frame_ids, count) in self.distinct_stacks(self.samples).items():
+                counts[(self.process_label(comm, pid), frame_ids)] += count
+        self._counted = (key, counts)
+        return Counter(counts)
+
+    @staticmethod
+    def distinct_stacks(samples: list[Sample]) -> dict[tuple[str, int, int], tuple[tuple[int, ...], int]]:
+        """(frame ids, samples) per (command name, pid, id of the frame-id
+        tuple), in order of first appearance. Counted by the tuple's identity
+        (samples share one per distinct stack: intern_stack, and the saved
+        profile's reader), so no stack is hashed per sample; equal stacks in
+        distinct tuples are separate entries, which callers add up."""
+        by_identity = Counter((sample.comm, sample.pid, id(sample.frame_ids)) for sample in samples)
+        stacks = {id(sample.frame_ids): sample.frame_ids for sample in samples}
+        return {key: (stacks[key[2]], count) for key, count in by_identity.items()}
 
     def stack_weights(self) -> dict[tuple[str, tuple[int, ...]], StackWeight]:
         """CPU samples and time off the CPU per (root label, frame ids)."""

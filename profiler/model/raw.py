@@ -24,6 +24,7 @@ import dataclasses
 import gzip
 import json
 import os
+import re
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,7 @@ MAX_UNPACK_RATIO = 50
 UNPACK_FLOOR_BYTES = 16 << 20
 MAX_FREQUENCY_HZ = 1_000_000
 MAX_INT = 1 << 63
+MAX_STACK_TEXTS = 1 << 20  # distinct stack texts remembered while reading
 
 
 class RawProfileError(ValueError):
@@ -158,12 +160,10 @@ def _too_big(path: Path, max_unpacked: int) -> RawProfileError:
 
 
 def _lines(stream: IO[bytes], path: Path, max_unpacked: int) -> Iterator[tuple[int, Any]]:
-    """(line number, decoded record); runs of sample lines are decoded as one
-    JSON array, which is many times faster than line by line."""
+    """(line number, record), in order: a run of sample lines as a list of
+    their bytes (see _SampleReader), any other line decoded."""
     number = 0
     pending = b""
-    run: list[bytes] = []  # consecutive sample lines
-    run_start = 0
     unpacked = 0
     while True:
         chunk = stream.read(READ_CHUNK)
@@ -175,25 +175,22 @@ def _lines(stream: IO[bytes], path: Path, max_unpacked: int) -> Iterator[tuple[i
         pending = lines.pop() if chunk else b""
         if len(pending) > MAX_LINE_BYTES:
             raise RawProfileError(f"{path}:{number + 1}: line too long")
+        if not chunk and pending.strip():
+            lines.append(pending)
+        run: list[bytes] = []
         for raw in lines:
             number += 1
             if raw.startswith(b"["):
-                if not run:
-                    run_start = number
                 run.append(raw)
                 continue
             if run:
-                yield from _decode_run(run, run_start, path)
+                yield number - len(run), run
                 run = []
             if raw.strip():
                 yield number, _decode(raw, number, path)
-        if len(run) >= 8192 or not chunk:
-            yield from _decode_run(run, run_start, path)
-            run = []
-            run_start = number + 1
+        if run:
+            yield number + 1 - len(run), run
         if not chunk:
-            if pending.strip():
-                yield number + 1, _decode(pending, number + 1, path)
             return
 
 
@@ -204,16 +201,6 @@ def _decode(raw: bytes, number: int, path: Path) -> Any:
         raise RawProfileError(f"{path}:{number}: not JSON ({error})") from error
     except RecursionError:
         raise RawProfileError(f"{path}:{number}: nested too deeply") from None
-
-
-def _decode_run(run: list[bytes], first: int, path: Path) -> Iterator[tuple[int, Any]]:
-    if not run:
-        return
-    try:
-        records = json.loads(b"[" + b",".join(run) + b"]")
-    except (ValueError, RecursionError):
-        records = [_decode(raw, first + offset, path) for offset, raw in enumerate(run)]  # finds the bad line
-    yield from enumerate(records, first)
 
 
 def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
@@ -258,9 +245,11 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
             profile.modules[str(name)] = ModuleFile(str(module["path"]), str(module["build_id"]))
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise RawProfileError(f"{path}:1: bad header ({error})") from error
-    stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
-    walk_ends_by_name = {end.name: end for end in WalkEnd}
+    samples = _SampleReader(profile, path)
     for number, record in lines:
+        if isinstance(record, list):
+            samples.add_lines(number, record)
+            continue
         try:
             if isinstance(record, dict):
                 if record["frame"] != len(profile.frames):
@@ -292,32 +281,109 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                         function_column=_integer(original["function_column"]),
                     )
                 continue
-            time_ns, pid, tid, comm, frame_ids, walk_end, *rest = record
-            off_cpu_ns = 0
-            if rest:
-                if len(rest) > 1 or not profile.info.off_cpu:
-                    raise ValueError("a sample with fields it cannot have")
-                off_cpu_ns = rest[0]
-                if type(off_cpu_ns) is not int or not 0 < off_cpu_ns < MAX_INT:
-                    raise ValueError("off-CPU time out of range")
-            ids = tuple(frame_ids)
-            known = stacks.get(ids)
-            if known is None:  # checked once per distinct stack, then shared
-                if len(ids) > MAX_SAMPLE_FRAMES:
-                    raise ValueError(f"a stack of {len(ids):,} frames (jitprof writes at most {MAX_SAMPLE_FRAMES:,})")
-                if not all(type(frame_id) is int and 0 <= frame_id < len(profile.frames) for frame_id in ids):
-                    raise ValueError("frame id out of range")
-                known = stacks[ids] = ids
-            if type(time_ns) is not int or type(pid) is not int or type(tid) is not int or type(comm) is not str:
-                raise ValueError("bad sample fields")
-            if not 0 <= time_ns < MAX_INT:
-                raise ValueError("time out of range")
-            profile.samples.append(Sample(time_ns, pid, tid, comm, known, walk_ends_by_name[walk_end], off_cpu_ns))
+            samples.add_decoded(record)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise RawProfileError(f"{path}:{number}: bad record ({error})") from error
     profile.walk_ends = walk_ends if walk_ends else Counter(sample.walk_end for sample in profile.samples)
     profile.reindex_frames()
     return profile
+
+
+# A sample line as write_raw makes it: numbers without leading zeros, the
+# command name a JSON string, the stack a list of frame ids (decoded as JSON),
+# the walk's end.
+_SAMPLE = re.compile(
+    rb'\[(0|[1-9][0-9]*),(0|[1-9][0-9]*),(0|[1-9][0-9]*),("(?:[^"\\\x00-\x1f]|\\.)*"),(\[[0-9,]*\]),"([A-Z_]+)"(?:,([1-9][0-9]*))?\]'
+)
+
+
+class _SampleReader:
+    """Samples into a profile, each checked. A line in write_raw's own form
+    is split by one regular expression and its stack and command name are
+    decoded once per distinct text (a profile repeats a few thousand stacks
+    over hundreds of thousands of samples); any other line is decoded as
+    JSON and checked field by field."""
+
+    def __init__(self, profile: Profile, path: Path) -> None:
+        self._profile = profile
+        self._path = path
+        self._stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._stack_texts: dict[bytes, tuple[int, ...]] = {}
+        self._comms: dict[bytes, str] = {}
+        self._walk_ends = {end.name: end for end in WalkEnd}
+        self._walk_ends_bytes = {end.name.encode(): end for end in WalkEnd}
+
+    def add_lines(self, first_number: int, lines: list[bytes]) -> None:
+        """Consecutive sample lines, the first being line first_number."""
+        match = _SAMPLE.fullmatch
+        stack_texts, comms, walk_ends = self._stack_texts, self._comms, self._walk_ends_bytes
+        append = self._profile.samples.append
+        for number, raw in enumerate(lines, first_number):
+            matched = match(raw)
+            try:
+                if matched is None:
+                    self.add_decoded(_decode(raw, number, self._path))
+                    continue
+                time_text, pid_text, tid_text, comm_text, stack_text, end_text, waited_text = matched.groups()
+                ids = stack_texts.get(stack_text)
+                if ids is None:
+                    ids = self._stack(json.loads(stack_text))
+                    if len(stack_texts) < MAX_STACK_TEXTS:
+                        stack_texts[stack_text] = ids
+                comm = comms.get(comm_text)
+                if comm is None:
+                    comm = json.loads(comm_text)
+                    if len(comms) < MAX_STACK_TEXTS:
+                        comms[comm_text] = comm
+                walk_end = walk_ends.get(end_text)
+                if walk_end is None:
+                    raise ValueError(f"no walk end {end_text.decode()[:40]!r}")
+                time_ns = int(time_text)
+                if time_ns >= MAX_INT:
+                    raise ValueError("time out of range")
+                if waited_text is None:
+                    append(Sample(time_ns, int(pid_text), int(tid_text), comm, ids, walk_end))
+                else:
+                    self._append(time_ns, int(pid_text), int(tid_text), comm, ids, walk_end, int(waited_text))
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                raise RawProfileError(f"{self._path}:{number}: bad record ({error})") from error
+
+    def add_decoded(self, record: Any) -> None:
+        time_ns, pid, tid, comm, frame_ids, walk_end, *rest = record
+        off_cpu_ns = 0
+        if rest:
+            if len(rest) > 1:
+                raise ValueError("a sample with fields it cannot have")
+            off_cpu_ns = rest[0]
+            if type(off_cpu_ns) is not int or off_cpu_ns <= 0:
+                raise ValueError("off-CPU time out of range")
+        if type(time_ns) is not int or type(pid) is not int or type(tid) is not int or type(comm) is not str:
+            raise ValueError("bad sample fields")
+        self._append(time_ns, pid, tid, comm, self._stack(frame_ids), self._walk_ends[walk_end], off_cpu_ns)
+
+    def _stack(self, frame_ids: Any) -> tuple[int, ...]:
+        ids = tuple(frame_ids)
+        known = self._stacks.get(ids)
+        if known is None:  # checked once per distinct stack, then shared
+            if len(ids) > MAX_SAMPLE_FRAMES:
+                raise ValueError(f"a stack of {len(ids):,} frames (jitprof writes at most {MAX_SAMPLE_FRAMES:,})")
+            frames = len(self._profile.frames)
+            if not all(type(frame_id) is int and 0 <= frame_id < frames for frame_id in ids):
+                raise ValueError("frame id out of range")
+            known = self._stacks[ids] = ids
+        return known
+
+    def _append(
+        self, time_ns: int, pid: int, tid: int, comm: str, ids: tuple[int, ...], walk_end: WalkEnd, off_cpu_ns: int
+    ) -> None:
+        if not 0 <= time_ns < MAX_INT:
+            raise ValueError("time out of range")
+        if off_cpu_ns:
+            if not self._profile.info.off_cpu:
+                raise ValueError("a sample with fields it cannot have")
+            if off_cpu_ns >= MAX_INT:
+                raise ValueError("off-CPU time out of range")
+        self._profile.samples.append(Sample(time_ns, pid, tid, comm, ids, walk_end, off_cpu_ns))
 
 
 def _mapping(record: dict[str, Any], name: str) -> dict[str, Any]:

@@ -41,6 +41,7 @@ def _text(write: Callable[[Profile, TextIO], None]) -> Writer:
 _WRITER_FUNCTIONS = {
     "folded": ("profiler.output.folded", "write_folded", True),
     "svg": ("profiler.output.svg", "write_svg", True),
+    "html": ("profiler.output.html", "write_html", True),
     "speedscope": ("profiler.output.speedscope", "write_speedscope", False),
     "cpuprofile": ("profiler.output.cpuprofile", "write_cpuprofile", False),
     "pprof": ("profiler.output.pprof", "write_pprof", False),
@@ -69,6 +70,7 @@ EXTENSIONS: dict[str, str] = {
     ".folded": "folded",
     ".txt": "folded",
     ".svg": "svg",
+    ".html": "html",
     ".speedscope.json": "speedscope",
     ".cpuprofile": "cpuprofile",
     ".pb.gz": "pprof",

@@ -73,30 +73,26 @@ def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
     nodes = [root]
     call_frames = [call_frame(frame) for frame in profile.frames]
     # CPU samples only: DevTools has no place for time off the CPU (its (idle) is the program's, not a thread's wait).
-    order = sorted(
-        (index for index, sample in enumerate(profile.samples) if not sample.off_cpu_ns),
-        key=lambda index: profile.samples[index].time_ns,
-    )
-    sample_nodes: list[int] = []
-    times: list[int] = []
-    leaf_of: dict[tuple[str, tuple[int, ...]], _Node] = {}  # one tree walk per distinct stack
-    for index in order:
-        sample = profile.samples[index]
-        label = profile.root_label(sample)
-        found = leaf_of.get((label, sample.frame_ids))
-        if found is None:
-            found = _child(root, CallFrame(label, "", -1, -1), nodes)
-            for frame_id in sample.frame_ids:
-                found = _child(found, call_frames[frame_id], nodes)
-            leaf_of[(label, sample.frame_ids)] = found
-        node = found
-        node.hit_count += 1
-        if sample.frame_ids:
-            leaf = profile.frames[sample.frame_ids[-1]]
+    samples = [sample for sample in profile.samples if not sample.off_cpu_ns]
+    if any(later.time_ns < earlier.time_ns for earlier, later in zip(samples, samples[1:])):
+        samples.sort(key=lambda sample: sample.time_ns)
+    # One tree walk per distinct stack (a process's), then per sample only its node.
+    node_ids: dict[tuple[str, int, int], int] = {}
+    for key, (frame_ids, count) in Profile.distinct_stacks(samples).items():
+        comm, pid, _ = key
+        label = profile.process_label(comm, pid)
+        node = _child(root, CallFrame(label, "", -1, -1), nodes)
+        for frame_id in frame_ids:
+            node = _child(node, call_frames[frame_id], nodes)
+        node.hit_count += count
+        if frame_ids:
+            leaf = profile.frames[frame_ids[-1]]
             if leaf.line_exact and leaf.line:
-                node.line_ticks[leaf.line] += 1
-        sample_nodes.append(node.node_id)
-        times.append(sample.time_ns // 1000)
+                node.line_ticks[leaf.line] += count
+        node_ids[key] = node.node_id
+    keys = [(sample.comm, sample.pid, id(sample.frame_ids)) for sample in samples]
+    sample_nodes = [node_ids[key] for key in keys]
+    times = [sample.time_ns // 1000 for sample in samples]
     script_ids: dict[str, str] = {}
     for node in nodes:
         url = node.call_frame.url

@@ -17,7 +17,7 @@ from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.native import elf
 from profiler.native.symbol_table import SymbolTable
-from profiler.output import OutputRequest, WrittenOutput, write_outputs, write_text, write_to
+from profiler.output import OutputRequest, WrittenOutput, html, write_outputs, write_text, write_to
 from profiler.output.folded import fold
 from profiler.output.originals import with_originals
 from profiler.output.svg import baseline_from, write_svg
@@ -141,6 +141,11 @@ def write_diff_folded(base: Profile, new: Profile, stream: TextIO, normalize: bo
     after: Counter[tuple[str, ...]] = Counter({stack.frames: stack.count for stack in fold(new)})
     for frames in sorted(set(before) | set(after)):
         stream.write(f"{';'.join(frames)} {round(before[frames] * scale)} {after[frames]}\n")
+
+
+def write_diff_html(base: Profile, new: Profile, stream: IO[bytes], normalize: bool) -> None:
+    scale = base_scale(base, new, normalize)
+    write_text(stream, lambda text: html.write_diff_html(base, new, text, scale))
 
 
 def write_diff_svg(base: Profile, new: Profile, stream: IO[bytes], normalize: bool) -> None:

@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import IO
 
 from profiler import __version__
-from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.model.profile import Frame, FrameKind, Profile, Sample
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
@@ -41,16 +41,17 @@ def _frame_record(frame: Frame) -> dict[str, object]:
 
 def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     period_ns = round(1e9 / profile.info.frequency_hz)
-    threads: dict[tuple[int, int], list[int]] = defaultdict(list)  # (pid, tid) -> sample indexes
+    threads: dict[tuple[int, int], list[Sample]] = defaultdict(list)
     comms: dict[tuple[int, int], str] = {}
-    for index, sample in enumerate(profile.samples):
-        threads[(sample.pid, sample.tid)].append(index)
-        comms[(sample.pid, sample.tid)] = sample.comm
+    for sample in profile.samples:
+        threads[(sample.pid, sample.tid)].append(sample)
+    for (pid, tid), samples in threads.items():
+        comms[(pid, tid)] = samples[-1].comm
     # Every process gets a root frame, as in the folded output.
     root_frames: dict[str, int] = {}
     extra: list[dict[str, object]] = []
-    for sample in profile.samples:
-        label = profile.root_label(sample)
+    for comm, pid in dict.fromkeys((sample.comm, sample.pid) for sample in profile.samples):
+        label = profile.process_label(comm, pid)
         if label not in root_frames:
             root_frames[label] = len(profile.frames) + len(extra)
             extra.append({"name": label})
@@ -73,10 +74,11 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     emit(",".join(records))
     emit(']},"profiles":[')
     ordered = sorted(threads.items(), key=lambda item: (-len(item[1]), item[0]))
-    stack_text: dict[tuple[str, tuple[int, ...]], str] = {}  # a distinct stack is formatted once
-    for position, ((pid, tid), indexes) in enumerate(ordered):
+    stack_text: dict[tuple[str, int, tuple[int, ...]], str] = {}  # a distinct stack is formatted once
+    for position, ((pid, tid), samples) in enumerate(ordered):
         # In time order: a sample that waited for its JIT names was added late.
-        samples = sorted((profile.samples[index] for index in indexes), key=lambda sample: sample.time_ns)
+        if any(later.time_ns < earlier.time_ns for earlier, later in zip(samples, samples[1:])):
+            samples.sort(key=lambda sample: sample.time_ns)
         written = 0
         if position:
             emit(",")
@@ -87,10 +89,11 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
         )
         texts: list[str] = []
         for sample in samples:
-            key = (profile.root_label(sample), sample.frame_ids)
+            key = (sample.comm, sample.pid, sample.frame_ids)
             formatted = stack_text.get(key)
             if formatted is None:
-                ids = (frame_index[root_frames[key[0]]], *(frame_index[frame_id] for frame_id in sample.frame_ids))
+                root = root_frames[profile.process_label(sample.comm, sample.pid)]
+                ids = (frame_index[root], *(frame_index[frame_id] for frame_id in sample.frame_ids))
                 formatted = stack_text[key] = "[" + ",".join(map(str, ids)) + "]"
             texts.append(formatted)
             if len(texts) >= 4096:

@@ -190,10 +190,12 @@ class ElfSymbols:
         except (UnreadableElf, OSError):
             return None
         if hit is None:
-            # No name: the function's start keeps it apart from its neighbours.
+            # No name: the function's start keeps it apart from its neighbours;
+            # with no unwind tables to tell it (Bun's binary), the address
+            # itself, so the frame can still be named later by build-id.
             start = image.function_start(vaddr)
             if start is None:
-                return None
+                start = vaddr
             # A symbol at the function's start (an assembly label without a
             # size, say) names it, as `jitprof report` would later.
             at_start = image.symbols().lookup(start)

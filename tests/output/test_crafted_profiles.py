@@ -12,7 +12,7 @@ import time
 import pytest
 
 from profiler import cli
-from profiler.model.raw import write_raw
+from profiler.model.raw import read_raw, write_raw
 from tests.output.test_formats import sample_profile
 
 
@@ -40,6 +40,11 @@ def with_frame_line(value: str) -> bytes:
     return b"".join(lines)
 
 
+def with_sample_line(line: bytes) -> bytes:
+    """The good profile with one more sample line."""
+    return b"".join(good_lines()) + line + b"\n"
+
+
 CRAFTED = {
     "deep nesting": b'{"format":"jitprof","version":1,"info":' + b"[" * 200_000 + b"]" * 200_000 + b"}\n",
     "frequency Infinity": with_header(frequency_hz=float("inf")),
@@ -50,6 +55,15 @@ CRAFTED = {
     "walk_ends as a list": with_header(walk_ends=["COMPLETE"]),
     "modules as a list": with_header(modules=["x"]),
     "version as a string": with_header(version="1"),
+    "sample time with a leading zero": with_sample_line(b'[01,1,1,"x",[0],"COMPLETE"]'),
+    "sample time past 2^63": with_sample_line(b'[9223372036854775808,1,1,"x",[0],"COMPLETE"]'),
+    "sample pid of 5000 digits": with_sample_line(b"[1," + b"9" * 5000 + b',1,"x",[0],"COMPLETE"]'),
+    "sample stack ,,": with_sample_line(b'[1,1,1,"x",[0,,0],"COMPLETE"]'),
+    "sample frame id out of range": with_sample_line(b'[1,1,1,"x",[0,99999],"COMPLETE"]'),
+    "sample walk end unknown": with_sample_line(b'[1,1,1,"x",[0],"NOWHERE"]'),
+    "sample comm bad escape": with_sample_line(b'[1,1,1,"\\q",[0],"COMPLETE"]'),
+    "sample waited without --off-cpu": with_sample_line(b'[1,1,1,"x",[0],"COMPLETE",5]'),
+    "sample negative time": with_sample_line(b'[-1,1,1,"x",[0],"COMPLETE"]'),
 }
 
 
@@ -69,6 +83,29 @@ def test_a_crafted_file_is_one_line_of_error(tmp_path, capsys, name, command):
     assert len(lines) == 1 and lines[0].startswith("jitprof: error: ") and "crafted.jitprof" in lines[0], error
     if name == "version as a string":
         assert "newer" not in lines[0]
+
+
+def test_sample_lines_read_as_json_reads_them(tmp_path):
+    """Sample lines in write_raw's own form are split without a JSON parser:
+    what comes out is what JSON makes of them, escapes and all."""
+    lines = [
+        b'[5,7,8,"node \\"main\\" \\u00e9\\ud83d\\ude00",[0,1],"COMPLETE"]',
+        b'[6,7,9,"plain",[],"COMPLETE"]',
+        b'[7, 7, 9, "spaced", [0], "COMPLETE"]',  # valid JSON, not write_raw's form: decoded as JSON
+    ]
+    path = tmp_path / "escapes.jitprof"
+    path.write_bytes(gzip.compress(b"".join(good_lines()) + b"\n".join(lines) + b"\n"))
+    samples = read_raw(path).samples[-3:]
+    for sample, line in zip(samples, lines):
+        time_ns, pid, tid, comm, frame_ids, walk_end = json.loads(line)
+        assert (sample.time_ns, sample.pid, sample.tid, sample.comm, sample.frame_ids, sample.walk_end.name) == (
+            time_ns,
+            pid,
+            tid,
+            comm,
+            tuple(frame_ids),
+            walk_end,
+        )
 
 
 def test_a_small_file_of_ten_million_samples_is_refused_quickly(tmp_path, capsys):

@@ -237,3 +237,21 @@ def test_diff_folded_scales_the_base():
     stream = io.StringIO()
     write_diff_folded(base, new, stream, normalize=True)
     assert "node;main;memcpy 5 5" in stream.getvalue().splitlines()
+
+
+def test_stack_counts_add_up_equal_stacks_and_follow_new_samples():
+    """Counted once per distinct stack tuple and remembered: equal stacks in
+    distinct tuples still add up, and a sample added after a count (or the
+    samples taken by --push) is seen by the next one."""
+    profile = Profile(RunInfo(["node"], [1], 99))
+    main, leaf = profile.intern(MAIN), profile.intern(LEAF)
+    for index in range(5):
+        profile.add(Sample(index, 1, 1, "node", (main, leaf), WalkEnd.COMPLETE))  # a new tuple each time
+    assert profile.stack_counts() == {("node", (main, leaf)): 5}
+    counted = profile.stack_counts()
+    counted[("node", (main,))] = 99  # a caller's changes stay its own
+    profile.add(Sample(9, 1, 2, "node", (main,), WalkEnd.COMPLETE))
+    assert profile.stack_counts() == {("node", (main, leaf)): 5, ("node", (main,)): 1}
+    profile.take_samples()
+    profile.add(Sample(10, 1, 2, "node", (main,), WalkEnd.COMPLETE))
+    assert profile.stack_counts() == {("node", (main,)): 1}

@@ -33,7 +33,7 @@ NODE_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
 # --cpu-prof running prettier hung 1 run in 4 with that flag alone). Such a
 # command is not given it; its interpreted frames are named from V8's objects.
 V8_SAMPLER_FLAGS = ("--cpu-prof", "--prof", "--inspect")
-NODE_NAMES = ("node", "nodejs", "nsolid", "bun")
+NODE_NAMES = ("node", "nodejs", "nsolid")
 NODE_CODE_LOG_FIX = (
     "start it with `node --log-code --perf-basic-prof --interpreted-frames-native-stack ...` (or under jitprof -- node ...)"
 )
@@ -55,7 +55,7 @@ def _spawn_environment(environ: dict[str, str], preload: Path | None, command: S
     return {"NODE_OPTIONS": merge_options(existing, node_flags(preload, v8_samples))}
 
 
-def _frame_for_name(name: str) -> Frame | None:
+def frame_for_v8_name(name: str) -> Frame | None:
     parsed = parse_v8_name(name)
     if parsed is None:
         return None
@@ -137,10 +137,11 @@ NODE = Runtime(
     libraries=("libnode.so",),
     exported_name=b"\0napi_module_register\0",  # node links V8 into itself: every node exports N-API for addons
     spawn_environment=_spawn_environment,
-    frame_for_name=_frame_for_name,
+    frame_for_name=frame_for_v8_name,
     application=node_application,
     symbol_sources=_symbol_sources,
     attach_notes=_attach_notes,
     waits_for_work=waits_for_work,
     threadpool=NODE_THREADPOOL,
+    writes_v8_logs=True,
 )

@@ -1,0 +1,144 @@
+"""Deno and Bun named as node is: spawned with no flag from the user (their
+runtime's options given by jitprof, and the files they write removed), and
+attached to (named when the user gave the options, else the warning with the
+fix). The script is fixtures/js/portable_chain.mjs: top > mid > leaf."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import ROOT, FoldedLine, read_folded, total
+from e2e.test_inlining import chain_share
+
+RUNTIMES = ROOT / ".nodes" / "runtimes" / "node_modules"
+DENO = RUNTIMES / "@deno" / "linux-x64-glibc" / "deno"
+BUN = RUNTIMES / "@oven" / "bun-linux-x64" / "bin" / "bun"
+CHAIN = ROOT / "fixtures" / "js" / "portable_chain.mjs"
+CHAIN_FUNCTIONS = {"top", "mid", "leaf"}
+# What each runtime is started with by a user who wants it named (the fix jitprof gives).
+USER_OPTIONS = {
+    "deno": {"DENO_V8_FLAGS": "--perf-basic-prof,--interpreted-frames-native-stack"},
+    "bun": {"BUN_JSC_useJITDump": "1", "BUN_JSC_jitDumpDirectory": "/tmp"},
+}
+
+
+def binary(name: str) -> Path:
+    path = DENO if name == "deno" else BUN
+    if not path.exists():
+        pytest.skip(f"{name} is not installed (make test installs it from npm)")
+    return path
+
+
+def command(name: str, seconds: str) -> list[str]:
+    path = binary(name)
+    return [str(path), "run", str(CHAIN), seconds] if name == "deno" else [str(path), str(CHAIN), seconds]
+
+
+def function_of(frame: str) -> str:
+    """A JIT frame's function: "leaf portable_chain.mjs:6_[j]" -> "leaf"."""
+    return frame.removesuffix("_[j]").removesuffix("_[i]").split(" ", 1)[0]
+
+
+def innermost_js(frames: list[str]) -> str | None:
+    return next((frame for frame in reversed(frames) if frame.endswith(("_[j]", "_[i]"))), None)
+
+
+def named_js_share(lines: list[FoldedLine], functions: set[str] | None = None) -> float:
+    """The share of samples whose innermost JS frame is named (and one of
+    these functions, if given)."""
+    named = 0
+    for line in lines:
+        frame = innermost_js(line.frames)
+        if frame is None or frame.startswith("[unknown]"):
+            continue
+        if functions is None or function_of(frame) in functions:
+            named += line.count
+    return named / total(lines)
+
+
+def left_behind(pids: set[int], workdir: Path) -> list[str]:
+    """Perf maps, jitdumps and V8 logs of these processes still on disk."""
+    found = [str(path) for path in workdir.glob("isolate-*.log")]
+    for pid in pids:
+        found += [str(path) for path in Path("/tmp").glob(f"perf-{pid}.map")]
+        found += [str(path) for path in [*Path("/tmp").glob(f"jit-{pid}.dump"), *Path("/tmp").glob(f"jit-*-{pid}.dump")]]
+    return found
+
+
+def pids_of(lines: list[FoldedLine]) -> set[int]:
+    return {int(line.frames[0].rsplit("-", 1)[1]) for line in lines}
+
+
+@pytest.mark.parametrize("name", ["deno", "bun"])
+def test_spawned_with_no_flag_from_the_user(jitprof, tmp_path, name):
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_"))}
+    run = jitprof("-F", "499", "--by-pid", "-o", "out.folded", "--", *command(name, "4"), env=environment)
+    assert run.returncode == 0, run.stderr
+    assert "done" in run.stdout
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 1000
+    top = sorted(lines, key=lambda line: -line.count)[:5]
+    assert named_js_share(lines) >= 0.9, top
+    if name == "deno":
+        assert named_js_share(lines, CHAIN_FUNCTIONS) >= 0.9, top
+        # V8's code log restores the functions TurboFan inlined into top.
+        found, inlined = chain_share(lines, ["top", "mid", "leaf"])
+        assert found >= 0.9 and inlined >= 0.9, (found, inlined, top)
+        hot = [
+            frame for line in lines for frame in line.frames if function_of(frame) == "leaf" and "portable_chain.mjs:" in frame
+        ]
+        assert hot, top
+    # The runtime's own code that its binary's few symbols do not name: file
+    # offsets to symbolise later, never [unknown].
+    frames = {frame for line in lines for frame in line.frames}
+    assert any(frame.startswith(f"{name}+0x") for frame in frames), top
+    assert f"[unknown] ({name})" not in frames, top
+    assert not left_behind(pids_of(lines), tmp_path)
+
+
+def start_runtime(background, name: str, workdir: Path, options: dict[str, str]) -> subprocess.Popen:
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_"))}
+    process = background(*command(name, "60"), env={**environment, **options}, cwd=workdir, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "ready"  # in the hot loop from here
+    return process
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    process.stdout.close()
+    for path in [Path(f"/tmp/perf-{process.pid}.map"), *Path("/tmp").glob(f"jit-*-{process.pid}.dump")]:
+        path.unlink(missing_ok=True)  # the user's files, not jitprof's
+
+
+@pytest.mark.parametrize("name", ["deno", "bun"])
+def test_attached_without_options_warns_with_the_fix(jitprof, tmp_path, background, name):
+    process = start_runtime(background, name, tmp_path, {})
+    try:
+        run = jitprof("--pid", str(process.pid), "-d", "1", "-o", "out.folded")
+    finally:
+        stop(process)
+    assert run.returncode == 0, run.stderr
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("jitprof: warning:") and str(process.pid) in line]
+    assert len(warnings) == 1, run.stderr
+    for variable, value in USER_OPTIONS[name].items():
+        assert f"{variable}={value}" in warnings[0]
+
+
+@pytest.mark.parametrize("name", ["deno", "bun"])
+def test_attached_with_the_options_is_named(jitprof, tmp_path, background, name):
+    process = start_runtime(background, name, tmp_path, USER_OPTIONS[name])
+    try:
+        run = jitprof("--pid", str(process.pid), "-d", "2", "-o", "out.folded")
+        assert run.returncode == 0, run.stderr
+        assert "warning" not in run.stderr, run.stderr
+        lines = read_folded(tmp_path / "out.folded")
+        assert total(lines) >= 100
+        assert named_js_share(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
+    finally:
+        stop(process)

@@ -1,0 +1,72 @@
+"""Bun as jitprof knows it: JavaScriptCore in a binary with its symbols.
+
+JavaScriptCore writes no perf map; asked with BUN_JSC_useJITDump it writes a
+jitdump, mapped so that profilers find it, into BUN_JSC_jitDumpDirectory
+(without a directory it writes nothing; with one that is gone, bun aborts at
+start). Spawned, bun is given both, the directory being /tmp (always there,
+even for a process that outlives the run), and the run removes the dumps.
+JavaScriptCore names a function's code `JSC-<tier>: <name>#<hash>`, the hash
+being of the function's source: the name and tier are shown; JavaScriptCore
+1.4's dump carries no script or line (its debug-info option writes nothing).
+Unknown BUN_JSC_ variables make bun refuse to start: only these two are set.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from profiler.jit.contract import Runtime
+from profiler.jit.jitdump_files import SPAWNED_DUMP_DIRECTORY, maps_a_jitdump
+from profiler.jit.symbol_source import JitSymbolSource
+from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.model.profile import Frame, FrameKind
+
+JIT_DUMP = "BUN_JSC_useJITDump"
+JIT_DUMP_DIRECTORY = "BUN_JSC_jitDumpDirectory"
+FIX = f"restart it with {JIT_DUMP}=1 {JIT_DUMP_DIRECTORY}=/tmp (or start it with jitprof -- bun ...)"
+# JavaScriptCore's tiers of JS code: its baseline JIT, DFG and FTL (LLInt, the
+# interpreter, is native code in bun's own text).
+_JS_TIERS = {"Baseline": "baseline", "DFG": "dfg", "FTL": "ftl", "DFGOSREntry": "dfg"}
+_JSC_NAME = re.compile(r"^JSC-(\w+): (.*)$", re.DOTALL)
+_HASH = re.compile(r"#[0-9A-Za-z]{6}$")
+
+
+def _spawn_environment(environ: dict[str, str], preload: Path | None, command: Sequence[str]) -> dict[str, str]:
+    if environ.get(JIT_DUMP) == "0":  # the user turned it off
+        return {}
+    return {JIT_DUMP: "1", JIT_DUMP_DIRECTORY: environ.get(JIT_DUMP_DIRECTORY) or SPAWNED_DUMP_DIRECTORY}
+
+
+def frame_for_jsc_name(name: str) -> Frame | None:
+    """`JSC-DFG: leaf#BiF1ZL` is the JS function leaf in the DFG tier; the
+    runtime's own code (`JSC-Thunk: ...`, inline caches) is named as written."""
+    matched = _JSC_NAME.match(name)
+    if matched is None:
+        return None
+    kind, rest = matched.group(1), matched.group(2).strip()
+    tier = _JS_TIERS.get(kind)
+    if tier is None:
+        return Frame(f"[{kind}] {rest}", JIT_MODULE, FrameKind.JIT, tier="stub")
+    function = _HASH.sub("", rest)
+    # Anonymous functions keep their source hash: it is all that tells them apart.
+    return Frame(function or f"(anonymous){rest}", JIT_MODULE, FrameKind.JIT, tier=tier)
+
+
+def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) -> list[str]:
+    if maps_a_jitdump(pid):
+        return []
+    return [f"jitprof: warning: bun (pid {pid}) writes no jitdump, so its JavaScript frames will show as addresses; {FIX}"]
+
+
+BUN = Runtime(
+    "Bun",
+    FIX,
+    label="bun",
+    executable=lambda name: name == "bun",
+    spawn_environment=_spawn_environment,
+    frame_for_name=frame_for_jsc_name,
+    own_names_only=True,
+    attach_notes=_attach_notes,
+)

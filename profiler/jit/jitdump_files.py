@@ -1,0 +1,52 @@
+"""Where jitdump files are: found through the maps of the process that
+writes one (writers map their dump so that profilers see it), named
+jit-PID.dump or jit-TID-PID.dump, and removed when jitprof caused them."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+
+from profiler.kernel.procmaps import read_maps
+from profiler.safety import files
+
+# perf's convention, jit-PID.dump; JavaScriptCore's, jit-TID-PID.dump (the
+# thread that writes it, then the process).
+_DUMP_FILE = re.compile(r"^jit-(?:\d+-)?(\d+)\.dump$")
+# Where runtimes jitprof spawns are told to write their dumps (Bun's JavaScriptCore).
+SPAWNED_DUMP_DIRECTORY = "/tmp"
+
+
+def mapped_dumps(pid: int) -> list[str]:
+    """/proc/PID/map_files entries of the jit-*.dump files the process maps."""
+    return [f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}" for entry in read_maps(pid) if entry.is_jitdump_marker]
+
+
+def maps_a_jitdump(pid: int) -> bool:
+    """Does the live process write a jitdump (it maps one, as writers do)?"""
+    return bool(mapped_dumps(pid))
+
+
+def remove_jitdumps(pids: Iterable[int], owner_uid: int, directory_path: str = SPAWNED_DUMP_DIRECTORY) -> list[str]:
+    """Delete the dumps the given processes wrote into the directory spawned
+    runtimes are told to use, if they are still regular files of owner_uid
+    (the directory opened once and checked, each file removed relative to it)."""
+    wanted = {str(pid) for pid in pids}
+    if not wanted:
+        return []
+    try:
+        directory = files.open_directory_for(directory_path, owner_uid)
+    except files.UnsafeDirectory:
+        return []
+    try:
+        removed = []
+        for name in os.listdir(directory):
+            matched = _DUMP_FILE.match(name)
+            if matched and matched.group(1) in wanted and files.remove_owned(directory, name, owner_uid):
+                removed.append(name)
+        return removed
+    except OSError:
+        return []
+    finally:
+        os.close(directory)

@@ -1,0 +1,192 @@
+"""report.html: one self-contained page to look at a profile in a browser.
+
+The page holds the profile's distinct stacks per thread (not its samples) as
+JSON, and the script and style that draw it (html_page.js, html_page.css,
+inlined): a flame graph on a canvas (click to zoom, search), the functions
+by self and total time with their files and lines, the run's summary, a
+process and thread selector, tiers told apart by colour, and with --off-cpu
+views of time on and off the CPU. A diff page draws the new profile
+coloured by what grew and shrank against the base.
+
+Nothing is fetched: a Content-Security-Policy forbids every request, and
+every text from the profile reaches the page as JSON (with `<` escaped) and
+is shown as text, never parsed as markup. A canvas draws hundreds of
+thousands of boxes where one DOM element per box (as d3-flame-graph makes)
+would not open in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, TextIO
+
+from profiler import __version__
+from profiler.model.profile import Frame, FrameKind, Profile
+
+# How a frame is coloured and counted in the page's tier view.
+_OPTIMIZED_TIERS = {"turbofan", "maglev", "dfg", "ftl", "optimized", "c1", "c2"}
+_RUNTIME_TIERS = {"builtin", "bytecode handler", "stub", "regexp", "callback"}
+
+
+def tier_category(frame: Frame) -> str:
+    """interpreted, baseline, optimized, inlined, runtime (a JIT runtime's
+    builtins and stubs), jit (compiled code of unknown tier), native,
+    kernel or unknown."""
+    if frame.kind is FrameKind.KERNEL:
+        return "kernel"
+    if frame.kind is FrameKind.UNKNOWN:
+        return "unknown"
+    if frame.inlined:
+        return "inlined"
+    if frame.kind is FrameKind.NATIVE:
+        return "runtime" if frame.tier in _RUNTIME_TIERS else "native"
+    if frame.tier == "interpreted":
+        return "interpreted"
+    if frame.tier in ("baseline", "unoptimized"):
+        return "baseline"
+    if frame.tier in _OPTIMIZED_TIERS:
+        return "optimized"
+    if frame.tier in _RUNTIME_TIERS:
+        return "runtime"
+    return "jit"
+
+
+@dataclass
+class _PageData:
+    """What the page is given, as lists the script indexes."""
+
+    functions: list[list[Any]] = field(default_factory=list)  # [name, file, line, module, category]
+    function_index: dict[tuple[str, str, str, str, bool], int] = field(default_factory=dict)
+    frame_function: dict[int, int] = field(default_factory=dict)  # profile frame id -> function index
+    threads: list[list[Any]] = field(default_factory=list)  # [pid, tid, comm]
+    thread_index: dict[tuple[int, int, str], int] = field(default_factory=dict)
+    stacks: dict[tuple[int, tuple[int, ...]], list[float]] = field(default_factory=dict)  # -> [weight a, weight b]
+
+    def function_of(self, profile: Profile, frame_id: int) -> int:
+        found = self.frame_function.get(frame_id)
+        if found is None:
+            frame = profile.frames[frame_id]
+            # One box per function as the flame graph shows it: its tiers and lines are one.
+            key = (frame.name, frame.kind.value, frame.file, frame.module, frame.inlined)
+            found = self.function_index.get(key)
+            if found is None:
+                found = self.function_index[key] = len(self.functions)
+                line = frame.function_line or (0 if frame.line_exact else frame.line)
+                self.functions.append([frame.name, frame.file, line, frame.module, tier_category(frame)])
+            self.frame_function[frame_id] = found
+        return found
+
+    def add(
+        self, profile: Profile, pid: int, tid: int, comm: str, frame_ids: tuple[int, ...], weights: tuple[float, float]
+    ) -> None:
+        thread_key = (pid, tid, comm)
+        thread = self.thread_index.get(thread_key)
+        if thread is None:
+            thread = self.thread_index[thread_key] = len(self.threads)
+            self.threads.append([pid, tid, comm])
+        functions = tuple(self.function_of(profile, frame_id) for frame_id in frame_ids)
+        totals = self.stacks.setdefault((thread, functions), [0.0, 0.0])
+        totals[0] += weights[0]
+        totals[1] += weights[1]
+
+
+def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: float = 1.0) -> None:
+    """Each thread's distinct stacks: [CPU, off-CPU] weights (samples, or µs
+    with --off-cpu), or for a diff [new, base scaled]."""
+    period_us = profile.info.sample_period_ns / 1000
+    weights: dict[tuple[int, int, str, tuple[int, ...]], list[int]] = {}
+    for sample in profile.samples:
+        key = (sample.pid, sample.tid, sample.comm, sample.frame_ids)
+        totals = weights.get(key)
+        if totals is None:
+            totals = weights[key] = [0, 0]
+        if sample.off_cpu_ns:
+            totals[1] += sample.off_cpu_ns
+        else:
+            totals[0] += 1
+    for (pid, tid, comm, frame_ids), (cpu, off_cpu_ns) in weights.items():
+        if base_side:
+            weight = cpu * period_us + off_cpu_ns / 1000 if profile.info.off_cpu else cpu
+            data.add(profile, pid, tid, comm, frame_ids, (0, round(weight * scale, 3)))
+        elif profile.info.off_cpu:
+            data.add(profile, pid, tid, comm, frame_ids, (round(cpu * period_us), round(off_cpu_ns / 1000)))
+        else:
+            data.add(profile, pid, tid, comm, frame_ids, (cpu, 0))
+
+
+def _summary(profile: Profile, title: str) -> dict[str, Any]:
+    info = profile.info
+    duration_s = (info.ended_ns - info.started_ns) / 1e9 if info.ended_ns > info.started_ns else 0
+    return {
+        "title": title,
+        "command": " ".join(info.command) if info.command else "pids " + ", ".join(map(str, info.pids)),
+        "frequency_hz": info.frequency_hz,
+        "duration_s": round(duration_s, 3),
+        "samples": len(profile.samples) + profile.taken_samples,
+        "lost": profile.losses.lost_samples,
+        "unsymbolized": round(profile.unsymbolized_share(), 4),
+        "off_cpu": info.off_cpu,
+        "unit": profile.weight_unit,
+        "incomplete_walks": sum(count for end, count in profile.walk_ends.items() if end.name != "COMPLETE"),
+        "version": __version__,
+    }
+
+
+def write_html(profile: Profile, stream: TextIO) -> None:
+    data = _PageData()
+    _collect(data, profile)
+    title = "jitprof: " + ("time on and off the CPU" if profile.info.off_cpu else "CPU profile")
+    _write_page(stream, data, _summary(profile, title), "offcpu" if profile.info.off_cpu else "cpu")
+
+
+def write_diff_html(base: Profile, new: Profile, stream: TextIO, scale: float) -> None:
+    """The new profile, each box coloured by its change against the base
+    (scaled to the new profile's units: see report.base_scale)."""
+    data = _PageData()
+    _collect(data, new)
+    if new.info.off_cpu:  # one weight per side: on and off the CPU together
+        for totals in data.stacks.values():
+            totals[0], totals[1] = totals[0] + totals[1], 0
+    _collect(data, base, base_side=True, scale=scale)
+    summary = _summary(new, "jitprof diff: red grew, blue shrank")
+    summary["base_command"] = " ".join(base.info.command) if base.info.command else ""
+    summary["base_samples"] = len(base.samples)
+    _write_page(stream, data, summary, "diff")
+
+
+def _write_page(stream: TextIO, data: _PageData, summary: dict[str, Any], mode: str) -> None:
+    payload = {
+        "mode": mode,
+        "summary": summary,
+        "functions": data.functions,
+        "threads": data.threads,
+        "stacks": [
+            [thread, _compact(weights[0]), _compact(weights[1]), list(functions)]
+            for (thread, functions), weights in data.stacks.items()
+        ],
+    }
+    # ASCII JSON with < escaped: nothing in it can end the script element or
+    # be read as markup, whatever a program named its functions.
+    text = json.dumps(payload, ensure_ascii=True, separators=(",", ":")).replace("<", "\\u003c")
+    page = resources.files("profiler.output")
+    script = (page / "html_page.js").read_text(encoding="utf-8")
+    style = (page / "html_page.css").read_text(encoding="utf-8")
+    stream.write(
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; "
+        "style-src 'unsafe-inline'; img-src data:\">\n"
+        f"<title>{_escape(summary['title'])}: {_escape(summary['command'][:200])}</title>\n"
+        f"<style>\n{style}</style>\n</head><body>\n"
+        f'<script id="profile" type="application/json">{text}</script>\n'
+        f"<script>\n{script}</script>\n</body></html>\n"
+    )
+
+
+def _compact(weight: float) -> float | int:
+    return int(weight) if weight == int(weight) else weight
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")

@@ -1,0 +1,96 @@
+"""Deno and Bun as the runtime records know them: their options merged into
+a spawned command's environment, their names read, their files removed."""
+
+from __future__ import annotations
+
+import mmap
+import os
+
+from profiler.jit import deno
+from profiler.jit.bun import BUN, frame_for_jsc_name
+from profiler.jit.jitdump_files import maps_a_jitdump, remove_jitdumps
+from profiler.jit.names import frame_for_name
+from profiler.jit.runtimes import DENO, NODE, inject_environment
+from profiler.model.profile import FrameKind
+
+DENO_FLAGS = "--perf-basic-prof,--interpreted-frames-native-stack,--log-code,--log-source-code,--log-source-position"
+
+
+def test_deno_v8_flags_merged_with_the_user_s_once():
+    assert inject_environment({}, None, ["deno", "run", "app.js"])["DENO_V8_FLAGS"] == DENO_FLAGS
+    merged = inject_environment({"DENO_V8_FLAGS": "--max-old-space-size=64, --log-code"}, None, ["deno", "task", "dev"])
+    assert merged["DENO_V8_FLAGS"].split(",") == [
+        "--max-old-space-size=64",
+        "--log-code",
+        "--perf-basic-prof",
+        "--interpreted-frames-native-stack",
+        "--log-source-code",
+        "--log-source-position",
+    ]
+    assert deno.merge_v8_flags(merged["DENO_V8_FLAGS"], deno.deno_flags([], None)) == merged["DENO_V8_FLAGS"]
+
+
+def test_a_deno_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines():
+    assert "--interpreted-frames-native-stack" not in deno.deno_flags(["deno", "run", "--inspect", "app.js"], None)
+    assert "--interpreted-frames-native-stack" not in deno.deno_flags(["deno", "run", "app.js"], "--cpu-prof")
+    assert "--log-code" in deno.deno_flags(["deno", "run", "--inspect-brk", "app.js"], None)
+
+
+def test_bun_told_to_write_a_jitdump_where_it_always_can():
+    environment = inject_environment({}, None, ["bun", "app.js"])
+    assert environment["BUN_JSC_useJITDump"] == "1" and environment["BUN_JSC_jitDumpDirectory"] == "/tmp"
+    # The user's own directory, or the user's "no", is kept.
+    assert inject_environment({"BUN_JSC_jitDumpDirectory": "/srv/dumps"})["BUN_JSC_jitDumpDirectory"] == "/srv/dumps"
+    assert "BUN_JSC_jitDumpDirectory" not in inject_environment({"BUN_JSC_useJITDump": "0"})
+    # Bun refuses to start on a BUN_JSC_ option it does not know: only these two.
+    assert {key for key in environment if key.startswith("BUN_")} == {"BUN_JSC_useJITDump", "BUN_JSC_jitDumpDirectory"}
+
+
+def test_javascriptcore_names_read_as_frames():
+    leaf = frame_for_jsc_name("JSC-DFG: leaf#BiF1ZL")
+    assert leaf is not None and (leaf.name, leaf.tier, leaf.kind) == ("leaf", "dfg", FrameKind.JIT)
+    assert frame_for_name("JSC-FTL: Array.prototype.map#Ab12Cd").name == "Array.prototype.map"
+    assert frame_for_name("JSC-Baseline: leaf#BiF1ZL").tier == "baseline"
+    # Anonymous functions are told apart by their source's hash.
+    assert frame_for_name("JSC-Baseline: #Ab12Cd").name == "(anonymous)#Ab12Cd"
+    thunk = frame_for_name("JSC-LLIntThunk: op_call")
+    assert (thunk.name, thunk.tier) == ("[LLIntThunk] op_call", "stub")
+    assert frame_for_jsc_name("JS:*leaf /x.js:1:1") is None
+    assert BUN.own_names_only and "BUN_JSC_useJITDump=1" in BUN.fix
+
+
+def test_deno_names_read_as_node_s_and_its_logs_are_cleaned_up():
+    frame = frame_for_name("JS:o*leaf file:///srv/app/main.mjs:2:14", DENO)
+    assert (frame.name, frame.file, frame.line, frame.tier) == ("leaf main.mjs:2", "file:///srv/app/main.mjs", 2, "turbofan")
+    assert DENO.writes_v8_logs and NODE.writes_v8_logs
+    assert "DENO_V8_FLAGS=--perf-basic-prof,--interpreted-frames-native-stack" in DENO.fix
+
+
+def test_jitdumps_removed_only_when_they_are_the_processes_own_files(tmp_path):
+    uid = os.getuid()
+    # perf's jit-PID.dump and JavaScriptCore's jit-TID-PID.dump
+    for name in ("jit-100.dump", "jit-101-100.dump", "jit-201-200.dump", "jit-1000.dump", "jit-100.dump.bak", "jit-100-7.dump"):
+        (tmp_path / name).write_bytes(b"JiTD")
+    (tmp_path / "jit-102-100.dump").symlink_to(tmp_path / "jit-201-200.dump")
+    removed = remove_jitdumps([100], uid, str(tmp_path))
+    assert sorted(removed) == ["jit-100.dump", "jit-101-100.dump"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "jit-100-7.dump",
+        "jit-100.dump.bak",
+        "jit-1000.dump",
+        "jit-102-100.dump",
+        "jit-201-200.dump",
+    ]
+    assert remove_jitdumps([200], uid + 1, str(tmp_path)) == []  # another user's files stay
+
+
+def test_a_process_that_maps_a_jitdump_is_seen_to_write_one(tmp_path):
+    assert not maps_a_jitdump(os.getpid())
+    dump = tmp_path / f"jit-{os.getpid() + 1}-{os.getpid()}.dump"
+    dump.write_bytes(b"\0" * 4096)
+    with open(dump, "rb") as handle:
+        marker = mmap.mmap(handle.fileno(), 4096, prot=mmap.PROT_READ | mmap.PROT_EXEC, flags=mmap.MAP_PRIVATE)
+    try:
+        assert maps_a_jitdump(os.getpid())
+    finally:
+        marker.close()
