@@ -268,11 +268,10 @@ def microseconds(nanoseconds: int) -> int:
 
 
 def _frame_counts(frames: list[Frame], samples: list[Sample]) -> tuple[int, int]:
-    """(frame occurrences, of which unnamed)."""
+    """(frame occurrences, of which unnamed): counted per distinct stack."""
+    unnamed = [not frame.symbolized for frame in frames]
     total = unknown = 0
-    for sample in samples:
-        for frame_id in sample.frame_ids:
-            total += 1
-            if not frames[frame_id].symbolized:
-                unknown += 1
+    for frame_ids, count in Profile.distinct_stacks(samples).values():
+        total += len(frame_ids) * count
+        unknown += sum(unnamed[frame_id] for frame_id in frame_ids) * count
     return total, unknown

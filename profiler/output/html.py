@@ -18,6 +18,7 @@ would not open in seconds.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, TextIO
@@ -96,17 +97,27 @@ def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: 
     """Each thread's distinct stacks: [CPU, off-CPU] weights (samples, or µs
     with --off-cpu), or for a diff [new, base scaled]."""
     period_us = profile.info.sample_period_ns / 1000
-    weights: dict[tuple[int, int, str, tuple[int, ...]], list[int]] = {}
-    for sample in profile.samples:
-        key = (sample.pid, sample.tid, sample.comm, sample.frame_ids)
-        totals = weights.get(key)
-        if totals is None:
-            totals = weights[key] = [0, 0]
-        if sample.off_cpu_ns:
-            totals[1] += sample.off_cpu_ns
-        else:
-            totals[0] += 1
-    for (pid, tid, comm, frame_ids), (cpu, off_cpu_ns) in weights.items():
+    # Keyed by the stack tuple's identity (samples share one per distinct
+    # stack), so no stack is hashed per sample.
+    weights: dict[tuple[int, int, str, int], list[int]] = {}
+    stacks: dict[int, tuple[int, ...]] = {}
+    if profile.info.off_cpu:
+        for sample in profile.samples:
+            key = (sample.pid, sample.tid, sample.comm, id(sample.frame_ids))
+            totals = weights.get(key)
+            if totals is None:
+                totals = weights[key] = [0, 0]
+                stacks[key[3]] = sample.frame_ids
+            if sample.off_cpu_ns:
+                totals[1] += sample.off_cpu_ns
+            else:
+                totals[0] += 1
+    else:
+        counted = Counter((sample.pid, sample.tid, sample.comm, id(sample.frame_ids)) for sample in profile.samples)
+        stacks = {id(sample.frame_ids): sample.frame_ids for sample in profile.samples}
+        weights = {key: [count, 0] for key, count in counted.items()}
+    for (pid, tid, comm, stack_id), (cpu, off_cpu_ns) in weights.items():
+        frame_ids = stacks[stack_id]
         if base_side:
             weight = cpu * period_us + off_cpu_ns / 1000 if profile.info.off_cpu else cpu
             data.add(profile, pid, tid, comm, frame_ids, (0, round(weight * scale, 3)))
