@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from profiler import __version__
 from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.output.svg import escape
 
 # How a frame is coloured and counted in the page's tier view.
 _OPTIMIZED_TIERS = {"turbofan", "maglev", "dfg", "ftl", "optimized", "c1", "c2"}
@@ -188,7 +189,7 @@ def _write_page(stream: TextIO, data: _PageData, summary: dict[str, Any], mode: 
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">\n'
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; "
         "style-src 'unsafe-inline'; img-src data:\">\n"
-        f"<title>{_escape(summary['title'])}: {_escape(summary['command'][:200])}</title>\n"
+        f"<title>{escape(summary['title'])}: {escape(summary['command'][:200])}</title>\n"
         f"<style>\n{style}</style>\n</head><body>\n"
         f'<script id="profile" type="application/json">{text}</script>\n'
         f"<script>\n{script}</script>\n</body></html>\n"
@@ -197,7 +198,3 @@ def _write_page(stream: TextIO, data: _PageData, summary: dict[str, Any], mode: 
 
 def _compact(weight: float) -> float | int:
     return int(weight) if weight == int(weight) else weight
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
