@@ -22,7 +22,7 @@ def java_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
     setups = {
         "java alone": Setup([], plain),
         "java with the injected flags": Setup([], flagged),
-        "jitprof -F 99 (flags, perf map asked for every second)": Setup(
+        "jitprof -F 99 (frame pointers given; frames named from the JVM's structures)": Setup(
             [*JITPROF, "-F", "99", "-o", "bench.folded", "--"], plain
         ),
     }
@@ -31,7 +31,12 @@ def java_cost(repeats: int, perf: str | None, workdir: Path) -> list[str]:
             [perf, "record", "-q", "-F", "99", "-g", "-o", "perf.data", "--"], flagged
         )
     results = runtime_runs(
-        setups, "jitprof -F 99 (flags, perf map asked for every second)", JAVA_COMMAND, repeats, workdir, "java cost"
+        setups,
+        "jitprof -F 99 (frame pointers given; frames named from the JVM's structures)",
+        JAVA_COMMAND,
+        repeats,
+        workdir,
+        "java cost",
     )
     return [
         "## Cost of profiling a Java program",

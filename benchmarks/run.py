@@ -18,6 +18,7 @@ from benchmarks.completeness import completeness
 from benchmarks.first_samples import first_samples
 from benchmarks.format_conversion import format_conversion
 from benchmarks.java_cost import java_cost
+from benchmarks.java_structures_cost import java_structures_cost
 from benchmarks.javascript_runtimes_cost import javascript_runtimes_cost
 from benchmarks.kernel_cost import kernel_costs
 from benchmarks.live_view_cost import live_view_cost
@@ -40,6 +41,7 @@ SECTIONS = {
     "node_cost": lambda repeats, perf, workdir: node_cost(max(repeats - 2, 3), perf, workdir),
     "v8_heap_cost": lambda repeats, perf, workdir: v8_heap_cost(max(repeats - 2, 3), workdir),
     "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
+    "java_structures_cost": lambda repeats, perf, workdir: java_structures_cost(workdir),
     "javascript_runtimes_cost": lambda repeats, perf, workdir: javascript_runtimes_cost(max(repeats - 2, 3), workdir),
     "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(max(repeats - 2, 3), workdir),
     "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),

@@ -107,7 +107,7 @@ def _bpf_ns_per_sample(flags: list[str], program: list[str], workdir: Path) -> t
     return cost.bpf_ns_per_sample, cost.samples
 
 
-def _attach_sampling(flags: list[str], target_pid: int, output: str, workdir: Path) -> subprocess.Popen[bytes]:
+def attach_sampling(flags: list[str], target_pid: int, output: str, workdir: Path) -> subprocess.Popen[bytes]:
     command = [*JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(target_pid), "-d", str(PAIRED_WINDOW_S + 30), "-o", output]
     jitprof = subprocess.Popen(command, cwd=workdir, env=PLAIN, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
@@ -119,44 +119,56 @@ def _attach_sampling(flags: list[str], target_pid: int, output: str, workdir: Pa
     return jitprof
 
 
-def _paired_bpf_cost(program: list[str], workdir: Path) -> tuple[float, float, list[float]]:
-    """Two jitprofs attached at once to one node started without flags, one
-    reading the JS frames' words and one not (`--no-v8-heap`): the same
-    stacks at the same moments, so the program's phases fall on both. Over
-    PAIRED_WINDOW_S seconds of both sampling, each sampler's BPF time per
-    run (every CPU's tick, the idle ones' too). Returns the medians of
-    both and each round's ratio."""
-    target = subprocess.Popen(["node", *program, "900"], cwd=workdir, env=PLAIN, stdout=subprocess.DEVNULL)
+def paired_rounds(target_pid: int, rounds: int, label: str, workdir: Path) -> tuple[float, float, list[float]]:
+    """Two jitprofs attached at once to one process, one having the kernel
+    read its runtime's frame words (the default) and one not
+    (`--no-v8-heap`): the same stacks at the same moments, so the program's
+    phases fall on both. Over PAIRED_WINDOW_S seconds of both sampling, each
+    sampler's BPF time per run (every CPU's tick, the idle ones' too), which
+    of the two starts first alternating. Returns the medians of both and each
+    round's ratio."""
     read_costs, plain_costs, ratios = [], [], []
+    for round_index in range(rounds):
+        read_first = round_index % 2 == 0
+        order = [[], ["--no-v8-heap"]] if read_first else [["--no-v8-heap"], []]
+        samplers = [attach_sampling(flags, target_pid, f"paired{index}.folded", workdir) for index, flags in enumerate(order)]
+        try:
+            time.sleep(3)
+            before = [sampler_time(sampler.pid) for sampler in samplers]
+            time.sleep(PAIRED_WINDOW_S)
+            after = [sampler_time(sampler.pid) for sampler in samplers]
+        finally:
+            for sampler in samplers:
+                sampler.kill()
+                sampler.wait()
+        per_run = [(end[0] - start[0]) / max(end[1] - start[1], 1) for start, end in zip(before, after, strict=True)]
+        read, plain = per_run if read_first else per_run[::-1]
+        read_costs.append(read)
+        plain_costs.append(plain)
+        ratios.append(read / plain)
+        print(f"bench: {label}, paired BPF round {round_index + 1}/{rounds}: {read / plain:.3f}", file=sys.stderr)
+    for output in workdir.glob("paired*.folded"):
+        output.unlink()
+    return statistics.median(read_costs), statistics.median(plain_costs), ratios
+
+
+def paired_row(label: str, read: float, plain: float, ratios: list[float]) -> str:
+    """A table row of paired_rounds: both medians, the median difference, its spread over the rounds."""
+    spread = f"{100 * (min(ratios) - 1):+.1f} to {100 * (max(ratios) - 1):+.1f} %"
+    return (
+        f"| {label} | {read / 1000:.2f} µs | {plain / 1000:.2f} µs | {100 * (statistics.median(ratios) - 1):+.1f} % | {spread} |"
+    )
+
+
+def _paired_bpf_cost(program: list[str], workdir: Path) -> tuple[float, float, list[float]]:
+    """paired_rounds on one node started without flags."""
+    target = subprocess.Popen(["node", *program, "900"], cwd=workdir, env=PLAIN, stdout=subprocess.DEVNULL)
     try:
         time.sleep(8)  # past start-up: the hot code optimized
-        for round_index in range(PAIRED_ROUNDS):
-            read_first = round_index % 2 == 0
-            order = [[], ["--no-v8-heap"]] if read_first else [["--no-v8-heap"], []]
-            samplers = [
-                _attach_sampling(flags, target.pid, f"paired{index}.folded", workdir) for index, flags in enumerate(order)
-            ]
-            try:
-                time.sleep(3)
-                before = [sampler_time(sampler.pid) for sampler in samplers]
-                time.sleep(PAIRED_WINDOW_S)
-                after = [sampler_time(sampler.pid) for sampler in samplers]
-            finally:
-                for sampler in samplers:
-                    sampler.kill()
-                    sampler.wait()
-            per_run = [(end[0] - start[0]) / max(end[1] - start[1], 1) for start, end in zip(before, after)]
-            read, plain = per_run if read_first else per_run[::-1]
-            read_costs.append(read)
-            plain_costs.append(plain)
-            ratios.append(read / plain)
-            print(f"bench: v8 heap cost, paired BPF round {round_index + 1}/{PAIRED_ROUNDS}: {read / plain:.3f}", file=sys.stderr)
+        return paired_rounds(target.pid, PAIRED_ROUNDS, "v8 heap cost", workdir)
     finally:
         target.kill()
         target.wait()
-        for output in workdir.glob("paired*.folded"):
-            output.unlink()
-    return statistics.median(read_costs), statistics.median(plain_costs), ratios
 
 
 def _symbolizer_cost(workdir: Path) -> tuple[int, float]:
@@ -222,11 +234,7 @@ def v8_heap_cost(repeats: int, workdir: Path) -> list[str]:
                 kernel_rows.append(f"| {label} | {name} | {per_sample / 1000:.1f} µs | {samples:,.0f} |")
         paired_rows = []
         for program, label in [([str(BUSY)], "inline_chain.js"), (TSC_LOOP, "tsc's checker in a loop")]:
-            read, plain, ratios = _paired_bpf_cost(program, workdir)
-            spread = f"{100 * (min(ratios) - 1):+.1f} to {100 * (max(ratios) - 1):+.1f} %"
-            paired_rows.append(
-                f"| {label} | {read / 1000:.2f} µs | {plain / 1000:.2f} µs | {100 * (statistics.median(ratios) - 1):+.1f} % | {spread} |"
-            )
+            paired_rows.append(paired_row(label, *_paired_bpf_cost(program, workdir)))
     finally:
         Path("/proc/sys/kernel/bpf_stats_enabled").write_text(previous)
     frames, per_frame_us = _symbolizer_cost(workdir)

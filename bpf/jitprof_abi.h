@@ -124,6 +124,15 @@ struct unwind_row {
 #define V8_FP_BYTECODE_OFFSET (-40) /* interpreted frames: a Smi */
 #define V8_SLOTS_BYTES 40           /* read at fp - 40: the slots above */
 #define V8_NO_BYTECODE_OFFSET (-1)
+/* A HotSpot interpreted frame's slots below its frame pointer (x86-64, JDK 9
+ * to 26: frame_x86.hpp's interpreter_frame_*_offset), sent in a struct
+ * v8_frame: the Method* as shared, the bytecode pointer as bytecode_array,
+ * the JVM's GC count + 1 as code (0: not read; a Method is freed only in a
+ * collection). The leaf's bytecode pointer is r13 (the slot is written at
+ * calls only). */
+#define HOTSPOT_FP_METHOD (-24)
+#define HOTSPOT_FP_BCP (-64)
+#define HOTSPOT_SLOTS_BYTES 64 /* read at fp - 64: the slots above */
 /* JS frames sent per sample, leaf first: one for every frame the kernel can
  * walk, since an attached node has no perf map to name a frame without one.
  * The per-CPU walk state holds them beside the stack copy within 32 KiB (the
@@ -187,13 +196,15 @@ struct v8_frame {
     __u16 frame_index;     /* the address it belongs to, 0 the leaf */
     __u16 flags;           /* V8_FRAME_* */
 };
-#define V8_FRAME_INTERPRETER 1 /* the pc is in V8's builtins (the interpreter among them) */
+#define V8_FRAME_INTERPRETER 1 /* the pc is in V8's builtins (the interpreter among them), or HotSpot's interpreter */
 
 /* A followed V8 process (the v8_processes map): where its builtins are (the
  * interpreter among them: V8 may map them twice, the copy near its JIT code
  * for short calls), and where a JSFunction keeps its shared info and code,
  * inside V8_FUNCTION_WINDOW bytes from function_window. Its anonymous
- * executable mappings are V8's JIT code. */
+ * executable mappings are V8's JIT code. A HotSpot JVM (kind
+ * RUNTIME_HOTSPOT) has its template interpreter as builtins, no copy
+ * (copy_end 0), and in copy_start where it counts its collections. */
 #define V8_FUNCTION_WINDOW 32
 struct v8_process {
     __u64 builtins_start;
@@ -203,8 +214,10 @@ struct v8_process {
     __u32 function_window; /* from the untagged JSFunction */
     __u8 shared_at;        /* offsets inside the window, multiples of 8 */
     __u8 code_at;
-    __u16 reserved;
+    __u16 kind; /* RUNTIME_V8, RUNTIME_HOTSPOT */
 };
+#define RUNTIME_V8 0
+#define RUNTIME_HOTSPOT 1
 
 /* --off-cpu: a timed thread (the off_cpu_threads map, by thread id). */
 struct off_cpu_thread {

@@ -208,7 +208,8 @@ struct walk_scratch {
     u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
     u8 deep;        // past MAX_FRAMES: the rest is copied for user space to walk
     u16 v8_count;
-    struct v8_process v8; // builtins_end 0: not a V8 process
+    struct v8_process v8; // builtins_end 0: not a V8 process (nor a JVM)
+    u64 leaf_bcp;         // a CPU sample's r13: HotSpot's bytecode pointer, if the leaf is interpreted
     struct sample_event event;
 };
 
@@ -318,6 +319,33 @@ static __always_inline u8 in_v8_builtins(struct walk_scratch *scratch, u64 pc) {
            (pc >= scratch->v8.copy_start && pc < scratch->v8.copy_end);
 }
 
+// A frame of HotSpot's template interpreter: its Method* and bytecode
+// pointer, read with the frame's saved fp and return address (which the
+// frame-pointer step then takes from the reader). User space checks them:
+// a frame caught while it is being built reads as its caller's, or nothing.
+static __always_inline void note_hotspot_frame(struct walk_scratch *scratch, u64 fp, u32 depth, struct walk_reader *reader) {
+    u32 index = scratch->v8_count;
+    if (index >= MAX_V8_FRAMES || fp < HOTSPOT_SLOTS_BYTES) return;
+    u64 slots[HOTSPOT_SLOTS_BYTES / 8 + 2];
+    if (bpf_probe_read_user(slots, sizeof(slots), (void *)(fp - HOTSPOT_SLOTS_BYTES)) != 0) return;
+    reader->frame_fp = fp;
+    reader->saved_fp = slots[HOTSPOT_SLOTS_BYTES / 8];
+    reader->return_address = slots[HOTSPOT_SLOTS_BYTES / 8 + 1];
+    struct v8_frame *frame = &v8_notes(scratch)[index];
+    frame->shared = slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_METHOD) / 8];
+    u32 collections = 0;
+    frame->code =
+        scratch->v8.copy_start != 0 && bpf_probe_read_user(&collections, sizeof(collections), (void *)scratch->v8.copy_start) == 0
+            ? (u64)collections + 1
+            : 0;
+    frame->bytecode_array =
+        depth == 0 && scratch->leaf_bcp ? scratch->leaf_bcp : slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_BCP) / 8];
+    frame->bytecode_offset = V8_NO_BYTECODE_OFFSET;
+    frame->flags = V8_FRAME_INTERPRETER;
+    frame->frame_index = depth;
+    scratch->v8_count = index + 1;
+}
+
 // A frame of V8's JIT code or builtins: if its context slot holds a tagged
 // pointer (a JS frame), keep what says which function it runs and where. The
 // slots are read with the frame's saved fp and return address, which the
@@ -325,6 +353,10 @@ static __always_inline u8 in_v8_builtins(struct walk_scratch *scratch, u64 pc) {
 static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u8 in_builtins, u64 pc,
                                           u64 fp, u32 depth, struct walk_reader *reader) {
     if (scratch->v8.builtins_end == 0) return;
+    if (scratch->v8.kind == RUNTIME_HOTSPOT) {
+        if (in_builtins) note_hotspot_frame(scratch, fp, depth, reader);
+        return;
+    }
     if (mapping->kind != MAPPING_JIT && !in_builtins) return;
     u32 index = scratch->v8_count;
     if (index >= MAX_V8_FRAMES || fp < V8_SLOTS_BYTES) return;
@@ -647,6 +679,7 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid) {
     ev->work = 0;
     ev->parent_work = 0;
     ev->runnable_ns = 0;
+    scratch->leaf_bcp = 0;
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
     return scratch;
 }
@@ -720,6 +753,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         pc = ctx->regs.ip;
         sp = ctx->regs.sp;
         fp = ctx->regs.bp;
+        scratch->leaf_bcp = ctx->regs.r13;
     } else {
         // In the kernel on behalf of the task.
         saved_user_registers(&pc, &sp, &fp);

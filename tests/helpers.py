@@ -1,5 +1,6 @@
 """Small builders and places shared by unit tests."""
 
+import struct
 from pathlib import Path
 
 from profiler.kernel.events import WalkEnd
@@ -40,3 +41,25 @@ def read_uleb(data: bytes | bytearray, offset: int) -> tuple[int, int]:
         shift += 7
         if byte < 0x80:
             return value, offset
+
+
+class LaidOutMemory:
+    """A process's memory as a test lays it out (for readers of a runtime's objects)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, bytes] = {}
+        self.reads = 0
+
+    def put(self, address: int, data: bytes) -> None:
+        self.blocks[address] = data
+
+    def read(self, address: int, length: int) -> bytes | None:
+        self.reads += 1
+        for start, data in self.blocks.items():
+            if start <= address and address + length <= start + len(data):
+                return data[address - start : address - start + length]
+        return None
+
+    def word(self, address: int) -> int | None:
+        data = self.read(address, 8)
+        return struct.unpack("<Q", data)[0] if data is not None else None

@@ -70,7 +70,7 @@ class JitdumpSymbols(JitSymbolSource):
                 state = self._processes[pid] = _ProcessDumps(pid, process_uid(pid, self._default_owner_uid))
             return state
 
-    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
+    def expand(self, pid: int, time_ns: int, address: int, caller: bool = False) -> tuple[Frame, ...] | None:
         state = self._state(pid)
         now = time.monotonic()
         if state.rescan.due(now):

@@ -27,15 +27,18 @@ class RecordedFrames:
 
 
 class JitSymbolSource:
-    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
-        """The JIT code at an address at a sample time, as its source frames
-        (inlined functions included), outermost first; None: not known here."""
+    def expand(self, pid: int, time_ns: int, address: int, caller: bool = False) -> tuple[Frame, ...] | None:
+        """The JIT code at an address at a sample time (a caller's: its return
+        address - 1), as its source frames (inlined functions included),
+        outermost first; None: not known here."""
         return None
 
-    def expand_recorded(self, pid: int, address: int, record: V8FrameSlots, leaf: bool) -> RecordedFrames | None:
-        """The frames of a JS frame from what the kernel read of it with the
-        sample (address: a leaf's pc, or a caller's call instruction); None:
-        not known here."""
+    def expand_recorded(
+        self, pid: int, address: int, record: V8FrameSlots, leaf: bool, time_ns: int = 0
+    ) -> RecordedFrames | None:
+        """The frames of a JS (or interpreted Java) frame from what the kernel
+        read of it with the sample taken at time_ns (address: a leaf's pc, or
+        a caller's call instruction); None: not known here."""
         return None
 
     def note_sample(self, sample: RawSample) -> None:

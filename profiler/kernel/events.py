@@ -111,6 +111,10 @@ V8_NO_BYTECODE_OFFSET = -1
 V8_FRAME_INTERPRETER = 1
 V8_FUNCTION_WINDOW = 32
 V8_SLOTS_BYTES = 40  # a JS frame's slots read below its frame pointer
+# A HotSpot interpreted frame's slots, from its frame pointer (sent as a V8FrameSlots: Method* as shared, bcp as bytecode_array).
+HOTSPOT_FP_METHOD = -24
+HOTSPOT_FP_BCP = -64
+HOTSPOT_SLOTS_BYTES = 64
 MAX_V8_FRAMES = MAX_FRAMES  # JS frames sent per sample
 
 

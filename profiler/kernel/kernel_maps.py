@@ -67,8 +67,12 @@ class _V8Process(ctypes.Structure):
         ("function_window", ctypes.c_uint32),
         ("shared_at", ctypes.c_uint8),
         ("code_at", ctypes.c_uint8),
-        ("reserved", ctypes.c_uint16),
+        ("kind", ctypes.c_uint16),
     ]
+
+
+RUNTIME_V8 = 0
+RUNTIME_HOTSPOT = 1
 
 
 class _OffCpuThread(ctypes.Structure):
@@ -168,7 +172,14 @@ class KernelMaps:
         function_window + shared_at and + code_at: its JS frames are sent
         with what identifies them."""
         (start, end), (copy_start, copy_end) = builtins[0], (builtins[1:] or [(0, 0)])[0]
-        value = _V8Process(start, end, copy_start, copy_end, function_window, shared_at, code_at, 0)
+        value = _V8Process(start, end, copy_start, copy_end, function_window, shared_at, code_at, RUNTIME_V8)
+        return self._update(self._maps["v8_processes"], ctypes.c_uint32(pid), value)
+
+    def set_hotspot_process(self, pid: int, interpreter: tuple[int, int], gc_count_at: int) -> bool:
+        """pid runs HotSpot with its template interpreter at [start, end):
+        its interpreted frames are sent with their Method* and bytecode
+        pointer, and the JVM's GC count (the u32 at gc_count_at; 0: none)."""
+        value = _V8Process(interpreter[0], interpreter[1], gc_count_at, 0, 0, 0, 0, RUNTIME_HOTSPOT)
         return self._update(self._maps["v8_processes"], ctypes.c_uint32(pid), value)
 
     def clear_v8_process(self, pid: int) -> None:

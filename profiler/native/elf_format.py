@@ -274,17 +274,20 @@ class NamedSymbol:
     section_index: int
 
 
-def symbols_named(handle: BinaryIO, prefixes: tuple[bytes, ...], max_matches: int) -> list[NamedSymbol]:
-    """The .symtab symbols whose names start with one of prefixes (data and
-    functions alike), at most max_matches of them; the table is read within
-    the usual caps. Empty for a file without .symtab."""
+def symbols_named(
+    handle: BinaryIO, prefixes: tuple[bytes, ...], max_matches: int, table_kind: int = SHT_SYMTAB
+) -> list[NamedSymbol]:
+    """The .symtab (or, table_kind SHT_DYNSYM, the exported) symbols whose
+    names start with one of prefixes (data and functions alike), at most
+    max_matches of them; the table is read within the usual caps. Empty for
+    a file without that table."""
     header = read_header(handle)
     if header.elf_class != ELFCLASS64:
         return []
     sections = section_headers(handle, header)
     found: list[NamedSymbol] = []
     for section in sections:
-        if section.kind != SHT_SYMTAB or not 0 < section.link < len(sections):
+        if section.kind != table_kind or not 0 < section.link < len(sections):
             continue
         data = section_data(handle, header, section, MAX_SYMBOL_ENTRIES * ELF64_SYMBOL.size)
         strings = section_data(handle, header, sections[section.link], MAX_STRING_TABLE_BYTES)

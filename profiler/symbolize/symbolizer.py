@@ -554,7 +554,7 @@ class Symbolizer:
         whether the words the kernel read for it (record, if any) could be read."""
         address = raw.addresses[depth]
         if record is not None:
-            recorded = self._resolve_recorded(raw.pid, address, record, depth)
+            recorded = self._resolve_recorded(raw.pid, address, record, depth, raw.time_ns)
             if recorded is not None:
                 frame_ids = [self._profile.intern(frame) for frame in recorded.frames]
                 if recorded.keep_native:
@@ -563,11 +563,11 @@ class Symbolizer:
                 return frame_ids, True
         return self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park), record is None
 
-    def _resolve_recorded(self, pid: int, address: int, record: V8FrameSlots, depth: int) -> RecordedFrames | None:
+    def _resolve_recorded(self, pid: int, address: int, record: V8FrameSlots, depth: int, time_ns: int) -> RecordedFrames | None:
         """A frame the kernel read a runtime's words for, named from them."""
         lookup_address = address - 1 if depth > 0 else address
         for source in self.jit_sources:
-            recorded = source.expand_recorded(pid, lookup_address, record, depth == 0)
+            recorded = source.expand_recorded(pid, lookup_address, record, depth == 0, time_ns)
             if recorded is not None and recorded.frames:
                 return recorded
         return None
@@ -621,7 +621,7 @@ class Symbolizer:
             # JIT code: addresses are reused, so no memo here; the JIT
             # sources memoise per code object instead.
             for source in self.jit_sources:
-                frames = source.expand(pid, time_ns, lookup_address)
+                frames = source.expand(pid, time_ns, lookup_address, caller)
                 if frames:
                     return [self._profile.intern(frame) for frame in frames]
             frame = self._name(pid, mapping, lookup_address)

@@ -71,6 +71,11 @@ CONSTANTS = [
     "MAX_V8_FRAMES",
     "V8_FRAME_INTERPRETER",
     "V8_FUNCTION_WINDOW",
+    "HOTSPOT_FP_METHOD",
+    "HOTSPOT_FP_BCP",
+    "HOTSPOT_SLOTS_BYTES",
+    "RUNTIME_V8",
+    "RUNTIME_HOTSPOT",
     "OFF_CPU_STACK_MOVED",
     "SAMPLE_SUBMITS_WORK",
     "OFF_CPU_SETTING_SHORTEST_WAIT",
@@ -123,7 +128,7 @@ STRUCTS = {
         "function_window",
         "shared_at",
         "code_at",
-        "reserved",
+        "kind",
     ],
     "process_event": ["event_type", "pid", "tid", "parent_pid", "time_ns", "comm", "address", "length"],
     "trie_key": ["prefixlen", "pid_be", "address_be"],
@@ -206,6 +211,12 @@ def test_limits_are_the_headers(abi):
     assert events.V8_NO_BYTECODE_OFFSET == abi["V8_NO_BYTECODE_OFFSET"] - (1 << 64)
     assert (events.V8_FRAME_INTERPRETER, events.V8_FUNCTION_WINDOW) == (abi["V8_FRAME_INTERPRETER"], abi["V8_FUNCTION_WINDOW"])
     assert (events.V8_SLOTS_BYTES, events.MAX_V8_FRAMES) == (abi["V8_SLOTS_BYTES"], abi["MAX_V8_FRAMES"])
+    assert (events.HOTSPOT_FP_METHOD, events.HOTSPOT_FP_BCP, events.HOTSPOT_SLOTS_BYTES) == (
+        abi["HOTSPOT_FP_METHOD"] - (1 << 64),
+        abi["HOTSPOT_FP_BCP"] - (1 << 64),
+        abi["HOTSPOT_SLOTS_BYTES"],
+    )
+    assert (kernel_maps.RUNTIME_V8, kernel_maps.RUNTIME_HOTSPOT) == (abi["RUNTIME_V8"], abi["RUNTIME_HOTSPOT"])
     # Every walked frame can carry its JS record, and the sample is built in a
     # per-CPU value beside 80 bytes of walk state: the kernel allows 32 KiB.
     assert abi["MAX_V8_FRAMES"] == abi["MAX_FRAMES"]

@@ -1,11 +1,11 @@
-"""Keeps the perf maps of the JVMs being profiled current.
+"""Keeps the perf maps of the JVMs being profiled current, for the JVMs
+whose own structures cannot be read (jvm/hotspot_source.py names the rest).
 
 HotSpot writes /tmp/perf-PID.map only when asked (`Compiler.perfmap`), as a
 snapshot of its code cache. jitprof asks every REFRESH_S while a JVM runs,
-once more at the end, and rereads the map each time; a JVM spawned by
-jitprof also writes it as it exits (-XX:+DumpPerfMapAtExit). Samples in code
-compiled since the last snapshot wait for the next one (the symbolizer parks
-them).
+once more at the end, and rereads the map each time (and a map the JVM
+wrote as it exited, -XX:+DumpPerfMapAtExit). Samples in code compiled since
+the last snapshot wait for the next one (the symbolizer parks them).
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class JvmReport:
 class JvmPerfMaps(JitSymbolSource):
     perf_maps: PerfMapReader
     is_jvm: Callable[[int], bool]  # does this live process run a JVM?
+    # Is a JVM to be asked (now)? Not one whose own structures name its frames.
+    wanted: Callable[[int], bool] = lambda _pid: True
     _jvms: dict[int, _Jvm] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -75,6 +77,8 @@ class JvmPerfMaps(JitSymbolSource):
         with self._lock:
             jvms = [jvm for jvm in self._jvms.values() if jvm.failures < MAX_FAILURES]
         for jvm in jvms:
+            if not self.wanted(jvm.pid):
+                continue
             if process_alive(jvm.pid) and not self._stop.is_set():
                 # Stopping the run cuts an exchange short within POLL_S.
                 self._ask(jvm, Budget.of(EXCHANGE_TIMEOUT_S, self._stop.is_set))
@@ -110,6 +114,7 @@ class JvmPerfMaps(JitSymbolSource):
         return (
             jvm is not None
             and jvm.failures < MAX_FAILURES
+            and self.wanted(pid)
             and jvm.last_snapshot_ns < time_ns
             and not self._stop.is_set()
             and process_alive(pid)
@@ -125,6 +130,8 @@ class JvmPerfMaps(JitSymbolSource):
             jvms = list(self._jvms.values())
         budget = Budget.of(FINAL_BUDGET_S)  # shared: a stalled JVM cannot hold the end of the run
         for jvm in jvms:
+            if not self.wanted(jvm.pid):
+                continue
             if process_alive(jvm.pid) and jvm.failures < MAX_FAILURES and self._ask(jvm, budget):
                 continue
             if self.perf_maps.reload(jvm.pid):  # written at exit, or by the user
@@ -134,6 +141,8 @@ class JvmPerfMaps(JitSymbolSource):
     def warnings(self) -> list[str]:
         found = []
         for jvm in self.reports():
+            if not self.wanted(jvm.pid):
+                continue
             if jvm.last_error and not jvm.snapshots:
                 found.append(f"jitprof: warning: the JVM (pid {jvm.pid}) gave no perf map: {jvm.last_error}")
             if jvm.preserves_frame_pointers is False:

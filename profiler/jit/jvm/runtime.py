@@ -1,32 +1,30 @@
 """HotSpot as jitprof knows it: recognised by its launcher's name or
-libjvm.so; given frame pointers in JIT code and the exit map when spawned;
-its perf-map names read as HotSpot writes them (a snapshot asked for, see
-jvm/perfmap_source.py); named in a store by its main class or jar."""
+libjvm.so; given frame pointers in JIT code when spawned; its frames named
+from its own structures (jvm/hotspot_source.py), and where those cannot be
+read, from perf maps it is asked for (jvm/perfmap_source.py; their names
+read as HotSpot writes them); named in a store by its main class or jar."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 from profiler.jit.contract import Runtime, SourceSettings
 from profiler.jit.jvm.application import java_main
+from profiler.jit.jvm.hotspot_source import HotSpotStructures
 from profiler.jit.jvm.idle import waits_for_work
 from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
 from profiler.jit.options import merge_options
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
-from profiler.safety import processes
 
-# HotSpot: frame pointers in JIT code, and the whole map written as it exits
-# (jitprof asks for it while it runs). The exit map needs JDK 17, and an
-# older JVM refuses to start on a flag it does not know: it is only added
-# when the JVMs the command can reach are 17 or newer.
-JAVA_FLAGS = ("-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DumpPerfMapAtExit")
-JAVA_EXIT_MAP_SINCE = 17
+# HotSpot: frame pointers in JIT code, and debug information at every pc of
+# compiled code, not only at its safepoints and calls (which methods C2
+# inlined where, and the lines); its frames are named from its memory: no
+# perf map, exit map or agent is asked for.
+JAVA_FLAGS = ("-XX:+PreserveFramePointer", "-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints")
 # HotSpot: "long Hot.leaf(int)", "void Hot.main(java.lang.String[])"
 _JAVA_METHOD = re.compile(r"^(?:[\w$.]+(?:\[\])*) ([\w$.]+\.[\w$<>]+)\(([^()]*)\)$")
 
@@ -36,35 +34,9 @@ def _spawn_environment(environ: dict[str, str], preload: Path | None, command: S
 
 
 def _java_flags(environ: dict[str, str]) -> tuple[str, ...]:
-    """The JVM flags, less those the user turned off on purpose, and the
-    exit map's unless every JVM the command can find is new enough."""
+    """The JVM flags, less those the user turned off on purpose."""
     existing = environ.get("JAVA_TOOL_OPTIONS", "")
-    flags: tuple[str, ...] = JAVA_FLAGS
-    versions = [java_major_version(home) for home in _java_homes(environ)]
-    if not versions or any(version < JAVA_EXIT_MAP_SINCE for version in versions):
-        flags = flags[:1]
-    return tuple(flag for flag in flags if flag.replace("+", "-", 1) not in existing)
-
-
-def _java_homes(environ: dict[str, str]) -> list[Path]:
-    """JAVA_HOME and the installation of the `java` on PATH."""
-    homes = []
-    if environ.get("JAVA_HOME"):
-        homes.append(Path(environ["JAVA_HOME"]))
-    java = shutil.which("java", path=processes.absolute_path_entries(environ.get("PATH", os.defpath)))
-    if java is not None:
-        homes.append(Path(os.path.realpath(java)).parent.parent)
-    return homes
-
-
-def java_major_version(home: Path) -> int:
-    """17 for a JDK 17 installation (its `release` file); 0 when unknown."""
-    try:
-        text = (home / "release").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return 0
-    found = re.search(r'^JAVA_VERSION="(?:1\.)?(\d+)', text, re.MULTILINE)
-    return int(found.group(1)) if found else 0
+    return tuple(flag for flag in JAVA_FLAGS if flag.replace("+", "-", 1) not in existing)
 
 
 def _frame_for_name(name: str) -> Frame:
@@ -77,20 +49,34 @@ def _frame_for_name(name: str) -> Frame:
 
 
 def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
-    """Under --all no JVM is asked to write a map (root would write into every JVM's /tmp)."""
+    """The JVM's structures; where they cannot be read, a perf map asked for
+    (not under --all: root would write into every JVM's /tmp)."""
+
+    def is_java(pid: int) -> bool:
+        return settings.runtime_of(pid) is JAVA
+
+    structures = HotSpotStructures(settings.kernel, is_java, settings.expand_inlining)
     if not settings.ask_processes:
-        return []
-    return [JvmPerfMaps(settings.perf_maps, lambda pid: settings.runtime_of(pid) is JAVA)]
+        return [structures]
+    return [structures, JvmPerfMaps(settings.perf_maps, is_java, wanted=lambda pid: not structures.reads(pid))]
 
 
 def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) -> list[str]:
-    return [f"jitprof: note: asking the JVM (pid {pid}) for its perf map every {REFRESH_S:g} s"]
+    structures = next((source for source in sources if isinstance(source, HotSpotStructures)), None)
+    if structures is not None and structures.reads(pid):
+        return []
+    why = structures.refused(pid) if structures is not None else ""
+    asked = any(isinstance(source, JvmPerfMaps) for source in sources)
+    reason = f"its structures cannot be read ({why}); " if why else ""
+    if not asked:
+        return [f"jitprof: note: the JVM (pid {pid}): {reason}its Java frames stay unnamed"]
+    return [f"jitprof: note: the JVM (pid {pid}): {reason}asking it for its perf map every {REFRESH_S:g} s"]
 
 
 JAVA = Runtime(
     "the JVM",
-    "jitprof asks the JVM for its perf map; for whole stacks start it with -XX:+PreserveFramePointer "
-    "(or under jitprof -- java ...)",
+    "jitprof names its frames from the JVM's own structures; for whole stacks start it with "
+    "-XX:+PreserveFramePointer (or under jitprof -- java ...)",
     label="java",
     frame_type="jvm",
     executable=lambda name: name == "java",

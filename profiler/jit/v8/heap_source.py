@@ -31,7 +31,6 @@ from typing import Protocol
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.jit.v8.heap import positions
 from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
-from profiler.jit.v8.heap.memory import USER_SPACE_END, MemoryThread, ProcessMemory
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
 from profiler.jit.v8.names import Tier, js_display
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -45,6 +44,7 @@ from profiler.kernel.events import (
     V8FrameSlots,
 )
 from profiler.kernel.late_walks import WalkedFrame
+from profiler.kernel.process_memory import USER_SPACE_END, MemoryThread, ProcessMemory
 from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.model.profile import Frame, FrameKind
 from profiler.native import elf_format, library
@@ -427,7 +427,9 @@ class V8HeapSymbols(JitSymbolSource):
 
     # Frames --------------------------------------------------------------
 
-    def expand_recorded(self, pid: int, address: int, record: V8FrameSlots, leaf: bool) -> RecordedFrames | None:
+    def expand_recorded(
+        self, pid: int, address: int, record: V8FrameSlots, leaf: bool, time_ns: int = 0
+    ) -> RecordedFrames | None:
         with self._lock:
             process = self._processes.get(pid)
         if process is None:

@@ -105,7 +105,7 @@ class V8LogSymbols(JitSymbolSource):
                 state = self._processes[pid] = _ProcessLogs(pid, process_uid(pid, self._default_owner_uid))
             return state
 
-    def expand(self, pid: int, time_ns: int, address: int) -> tuple[Frame, ...] | None:
+    def expand(self, pid: int, time_ns: int, address: int, caller: bool = False) -> tuple[Frame, ...] | None:
         """The frames at a JIT address, outermost first; None when the log
         does not know it (the perf map may)."""
         with self._lock:

@@ -18,6 +18,7 @@ from profiler.jit.v8.heap.objects import MAX_STRING_DEPTH, HeapReader, Script, S
 from profiler.jit.v8.heap_source import V8HeapSymbols, _frame, _Inlining
 from profiler.jit.v8.names import Tier
 from tests.helpers import ROOT
+from tests.helpers import LaidOutMemory as Memory
 
 NODES = {
     "20": Path("/usr/bin/node"),
@@ -109,28 +110,6 @@ def test_a_damaged_position_table_ends_the_search():
 
 
 # Objects, over memory that says what the test wants ---------------------------
-
-
-class Memory:
-    """A process's memory as the test lays it out."""
-
-    def __init__(self) -> None:
-        self.blocks: dict[int, bytes] = {}
-        self.reads = 0
-
-    def put(self, address: int, data: bytes) -> None:
-        self.blocks[address] = data
-
-    def read(self, address: int, length: int) -> bytes | None:
-        self.reads += 1
-        for start, data in self.blocks.items():
-            if start <= address and address + length <= start + len(data):
-                return data[address - start : address - start + length]
-        return None
-
-    def word(self, address: int) -> int | None:
-        data = self.read(address, 8)
-        return struct.unpack("<Q", data)[0] if data is not None else None
 
 
 class Heap:
@@ -312,7 +291,7 @@ def test_a_process_whose_memory_does_not_answer_is_left_behind(monkeypatch):
     """A read the target can block (userfaultfd, FUSE) holds one thread of
     jitprof's, never the symbolizer: past the timeout the process is stalled
     and asked nothing more."""
-    from profiler.jit.v8.heap import memory  # noqa: PLC0415
+    from profiler.kernel import process_memory as memory  # noqa: PLC0415
 
     monkeypatch.setattr(memory, "OPERATION_TIMEOUT_S", 0.2)
     import os  # noqa: PLC0415
@@ -337,7 +316,7 @@ def test_a_slow_operation_is_waited_for_while_its_reads_return(monkeypatch):
     import threading  # noqa: PLC0415
     import time  # noqa: PLC0415
 
-    from profiler.jit.v8.heap import memory  # noqa: PLC0415
+    from profiler.kernel import process_memory as memory  # noqa: PLC0415
 
     monkeypatch.setattr(memory, "OPERATION_TIMEOUT_S", 0.2)
     monkeypatch.setattr(memory, "MAX_OPERATION_S", 1.5)
@@ -370,10 +349,10 @@ def test_a_deep_stack_s_functions_are_read_as_its_copy_arrives():
     symbolizer comes to it, maybe seconds later, when a scavenge has moved
     their functions: they are named by the functions read as the copy
     arrived, not by what the old addresses hold by then."""
-    from profiler.jit.v8.heap.memory import MemoryThread  # noqa: PLC0415
     from profiler.jit.v8.heap_source import _Process  # noqa: PLC0415
     from profiler.kernel.events import RawSample, StackCopy, WalkEnd  # noqa: PLC0415
     from profiler.kernel.late_walks import WalkedFrame  # noqa: PLC0415
+    from profiler.kernel.process_memory import MemoryThread  # noqa: PLC0415
 
     reader, heap = reader_and_heap()
     heap.memory.pid = 4242  # type: ignore[attr-defined]
@@ -415,9 +394,9 @@ def test_a_deep_stack_s_functions_are_read_as_its_copy_arrives():
 def test_a_sample_whose_callers_were_seen_has_only_its_leaf_named_ahead():
     """A loop's samples repeat their callers: the main thread looks at their
     frames once, and at each sample's leaf."""
-    from profiler.jit.v8.heap.memory import MemoryThread  # noqa: PLC0415
     from profiler.jit.v8.heap_source import _Process  # noqa: PLC0415
     from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd  # noqa: PLC0415
+    from profiler.kernel.process_memory import MemoryThread  # noqa: PLC0415
 
     reader, heap = reader_and_heap()
     heap.memory.close = lambda: None  # type: ignore[attr-defined]

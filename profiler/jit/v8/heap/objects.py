@@ -12,7 +12,7 @@ from array import array
 from dataclasses import dataclass
 
 from profiler.jit.v8.heap.layout import POINTER, V8Layout
-from profiler.jit.v8.heap.memory import USER_SPACE_END, ProcessMemory
+from profiler.kernel.process_memory import USER_SPACE_END, ProcessMemory
 
 HEAP_OBJECT_TAG = 1
 TAG_MASK = 3

@@ -1,4 +1,4 @@
-"""Reading a followed process's memory, as V8's objects are read: one open
+"""Reading a followed process's memory, as V8's and HotSpot's objects are read: one open
 /proc/PID/mem per process (bound to that process's address space: after its
 exit or exec the descriptor reads nothing), reads of bounded size, nothing
 written, the process never stopped.

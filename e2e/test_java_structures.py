@@ -1,0 +1,222 @@
+"""Java named from HotSpot's own structures: JVMs started with
+-XX:+PreserveFramePointer and nothing else, attached with --pid and seen
+under --all, on each JDK installed (17; 25 where Temurin's is). What the
+frames must say: the inlined chain in order with the inlined methods
+marked, the leaf's line, interpreted frames named under -Xint, the same
+names a perf map gives; and under class churn and deoptimization, never a
+method that was not running. The JVM is asked nothing: no attach listener
+thread, no perf map."""
+
+from __future__ import annotations
+
+import re
+import selectors
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import ROOT
+from profiler.jit.jvm.hotspot.layout import layout_of
+from profiler.jit.jvm.hotspot.objects import HotSpotReader
+from profiler.jit.jvm.hotspot_source import libjvm_of
+from profiler.jit.jvm.runtime import JAVA
+from profiler.kernel.process_memory import ProcessMemory
+from profiler.model.profile import FrameKind, Profile
+from profiler.model.raw import read_raw
+
+CLASSES = ROOT / "fixtures" / "build" / "java"
+SOURCE = ROOT / "fixtures" / "java" / "Inlined.java"
+JDKS = {"17": Path("/usr/lib/jvm/java-17-openjdk-amd64"), "25": Path("/usr/lib/jvm/temurin-25-jdk-amd64")}
+CHAIN = ["Inlined.run(long)", "Inlined.step(long)", "Inlined.leaf(long)"]
+LEAF_LOOP = {number for number, text in enumerate(SOURCE.read_text().splitlines(), 1) if "// LEAF" in text}  # leaf's loop
+_SPIN = re.compile(r"\.spin(\d{4})\(")
+
+
+def java_of(jdk: str) -> str:
+    java = JDKS[jdk] / "bin" / "java"
+    if not java.exists():
+        pytest.skip(f"JDK {jdk} is not installed here ({JDKS[jdk]})")
+    if not (CLASSES / "Inlined.class").exists():
+        pytest.skip("the Java fixtures are not built (javac missing)")
+    return str(java)
+
+
+def wait_for_line(process: subprocess.Popen, wanted: str, timeout: float = 60.0) -> list[str]:
+    """The lines the process printed up to the one starting with wanted."""
+    lines: list[str] = []
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not selector.select(timeout=deadline - time.monotonic()):
+            break
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line.strip())
+        if line.startswith(wanted):
+            return lines
+    raise AssertionError(f"the program never printed {wanted!r}: {lines[-5:]}")
+
+
+def stop_jvm(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+def java_samples(profile: Profile, pid: int) -> list[list]:
+    """The frames (root first) of the pid's samples that ran the fixture's Java code."""
+    found = []
+    for sample in profile.samples:
+        if sample.pid != pid:
+            continue
+        frames = [profile.frames[index] for index in sample.frame_ids]
+        if any(frame.name.startswith("Inlined.") for frame in frames):
+            found.append(frames)
+    return found
+
+
+def chained(frames: list) -> tuple[bool, bool]:
+    """(run > step > leaf in order, step and leaf marked inlined)"""
+    names = [frame.name for frame in frames]
+    for index in range(len(names) - 2):
+        if names[index : index + 3] == CHAIN:
+            return True, frames[index + 1].inlined and frames[index + 2].inlined
+    return False, False
+
+
+def asked_nothing(pid: int) -> None:
+    threads = [path.read_text().strip() for path in Path(f"/proc/{pid}/task").glob("*/comm")]
+    assert "Attach Listener" not in threads, "jitprof attached to the JVM"
+    assert not Path(f"/tmp/perf-{pid}.map").exists()
+    assert not Path(f"/tmp/.java_pid{pid}").exists()
+
+
+@pytest.mark.parametrize("jdk", sorted(JDKS))
+@pytest.mark.parametrize("mode", ["--pid", "--all"])
+def test_compiled_java_named_with_its_inlined_chain(jitprof, tmp_path, background, jdk, mode):
+    java = java_of(jdk)
+    target = background(
+        java, "-XX:+PreserveFramePointer", "-cp", str(CLASSES), "Inlined", "60", cwd=tmp_path, stdout=subprocess.PIPE, text=True
+    )
+    wait_for_line(target, "warm")
+    scope = ["--pid", str(target.pid)] if mode == "--pid" else ["--all"]
+    run = jitprof("-F", "499", "-d", "3", *scope, "-o", "out.jitprof")
+    assert run.returncode == 0, run.stderr
+    assert "perf map" not in run.stderr and "restart" not in run.stderr, run.stderr
+    asked_nothing(target.pid)
+    stop_jvm(target)
+    samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid)
+    assert len(samples) >= 600, len(samples)
+    results = [chained(frames) for frames in samples]
+    in_order = sum(1 for found, _inlined in results if found) / len(samples)
+    marked = sum(1 for found, inlined in results if found and inlined) / max(1, sum(1 for found, _ in results if found))
+    assert in_order >= 0.9 and marked >= 0.9, (in_order, marked, [[frame.name for frame in frames] for frames in samples[:5]])
+    leaves = [frames[-1] for frames in samples if frames[-1].name == CHAIN[2]]
+    assert len(leaves) >= 0.5 * len(samples)
+    assert all(leaf.tier in ("c1", "c2") and leaf.file == "Inlined.java" for leaf in leaves)
+    in_loop = sum(1 for leaf in leaves if leaf.line in LEAF_LOOP) / len(leaves)
+    assert in_loop >= 0.9, sorted({leaf.line for leaf in leaves})
+    unnamed = sum(1 for sample in samples if any(frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]" for frame in sample))
+    assert unnamed / len(samples) <= 0.02
+
+
+@pytest.mark.parametrize("jdk", sorted(JDKS))
+def test_interpreted_java_every_frame_named(jitprof, tmp_path, background, jdk):
+    java = java_of(jdk)
+    target = background(
+        java,
+        "-XX:+PreserveFramePointer",
+        "-Xint",
+        "-cp",
+        str(CLASSES),
+        "Inlined",
+        "60",
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_line(target, "warm")
+    run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
+    assert run.returncode == 0, run.stderr
+    asked_nothing(target.pid)
+    stop_jvm(target)
+    samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid)
+    assert len(samples) >= 600
+    assert sum(1 for frames in samples if chained(frames)[0]) / len(samples) >= 0.9
+    java_frames = [frame for frames in samples for frame in frames if frame.module == "[jit]"]
+    unnamed = [frame for frame in java_frames if frame.kind is FrameKind.UNKNOWN or frame.name == "[interpreter]"]
+    assert len(unnamed) / len(java_frames) <= 0.01, len(unnamed)
+    leaves = [frames[-1] for frames in samples if frames[-1].name == CHAIN[2]]
+    assert leaves and all(leaf.tier == "interpreted" and leaf.line_exact for leaf in leaves)
+    assert sum(1 for leaf in leaves if leaf.line in LEAF_LOOP) / len(leaves) >= 0.9
+
+
+def test_churned_classes_and_deoptimized_code_never_misnamed(jitprof, tmp_path):
+    """Phase N runs spinNNNN only: a sample named spinNNNN must fall inside phase N."""
+    java_of("17")
+    # Phases of 1 s: code compiled where other code was freed is named from
+    # its first read on (the reader is up to ~0.3 s behind the samples).
+    run = jitprof("-F", "499", "-o", "churn.jitprof", "--", "java", "-cp", str(CLASSES), "Churn", "12", "1000", timeout=180)
+    assert run.returncode == 0, run.stderr
+    phases = {}
+    for line in run.stdout.splitlines():
+        if line.startswith("phase "):
+            _word, number, start, end = line.split()
+            phases[int(number) % 10_000] = (int(start), int(end))
+    assert len(phases) >= 8, run.stdout[-500:]
+    profile = read_raw(tmp_path / "churn.jitprof")
+    named = misnamed = in_phases = 0
+    for sample in profile.samples:
+        during = [number for number, (start, end) in phases.items() if start <= sample.time_ns <= end]
+        names = [profile.frames[index].name for index in sample.frame_ids]
+        in_phases += bool(during) and "Churn.main(java.lang.String[])" in names  # the main thread, in Java
+        spins = {int(found.group(1)) for name in names if (found := _SPIN.search(name))}
+        if not spins:
+            continue
+        named += 1
+        if spins != set(during):
+            misnamed += 1
+    assert misnamed == 0, f"{misnamed} of {named} samples named a spin method that was not running"
+    assert named >= 0.5 * in_phases, (named, in_phases)  # and most of the main thread's samples in phases are named
+
+
+@pytest.mark.parametrize("jdk", sorted(JDKS))
+def test_structures_and_perf_map_name_the_same_methods(background, tmp_path, jdk):
+    """Every nmethod in a perf map the JVM writes is the same method read from its structures."""
+    java = java_of(jdk)
+    target = background(
+        java, "-XX:+PreserveFramePointer", "-cp", str(CLASSES), "Inlined", "60", cwd=tmp_path, stdout=subprocess.PIPE, text=True
+    )
+    wait_for_line(target, "warm")
+    perf_map = Path(f"/tmp/perf-{target.pid}.map")
+    try:
+        subprocess.run(
+            [str(JDKS[jdk] / "bin" / "jcmd"), str(target.pid), "Compiler.perfmap"], check=True, capture_output=True, timeout=60
+        )
+        entries = [line.split(" ", 2) for line in perf_map.read_text().splitlines()]
+        found = libjvm_of(target.pid)
+        assert found is not None
+        path, bias = found
+        memory = ProcessMemory(target.pid)
+        reader = HotSpotReader(memory, layout_of(memory, path, bias), bias)
+        compared = 0
+        for start, _size, name in entries:
+            expected = JAVA.frame_for_name(name) if JAVA.frame_for_name else None
+            if expected is None or expected.tier != "compiled":
+                continue
+            blob = reader.blob_at(int(start, 16))
+            code = reader.compiled(blob) if blob is not None and blob.code_begin == int(start, 16) else None
+            if code is None:
+                continue  # freed since the map was written
+            method = reader.method(code.method)
+            assert method is not None and method.display == expected.name, (name, method)
+            compared += 1
+        assert compared >= 10, compared  # Inlined's and the JDK's it runs (15 to 20)
+        memory.close()
+    finally:
+        perf_map.unlink(missing_ok=True)
+        stop_jvm(target)

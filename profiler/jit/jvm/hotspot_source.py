@@ -1,0 +1,672 @@
+"""Java frames named from HotSpot's own structures, in any JVM started with
+-XX:+PreserveFramePointer, with no agent, no attach and no file: compiled
+frames (C1, C2) from the nmethod the pc is in, with the methods it inlined
+there restored from its scope descriptors and each one's line; interpreted
+frames from the Method* and bytecode pointer the kernel reads from the
+frame (bpf/sampler.bpf.c: note_hotspot_frame); stubs by their blob's name.
+All of it read from /proc/PID/mem (jit/jvm/hotspot/), read-only.
+
+Code moves: the code cache frees an nmethod once no thread runs it, and
+another may be compiled in its place. A blob is read as samples in it
+arrive (on a thread of its own), and it names a sample only if it was
+there at the sample's time: read no more than EARLY_SLACK_NS after it, and
+seen again (its header unchanged) at or after it. Anything else, and any
+object that does not check out, stays unnamed rather than misnamed.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import os
+import queue
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from profiler.jit.jvm.hotspot import compressed
+from profiler.jit.jvm.hotspot.layout import LayoutError, layout_of
+from profiler.jit.jvm.hotspot.objects import NMETHOD_NAMES, CodeBlob, CompiledCode, HotSpotReader, JavaMethod, plausible
+from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
+from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.kernel.events import (
+    HOTSPOT_FP_BCP,
+    HOTSPOT_FP_METHOD,
+    MAX_STACK_FRAMES,
+    V8_NO_BYTECODE_OFFSET,
+    RawSample,
+    StackCopy,
+    V8FrameSlots,
+)
+from profiler.kernel.late_walks import WalkedFrame
+from profiler.kernel.process_memory import MemoryThread, ProcessMemory
+from profiler.kernel.procmaps import MapEntry, read_maps
+from profiler.model.profile import Frame, FrameKind
+from profiler.native import elf_format
+from profiler.native.elf import MAX_ELF_BYTES
+from profiler.safety import files
+
+# A blob read this long after a sample still names it (samples come up the
+# ring buffer four times a second), unless other code was seen there before.
+EARLY_SLACK_NS = 600_000_000
+SETUP_RETRY_S = 0.2  # a JVM still starting (no code heaps yet) is looked at again after this
+SETUP_GIVE_UP_S = 120.0
+AHEAD_PAUSE_S = 0.05  # the reader takes the samples queued meanwhile together: one check of a blob for all
+MAX_AHEAD = 8192  # samples waiting for the reader
+MAX_BLOBS = 100_000  # per JVM (a big server has 20 k nmethods)
+MAX_RETIRED = 4096  # blobs gone, kept for the samples taken while they were there
+MAX_METHODS = 200_000
+METHODS_LIFETIME_S = 60.0
+MAX_FRAMES_PER_BLOB = 4096
+_WORD = struct.Struct("<Q")
+_TIERS = {1: "c1", 2: "c1", 3: "c1", 4: "c2"}
+UNKNOWN_JIT = Frame(f"[unknown] ({JIT_MODULE})", JIT_MODULE, FrameKind.UNKNOWN)
+
+
+class HotSpotKernel(Protocol):
+    """What this source asks of the kernel half: to send a JVM's interpreted frames."""
+
+    def set_hotspot_process(self, pid: int, interpreter: tuple[int, int], gc_count_at: int) -> bool: ...
+
+    def clear_v8_process(self, pid: int) -> None: ...
+
+
+@dataclass
+class _Blob:
+    start: int  # its code: [start, end)
+    end: int
+    address: int
+    name: str
+    identity: bytes | None  # its header's words that change when another blob takes its place
+    code: CompiledCode | None
+    first_seen_ns: int
+    confirmed_ns: int  # it was there from valid_from_ns to confirmed_ns
+    valid_from_ns: int
+    frames: dict[tuple[int, bool], tuple[Frame, ...]] = field(default_factory=dict)  # by (address, caller)
+    gone: bool = False  # replaced, or freed: it names only the samples it was read for
+
+
+@dataclass
+class _MethodEntry:
+    method: JavaMethod | None
+    first_seen_ns: int
+    confirmed_ns: int  # it was there from valid_from_ns to confirmed_ns
+    valid_from_ns: int
+
+
+@dataclass
+class _Jvm:
+    pid: int
+    watched_at: float
+    reader: HotSpotReader | None = None
+    thread: MemoryThread | None = None
+    interpreter: tuple[int, int] = (0, 0)
+    heaps: tuple[tuple[int, int], ...] = ()
+    gc_count_at: int = 0  # where the JVM counts its collections (0: unknown)
+    starts: list[int] = field(default_factory=list)  # of blobs, sorted
+    blobs: list[_Blob] = field(default_factory=list)
+    retired: collections.deque[_Blob] = field(default_factory=lambda: collections.deque(maxlen=MAX_RETIRED))
+    methods: dict[int, _MethodEntry] = field(default_factory=dict)
+    retired_methods: dict[int, collections.deque[_MethodEntry]] = field(default_factory=dict)  # by address: those replaced
+    methods_since: float = field(default_factory=time.monotonic)
+    revision: int = 0
+    news_ns: int = 0
+    next_setup: float = 0.0
+    named: int = 0
+    unnamed: int = 0
+    preserves_frame_pointers: bool | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    setting_up: threading.Lock = field(default_factory=threading.Lock)  # one thread sets it up; the others go on
+
+    def in_code(self, address: int) -> bool:
+        return any(low <= address < high for low, high in self.heaps)
+
+
+@dataclass(frozen=True)
+class HotSpotReport:
+    pid: int
+    named: int
+    unnamed: int
+    preserves_frame_pointers: bool | None
+
+
+class HotSpotStructures(JitSymbolSource):
+    def __init__(self, kernel: HotSpotKernel | None, is_jvm: Callable[[int], bool], expand_inlining: bool = True) -> None:
+        self._kernel = kernel
+        self._is_jvm = is_jvm
+        self._expand_inlining = expand_inlining
+        self._jvms: dict[int, _Jvm] = {}
+        self._refused: dict[int, str] = {}
+        self._lock = threading.Lock()
+        self._ahead: queue.SimpleQueue[tuple[int, int, tuple[int, ...], tuple[V8FrameSlots, ...]] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    # Which processes ----------------------------------------------------
+
+    def watch(self, pid: int) -> None:
+        """A followed process (or one that exec'd): a JVM is read from as soon
+        as its code heaps exist (a JVM just started has none yet)."""
+        self.forget(pid)
+        if not self._is_jvm(pid):
+            return
+        jvm = _Jvm(pid, time.monotonic())
+        with self._lock:
+            self._jvms[pid] = jvm
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="jitprof-hotspot", daemon=True)
+                self._thread.start()
+        self._set_up(jvm)
+
+    def _set_up(self, jvm: _Jvm) -> bool:
+        """Read the JVM's layout, code heaps and interpreter; True once done."""
+        if jvm.heaps:
+            return True
+        if not jvm.setting_up.acquire(blocking=False):
+            return False
+        try:
+            return self._try_set_up(jvm)
+        finally:
+            jvm.setting_up.release()
+
+    def _try_set_up(self, jvm: _Jvm) -> bool:
+        now = time.monotonic()
+        if now < jvm.next_setup:
+            return False
+        jvm.next_setup = now + SETUP_RETRY_S
+        if now - jvm.watched_at > SETUP_GIVE_UP_S:
+            self._refuse(jvm, "its code heaps never appeared")
+            return False
+        try:
+            if jvm.reader is None:
+                found = libjvm_of(jvm.pid)
+                if found is None:
+                    return False  # the launcher has not loaded it yet
+                path, bias = found
+                memory = ProcessMemory(jvm.pid)
+                opened = MemoryThread(memory)
+                layout = opened.run(lambda: layout_of(memory, path, bias))
+                if layout is None:
+                    opened.close()
+                    self._refuse(jvm, "its memory did not answer")
+                    return False
+                jvm.reader, jvm.thread = HotSpotReader(memory, layout, bias), opened
+            reader, thread = jvm.reader, jvm.thread
+            assert thread is not None
+            heaps = thread.run(reader.code_heaps) or ()
+            interpreter = thread.run(reader.interpreter_range)
+            gc_count_at = thread.run(reader.gc_count_address) or 0
+        except LayoutError as error:
+            self._refuse(jvm, str(error))
+            return False
+        except (OSError, ValueError) as error:
+            self._refuse(jvm, f"cannot read its memory ({error})")
+            return False
+        if not heaps or interpreter is None:
+            return False  # still starting
+        if self._kernel is not None and not self._kernel.set_hotspot_process(jvm.pid, interpreter, gc_count_at):
+            self._refuse(jvm, "the kernel's table of JIT processes is full")
+            return False
+        jvm.interpreter = interpreter
+        jvm.gc_count_at = gc_count_at
+        jvm.preserves_frame_pointers = thread.run(reader.preserves_frame_pointers)
+        jvm.heaps = tuple((heap.low, heap.high) for heap in heaps)  # last: it says the JVM is ready
+        return True
+
+    def _refuse(self, jvm: _Jvm, why: str) -> None:
+        with self._lock:
+            self._jvms.pop(jvm.pid, None)
+            self._refused[jvm.pid] = why
+        if jvm.thread is not None:
+            jvm.thread.close()
+
+    def refused(self, pid: int) -> str:
+        """Why a JVM's structures cannot be read ("" if they can, or may yet)."""
+        return self._refused.get(pid, "")
+
+    def reads(self, pid: int) -> bool:
+        """Are pid's frames named from its structures (or will be, once it has started)?"""
+        with self._lock:
+            return pid in self._jvms
+
+    def has_source(self, pid: int) -> bool:
+        return self._ready(pid) is not None
+
+    def _ready(self, pid: int) -> _Jvm | None:
+        with self._lock:
+            jvm = self._jvms.get(pid)
+        if jvm is None or not self._set_up(jvm):
+            return None
+        return jvm
+
+    def forget(self, pid: int, remove_as: int | None = None) -> list[str]:
+        with self._lock:
+            jvm = self._jvms.pop(pid, None)
+        self._refused.pop(pid, None)
+        if jvm is not None:
+            if jvm.thread is not None:
+                jvm.thread.close()
+            if self._kernel is not None and jvm.heaps:
+                self._kernel.clear_v8_process(pid)
+        return []
+
+    def close(self) -> None:
+        self._stop.set()
+        self._ahead.put(None)
+        for pid in list(self._jvms):
+            self.forget(pid)
+
+    def epoch(self, pid: int) -> tuple[int, int]:
+        """A blob found replaced by another is news: what was named from it is named anew."""
+        with self._lock:
+            jvm = self._jvms.get(pid)
+        return (jvm.revision, jvm.news_ns) if jvm is not None else (0, 0)
+
+    def reports(self) -> list[HotSpotReport]:
+        with self._lock:
+            return [HotSpotReport(jvm.pid, jvm.named, jvm.unnamed, jvm.preserves_frame_pointers) for jvm in self._jvms.values()]
+
+    def warnings(self) -> list[str]:
+        found = []
+        for report in self.reports():
+            if report.preserves_frame_pointers is False:
+                found.append(
+                    f"jitprof: warning: the JVM (pid {report.pid}) runs without -XX:+PreserveFramePointer, so its stacks "
+                    "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
+                )
+        return found
+
+    # Reading ahead of the symbolizer ----------------------------------------
+
+    def note_sample(self, sample: RawSample) -> None:
+        """(Sampling thread.) Queue a JVM's sample for the reader: its blobs are read while they are there."""
+        jvm = self._jvms.get(sample.pid)
+        if jvm is None or not jvm.heaps or self._ahead.qsize() >= MAX_AHEAD:
+            return
+        self._ahead.put((sample.pid, sample.time_ns, sample.addresses, sample.v8_frames))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                item = self._ahead.get(timeout=SETUP_RETRY_S)
+            except queue.Empty:
+                self._set_up_pending()  # a JVM starting: its interpreter goes to the kernel as soon as it is there
+                continue
+            if item is None:
+                return
+            batch = [item]
+            self._stop.wait(AHEAD_PAUSE_S)
+            while True:
+                try:
+                    more = self._ahead.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    return
+                batch.append(more)
+            self._read_ahead(batch)
+            self._set_up_pending()
+
+    def _set_up_pending(self) -> None:
+        with self._lock:
+            pending = [jvm for jvm in self._jvms.values() if not jvm.heaps]
+        for jvm in pending:
+            self._set_up(jvm)
+
+    def _read_ahead(self, batch: list[tuple[int, int, tuple[int, ...], tuple[V8FrameSlots, ...]]]) -> None:
+        """Each blob the batch's samples ran in read, or seen again, once."""
+        latest: dict[int, dict[tuple[int, bool], int]] = {}  # pid -> (address, caller) -> the latest sample's time in it
+        methods: dict[int, dict[int, tuple[int, int]]] = {}  # pid -> Method* -> the earliest sample's time and GC count
+        for pid, time_ns, addresses, records in batch:
+            wanted = latest.setdefault(pid, {})
+            for depth, address in enumerate(addresses):
+                lookup = (address, False) if depth == 0 else (address - 1, True)
+                wanted[lookup] = max(wanted.get(lookup, 0), time_ns)
+            sampled = methods.setdefault(pid, {})
+            for record in records:
+                if record.interpreter and (record.shared not in sampled or time_ns < sampled[record.shared][0]):
+                    sampled[record.shared] = (time_ns, record.code)
+        for pid, wanted in latest.items():
+            with self._lock:
+                jvm = self._jvms.get(pid)
+            if jvm is None or not jvm.heaps or jvm.thread is None:
+                continue
+            for (address, caller), time_ns in sorted(wanted.items()):
+                if not jvm.in_code(address):
+                    continue
+                blob = self._blob(jvm, address, time_ns)  # the first address of a blob reads or checks it for the rest
+                if blob is not None:
+                    self._frames_at(jvm, blob, address, caller)  # while the process lives
+            for method, (time_ns, gc_count) in methods.get(pid, {}).items():
+                self._method(jvm, method, time_ns, time_ns, gc_count)
+
+    # Blobs ----------------------------------------------------------------
+
+    def _blob(self, jvm: _Jvm, address: int, time_ns: int) -> _Blob | None:
+        """The blob that held address at time_ns, or None when that cannot be known."""
+        with jvm.lock:
+            index = bisect.bisect_right(jvm.starts, address) - 1
+            blob = jvm.blobs[index] if index >= 0 and address < jvm.blobs[index].end else None
+        if blob is not None:
+            if blob.code is None:
+                return blob  # stubs, adapters, the interpreter: made once, never moved
+            if time_ns < blob.valid_from_ns:
+                return self._retired_at(jvm, address, time_ns)
+            if time_ns <= blob.confirmed_ns or self._still_there(jvm, blob):
+                return blob
+            self._retire(jvm, blob)
+        now = time.monotonic_ns()
+        if time_ns < now - EARLY_SLACK_NS:
+            return self._retired_at(jvm, address, time_ns)  # read too late: something else may have been there then
+        assert jvm.thread is not None and jvm.reader is not None
+        reader = jvm.reader
+        found = jvm.thread.run(lambda: _read_blob(reader, address))
+        if found is None:
+            return None
+        code_blob, compiled = found
+        blob = _Blob(
+            code_blob.code_begin,
+            code_blob.code_end,
+            code_blob.address,
+            code_blob.name,
+            _identity(reader, code_blob.header),
+            compiled,
+            now,
+            now,
+            now - EARLY_SLACK_NS,
+        )
+        with jvm.lock:
+            if len(jvm.blobs) >= MAX_BLOBS:
+                jvm.starts.clear()
+                jvm.blobs.clear()
+            index = bisect.bisect_left(jvm.starts, blob.start)
+            overlapped = []  # blobs read before over the same code: gone
+            while index < len(jvm.blobs) and jvm.blobs[index].start < blob.end:
+                overlapped.append(jvm.blobs[index])
+                del jvm.starts[index], jvm.blobs[index]
+            if index > 0 and jvm.blobs[index - 1].end > blob.start:
+                index -= 1
+                overlapped.append(jvm.blobs[index])
+                del jvm.starts[index], jvm.blobs[index]
+            for old in overlapped:
+                old.gone = True
+                if old.code is not None:
+                    jvm.retired.append(old)
+            # Where other code was seen, when this one took its place is not
+            # known: it names no sample from before it was read.
+            if any(old.start < blob.end and blob.start < old.end for old in jvm.retired):
+                blob.valid_from_ns = now
+            jvm.starts.insert(index, blob.start)
+            jvm.blobs.insert(index, blob)
+            # News: stacks named before may have had this code unnamed.
+            jvm.revision += 1
+            jvm.news_ns = now
+        return blob
+
+    def _retired_at(self, jvm: _Jvm, address: int, time_ns: int) -> _Blob | None:
+        """A blob gone since, that held address at time_ns (a sample named after the code was replaced)."""
+        with jvm.lock:
+            for old in reversed(jvm.retired):
+                if old.start <= address < old.end and old.valid_from_ns <= time_ns <= old.confirmed_ns:
+                    return old
+        return None
+
+    def _still_there(self, jvm: _Jvm, blob: _Blob) -> bool:
+        """Is the blob still the one read (its header's identity unchanged)? Then it was there until now."""
+        assert jvm.thread is not None and jvm.reader is not None
+        reader = jvm.reader
+        now = time.monotonic_ns()
+        header = jvm.thread.run(lambda: reader.memory.read(blob.address, _identity_bytes(reader)))
+        if header is None or blob.identity is None or _identity(reader, header) != blob.identity:
+            return False
+        blob.confirmed_ns = max(blob.confirmed_ns, now)
+        return True
+
+    def _retire(self, jvm: _Jvm, blob: _Blob) -> None:
+        """The blob is gone (another in its place, or free space): it still names its samples up to when it was last seen."""
+        with jvm.lock:
+            index = bisect.bisect_left(jvm.starts, blob.start)
+            if index < len(jvm.blobs) and jvm.blobs[index] is blob:
+                del jvm.starts[index], jvm.blobs[index]
+            blob.gone = True
+            jvm.retired.append(blob)
+            jvm.revision += 1
+            jvm.news_ns = time.monotonic_ns()
+
+    # Naming -----------------------------------------------------------------
+
+    def expand(self, pid: int, time_ns: int, address: int, caller: bool = False) -> tuple[Frame, ...] | None:
+        """The Java frames of the code at address (a leaf's pc, or a caller's
+        return address - 1): the nmethod's method and what it inlined there,
+        outermost first; a stub's name; unknown when the code there at
+        time_ns cannot be known."""
+        jvm = self._ready(pid)
+        if jvm is None or not jvm.in_code(address):
+            return None
+        blob = self._blob(jvm, address, time_ns)
+        if blob is None:
+            jvm.unnamed += 1
+            return (UNKNOWN_JIT,)
+        frames = self._frames_at(jvm, blob, address, caller)
+        if frames[0].kind is FrameKind.UNKNOWN:
+            jvm.unnamed += 1
+        else:
+            jvm.named += 1
+        return frames
+
+    def _frames_at(self, jvm: _Jvm, blob: _Blob, address: int, caller: bool) -> tuple[Frame, ...]:
+        frames = blob.frames.get((address, caller))
+        if frames is None:
+            if blob.gone:
+                return (UNKNOWN_JIT,)  # gone: its methods may be too
+            frames = self._blob_frames(jvm, blob, address, caller)
+            # Its methods were read now: they were its methods if it is still there.
+            if blob.code is not None and not self._still_there(jvm, blob):
+                self._retire(jvm, blob)
+                return (UNKNOWN_JIT,)
+            if len(blob.frames) < MAX_FRAMES_PER_BLOB:
+                blob.frames[(address, caller)] = frames
+        return frames
+
+    def _blob_frames(self, jvm: _Jvm, blob: _Blob, address: int, caller: bool) -> tuple[Frame, ...]:
+        code = blob.code
+        if code is None:
+            if blob.name == "Interpreter":
+                return (Frame("[interpreter]", JIT_MODULE, FrameKind.JIT, tier="interpreted"),)
+            return (Frame(f"[stub] {blob.name}", JIT_MODULE, FrameKind.JIT, tier="stub"),)
+        tier = "native" if blob.name == "native nmethod" else _TIERS.get(code.level, "compiled")
+        reader = jvm.reader
+        assert reader is not None
+        layout = reader.layout
+        # A caller's descriptor is at its return address, or it has none.
+        relative = address - blob.start + (1 if caller else 0)
+        decode = compressed.scope_offset(
+            code.scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset, layout.pc_desc_scope, relative, exact=caller
+        )
+        scopes = compressed.scope_chain(code.scopes_data, decode, reader.layout.excluded_byte) if decode else ()
+        if not scopes:
+            method = self._method(jvm, code.method, blob.first_seen_ns)
+            return (_java_frame(method, -1, tier, False),) if method is not None else (UNKNOWN_JIT,)
+        frames: list[Frame] = []
+        for depth, scope in enumerate(reversed(scopes)):  # outermost first
+            method = self._method(jvm, code.method_at(scope.method_index), blob.first_seen_ns)
+            if method is None:
+                break  # the rest is not known: the frames so far, the last one's line where it called on
+            frames.append(_java_frame(method, scope.bci, tier, depth > 0))
+        if not frames:
+            return (UNKNOWN_JIT,)
+        if not self._expand_inlining:
+            return (frames[0],)
+        return tuple(frames)
+
+    def _method(
+        self, jvm: _Jvm, address: int, alive_since_ns: int, sampled_ns: int | None = None, sampled_collections: int = 0
+    ) -> JavaMethod | None:
+        """The Method at address, known to have been there from alive_since_ns
+        on (a compiled method's is alive while its blob is); for a sample's
+        (sampled_ns, with the JVM's GC count + 1 then, 0 unknown), there at
+        that time. A class unloaded (in a collection) frees its Methods,
+        and another class's may take their place: one read before
+        alive_since_ns is read again; one replaced still
+        names the samples from while it was seen, and its successor none
+        from before it was read."""
+        if not plausible(address):
+            return None
+        assert jvm.thread is not None and jvm.reader is not None
+        reader = jvm.reader
+        now_s = time.monotonic()
+        with jvm.lock:
+            if now_s - jvm.methods_since > METHODS_LIFETIME_S or len(jvm.methods) >= MAX_METHODS:
+                jvm.methods.clear()
+                jvm.retired_methods.clear()
+                jvm.methods_since = now_s
+            entry = jvm.methods.get(address)
+        if sampled_ns is not None and entry is not None and sampled_ns < entry.valid_from_ns:
+            return self._retired_method(jvm, address, sampled_ns)
+        now = time.monotonic_ns()
+        if entry is not None and entry.confirmed_ns < alive_since_ns:
+            # Read again whole: a class made from the same bytes, in the
+            # memory an unloaded one freed, has the same layout at the same
+            # addresses, down to its name's Symbol; only what it says differs.
+            again = jvm.thread.run(lambda: reader.method(address))
+            if again is not None and again == entry.method:
+                entry.confirmed_ns = now
+            else:
+                with jvm.lock:
+                    jvm.retired_methods.setdefault(address, collections.deque(maxlen=8)).append(entry)
+                entry = None
+        if entry is None:
+            if sampled_ns is not None and sampled_ns < now - EARLY_SLACK_NS:
+                return self._retired_method(jvm, address, sampled_ns)  # read too late: another method may have been there then
+            found = jvm.thread.run(lambda: (self._gc_count(jvm), reader.method(address)))
+            gc_count, method = found if found is not None else (None, None)
+            if sampled_ns is None:
+                valid_from = now - EARLY_SLACK_NS  # a compiled method's: its blob says since when
+            elif sampled_collections and gc_count is not None and gc_count + 1 == sampled_collections:
+                valid_from = sampled_ns  # no collection since the sample: nothing was freed
+            else:
+                valid_from = now  # since the sample, a collection may have freed it and put another there
+            with jvm.lock:
+                for old in jvm.retired_methods.get(address, ()):
+                    valid_from = max(valid_from, old.confirmed_ns + 1)
+            entry = _MethodEntry(method, now, now, valid_from)
+            with jvm.lock:
+                jvm.methods[address] = entry
+        if sampled_ns is not None and sampled_ns < entry.valid_from_ns:
+            return self._retired_method(jvm, address, sampled_ns)
+        return entry.method
+
+    @staticmethod
+    def _gc_count(jvm: _Jvm) -> int | None:
+        assert jvm.reader is not None
+        data = jvm.reader.memory.read(jvm.gc_count_at, 4) if jvm.gc_count_at else None
+        return int.from_bytes(data, "little") if data is not None else None
+
+    def _retired_method(self, jvm: _Jvm, address: int, sampled_ns: int) -> JavaMethod | None:
+        with jvm.lock:
+            for old in reversed(jvm.retired_methods.get(address, ())):
+                if old.valid_from_ns <= sampled_ns <= old.confirmed_ns:
+                    return old.method
+        return None
+
+    def expand_recorded(
+        self, pid: int, address: int, record: V8FrameSlots, leaf: bool, time_ns: int = 0
+    ) -> RecordedFrames | None:
+        """An interpreted frame, from its Method* and bytecode pointer."""
+        if not record.interpreter:
+            return None
+        jvm = self._ready(pid)
+        if jvm is None:
+            return None
+        method = self._method(jvm, record.shared, time_ns, time_ns, record.code)
+        if method is not None and not method.bytecode_start <= record.bytecode_array < method.bytecode_start + max(
+            method.bytecode_size, 1
+        ):
+            method = None  # not in its bytecodes: a frame being built (its slots its caller's)
+        if method is None:
+            jvm.unnamed += 1
+            return None
+        jvm.named += 1
+        return RecordedFrames((_java_frame(method, record.bytecode_array - method.bytecode_start, "interpreted", False),), False)
+
+    def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
+        """Interpreted frames walked in user space from a stack copy: their slots from the copy."""
+        with self._lock:
+            jvm = self._jvms.get(pid)
+        if jvm is None or not jvm.heaps:
+            return ()
+        start, end = jvm.interpreter
+        records: list[V8FrameSlots] = []
+        for frame in frames[:MAX_STACK_FRAMES]:
+            lookup = frame.pc if frame.index == 0 and stack.exact_pc else frame.pc - 1
+            if not start <= lookup < end:
+                continue
+            method_at, bcp_at = frame.fp + HOTSPOT_FP_METHOD - stack.sp, frame.fp + HOTSPOT_FP_BCP - stack.sp
+            if bcp_at < 0 or method_at + 8 > len(stack.data):
+                continue
+            (method,) = _WORD.unpack_from(stack.data, method_at)
+            (bcp,) = _WORD.unpack_from(stack.data, bcp_at)
+            records.append(V8FrameSlots(frame.index, method, 0, bcp, V8_NO_BYTECODE_OFFSET, True, late=True))
+        return tuple(records)
+
+
+def _java_frame(method: JavaMethod, bci: int, tier: str, inlined: bool) -> Frame:
+    line = method.line_at(bci) if bci >= 0 else 0
+    first = method.first_line
+    return Frame(method.display, JIT_MODULE, FrameKind.JIT, method.source_file, line or first, 0, tier, inlined, line > 0, first)
+
+
+def _read_blob(reader: HotSpotReader, address: int) -> tuple[CodeBlob, CompiledCode | None] | None:
+    blob = reader.blob_at(address)
+    if blob is None:
+        return None
+    compiled = reader.compiled(blob)
+    if blob.name in NMETHOD_NAMES and compiled is None:
+        return None  # an nmethod that does not add up: freed under the read, or being made
+    return blob, compiled
+
+
+def _identity_fields(reader: HotSpotReader) -> tuple[tuple[int, int], ...]:
+    """(offset, width) of a blob's name, code, method and compile id (a stub's fields there are others')."""
+    layout = reader.layout
+    return (
+        (layout.blob_name, 8),
+        (layout.blob_code_begin, 4 if layout.blob_offsets else 8),
+        (layout.nmethod_method, 8),
+        (layout.nmethod_compile_id, 4),
+    )
+
+
+def _identity_bytes(reader: HotSpotReader) -> int:
+    return max(offset + width for offset, width in _identity_fields(reader))
+
+
+def _identity(reader: HotSpotReader, header: bytes) -> bytes | None:
+    """The words of a blob's header that another blob in its place would not share."""
+    if len(header) < _identity_bytes(reader):
+        return None
+    return b"".join(header[offset : offset + width] for offset, width in _identity_fields(reader))
+
+
+def libjvm_of(pid: int) -> tuple[str, int] | None:
+    """Where the process's libjvm.so is (its map_files entry) and its load bias; None if not loaded."""
+    maps = read_maps(pid)
+    entries = [entry for entry in maps if entry.is_file_backed and os.path.basename(entry.path) == "libjvm.so"]
+    executable = [entry for entry in entries if entry.executable]
+    if not executable:
+        return None
+    entry = executable[0]
+    path = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
+    with files.open_regular(path, MAX_ELF_BYTES) as handle:
+        segments, _build_id = elf_format.read_load_segments_and_build_id(handle)
+    return path, _bias(entry, segments)
+
+
+def _bias(entry: MapEntry, segments: list[elf_format.LoadSegment]) -> int:
+    for segment in segments:
+        if segment.file_offset <= entry.offset < segment.file_offset + max(segment.file_size, 1):
+            return entry.start - (segment.vaddr + entry.offset - segment.file_offset)
+    raise ValueError("its libjvm.so mapping is in none of the file's segments")

@@ -1,0 +1,579 @@
+"""Reading HotSpot's structures: its compressed tables (as HotSpot's own
+writers lay them out, both UNSIGNED5 encodings), Java's descriptors, and the
+object reader and source over memory that lies (unlisted methods, endless
+segment maps, blobs replaced under the reader): what does not check out
+reads as nothing, never as another method."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from profiler.jit.jvm.hotspot import compressed, signatures
+from profiler.jit.jvm.hotspot.layout import Field, HotSpotLayout, LayoutError, VMTables, layout_from_tables
+from profiler.jit.jvm.hotspot.objects import HotSpotReader
+from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, UNKNOWN_JIT, HotSpotStructures, _Jvm
+from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
+from profiler.model.profile import FrameKind
+from tests.helpers import LaidOutMemory
+
+# HotSpot's writers ----------------------------------------------------------
+
+
+def unsigned5(value: int, excluded: int) -> bytes:
+    """UNSIGNED5::write_uint (JDK 20+, excluded 1) and CompressedWriteStream::write_int_mb (before, 0)."""
+    low = 256 - excluded - 64
+    out = bytearray()
+    remaining = value
+    for index in range(5):
+        if remaining < low or index == 4:
+            out.append(excluded + remaining)
+            return bytes(out)
+        remaining -= low
+        out.append(excluded + low + remaining % 64)
+        remaining >>= 6
+    return bytes(out)
+
+
+def signed5(value: int, excluded: int) -> bytes:
+    return unsigned5(((value << 1) ^ (value >> 31)) & 0xFFFF_FFFF, excluded)
+
+
+def line_stream(pairs: list[tuple[int, int]], excluded: int) -> bytes:
+    """CompressedLineNumberWriteStream: a byte for small deltas, else 0xFF and two signed numbers; 0 ends it."""
+    out = bytearray()
+    bci = line = 0
+    for next_bci, next_line in pairs:
+        bci_delta, line_delta = next_bci - bci, next_line - line
+        bci, line = next_bci, next_line
+        if bci_delta == 0 and line_delta == 0:
+            continue
+        if 0 <= bci_delta < 32 and 0 <= line_delta < 8 and (bci_delta << 3 | line_delta) != 0xFF:
+            out.append(bci_delta << 3 | line_delta)
+        else:
+            out += b"\xff" + signed5(bci_delta, excluded) + signed5(line_delta, excluded)
+    return bytes(out + b"\0")
+
+
+@pytest.mark.parametrize("excluded", [0, 1])
+def test_unsigned5_reads_what_hotspot_writes(excluded):
+    values = [0, 1, 190, 191, 192, 255, 4095, 12_345, 1 << 20, (1 << 31) - 1, 0xFFFF_FFFF]
+    data = b"".join(unsigned5(value, excluded) for value in values)
+    stream = compressed.Unsigned5(data, 0, excluded)
+    assert [stream.unsigned() for _ in values] == values
+    assert stream.unsigned() is None  # the end
+    negatives = [-1, -200, 7, -(1 << 30)]
+    stream = compressed.Unsigned5(b"".join(signed5(value, excluded) for value in negatives), 0, excluded)
+    assert [stream.signed() for _ in negatives] == negatives
+    if excluded:
+        assert compressed.Unsigned5(b"\0", 0, 1).unsigned() is None  # an excluded byte
+
+
+@pytest.mark.parametrize("excluded", [0, 1])
+def test_line_tables_decode_short_and_long_deltas(excluded):
+    pairs = [(0, 10), (4, 11), (9, 11), (60, 40), (61, 3), (300, 1000)]
+    data = line_stream(pairs, excluded) + b"junk after the end"
+    assert compressed.line_table(data, excluded) == tuple(pairs)
+    assert compressed.table_length(data, excluded) == len(line_stream(pairs, excluded))
+    assert compressed.line_of(tuple(pairs), 5) == 11 and compressed.line_of(tuple(pairs), 0) == 10
+    assert compressed.line_of(tuple(pairs), 299) == 3 and compressed.line_of((), 5) == 0
+
+
+def test_damaged_line_tables_decode_to_nothing():
+    assert compressed.line_table(b"\x08\x09", 0) == ()  # no end
+    assert compressed.line_table(b"\xff\xc0\xc0\xc0", 0) == ()  # a number running off the end
+    assert compressed.line_table(b"\xff" + signed5(-5, 0) + signed5(1, 0) + b"\0", 0) == ()  # a negative bci
+    assert compressed.table_length(b"\x08" * 100_000, 0) == -1
+
+
+def scopes(chain: list[tuple[int, int]], excluded: int) -> tuple[bytes, int]:
+    """Scope descriptors as DebugInformationRecorder writes them, outermost
+    first (each sender before it), after its leading 0xFF; returns the data
+    and the innermost's offset."""
+    data = bytearray(b"\xff")
+    sender = 0
+    for method_index, bci in chain:
+        offset = len(data)
+        data += unsigned5(sender, excluded) + unsigned5(method_index, excluded) + unsigned5(bci + 1, excluded)
+        data += unsigned5(0, excluded) * 3  # locals, expressions, monitors: none
+        sender = offset
+    return bytes(data), sender
+
+
+@pytest.mark.parametrize("excluded", [0, 1])
+def test_scope_chain_restores_inlining_innermost_first(excluded):
+    data, innermost = scopes([(1, 7), (2, 3), (3, -1)], excluded)
+    chain = compressed.scope_chain(data, innermost, excluded)
+    assert [(scope.method_index, scope.bci) for scope in chain] == [(3, -1), (2, 3), (1, 7)]
+
+
+def test_a_scope_chain_that_points_forward_or_loops_is_nothing():
+    data = bytearray(b"\xff" + unsigned5(1, 0) + b"\x01\x01")  # its sender is itself
+    assert compressed.scope_chain(bytes(data), 1, 0) == ()
+    forward = b"\xff" + unsigned5(9, 0) + b"\x01\x01" + b"\0" * 8  # a sender after it
+    assert compressed.scope_chain(forward, 1, 0) == ()
+    assert compressed.scope_chain(b"\xff", 40, 0) == ()  # outside the data
+
+
+def test_pc_descriptors_the_first_at_or_after_the_pc():
+    table = b"".join(struct.pack("<iiii", pc, scope, 0, 0) for pc, scope in [(-1, 0), (16, 5), (40, 9), (80, 0)])
+    assert compressed.scope_offset(table, 16, 0, 4, 16) == 5  # exactly there
+    assert compressed.scope_offset(table, 16, 0, 4, 17) == 9
+    assert compressed.scope_offset(table, 16, 0, 4, 70) == 0  # a descriptor without scope
+    assert compressed.scope_offset(table, 16, 0, 4, 81) is None
+    assert compressed.scope_offset(table, 16, 0, 14, 17) is None  # a field past the descriptor's size
+
+
+def test_descriptors_read_as_the_perf_map_writes_them():
+    assert signatures.method_display("Hot", "leaf", "(I)J") == "Hot.leaf(int)"
+    assert signatures.method_display("Hot", "main", "([Ljava/lang/String;)V") == "Hot.main(java.lang.String[])"
+    assert signatures.method_display(
+        "java/util/HashMap", "putVal", "(ILjava/lang/Object;Ljava/lang/Object;ZZ)Ljava/lang/Object;"
+    ) == ("java.util.HashMap.putVal(int, java.lang.Object, java.lang.Object, boolean, boolean)")
+    assert signatures.method_display("A", "m", "([[J[Z)V") == "A.m(long[][], boolean[])"
+    assert signatures.parameter_types("(Lbroken") is None and signatures.parameter_types("(Q)V") is None
+    assert signatures.method_display("A", "m", "nonsense") == "A.m(?)"
+
+
+# The introspection tables ----------------------------------------------------
+
+
+def test_a_layout_needs_every_field_and_sane_sizes():
+    memory = LaidOutMemory()
+    memory.put(0x5000, struct.pack("<i", 17))
+    tables = VMTables({}, {}, {("Abstract_VM_Version", "_vm_major_version"): 0x5000})
+    with pytest.raises(LayoutError, match="lack"):
+        layout_from_tables(memory, tables, 0)
+    memory.put(0x5000, struct.pack("<i", 8))
+    with pytest.raises(LayoutError, match="JDK 8"):
+        layout_from_tables(memory, tables, 0)
+
+
+# Objects over laid-out memory -------------------------------------------------
+
+BIAS = 0x7F00_0000_0000
+LAYOUT = HotSpotLayout(
+    major=17,
+    excluded_byte=0,
+    code_heaps_at=0x1000,
+    growable_length=0,
+    growable_data=8,
+    heap_memory=0,
+    heap_segmap=0x40,
+    heap_log2_segment=0x80,
+    space_low=0,
+    space_high=8,
+    heap_block_size=16,
+    heap_block_used=8,
+    interpreter_code_at=0x1008,
+    stub_buffer=0,
+    stub_buffer_limit=8,
+    blob_name=0,
+    blob_size=8,
+    blob_code_begin=16,
+    blob_code_end=24,
+    blob_offsets=False,
+    blob_mutable_data=-1,
+    blob_relocation_size=-1,
+    blob_mutable_data_size=-1,
+    nmethod_size=0x100,
+    nmethod_method=0x30,
+    nmethod_compile_id=0x38,
+    nmethod_entry_bci=0x3C,
+    nmethod_comp_level=Field(0x40, 4),
+    nmethod_metadata=0x44,
+    nmethod_scopes_data=0x48,
+    nmethod_scopes_pcs=0x50,
+    nmethod_dependencies=0x54,
+    nmethod_immutable_data=-1,
+    nmethod_immutable_size=-1,
+    pc_desc_size=16,
+    pc_desc_pc_offset=0,
+    pc_desc_scope=4,
+    method_const_method=8,
+    const_method_size=0x30,
+    const_method_constants=8,
+    const_method_code_size=0x10,
+    const_method_flags=0x12,
+    const_method_name_index=0x14,
+    const_method_signature_index=0x16,
+    pool_size=0x50,
+    pool_holder=0x10,
+    pool_length=0x18,
+    pool_source_file_index=0x1C,
+    klass_name=0x10,
+    instance_klass_methods=0x20,
+    instance_klass_constants=0x28,
+    array_length=0,
+    array_data=8,
+    symbol_length=4,
+    symbol_body=6,
+    preserve_frame_pointer_at=0x1010,
+    collected_heap_at=0x1018,
+    heap_total_collections=0x40,
+)
+CODE = 0x7E00_0000_0000  # the code heap
+SEGMENT = 64
+
+
+class Jvm:
+    """A JVM's objects laid out at fixed addresses."""
+
+    def __init__(self) -> None:
+        self.memory = LaidOutMemory()
+        self.next = 0x5000_0000
+        self.segmap = bytearray(b"\xff" * 1024)
+        self.code = bytearray(1024 * SEGMENT)
+        self.memory.put(BIAS + 0x1010, b"\x01")  # -XX:+PreserveFramePointer
+        self.collected_heap = self.next  # only its count is read: the count's block alone is laid out
+        self.next += 0x100
+        self.memory.put(BIAS + 0x1018, struct.pack("<Q", self.collected_heap))
+        self.collections(3)
+        self.blob_names: dict[str, int] = {}
+        heaps = self.allocate(struct.pack("<iiQ", 1, 0, 0))
+        heap = bytearray(0x100)
+        struct.pack_into("<QQ", heap, 0, CODE, CODE + len(self.code))
+        struct.pack_into("<QQ", heap, 0x40, CODE + 0x100_0000, CODE + 0x100_0000 + len(self.segmap))
+        struct.pack_into("<i", heap, 0x80, 6)
+        heap_at = self.allocate(bytes(heap))
+        self.memory.put(heaps, struct.pack("<iiQ", 1, 0, self.allocate(struct.pack("<Q", heap_at))))
+        self.memory.put(BIAS + 0x1000, struct.pack("<Q", heaps))
+        queue = self.allocate(struct.pack("<Qi4x", CODE, SEGMENT * 4))
+        self.memory.put(BIAS + 0x1008, struct.pack("<Q", queue))
+        self.publish()
+
+    def collections(self, count: int) -> None:
+        """The JVM's GC count (CollectedHeap::_total_collections)."""
+        self.memory.put(self.collected_heap + 0x40, struct.pack("<I", count))
+
+    def publish(self) -> None:
+        self.memory.put(CODE, bytes(self.code))
+        self.memory.put(CODE + 0x100_0000, bytes(self.segmap))
+
+    def allocate(self, data: bytes) -> int:
+        """data at the next free address, padded with zeros to a 256-byte slot (memory is read past an object's end)."""
+        address = self.next
+        size = (len(data) + 0xFF) & ~0xFF
+        self.next += size
+        self.memory.put(address, data + bytes(size - len(data)))
+        return address
+
+    def symbol(self, text: str) -> int:
+        body = text.encode()
+        return self.allocate(struct.pack("<IH", 1, len(body)) + body)
+
+    def klass(self, name: str, source: str, methods: list[tuple[str, str, list[tuple[int, int]]]]) -> list[int]:
+        """A class with its pool and methods (name, descriptor, line table); returns the Method*s."""
+        entries = [0, self.symbol(source)]
+        indexes = []
+        for method_name, descriptor, _lines in methods:
+            indexes.append((len(entries), len(entries) + 1))
+            entries += [self.symbol(method_name), self.symbol(descriptor)]
+        klass_at = self.allocate(bytes(0x100))
+        pool = bytearray(LAYOUT.pool_size)
+        struct.pack_into("<Qi", pool, LAYOUT.pool_holder, klass_at, len(entries))
+        struct.pack_into("<H", pool, LAYOUT.pool_source_file_index, 1)
+        pool_at = self.allocate(bytes(pool) + b"".join(struct.pack("<Q", entry) for entry in entries))
+        method_addresses = []
+        for (_name, _descriptor, lines), (name_index, signature_index) in zip(methods, indexes, strict=True):
+            const = bytearray(LAYOUT.const_method_size)
+            struct.pack_into("<Q", const, LAYOUT.const_method_constants, pool_at)
+            struct.pack_into("<HHHH", const, LAYOUT.const_method_code_size, 40, 1, name_index, signature_index)
+            const_at = self.allocate(bytes(const) + bytes(40) + line_stream(lines, 0))
+            method_addresses.append(self.allocate(struct.pack("<QQ", 0, const_at)))
+        listed = self.allocate(
+            struct.pack("<i4x", len(method_addresses)) + b"".join(struct.pack("<Q", address) for address in method_addresses)
+        )
+        body = bytearray(0x100)
+        struct.pack_into("<Q", body, LAYOUT.klass_name, self.symbol(name))
+        struct.pack_into("<QQ", body, LAYOUT.instance_klass_methods, listed, pool_at)
+        self.memory.put(klass_at, bytes(body))
+        return method_addresses
+
+    def blob_name(self, name: str) -> int:
+        if name not in self.blob_names:
+            self.blob_names[name] = self.allocate(name.encode() + b"\0")
+        return self.blob_names[name]
+
+    def nmethod(
+        self,
+        first_segment: int,
+        segments: int,
+        method: int,
+        compile_id: int,
+        metadata: list[int],
+        pcs: list[tuple[int, int]],
+        data: bytes,
+    ) -> int:
+        """An nmethod of `segments` segments from first_segment; returns where its code begins."""
+        for index in range(segments):
+            self.segmap[first_segment + index] = index  # hops back to the block's start (HotSpot's template, short blocks)
+        block = first_segment * SEGMENT
+        address = CODE + block + LAYOUT.heap_block_size
+        struct.pack_into("<Q?", self.code, block, segments, True)
+        header = bytearray(LAYOUT.nmethod_size)
+        code_begin = address + LAYOUT.nmethod_size
+        code_end = code_begin + 128
+        tables = b"".join(struct.pack("<Q", entry) for entry in metadata)
+        metadata_offset = code_end - address
+        scopes_at = code_end + len(tables)
+        pcs_table = b"".join(struct.pack("<iiii", pc, scope, 0, 0) for pc, scope in pcs)
+        pcs_offset = scopes_at - address + len(data)
+        end_offset = pcs_offset + len(pcs_table)
+        assert end_offset <= segments * SEGMENT - LAYOUT.heap_block_size
+        struct.pack_into("<QiiQQ", header, 0, self.blob_name("nmethod"), segments * SEGMENT - 16, 0, code_begin, code_end)
+        struct.pack_into("<Qii", header, LAYOUT.nmethod_method, method, compile_id, -1)
+        struct.pack_into(
+            "<iiQii", header, LAYOUT.nmethod_comp_level.offset, 4, metadata_offset, scopes_at, pcs_offset, end_offset
+        )
+        blob = bytes(header) + bytes(128) + tables + data + pcs_table
+        self.code[block + 16 : block + 16 + len(blob)] = blob
+        self.publish()
+        return code_begin
+
+    def stub(self, first_segment: int, name: str) -> int:
+        self.segmap[first_segment] = 0
+        block = first_segment * SEGMENT
+        address = CODE + block + 16
+        struct.pack_into("<Q?", self.code, block, 1, True)
+        struct.pack_into("<QiiQQ", self.code, block + 16, self.blob_name(name), 48, 0, address + 32, address + 48)
+        self.publish()
+        return address + 32
+
+    def free(self, first_segment: int, segments: int) -> None:
+        for index in range(segments):
+            self.segmap[first_segment + index] = 0xFF
+        self.publish()
+
+
+def hot_class(jvm: Jvm) -> list[int]:
+    return jvm.klass(
+        "Hot",
+        "Hot.java",
+        [("run", "(J)J", [(0, 20), (5, 21)]), ("step", "(J)J", [(0, 30), (3, 31)]), ("leaf", "(J)J", [(0, 40), (2, 41)])],
+    )
+
+
+def test_methods_are_read_with_their_class_source_and_lines():
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    method = reader.method(leaf)
+    assert method is not None and (method.display, method.source_file, method.first_line) == ("Hot.leaf(long)", "Hot.java", 40)
+    assert method.line_at(1) == 40 and method.line_at(2) == 41 and method.line_at(1000) == 0
+    assert reader.preserves_frame_pointers() is True
+    assert reader.interpreter_range() == (CODE, CODE + 4 * SEGMENT)
+
+
+def test_a_method_its_class_does_not_list_is_not_believed():
+    jvm = Jvm()
+    run, _step, _leaf = hot_class(jvm)
+    forged = jvm.allocate(jvm.memory.read(run, 16))  # the same words, elsewhere: a freed Method's copy
+    jvm.memory.put(0x6000_0000, struct.pack("<QQ", 0, run))  # a Method whose ConstMethod is a Method
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    assert reader.method(run) is not None and reader.method(forged) is None
+    assert reader.method(0x1234) is None and reader.method(0x6000_0000) is None
+
+
+def test_a_compiled_pc_names_the_methods_inlined_there():
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    data, innermost = scopes([(1, 5), (2, 3), (3, 2)], 0)
+    begin = jvm.nmethod(10, 8, run, 77, [run, step, leaf], [(-1, 0), (64, innermost)], data)
+    stub_code = jvm.stub(4, "StubRoutines (1)")
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    ready = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE + 4 * SEGMENT), ((CODE, CODE + len(jvm.code)),)
+    )
+    source._jvms[pid] = ready
+    now = _now()
+    frames = source.expand(pid, now, begin + 40)
+    assert [(frame.name, frame.line, frame.inlined, frame.tier) for frame in frames] == [
+        ("Hot.run(long)", 21, False, "c2"),
+        ("Hot.step(long)", 31, True, "c2"),
+        ("Hot.leaf(long)", 41, True, "c2"),
+    ]
+    assert frames[0].file == "Hot.java" and frames[2].line_exact
+    assert source.expand(pid, now, stub_code + 4)[0].name == "[stub] StubRoutines (1)"
+    assert source.expand(pid, now, stub_code + 4)[0].kind is FrameKind.JIT
+    assert source.expand(pid, now, CODE + 500 * SEGMENT) == (UNKNOWN_JIT,)  # free space
+    assert source.expand(pid, now, 0x1000) is None  # not the code cache: another source's
+
+
+def test_code_replaced_under_the_reader_is_never_named_with_the_old_method():
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    other = jvm.klass("Other", "Other.java", [("spin", "(J)J", [(0, 7)])])[0]
+    begin = jvm.nmethod(10, 8, run, 77, [run], [(64, 0)], b"")
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
+    )
+    before = _now()
+    assert source.expand(pid, before, begin + 8)[0].name == "Hot.run(long)"
+    revision = source.epoch(pid)[0]
+    # The nmethod is freed and another, of another method, is compiled in its place.
+    jvm.free(10, 8)
+    jvm.nmethod(10, 8, other, 78, [other], [(64, 0)], b"")
+    after = _now()
+    assert source.expand(pid, after, begin + 8)[0].name == "Other.spin(long)"
+    assert source.epoch(pid)[0] > revision  # what was named from the old one is named anew
+    # A sample from while the old one was seen is still its; one from between
+    # its last sight and the new one's first is nobody's: the swap's moment is not known.
+    assert source.expand(pid, before, begin + 8)[0].name == "Hot.run(long)"
+    last_seen = source._jvms[pid].retired[-1].confirmed_ns
+    assert source.expand(pid, last_seen + 1, begin + 8) == (UNKNOWN_JIT,)
+    # A sample from before the new one was read, beyond the slack: not known.
+    assert source.expand(pid, after - 2 * EARLY_SLACK_NS, begin + 8) == (UNKNOWN_JIT,)
+
+
+def test_interpreted_frames_are_named_from_the_method_and_bytecode_pointer():
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, reader, _Thread(), (CODE, CODE + 256), ((CODE, CODE + len(jvm.code)),), reader.gc_count_address()
+    )
+    const_at = jvm.memory.word(step + 8)
+    bytecodes = const_at + LAYOUT.const_method_size
+
+    def record(method: int, bcp: int, collections: int = 3) -> V8FrameSlots:
+        return V8FrameSlots(0, method, collections + 1, bcp, V8_NO_BYTECODE_OFFSET, True)
+
+    now = _now()
+    named = source.expand_recorded(pid, CODE + 8, record(step, bytecodes + 3), True, now)
+    assert named is not None and [(frame.name, frame.line, frame.tier) for frame in named.frames] == [
+        ("Hot.step(long)", 31, "interpreted")
+    ]
+    assert source.expand_recorded(pid, CODE + 8, record(step, bytecodes + 4000), True, now) is None  # not its bytecode
+    assert source.expand_recorded(pid, CODE + 8, record(0xDEAD000, bytecodes), True, now) is None
+    # A sample older than the first read, with a collection between (that may
+    # have freed the method it ran and put another there), is nobody's.
+    leaf_bytecodes = jvm.memory.word(leaf + 8) + LAYOUT.const_method_size
+    jvm.collections(4)
+    assert source.expand_recorded(pid, CODE + 8, record(leaf, leaf_bytecodes + 1), True, _now() - 1000) is None
+    # Without one, the method read now is the one it ran.
+    assert source.expand_recorded(
+        pid, CODE + 8, record(run, jvm.memory.word(run + 8) + LAYOUT.const_method_size, 4), True, _now() - 1000
+    )
+    # The GC count not read (0): only samples from after the first read are named.
+    assert source.expand_recorded(
+        pid, CODE + 8, V8FrameSlots(0, step, 0, bytecodes + 3, V8_NO_BYTECODE_OFFSET, True), True, _now()
+    )
+
+
+def test_an_endless_segment_map_ends():
+    jvm = Jvm()
+    for index in range(len(jvm.segmap)):
+        jvm.segmap[index] = 0 if index == 0 else 1  # every segment one back: a walk of 1,023 steps to the start
+    jvm.segmap[0] = 0x7F  # and the start points before the map
+    jvm.publish()
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    assert reader.blob_at(CODE + 1000 * SEGMENT) is None
+
+
+class _Thread:
+    """A MemoryThread that runs on the caller's thread (the test's memory never blocks)."""
+
+    def run(self, operation):  # noqa: ANN001, ANN201
+        return operation()
+
+    def close(self) -> None:
+        return None
+
+
+def _now() -> int:
+    import time  # noqa: PLC0415
+
+    return time.monotonic_ns()
+
+
+class Tables:
+    """gHotSpotVMStructs and gHotSpotVMTypes laid out as libjvm.so builds them."""
+
+    STRUCT_STRIDE, TYPE_STRIDE = 48, 40
+
+    def __init__(self) -> None:
+        self.jvm = Jvm()
+        self.symbols = {name: 0x2000 + 8 * index for index, name in enumerate(layout_symbols())}
+        offsets = {
+            "gHotSpotVMStructEntryArrayStride": self.STRUCT_STRIDE,
+            "gHotSpotVMStructEntryTypeNameOffset": 0,
+            "gHotSpotVMStructEntryFieldNameOffset": 8,
+            "gHotSpotVMStructEntryTypeStringOffset": 16,
+            "gHotSpotVMStructEntryIsStaticOffset": 24,
+            "gHotSpotVMStructEntryOffsetOffset": 32,
+            "gHotSpotVMStructEntryAddressOffset": 40,
+            "gHotSpotVMTypeEntryArrayStride": self.TYPE_STRIDE,
+            "gHotSpotVMTypeEntryTypeNameOffset": 0,
+            "gHotSpotVMTypeEntrySizeOffset": 32,
+        }
+        for name, value in offsets.items():
+            self.jvm.memory.put(BIAS + self.symbols[name], struct.pack("<Q", value))
+
+    def string(self, text: str) -> int:
+        return self.jvm.allocate(text.encode() + b"\0")
+
+    def lay_out(self, types: dict[str, int], fields: list[tuple[str, str, str, int, bool]], end: bool = True) -> None:
+        type_table = b"".join(struct.pack("<QQiiiiQ", self.string(name), 0, 0, 0, 0, 0, size) for name, size in types.items())
+        struct_table = b"".join(
+            struct.pack(
+                "<QQQi4xQQ",
+                self.string(type_name),
+                self.string(field),
+                self.string(declared),
+                int(static),
+                0 if static else value,
+                BIAS + value if static else 0,
+            )
+            for type_name, field, declared, value, static in fields
+        )
+        ending = (bytes(self.TYPE_STRIDE), bytes(self.STRUCT_STRIDE)) if end else (b"", b"")
+        self.jvm.memory.put(BIAS + self.symbols["gHotSpotVMTypes"], struct.pack("<Q", self.jvm.allocate(type_table + ending[0])))
+        self.jvm.memory.put(
+            BIAS + self.symbols["gHotSpotVMStructs"], struct.pack("<Q", self.jvm.allocate(struct_table + ending[1]))
+        )
+
+
+def layout_symbols() -> list[str]:
+    from profiler.jit.jvm.hotspot import layout  # noqa: PLC0415
+
+    return list(layout._SYMBOLS)
+
+
+def test_introspection_tables_are_read_for_the_wanted_types_only():
+    from profiler.jit.jvm.hotspot.layout import read_tables  # noqa: PLC0415
+
+    tables = Tables()
+    tables.lay_out(
+        {"Symbol": 8, "u2": 2, "Unwanted": 64},
+        [
+            ("Symbol", "_length", "u2", 4, False),
+            ("Symbol", "_body", "u1", 6, False),
+            ("Unwanted", "_field", "int", 12, False),
+            ("CodeCache", "_heaps", "GrowableArray<CodeHeap*>*", 0x1000, True),
+        ],
+    )
+    read = read_tables(tables.jvm.memory, tables.symbols, BIAS)
+    assert read.sizes["Symbol"] == 8 and read.fields[("Symbol", "_length")] == Field(4, 2)
+    assert ("Unwanted", "_field") not in read.fields
+    assert read.statics[("CodeCache", "_heaps")] == 0x1000  # a file address: the bias taken off
+
+
+def test_introspection_tables_that_lie_are_refused():
+    from profiler.jit.jvm.hotspot.layout import read_tables  # noqa: PLC0415
+
+    tables = Tables()
+    tables.lay_out({"Symbol": 8}, [("Symbol", "_length", "u2", 4, False)] * 320, end=False)  # 320 entries: no padding after
+    with pytest.raises(LayoutError):  # no entry ends the table: read up to the end of what is there, then refused
+        read_tables(tables.jvm.memory, tables.symbols, BIAS)
+    tables = Tables()
+    tables.jvm.memory.put(BIAS + tables.symbols["gHotSpotVMStructEntryArrayStride"], struct.pack("<Q", 1 << 20))
+    tables.lay_out({"Symbol": 8}, [])
+    with pytest.raises(LayoutError, match="malformed"):
+        read_tables(tables.jvm.memory, tables.symbols, BIAS)
