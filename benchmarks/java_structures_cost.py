@@ -68,15 +68,31 @@ def _reading_cost() -> tuple[int, float, float, float]:
         reader = HotSpotReader(memory, layout_of(memory, path, bias), bias)
         heaps = reader.code_heaps()
         layout_s = time.process_time() - started
-        # The blobs, found from their first segments: walk each heap's segment map.
+        # The blobs, block after block (each block's header says how many segments it takes).
         starts = []
         for heap in heaps:
-            segmap = memory.read(heap.segmap, (heap.high - heap.low) >> heap.log2_segment) or b""
-            starts += [heap.low + (index << heap.log2_segment) for index, tag in enumerate(segmap) if tag == 0]
+            segment, segments = 0, (heap.high - heap.low) >> heap.log2_segment
+            while segment < segments and len(starts) < 1_000_000:
+                header = memory.read(heap.low + (segment << heap.log2_segment), 16)
+                length = int.from_bytes(header[:8], "little") if header is not None else 0
+                if length == 0:
+                    break  # the end of what was ever allocated
+                if header is not None and header[8]:
+                    starts.append(heap.low + (segment << heap.log2_segment))
+                segment += length
         blobs, methods = 0, set()
         started = time.process_time()
         for block in starts:
-            blob = reader.blob_at(block + reader.layout.heap_block_size + 64)
+            address = block + reader.layout.heap_block_size
+            field = memory.read(address + reader.layout.blob_code_begin, 8)
+            if field is None:
+                continue
+            begin = (
+                address + int.from_bytes(field[:4], "little", signed=True)
+                if reader.layout.blob_offsets
+                else int.from_bytes(field, "little")
+            )
+            blob = reader.blob_at(begin)  # by a pc in its code, as a sample finds it
             code = reader.compiled(blob) if blob is not None else None
             if code is None:
                 continue

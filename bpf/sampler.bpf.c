@@ -210,6 +210,7 @@ struct walk_scratch {
     u16 v8_count;
     struct v8_process v8; // builtins_end 0: not a V8 process (nor a JVM)
     u64 leaf_bcp;         // a CPU sample's r13: HotSpot's bytecode pointer, if the leaf is interpreted
+    u64 hotspot_gc_count; // the JVM's GC count + 1, read at its first interpreted frame (0: not yet)
     struct sample_event event;
 };
 
@@ -334,10 +335,10 @@ static __always_inline void note_hotspot_frame(struct walk_scratch *scratch, u64
     struct v8_frame *frame = &v8_notes(scratch)[index];
     frame->shared = slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_METHOD) / 8];
     u32 collections = 0;
-    frame->code =
-        scratch->v8.copy_start != 0 && bpf_probe_read_user(&collections, sizeof(collections), (void *)scratch->v8.copy_start) == 0
-            ? (u64)collections + 1
-            : 0;
+    if (scratch->hotspot_gc_count == 0 && scratch->v8.copy_start != 0 &&
+        bpf_probe_read_user(&collections, sizeof(collections), (void *)scratch->v8.copy_start) == 0)
+        scratch->hotspot_gc_count = (u64)collections + 1; // once a sample: the frames were all there then
+    frame->code = scratch->hotspot_gc_count;
     frame->bytecode_array =
         depth == 0 && scratch->leaf_bcp ? scratch->leaf_bcp : slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_BCP) / 8];
     frame->bytecode_offset = V8_NO_BYTECODE_OFFSET;
@@ -680,6 +681,7 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid) {
     ev->parent_work = 0;
     ev->runnable_ns = 0;
     scratch->leaf_bcp = 0;
+    scratch->hotspot_gc_count = 0;
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
     return scratch;
 }
