@@ -92,7 +92,6 @@ class _Blob:
 @dataclass
 class _MethodEntry:
     method: JavaMethod | None
-    first_seen_ns: int
     confirmed_ns: int  # it was there from valid_from_ns to confirmed_ns
     valid_from_ns: int
 
@@ -115,22 +114,12 @@ class _Jvm:
     revision: int = 0
     news_ns: int = 0
     next_setup: float = 0.0
-    named: int = 0
-    unnamed: int = 0
     preserves_frame_pointers: bool | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     setting_up: threading.Lock = field(default_factory=threading.Lock)  # one thread sets it up; the others go on
 
     def in_code(self, address: int) -> bool:
         return any(low <= address < high for low, high in self.heaps)
-
-
-@dataclass(frozen=True)
-class HotSpotReport:
-    pid: int
-    named: int
-    unnamed: int
-    preserves_frame_pointers: bool | None
 
 
 class HotSpotStructures(JitSymbolSource):
@@ -196,9 +185,15 @@ class HotSpotStructures(JitSymbolSource):
                 jvm.reader, jvm.thread = HotSpotReader(memory, layout, bias), opened
             reader, thread = jvm.reader, jvm.thread
             assert thread is not None
-            heaps = thread.run(reader.code_heaps) or ()
-            interpreter = thread.run(reader.interpreter_range)
-            gc_count_at = thread.run(reader.gc_count_address) or 0
+            state = thread.run(
+                lambda: (
+                    reader.code_heaps(),
+                    reader.interpreter_range(),
+                    reader.gc_count_address(),
+                    reader.preserves_frame_pointers(),
+                )
+            )
+            heaps, interpreter, gc_count_at, preserves_frame_pointers = state if state is not None else ((), None, 0, None)
         except LayoutError as error:
             self._refuse(jvm, str(error))
             return False
@@ -212,7 +207,7 @@ class HotSpotStructures(JitSymbolSource):
             return False
         jvm.interpreter = interpreter
         jvm.gc_count_at = gc_count_at
-        jvm.preserves_frame_pointers = thread.run(reader.preserves_frame_pointers)
+        jvm.preserves_frame_pointers = preserves_frame_pointers
         jvm.heaps = tuple((heap.low, heap.high) for heap in heaps)  # last: it says the JVM is ready
         return True
 
@@ -265,19 +260,14 @@ class HotSpotStructures(JitSymbolSource):
             jvm = self._jvms.get(pid)
         return (jvm.revision, jvm.news_ns) if jvm is not None else (0, 0)
 
-    def reports(self) -> list[HotSpotReport]:
-        with self._lock:
-            return [HotSpotReport(jvm.pid, jvm.named, jvm.unnamed, jvm.preserves_frame_pointers) for jvm in self._jvms.values()]
-
     def warnings(self) -> list[str]:
-        found = []
-        for report in self.reports():
-            if report.preserves_frame_pointers is False:
-                found.append(
-                    f"jitprof: warning: the JVM (pid {report.pid}) runs without -XX:+PreserveFramePointer, so its stacks "
-                    "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
-                )
-        return found
+        with self._lock:
+            without = [jvm.pid for jvm in self._jvms.values() if jvm.preserves_frame_pointers is False]
+        return [
+            f"jitprof: warning: the JVM (pid {pid}) runs without -XX:+PreserveFramePointer, so its stacks "
+            "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
+            for pid in without
+        ]
 
     # Reading ahead of the symbolizer ----------------------------------------
 
@@ -448,14 +438,8 @@ class HotSpotStructures(JitSymbolSource):
             return None
         blob = self._blob(jvm, address, time_ns)
         if blob is None:
-            jvm.unnamed += 1
             return (UNKNOWN_JIT,)
-        frames = self._frames_at(jvm, blob, address, caller)
-        if frames[0].kind is FrameKind.UNKNOWN:
-            jvm.unnamed += 1
-        else:
-            jvm.named += 1
-        return frames
+        return self._frames_at(jvm, blob, address, caller)
 
     def _frames_at(self, jvm: _Jvm, blob: _Blob, address: int, caller: bool) -> tuple[Frame, ...]:
         frames = blob.frames.get((address, caller))
@@ -552,7 +536,7 @@ class HotSpotStructures(JitSymbolSource):
             with jvm.lock:
                 for old in jvm.retired_methods.get(address, ()):
                     valid_from = max(valid_from, old.confirmed_ns + 1)
-            entry = _MethodEntry(method, now, now, valid_from)
+            entry = _MethodEntry(method, now, valid_from)
             with jvm.lock:
                 jvm.methods[address] = entry
         if sampled_ns is not None and sampled_ns < entry.valid_from_ns:
@@ -587,9 +571,7 @@ class HotSpotStructures(JitSymbolSource):
         ):
             method = None  # not in its bytecodes: a frame being built (its slots its caller's)
         if method is None:
-            jvm.unnamed += 1
             return None
-        jvm.named += 1
         return RecordedFrames((_java_frame(method, record.bytecode_array - method.bytecode_start, "interpreted", False),), False)
 
     def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
