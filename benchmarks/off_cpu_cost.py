@@ -135,9 +135,18 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
     finally:
         server.terminate()
         server.wait()
-    alone_rate = statistics.median(round_[0] for round_ in results["server alone"])
-    alone_cost = statistics.median(round_[3] for round_ in results["server alone"])
-    alone_first = statistics.median(round_[4] for round_ in results["server alone"])
+    alone = results["server alone"]
+
+    def paired(rounds: list[tuple[float, ...]], column: int, inverse: bool = False) -> float:
+        """The median over rounds of each round's ratio to the server alone in
+        the same round: the machine's drift between rounds cancels out."""
+        ratios = [
+            (alone_round[column] / round_[column] if inverse else round_[column] / alone_round[column])
+            for round_, alone_round in zip(rounds, alone)
+            if round_[column] and alone_round[column]
+        ]
+        return statistics.median(ratios) if ratios else 0.0
+
     lines = [
         "### A node HTTP server under load",
         "",
@@ -149,7 +158,9 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         f"{FIRST_LOAD_SECONDS} s*), then the load measured, {LOAD_SECONDS} s. *Server CPU per request* is "
         "the server's own CPU time (user and system) over the requests it answered: what jitprof makes the server do "
         "(its BPF programs run in the server's context, its uprobes trap there), which sets how many requests a "
-        "saturated server can answer (*capacity*); requests/s also moves with the load's CPU, which jitprof shares.",
+        "saturated server can answer (*capacity*); requests/s also moves with the load's CPU, which jitprof shares. "
+        "Each *vs alone* is the median over rounds of the round's ratio to the server alone in that round (this "
+        "machine's speed drifts by several per cent between rounds); the other columns are medians.",
         "",
         f"| setup | requests/s | vs alone | server CPU per request (µs) | capacity vs alone | jitprof's CPU (share of a core) "
         f"| server's voluntary switches/s | first {FIRST_LOAD_SECONDS} s: requests/s | vs alone |",
@@ -162,8 +173,8 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         cost = statistics.median(round_[3] for round_ in rounds)
         first = statistics.median(round_[4] for round_ in rounds)
         lines.append(
-            f"| {name} | {rate:,.0f} | {100 * rate / alone_rate:.1f} % | {cost:.1f} | {100 * alone_cost / cost:.1f} % "
-            f"| {100 * share:.1f} % | {switches:,.0f} | {first:,.0f} | {100 * first / alone_first:.1f} % |"
+            f"| {name} | {rate:,.0f} | {100 * paired(rounds, 0):.1f} % | {cost:.1f} | {100 * paired(rounds, 3, inverse=True):.1f} % "
+            f"| {100 * share:.1f} % | {switches:,.0f} | {first:,.0f} | {100 * paired(rounds, 4):.1f} % |"
         )
     lines += ["", "Target: with `--off-cpu`, ≥ 98 % of the server's requests per second alone.", ""]
     return lines

@@ -43,7 +43,7 @@ SECTIONS = {
     "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
     "java_structures_cost": lambda repeats, perf, workdir: java_structures_cost(workdir),
     "javascript_runtimes_cost": lambda repeats, perf, workdir: javascript_runtimes_cost(max(repeats - 2, 3), workdir),
-    "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(max(repeats - 2, 3), workdir),
+    "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(repeats + 2, workdir),
     "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),
     "code_log_parsing": lambda repeats, perf, workdir: code_log_parsing(workdir, 5),
     "source_map_cost": lambda repeats, perf, workdir: source_map_cost(workdir, 5),

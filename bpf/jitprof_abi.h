@@ -29,6 +29,9 @@
 /* --off-cpu: a followed thread exits with time runnable, waiting for a CPU,
  * not reported yet (address: its nanoseconds) */
 #define EVENT_THREAD_RUNNABLE 9
+/* --off-cpu: a thread of a followed process without rseq (a Go or musl
+ * program's) began a wait: its waits are reported at system calls' returns */
+#define EVENT_WAITS_WITHOUT_RSEQ 10
 
 /* How a stack walk ended. */
 #define WALK_COMPLETE 0

@@ -101,10 +101,13 @@ BPF_HASH(exec_mapping_calls, u32, struct exec_mapping_call, 4096);
 BPF_HASH(off_cpu_threads, u32, struct off_cpu_thread, OFF_CPU_THREADS);
 // OFF_CPU_SETTING_*: the shortest wait recorded one by one.
 BPF_ARRAY(off_cpu_settings, u64, OFF_CPU_SETTINGS);
-// Per CPU, the thread running there with a wait to report at its next
-// system call's return (0: none): every system call on the machine returns
-// through sys_exit, and most have only this to look at.
-BPF_PERCPU_ARRAY(wait_to_report, u32, 1);
+// Per CPU, the thread (its task_struct) running there with a wait to report
+// on its way back to user space (0: none): every thread coming back from a
+// switch passes rseq_update (and every system call's return sys_exit, when
+// attached), and most have only this word to compare.
+BPF_PERCPU_ARRAY(wait_to_report, u64, 1);
+// 1 once a followed thread without rseq began a wait (user space was told).
+BPF_ARRAY(waits_without_rseq, u32, 1);
 // Node's threadpool: items submitted and not done, by process and address;
 // the item each pool thread runs (its key), and the item whose completion
 // each loop thread runs. LRU: a process that dies leaves its entries.
@@ -120,6 +123,15 @@ static __always_inline u32 task_field(u64 task, const u64 offset) {
     if (task != 0) bpf_probe_read_kernel(&value, sizeof(value), (void *)(task + offset));
     return value;
 }
+
+#ifdef TASK_RSEQ_OFFSET
+// Has the current thread registered rseq (glibc 2.35 and later do for every thread)?
+static __always_inline int has_rseq(void) {
+    u64 area = 0;
+    bpf_probe_read_kernel(&area, sizeof(area), (void *)(bpf_get_current_task() + TASK_RSEQ_OFFSET));
+    return area != 0;
+}
+#endif
 
 static __always_inline u64 work_running(u32 tid) {
     u64 *key = threadpool_running.lookup(&tid);
@@ -797,33 +809,37 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
 // while runnable) is timed from the scheduler's switch: the time it left, and
 // when it next comes on, how long it was off. Its stack cannot be read then
 // (the switch runs as the thread coming off); it is walked when the thread,
-// running again, returns from the system call it waited in, with the same
-// user stack, and only if the wait was long enough to be recorded one by
-// one. Kernel work per switch: a lookup for each side, an update only for a
-// thread's first wait.
+// running again, goes back to user space with the user stack of its wait,
+// and only if the wait was long enough to be recorded one by one. That is
+// rseq_update, which every thread with rseq registered passes on its way
+// back after a switch (not at every system call), or, for threads without
+// rseq, sys_exit, which user space attaches only when told such a thread
+// waits: it runs at every system call's return on the machine. Kernel work
+// per switch: a lookup for each side, an update only for a thread's first
+// wait.
 
 // Raw tracepoints, without the perf buffer a tracepoint's record is copied
-// into first: these run at every switch and every system call's return on
-// the machine. sched_switch(preempt, prev, next, prev_state) runs as prev.
+// into first. sched_switch(preempt, prev, next, prev_state) runs as prev.
 RAW_TRACEPOINT_PROBE(sched_switch) {
-    u64 now = bpf_ktime_get_ns();
+    u64 now = 0; // read only for followed threads: most switches are others'
     int preempt = (int)(ctx->args[0] & 1);
     long prev_state = (long)(u32)ctx->args[3];
     u32 next = task_field(ctx->args[2], TASK_PID_OFFSET);
-    u32 reporting = 0;
+    u64 reporting = 0;
     if (next != 0) {
         struct off_cpu_thread *coming = off_cpu_threads.lookup(&next);
         if (coming && coming->left_ns != 0) {
+            now = bpf_ktime_get_ns();
             if (coming->runnable)
                 coming->runnable_ns += now - coming->left_ns;
             else
                 coming->waited_ns += now - coming->left_ns;
             coming->left_ns = 0;
         }
-        if (coming && coming->waited_ns != 0) reporting = next;
+        if (coming && coming->waited_ns != 0) reporting = ctx->args[2];
     }
     u32 zero = 0;
-    u32 *report = wait_to_report.lookup(&zero);
+    u64 *report = wait_to_report.lookup(&zero);
     if (report) *report = reporting;
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
@@ -841,7 +857,7 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
             return 0;
         }
     }
-    leaving->left_ns = now;
+    leaving->left_ns = now != 0 ? now : bpf_ktime_get_ns();
     // Preempted (or yielding: TASK_RUNNING), it is runnable still: no wait, but its time
     // waiting for a CPU is summed, so its CPU and off-CPU time add up to its life.
     leaving->runnable = preempt || prev_state == 0;
@@ -850,6 +866,15 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     u64 pc = 0, fp = 0;
     saved_user_registers(&pc, &leaving->wait_sp, &fp);
     leaving->wait_pc = pc;
+#ifdef TASK_RSEQ_OFFSET
+    if (!has_rseq()) {
+        u32 *told = waits_without_rseq.lookup(&zero);
+        if (told && *told == 0) {
+            *told = 1;
+            emit_process_event(EVENT_WAITS_WITHOUT_RSEQ, pid_tgid >> 32, tid, 0);
+        }
+    }
+#endif
 #ifdef WITH_KERNEL_STACKS
     leaving->kernel_stack_id = kernel_stacks.get_stackid(ctx, 0);
 #else
@@ -858,14 +883,14 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     return 0;
 }
 
-// A thread back from a system call: report the time it waited in it.
-RAW_TRACEPOINT_PROBE(sys_exit) {
+// A thread on its way back to user space: report the time it waited.
+static __always_inline int report_wait(void *ctx, u64 task) {
+    u32 zero = 0;
+    u64 *report = wait_to_report.lookup(&zero);
+    if (!report || *report != task || task == 0) return 0;
+    *report = 0;
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
-    u32 zero = 0;
-    u32 *report = wait_to_report.lookup(&zero);
-    if (!report || *report != tid || tid == 0) return 0;
-    *report = 0;
     struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
     if (!thread || thread->waited_ns == 0) return 0;
     u64 waited = thread->waited_ns;
@@ -906,6 +931,18 @@ RAW_TRACEPOINT_PROBE(sys_exit) {
     ev->work = work_running(tid);
     walk_and_send(ctx, scratch, pid_tgid >> 32, pc, sp, fp, WALKERS_TRACEPOINT);
     return 0;
+}
+
+// rseq_update(t): the current thread t, registered with rseq, goes back to
+// user space after a switch. (t is the argument: no helper call for the
+// threads with nothing to report.)
+RAW_TRACEPOINT_PROBE(rseq_update) {
+    return report_wait(ctx, ctx->args[0]);
+}
+
+// A thread back from a system call (attached by user space only when needed).
+RAW_TRACEPOINT_PROBE(sys_exit) {
+    return report_wait(ctx, bpf_get_current_task());
 }
 
 // Node's threadpool (libuv's src/threadpool.c), through uprobes user space

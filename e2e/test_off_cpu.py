@@ -76,6 +76,33 @@ def test_a_c_threads_quarters_on_the_cpu_asleep_on_a_pipe_and_a_mutex(jitprof, t
     assert sleeping and all("nanosleep" in line.frames or "__clock_nanosleep" in line.frames for line in sleeping)
 
 
+def test_threads_without_rseq_are_walked_at_system_calls_returns(jitprof, tmp_path, fixtures_built):
+    """Threads that registered no rseq (Go's, musl's; here glibc told not to)
+    do not pass rseq_update: the first of their waits makes jitprof attach
+    sys_exit, and their waits are named and timed as others are."""
+    run = jitprof(
+        "--off-cpu",
+        "-o",
+        "out.pb.gz",
+        "-o",
+        "out.folded",
+        "--",
+        str(WAITS),
+        "4",
+        "50",
+        env={"GLIBC_TUNABLES": "glibc.pthread.rseq=0"},
+    )
+    assert run.returncode == 0, run.stderr
+    profile = read_pprof(tmp_path / "out.pb.gz")
+    main = next(sample["labels"]["pid"] for sample in profile["samples"])
+    shares, total_ns = thread_shares(profile, main, C_PHASES)
+    assert_shares(shares, C_PHASES, 0.25, 0.05)
+    assert_adds_up(total_ns, profile)
+    lines = read_folded(tmp_path / "out.folded")
+    waiting = [line for line in lines if "read_pipe" in line.frames and line.frames[-1] == "(off-CPU)"]
+    assert waiting and all("read" in line.frames or "__libc_read" in line.frames for line in waiting), waiting
+
+
 def test_the_same_program_attached(jitprof, tmp_path, background, fixtures_built):
     process = background(str(WAITS), "0", "50", stdout=subprocess.PIPE, text=True)
     started(process)

@@ -15,7 +15,7 @@ from typing import Any
 from profiler.errors import JitprofError
 from profiler.kernel import bpf_calls, bpf_object, preflight
 from profiler.kernel.event_stream import EventStream
-from profiler.kernel.kernel_btf import task_offsets
+from profiler.kernel.kernel_btf import task_offsets, task_rseq_offset
 from profiler.kernel.kernel_maps import (
     FOLLOWED_ENTRIES,
     KERNEL_STACK_ENTRIES,
@@ -74,6 +74,9 @@ def compile_flags(options: LoadOptions) -> list[str]:
             f"-DTASK_PID_OFFSET={pid_offset}",
             f"-DTASK_FLAGS_OFFSET={flags_offset}",
         ]
+        rseq_offset = task_rseq_offset()
+        if rseq_offset is not None:
+            cflags.append(f"-DTASK_RSEQ_OFFSET={rseq_offset}")
     if options.dwarf:
         cflags += [
             "-DWITH_DWARF",
@@ -102,6 +105,9 @@ def compile_object(bcc: Any, cflags: list[str]) -> bpf_object.BpfObject:
         compiled.cleanup()
 
 
+# --off-cpu: where a thread back from a wait is walked (bpf/sampler.bpf.c).
+RSEQ_UPDATE = "rseq_update"
+SYSTEM_CALL_EXIT = "sys_exit"
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CPU_CLOCK = 0
 
@@ -131,6 +137,8 @@ class BpfProgram:
         self._programs = self._loaded.program_fds
         self._perf_event_fds: list[int] = []
         self._tracepoint_fds: list[int] = []
+        self.waits_at_system_calls = False  # --off-cpu: sys_exit attached
+        self._rseq_compiled = any(flag.startswith("-DTASK_RSEQ_OFFSET=") for flag in cflags)
         self._attach_tracepoints()
 
     def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
@@ -147,18 +155,23 @@ class BpfProgram:
 
     def _attach_tracepoints(self) -> None:
         """Follow forks, execs, exits and executable mappings from now on
-        (with --off-cpu, switches and system calls' returns too)."""
+        (with --off-cpu, switches and threads' returns to user space too)."""
+        rseq_reports = False
         for name, descriptor in self._programs.items():
             if name.startswith(bpf_object.RAW_TRACEPOINT_PREFIX):
                 event = name[len(bpf_object.RAW_TRACEPOINT_PREFIX) :]
-                link = bpf_calls.attach_raw_tracepoint(descriptor, event)
+                if event == SYSTEM_CALL_EXIT:
+                    continue  # only when a thread without rseq waits, or rseq_update cannot be had
+                if event == RSEQ_UPDATE:
+                    rseq_reports = self._rseq_compiled and self._attach_raw(event, descriptor) >= 0
+                    continue
+                link = self._attach_raw(event, descriptor)
                 if link < 0:
                     self.close()
                     raise JitprofError(
                         f"cannot attach to the raw tracepoint {event}: {os.strerror(-link)}",
                         "--off-cpu needs raw tracepoints (Linux 4.17 or later, CONFIG_BPF_EVENTS)",
                     )
-                self._tracepoint_fds.append(link)
                 continue
             if not name.startswith(bpf_object.TRACEPOINT_PREFIX):
                 continue
@@ -171,6 +184,30 @@ class BpfProgram:
                     "jitprof needs tracefs and the syscall tracepoints (CONFIG_FTRACE_SYSCALLS)",
                 )
             self._tracepoint_fds.append(perf_fd)
+        if self.options.off_cpu and not rseq_reports:
+            link = self.report_waits_at_system_calls()
+            if link < 0:
+                self.close()
+                raise JitprofError(
+                    f"cannot attach to the raw tracepoint {SYSTEM_CALL_EXIT}: {os.strerror(-link)}",
+                    "--off-cpu needs raw tracepoints (Linux 4.17 or later, CONFIG_BPF_EVENTS)",
+                )
+
+    def _attach_raw(self, event: str, descriptor: int) -> int:
+        link = bpf_calls.attach_raw_tracepoint(descriptor, event)
+        if link >= 0:
+            self._tracepoint_fds.append(link)
+        return link
+
+    def report_waits_at_system_calls(self) -> int:
+        """--off-cpu: report waits at every system call's return too, for
+        threads that do not pass rseq_update (no rseq registered). Costs every
+        system call on the machine a program run. 0, or -errno. (Main thread.)"""
+        if self.waits_at_system_calls:
+            return 0
+        link = self._attach_raw(SYSTEM_CALL_EXIT, self._programs[bpf_object.RAW_TRACEPOINT_PREFIX + SYSTEM_CALL_EXIT])
+        self.waits_at_system_calls = link >= 0
+        return min(link, 0)
 
     def attach(self) -> None:
         """Install the stack walker, then attach the sampler on every online CPU."""

@@ -28,6 +28,7 @@ class EventType(enum.IntEnum):
     THREAD_WAITS = 7  # --off-cpu: a thread exits with waits not reported (address: ns, length: how many)
     WORK_STARTED = 8  # --off-cpu: a pool thread starts a work item (address: its key, the time it was submitted)
     THREAD_RUNNABLE = 9  # --off-cpu: a thread exits with time runnable not reported (address: ns)
+    WAITS_WITHOUT_RSEQ = 10  # --off-cpu: a thread without rseq waits: report waits at system calls' returns
 
 
 class WalkEnd(enum.IntEnum):
@@ -262,7 +263,7 @@ def decode_event(record: memoryview) -> RawSample | ProcessEvent:
     (event_type,) = _EVENT_TYPE.unpack_from(record)
     if event_type == EventType.SAMPLE:
         return _decode_sample(record, size)
-    if EventType.FORK <= event_type <= EventType.THREAD_RUNNABLE:
+    if EventType.FORK <= event_type <= EventType.WAITS_WITHOUT_RSEQ:
         if size < _PROCESS_EVENT.size:
             raise MalformedEvent(f"process event of {size} bytes")
         _type, pid, tid, parent_pid, time_ns, comm, address, length = _PROCESS_EVENT.unpack_from(record)

@@ -124,3 +124,12 @@ def task_offsets() -> tuple[int, int]:
             "it needs a kernel built with CONFIG_DEBUG_INFO_BTF (/sys/kernel/btf/vmlinux)",
         ) from error
     return found["task_struct.pid"], found["task_struct.flags"]
+
+
+def task_rseq_offset() -> int | None:
+    """Where the running kernel's task_struct keeps the thread's rseq area
+    (a pointer, or a struct that begins with it), or None: no rseq."""
+    try:
+        return member_offsets({"task_struct": ["rseq"]})["task_struct.rseq"]
+    except BtfError:
+        return None

@@ -36,7 +36,7 @@ from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
 from profiler.run.push_session import PushSession
-from profiler.run.summary import Summary, report_output_errors, report_tracking_problems
+from profiler.run.summary import Summary, report_output_errors, report_tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
 from profiler.safety.terminal import say
@@ -371,6 +371,17 @@ class Recording:
         self._submit_polled_samples()
         return more
 
+    def _report_waits_at_system_calls(self) -> None:
+        """A followed thread without rseq waits: its waits are walked at
+        system calls' returns (a cost to every system call on the machine)."""
+        assert self._program is not None
+        error = self._program.report_waits_at_system_calls()
+        if error < 0:
+            warn(
+                f"cannot attach to the raw tracepoint sys_exit ({os.strerror(-error)}): the waits of threads without "
+                "rseq (Go or musl programs) are counted in time but have no stack"
+            )
+
     def _submit_polled_samples(self) -> None:
         if self._polled_samples:
             assert self._symbolizer is not None
@@ -389,6 +400,9 @@ class Recording:
             if self._followed.wants_samples_of(event.pid):
                 record = work_started_record if event.event_type is EventType.WORK_STARTED else thread_waits_record
                 self._polled_samples.append(record(event))
+            return
+        if event.event_type is EventType.WAITS_WITHOUT_RSEQ:
+            self._report_waits_at_system_calls()
             return
         self._submit_polled_samples()  # what a process event leads to comes after the samples before it
         self._followed.handle(event)
