@@ -5,6 +5,7 @@ goes through a proxy on 127.0.0.1 that records whatever reaches it)."""
 
 from __future__ import annotations
 
+import html
 import random
 import re
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from e2e.test_formats import chromium, record_base_and_new
-from e2e.test_node import JS
+from e2e.test_node import JS, start_node
 from profiler.kernel.events import WalkEnd
 from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample
 from profiler.model.raw import write_raw
@@ -140,6 +141,25 @@ def test_report_writes_the_same_page_from_the_saved_profile(jitprof, node_run, t
     run = jitprof("report", str(node_run / "run.jitprof"), "-o", str(tmp_path / "again.html"))
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "again.html").read_bytes() == (node_run / "run.html").read_bytes()
+
+
+def test_the_run_s_warnings_are_on_its_page(jitprof, tmp_path, background):
+    """What the run said besides its summary (here: a node attached without
+    a perf map and not read from its heap) is in the page's summary, and in
+    the page `jitprof report` makes of the saved profile."""
+    node = start_node(background, tmp_path)
+    run = jitprof("--no-v8-heap", "--pid", str(node.pid), "-d", "1", "-o", "run.html", "-o", "run.jitprof")
+    assert run.returncode == 0, run.stderr
+    said = [line.removeprefix("jitprof: ") for line in run.stderr.splitlines() if "has no perf map" in line or "hint:" in line]
+    assert len(said) >= 2, run.stderr
+    again = jitprof("report", "run.jitprof", "-o", "again.html")
+    assert again.returncode == 0, again.stderr
+    for page in ("run.html", "again.html"):
+        dom, _ = open_page(tmp_path / page, "", tmp_path)
+        shown = re.search(r'<details id="warnings">(.*?)</details>', dom, re.S)
+        assert shown is not None, dom[:3000]
+        items = [html.unescape(item) for item in re.findall(r"<li>(.*?)</li>", shown.group(1), re.S)]
+        assert items == said, (items, said)
 
 
 def test_a_diff_page_shows_what_grew(jitprof, tmp_path):

@@ -54,6 +54,7 @@ class JitSources:
         # the hints at the end of a run (about samples still held) ask.
         self._had_source: dict[int, None] = {}
         self._warnings: list[str] = []
+        self.said_on_attach: list[str] = []  # said already, kept with the profile
 
     def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
         """(For late walks.) The runtimes' records of frames walked in user space."""
@@ -92,26 +93,28 @@ class JitSources:
         if runtime is None:
             return
         if runtime.attach_notes is not None:
-            for note in runtime.attach_notes(pid, self._sources, inline):
-                say(note)
+            notes = list(runtime.attach_notes(pid, self._sources, inline))
         elif not any(os.path.exists(path) for path in candidate_paths(pid)):
-            say(f"jitprof: warning: {runtime.name} (pid {pid}) writes no perf map; {runtime.fix}")
+            notes = [f"jitprof: warning: {runtime.name} (pid {pid}) writes no perf map; {runtime.fix}"]
+        else:
+            notes = []
+        for note in notes:
+            say(note)
+        self.said_on_attach += notes
 
-    def report(self, profile: Profile) -> None:
-        """Warnings at the end: files refused or damaged, runtimes that would
-        not answer, and JIT code no source named, with the fix per runtime."""
-        for warning in self._warnings:
-            say(warning)
+    def end_messages(self, profile: Profile) -> list[str]:
+        """The lines said at the end: files refused or damaged, runtimes that
+        would not answer, and JIT code no source named, with the fix per runtime."""
+        lines = list(self._warnings)
         for source in self._sources:
-            for warning in source.warnings():
-                say(warning)
+            lines += source.warnings()
         unnamed = {pid: count for pid, count in _unnamed_jit_samples(profile).items() if not self.has_source(pid)}
         if self._injected:
             # Processes given the flags that were gone before their perf map
             # was read: nothing for the user to fix, so no per-process hint.
             gone = {pid: count for pid, count in unnamed.items() if runtimes.runtime_of(pid) is None}
             if gone:
-                say(
+                lines.append(
                     f"jitprof: note: {sum(gone.values()):,} samples in {len(gone)} short-lived "
                     f"process{'es' if len(gone) != 1 else ''} ran anonymous executable code that no perf map "
                     "named before they exited"
@@ -119,13 +122,14 @@ class JitSources:
             unnamed = {pid: count for pid, count in unnamed.items() if pid not in gone}
         for shown, (pid, count) in enumerate(sorted(unnamed.items(), key=lambda item: -item[1])):
             if shown == MAX_UNNAMED_HINTS:
-                say(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")
+                lines.append(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")
                 break
             runtime = runtimes.runtime_of(pid) or runtimes.UNKNOWN
-            say(
+            lines.append(
                 f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "
                 f"for {runtime.name}: {runtime.fix}"
             )
+        return lines
 
     def remove_asked_files(self) -> None:
         """The files jitprof asked processes to write (attached ones too)."""

@@ -69,6 +69,7 @@ class RunInfo:
     off_cpu: bool = False  # --off-cpu: samples include waits, weighted by their time
     idle_kept: bool = False  # --idle: waits for work are in the samples too
     shortest_wait_ns: int = 0  # --off-cpu-min: shorter waits are summed per thread, not recorded one by one
+    warnings: list[str] = field(default_factory=list)  # what the run said after its summary (warnings, hints)
 
     @property
     def sample_period_ns(self) -> int:

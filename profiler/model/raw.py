@@ -45,6 +45,8 @@ UNPACK_FLOOR_BYTES = 16 << 20
 MAX_FREQUENCY_HZ = 1_000_000
 MAX_INT = 1 << 63
 MAX_STACK_TEXTS = 1 << 20  # distinct stack texts remembered while reading
+MAX_WARNINGS = 200  # a run's warnings kept from a file, each cut at MAX_WARNING_CHARS
+MAX_WARNING_CHARS = 2000
 
 
 class RawProfileError(ValueError):
@@ -61,6 +63,8 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
             "started_ns": profile.info.started_ns,
             "ended_ns": profile.info.ended_ns,
         }
+        if profile.info.warnings:
+            info["warnings"] = profile.info.warnings  # a key older readers pass over
         if profile.info.off_cpu:
             info |= {
                 "off_cpu": True,
@@ -231,6 +235,9 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
                 bool(info.get("off_cpu", False)),
                 bool(info.get("idle_kept", False)),
                 _integer(info.get("shortest_wait_ns", 0)),
+                [str(line)[:MAX_WARNING_CHARS] for line in (_sequence(info, "warnings") if "warnings" in info else [])][
+                    :MAX_WARNINGS
+                ],
             )
         )
         for field_name, value in _mapping(info, "waits").items():

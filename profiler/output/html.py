@@ -142,6 +142,7 @@ def _summary(profile: Profile, title: str) -> dict[str, Any]:
         "off_cpu": info.off_cpu,
         "unit": profile.weight_unit,
         "incomplete_walks": sum(count for end, count in profile.walk_ends.items() if end.name != "COMPLETE"),
+        "warnings": info.warnings,
         "version": __version__,
     }
 

@@ -55,6 +55,15 @@
   if (summary.incomplete_walks) facts.push(summary.incomplete_walks.toLocaleString('en') + ' walks cut short');
   const factLine = element('div', { id: 'summary' }, facts.join(' · '));
   header.append(title, command, factLine);
+  if (summary.warnings && summary.warnings.length) {
+    // What the run said after its summary, as it said it (text, never markup).
+    const said = element('details', { id: 'warnings' },
+      element('summary', {}, summary.warnings.length + (summary.warnings.length === 1 ? ' warning or hint' : ' warnings and hints') + ' from the run'));
+    const list = element('ul', {});
+    for (const line of summary.warnings) list.append(element('li', {}, line));
+    said.append(list);
+    header.append(said);
+  }
 
   const controls = element('div', { id: 'controls' });
   let view = 'both';

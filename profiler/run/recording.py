@@ -36,7 +36,7 @@ from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
 from profiler.run.push_session import PushSession
-from profiler.run.summary import Summary, report_output_errors, report_tracking_problems, warn
+from profiler.run.summary import WARNING, Summary, report_output_errors, tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
 from profiler.safety.terminal import say
@@ -252,12 +252,18 @@ class Recording:
             self._mode.show_captured_output(1.0)
         if self._push is not None:
             self._push.finish(self.profile, self._symbolizer.forget_frame_ids, lambda: self._stop_requests >= 2, self._status)
+        problems = self._problems()
+        # Kept with the profile, so report.html (and `jitprof report` later) shows them too.
+        said = (self._jit_sources.said_on_attach if self._jit_sources is not None else []) + problems
+        self.profile.info.warnings = [line.removeprefix("jitprof: ") for line in said]
         summary = self._finish_outputs(program)
         say(summary.render())
         if self._push is not None:
             for line in self._push.summary():
                 say(line)
-        self._report_problems(summary)
+        report_output_errors(summary.outputs)
+        for line in problems:
+            say(line)
 
     def _clean_up(self, program: BpfProgram) -> None:
         """(Every way out of the run.) Files jitprof caused removed, threads and the kernel's state let go."""
@@ -505,15 +511,14 @@ class Recording:
                 "a later run builds the rest"
             )
 
-    def _report_problems(self, summary: Summary) -> None:
+    def _problems(self) -> list[str]:
+        """The warnings, notes and hints said after the summary: files
+        refused, code unnamed, stacks cut short, each with what to do."""
         assert self._tracker is not None and self._symbolizer is not None
-        if self._jit_sources is not None:
-            self._jit_sources.report(self.profile)
+        lines = self._jit_sources.end_messages(self.profile) if self._jit_sources is not None else []
         if self._originals is not None:
-            for problem in self._originals.problems:
-                say(f"jitprof: warning: {problem}")
-        report_output_errors(summary.outputs)
-        report_tracking_problems(
+            lines += [f"{WARNING}{problem}" for problem in self._originals.problems]
+        return lines + tracking_problems(
             self._tracker,
             self._unwind_tables.stats if self._unwind_tables is not None else None,
             self._symbolizer.errors,

@@ -73,8 +73,11 @@ def off_cpu_text(profile: Profile) -> str:
     return text + "; "
 
 
+WARNING = "jitprof: warning: "
+
+
 def warn(message: str) -> None:
-    say(f"jitprof: warning: {message}")
+    say(f"{WARNING}{message}")
 
 
 def report_output_errors(outputs: list[WrittenOutput]) -> None:
@@ -92,28 +95,34 @@ def report_output_errors(outputs: list[WrittenOutput]) -> None:
             warn(f"cannot write {output.requested}: {output.error}; {where}")
 
 
-def report_tracking_problems(
+def tracking_problems(
     tracker: MappingTracker, tables: TableStats | None, symbolizer_errors: list[str], naming_failures: dict[str, str]
-) -> None:
-    """What made stacks end early or frames go unnamed, with what to do."""
+) -> list[str]:
+    """What made stacks end early or frames go unnamed, with what to do: the lines to say."""
+    lines: list[str] = []
+
+    def warning(message: str) -> None:
+        lines.append(f"{WARNING}{message}")
+
     if tracker.stats.trie_rejected:
-        warn(f"the mapping table was full; {tracker.stats.trie_rejected} ranges were not tracked and their stacks end early")
+        warning(f"the mapping table was full; {tracker.stats.trie_rejected} ranges were not tracked and their stacks end early")
     unreadable = tracker.stats.unreadable_files
     for path, (pid, reason) in list(unreadable.items())[:3]:
-        warn(f"not reading {path}, mapped by pid {pid} (its frames are unnamed, walked by frame pointers): {reason}")
+        warning(f"not reading {path}, mapped by pid {pid} (its frames are unnamed, walked by frame pointers): {reason}")
     if len(unreadable) > 3:
-        warn(f"and {len(unreadable) - 3} more mapped files were not read")
+        warning(f"and {len(unreadable) - 3} more mapped files were not read")
     if tables is not None:
         if tables.rejected_full:
-            warn(
+            warning(
                 f"the unwind row table is full ({tables.rows_capacity:,} rows); "
                 f"{len(tables.rejected_full)} files use frame pointers only: {', '.join(list(tables.rejected_full)[:3])}"
             )
         for path, reason in list(tables.failed.items())[:3]:
-            warn(f"no unwind table for {path}: {reason}")
+            warning(f"no unwind table for {path}: {reason}")
     for path, reason in list(naming_failures.items())[:3]:
-        warn(f"no source lines or inlined functions for {path} (named by its symbol table only): {reason}")
+        warning(f"no source lines or inlined functions for {path} (named by its symbol table only): {reason}")
     if len(naming_failures) > 3:
-        warn(f"and {len(naming_failures) - 3} more files blazesym could not read")
+        warning(f"and {len(naming_failures) - 3} more files blazesym could not read")
     for error in symbolizer_errors[:3]:
-        say(f"jitprof: internal error while symbolising (please report): {error}")
+        lines.append(f"jitprof: internal error while symbolising (please report): {error}")
+    return lines

@@ -15,6 +15,7 @@ import pytest
 
 from profiler.kernel.events import WalkEnd
 from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
+from profiler.model import raw
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.output import render
 from profiler.output.report import SampleFilter, filtered, write_diff_folded
@@ -162,6 +163,7 @@ def test_raw_profile_round_trip(tmp_path):
     profile = sample_profile()
     profile.modules["libx.so"] = ModuleFile("/opt/lib/libx.so", "ab" * 20)  # its unnamed frames can be named later
     profile.traffic.samples, profile.traffic.stack_copies = 60, 3
+    profile.info.warnings = ["hint: 300 samples of pid 4242 ran JIT code with no symbol source; for Node.js: restart it"]
     path = tmp_path / "run.jitprof"
     path.write_bytes(render(profile, "jitprof"))
     loaded = read_raw(path)
@@ -184,6 +186,22 @@ def test_raw_profile_errors_name_the_problem(tmp_path, content, message):
     path = tmp_path / "bad.jitprof"
     path.write_bytes(content)
     with pytest.raises(RawProfileError, match=message):
+        read_raw(path)
+
+
+def test_a_file_s_warnings_are_cut_to_size(tmp_path):
+    lines = gzip.decompress(render(sample_profile(), "jitprof")).split(b"\n")
+    header = json.loads(lines[0])
+    header["info"]["warnings"] = ["x" * 10_000] * 1000
+    lines[0] = json.dumps(header).encode()
+    path = tmp_path / "big.jitprof"
+    path.write_bytes(gzip.compress(b"\n".join(lines)))
+    warnings = read_raw(path).info.warnings
+    assert len(warnings) == raw.MAX_WARNINGS and all(len(line) == raw.MAX_WARNING_CHARS for line in warnings)
+    header["info"]["warnings"] = "not a list"
+    lines[0] = json.dumps(header).encode()
+    path.write_bytes(gzip.compress(b"\n".join(lines)))
+    with pytest.raises(RawProfileError, match="warnings is a str"):
         read_raw(path)
 
 

@@ -52,6 +52,15 @@ def test_the_page_fetches_nothing_and_runs_none_of_the_profile_s_text():
     assert data["functions"][1][0] == hostile.name and data["threads"][0][2] == "<b>comm</b>"
 
 
+def test_the_run_s_warnings_are_in_the_summary_as_text():
+    profile = sample_profile()
+    profile.info.warnings = ["warning: <img src=x onerror=alert(3)> was not read"]
+    page = render(profile, "html").decode()
+    assert payload(page)["summary"]["warnings"] == profile.info.warnings
+    assert "<img src=x" not in page  # escaped in the data, and set as text by the page
+    assert payload(render(sample_profile(), "html").decode())["summary"]["warnings"] == []
+
+
 def test_off_cpu_pages_carry_time_on_and_off_the_cpu_in_microseconds():
     profile = off_cpu_profile()
     data = payload(render(profile, "html").decode())
