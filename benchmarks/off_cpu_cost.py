@@ -31,6 +31,18 @@ def _pinned(cpu: int) -> list[str]:
     return ["taskset", "-c", str(cpu)] if (os.cpu_count() or 1) >= 2 else []
 
 
+def _run_seconds(pid: int) -> float:
+    """A process's CPU time from the scheduler's own count (nanoseconds, all
+    threads), not the clock ticks of /proc/PID/stat."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
 def _cpu_seconds(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -108,13 +120,13 @@ def _round(flags: list[str] | None, server: int, port: int, workdir: Path) -> tu
     first_rate = _load(port, FIRST_LOAD_SECONDS)
     switches_before = _voluntary_switches(server)
     cpu_before = _cpu_seconds(_tree(jitprof.pid)) if jitprof else 0.0
-    server_before = _cpu_seconds([server])
+    server_before = _run_seconds(server)
     started = time.monotonic()
     rate = _load(port, LOAD_SECONDS)
     elapsed = time.monotonic() - started
     share = (_cpu_seconds(_tree(jitprof.pid)) - cpu_before) / elapsed if jitprof else 0.0
     switches = (_voluntary_switches(server) - switches_before) / elapsed
-    server_cpu = _cpu_seconds([server]) - server_before
+    server_cpu = _run_seconds(server) - server_before
     if jitprof is not None:
         jitprof.send_signal(2)
         jitprof.wait(timeout=120)
@@ -128,22 +140,28 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         port = int(server.stdout.readline())
         subprocess.run([str(NODE), str(LOAD), str(port), "2", str(CONNECTIONS)], capture_output=True)  # warm up V8
         results: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in SETUPS}
+        # Each setup is measured right after the server alone, in the same
+        # round: this machine's speed drifts by tens of per cent over minutes.
+        alone_before: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in SETUPS}
+        attached = [name for name, flags in SETUPS.items() if flags is not None]
         for round_index in range(repeats):
-            names = list(SETUPS)
-            for name in names[round_index % len(names) :] + names[: round_index % len(names)]:
+            for name in attached if round_index % 2 == 0 else attached[::-1]:
+                alone = _round(None, server.pid, port, workdir)
+                results["server alone"].append(alone)
+                alone_before[name].append(alone)
                 results[name].append(_round(SETUPS[name], server.pid, port, workdir))
     finally:
         server.terminate()
         server.wait()
-    alone = results["server alone"]
 
-    def paired(rounds: list[tuple[float, ...]], column: int, inverse: bool = False) -> float:
-        """The median over rounds of each round's ratio to the server alone in
-        the same round: the machine's drift between rounds cancels out."""
+    def paired(name: str, column: int, inverse: bool = False) -> float:
+        """The median over rounds of the setup's ratio to the server alone just before it."""
+        if name == "server alone":
+            return 1.0
         ratios = [
-            (alone_round[column] / round_[column] if inverse else round_[column] / alone_round[column])
-            for round_, alone_round in zip(rounds, alone)
-            if round_[column] and alone_round[column]
+            (alone[column] / round_[column] if inverse else round_[column] / alone[column])
+            for round_, alone in zip(results[name], alone_before[name])
+            if round_[column] and alone[column]
         ]
         return statistics.median(ratios) if ratios else 0.0
 
@@ -159,8 +177,9 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         "the server's own CPU time (user and system) over the requests it answered: what jitprof makes the server do "
         "(its BPF programs run in the server's context, its uprobes trap there), which sets how many requests a "
         "saturated server can answer (*capacity*); requests/s also moves with the load's CPU, which jitprof shares. "
-        "Each *vs alone* is the median over rounds of the round's ratio to the server alone in that round (this "
-        "machine's speed drifts by several per cent between rounds); the other columns are medians.",
+        "In each round every setup is measured right after the server alone (a first load and the measured one); "
+        "each *vs alone* is the median over rounds of the setup's ratio to the server alone just before it (this "
+        "machine's speed drifts by tens of per cent over minutes); the other columns are medians.",
         "",
         f"| setup | requests/s | vs alone | server CPU per request (µs) | capacity vs alone | jitprof's CPU (share of a core) "
         f"| server's voluntary switches/s | first {FIRST_LOAD_SECONDS} s: requests/s | vs alone |",
@@ -173,8 +192,8 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         cost = statistics.median(round_[3] for round_ in rounds)
         first = statistics.median(round_[4] for round_ in rounds)
         lines.append(
-            f"| {name} | {rate:,.0f} | {100 * paired(rounds, 0):.1f} % | {cost:.1f} | {100 * paired(rounds, 3, inverse=True):.1f} % "
-            f"| {100 * share:.1f} % | {switches:,.0f} | {first:,.0f} | {100 * paired(rounds, 4):.1f} % |"
+            f"| {name} | {rate:,.0f} | {100 * paired(name, 0):.1f} % | {cost:.1f} | {100 * paired(name, 3, inverse=True):.1f} % "
+            f"| {100 * share:.1f} % | {switches:,.0f} | {first:,.0f} | {100 * paired(name, 4):.1f} % |"
         )
     lines += ["", "Target: with `--off-cpu`, ≥ 98 % of the server's requests per second alone.", ""]
     return lines
