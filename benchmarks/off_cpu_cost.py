@@ -174,7 +174,7 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         f"is the column apart); medians of {repeats} interleaved rounds. Each round is a first load of "
         f"{FIRST_LOAD_SECONDS} s as jitprof starts (it names the server's code for the first time: *first "
         f"{FIRST_LOAD_SECONDS} s*), then the load measured, {LOAD_SECONDS} s. *Server CPU per request* is "
-        "the server's own CPU time (user and system) over the requests it answered: what jitprof makes the server do "
+        "the server's own CPU time (its threads' run time as the scheduler counts it) over the requests it answered: what jitprof makes the server do "
         "(its BPF programs run in the server's context, its uprobes trap there), which sets how many requests a "
         "saturated server can answer (*capacity*); requests/s also moves with the load's CPU, which jitprof shares. "
         "In each round every setup is measured right after the server alone (a first load and the measured one); "
