@@ -96,11 +96,15 @@ def test_inlined_functions_are_frames_with_their_lines(jitprof, fixtures_built, 
     assert all(line["file"] == str(SOURCE) for line in location)
     assert location[0]["line"] == marker_line("ROTATE_LINE") and location[1]["line"] == marker_line("MIX_LINE")
 
-    # speedscope: file and the function's line.
+    # speedscope: file and the function's line, where it is declared for an inlined one.
     frames = json.loads((tmp_path / "out.speedscope.json").read_text())["shared"]["frames"]
     by_name = {frame["name"]: frame for frame in frames}
     assert by_name["rotate [inlined]"]["file"] == str(SOURCE)
     assert by_name["crunch"]["file"] == str(SOURCE) and by_name["crunch"]["line"] > 0
+    source = SOURCE.read_text().splitlines()
+    for name in ("rotate", "mix"):
+        declared = next(number for number, text in enumerate(source, 1) if f" {name}(uint64_t" in text)
+        assert by_name[f"{name} [inlined]"]["line"] == declared, by_name[f"{name} [inlined]"]
 
 
 def test_cpp_and_rust_names_demangled(jitprof, fixtures_built, tmp_path):

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from profiler.native.blazesym import HEADER_PATH, LIBRARY_PATH, InlinedCall, NativeSymbol, SourcePlace
+from profiler.native.dwarf_declarations import DeclaredLines
+from profiler.native.dwarf_declarations import preload as preload_declarations
 from profiler.native.library import NativeUnavailable
 from profiler.safety.processes import TRUSTED_DIRECTORY, trusted_environment
 
@@ -49,6 +51,7 @@ MAX_ANSWER_BYTES = 16 << 20
 MAX_REQUEST_BYTES = 16 << 20
 MAX_FAILURES_KEPT = 100
 MAX_INLINED_CALLS = 64  # per address: the outermost ones and the innermost (crafted DWARF nests thousands)
+MAX_LINE = 10_000_000
 _LENGTH = struct.Struct("=I")
 
 
@@ -265,6 +268,13 @@ def _place_from(value: Any) -> SourcePlace | None:
     return SourcePlace(_text(file), _number(line), _number(column))
 
 
+def _inlined_call_from(call: Any) -> InlinedCall:
+    if not isinstance(call, list) or len(call) not in (2, 3):
+        raise TypeError("not an inlined function")
+    line = _number(call[2]) if len(call) == 3 else 0
+    return InlinedCall(_text(call[0]), _place_from(call[1]), line if line <= MAX_LINE else 0)
+
+
 def _symbols_from(answer: Any, count: int) -> list[NativeSymbol | None]:
     if not isinstance(answer, dict):
         raise TypeError("not an answer")
@@ -281,7 +291,7 @@ def _symbols_from(answer: Any, count: int) -> list[NativeSymbol | None]:
             raise TypeError("not a list of inlined functions")
         if len(inlined) > MAX_INLINED_CALLS:
             inlined = inlined[: MAX_INLINED_CALLS - 1] + inlined[-1:]
-        calls = tuple(InlinedCall(_text(call_name), _place_from(call_place)) for call_name, call_place in inlined)
+        calls = tuple(_inlined_call_from(call) for call in inlined)
         located.append(NativeSymbol(_text(name), _number(start), _place_from(place), calls))
     return located
 
@@ -298,9 +308,11 @@ def _serve(channel: socket.socket) -> None:
     from profiler.safety.sandbox import confine  # noqa: PLC0415
 
     locator = BlazesymLocator()
+    preload_declarations()
     confine(ADDRESS_SPACE_BYTES, DATA_BYTES, CPU_SECONDS, OPEN_FILES)
     _send(channel, {"ready": True}, [])
     files: dict[int, BinaryIO] = {}
+    declarations: dict[int, DeclaredLines | None] = {}  # None: its DWARF could not be read
     while True:
         descriptors: list[int] = []
         try:
@@ -309,6 +321,7 @@ def _serve(channel: socket.socket) -> None:
             return  # jitprof closed its end
         for file_id in request["forget"]:
             forgotten = files.pop(file_id, None)
+            declarations.pop(file_id, None)
             if forgotten is not None:
                 forgotten.close()  # the locator renews its symbolizer once enough are closed
         file_id = request["file"]
@@ -325,18 +338,40 @@ def _serve(channel: socket.socket) -> None:
         except (OSError, ValueError) as error:
             _send(channel, {"error": str(error)}, [])
             continue
-        answer = [
-            None
-            if symbol is None
-            else [
-                symbol.name,
-                symbol.start,
-                _place_to(symbol.place),
-                [[call.name, _place_to(call.place)] for call in symbol.inlined],
-            ]
-            for symbol in located
-        ]
+        answer: list[list[Any] | None] = []
+        for address, symbol in zip(request["addresses"], located, strict=True):
+            if symbol is None:
+                answer.append(None)
+                continue
+            lines = _declared_lines(declarations, file_id, handle, address, [call.name for call in symbol.inlined])
+            answer.append(
+                [
+                    symbol.name,
+                    symbol.start,
+                    _place_to(symbol.place),
+                    [[call.name, _place_to(call.place), line] for call, line in zip(symbol.inlined, lines, strict=True)],
+                ]
+            )
         _send(channel, {"symbols": answer}, [])
+
+
+def _declared_lines(
+    declarations: dict[int, DeclaredLines | None], file_id: int, handle: BinaryIO, address: int, names: list[str]
+) -> list[int]:
+    """The inlined functions' declared lines (0: unknown). A file whose DWARF
+    pyelftools cannot read is not asked again."""
+    if not names:
+        return []
+    if file_id not in declarations:
+        declarations[file_id] = DeclaredLines(handle)
+    declared = declarations[file_id]
+    if declared is None:
+        return [0] * len(names)
+    try:
+        return declared.lines(address, names)
+    except Exception:  # noqa: BLE001  (pyelftools raises its own kinds on crafted DWARF)
+        declarations[file_id] = None
+        return [0] * len(names)
 
 
 def main() -> None:

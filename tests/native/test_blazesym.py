@@ -13,9 +13,10 @@ import pytest
 from profiler.native import blazesym
 from profiler.native.blazesym import BlazesymLocator, _declarations
 from profiler.native.demangle import demangle
+from profiler.native.dwarf_declarations import base_name
 from profiler.native.linkage import linkage_symbols
 from profiler.native.locator_process import CodeLocator
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, ROOT
 from tests.hostile_elf import symbol_address
 
 
@@ -63,6 +64,35 @@ def test_inlined_chain_as_addr2line_gives_it(built):
         compared += 1
     assert compared >= 0x30
     assert any(len(symbol.inlined) == 2 for symbol in located if symbol is not None)
+
+
+def test_inlined_functions_carry_the_line_they_are_declared_on(built):
+    """speedscope shows one line per function, where it begins: DWARF's
+    DW_AT_decl_line of the inlined function, read in the helper."""
+    binary = built / "inlined"
+    start = symbol_address(binary, "crunch")
+    with binary.open("rb") as handle:
+        located = CodeLocator().locate(handle, list(range(start, start + 0x60)))
+    source = (ROOT / "fixtures" / "inlined.c").read_text().splitlines()
+    declared = {
+        name: next(number for number, text in enumerate(source, 1) if f" {name}(uint64_t" in text) for name in ("rotate", "mix")
+    }
+    calls = {(call.name, call.start_line) for symbol in located if symbol is not None for call in symbol.inlined}
+    assert calls == {("rotate", declared["rotate"]), ("mix", declared["mix"])}, calls
+
+
+@pytest.mark.parametrize(
+    "shown, declared",
+    [
+        ("rotate", "rotate"),
+        ("shapes::Accumulator<unsigned long>::fold(std::vector<unsigned long> const&) const", "fold"),
+        ("std::__1::max<int, std::less<int>>(int const&, int const&)", "max<int, std::less<int>>"),
+        ("operator()", "operator()"),
+        ("ns::Outer<a::b>::inner", "inner"),
+    ],
+)
+def test_names_as_dwarf_declares_them(shown, declared):
+    assert base_name(shown) == declared
 
 
 def test_short_c_names_stay_names(built):

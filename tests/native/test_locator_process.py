@@ -185,11 +185,21 @@ def test_a_user_whose_file_failed_costs_the_others_nothing_more(tmp_path, locato
         {"symbols": [["name", 1, ["file", "line", 0], []]]},
         {"symbols": [[7, 1, None, []]]},
         {"symbols": [["name", 1, None, [["inlined"]]]]},
+        {"symbols": [["name", 1, None, [["inlined", None, -4]]]]},
+        {"symbols": [["name", 1, None, [["inlined", None, "7"]]]]},
+        {"symbols": [["name", 1, None, [["inlined", None, 7, 8]]]]},
     ],
 )
 def test_an_answer_of_the_wrong_shape_is_refused(answer):
     with pytest.raises((TypeError, ValueError, KeyError)):
         locator_process._symbols_from(answer, 1)
+
+
+def test_an_inlined_function_s_declared_line_is_read_when_sent_and_bounded():
+    (symbol,) = locator_process._symbols_from({"symbols": [["outer", 16, None, [["a", None, 12], ["b", None]]]]}, 1)
+    assert symbol is not None and [call.start_line for call in symbol.inlined] == [12, 0]
+    (symbol,) = locator_process._symbols_from({"symbols": [["outer", 16, None, [["a", None, 1 << 40]]]]}, 1)
+    assert symbol is not None and symbol.inlined[0].start_line == 0
 
 
 def test_thousands_of_nested_inlined_functions_keep_the_outermost_and_the_innermost():

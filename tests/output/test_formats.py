@@ -14,8 +14,8 @@ import subprocess
 import pytest
 
 from profiler.kernel.events import WalkEnd
-from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 from profiler.model import raw
+from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.output import render
 from profiler.output.report import SampleFilter, filtered, write_diff_folded
