@@ -30,7 +30,8 @@
  * not reported yet (address: its nanoseconds) */
 #define EVENT_THREAD_RUNNABLE 9
 /* --off-cpu: a thread of a followed process without rseq (a Go or musl
- * program's) began a wait: its waits are reported at system calls' returns */
+ * program's) still waits without it 100 ms after its first wait: waits are
+ * to be reported at system calls' returns */
 #define EVENT_WAITS_WITHOUT_RSEQ 10
 
 /* How a stack walk ended. */
@@ -232,8 +233,9 @@ struct off_cpu_thread {
     __u32 short_waits;
     __s32 kernel_stack_id; /* where in the kernel the wait began (--kernel) */
     __u32 tgid;
-    __u32 runnable;    /* off the CPU since left_ns while runnable (preempted): not a wait */
-    __u64 runnable_ns; /* runnable, waiting for a CPU, not reported yet */
+    __u32 runnable;           /* off the CPU since left_ns while runnable (preempted): not a wait */
+    __u64 runnable_ns;        /* runnable, waiting for a CPU, not reported yet */
+    __u64 without_rseq_since; /* when it first waited with no rseq registered (0: it has rseq) */
 };
 
 /* --off-cpu: a threadpool's work item (the threadpool_works map), by the

@@ -108,6 +108,7 @@ BPF_ARRAY(off_cpu_settings, u64, OFF_CPU_SETTINGS);
 BPF_PERCPU_ARRAY(wait_to_report, u64, 1);
 // 1 once a followed thread without rseq began a wait (user space was told).
 BPF_ARRAY(waits_without_rseq, u32, 1);
+#define WITHOUT_RSEQ_NS 100000000ULL
 // Node's threadpool: items submitted and not done, by process and address;
 // the item each pool thread runs (its key), and the item whose completion
 // each loop thread runs. LRU: a process that dies leaves its entries.
@@ -861,13 +862,16 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     // Preempted (or yielding: TASK_RUNNING), it is runnable still: no wait, but its time
     // waiting for a CPU is summed, so its CPU and off-CPU time add up to its life.
     leaving->runnable = preempt || prev_state == 0;
-    if (leaving->runnable || leaving->waited_ns != 0) return 0;
-    // A wait begins (not the next part of one): where, to check it is the stack walked at its end.
-    u64 pc = 0, fp = 0;
-    saved_user_registers(&pc, &leaving->wait_sp, &fp);
-    leaving->wait_pc = pc;
+    if (leaving->runnable) return 0;
 #ifdef TASK_RSEQ_OFFSET
-    if (!has_rseq()) {
+    // A thread just exec'd waits before its C library registers rseq (the
+    // loader reading its files): only a thread still without it a while
+    // after its first such wait is one that never registers.
+    if (has_rseq()) {
+        leaving->without_rseq_since = 0;
+    } else if (leaving->without_rseq_since == 0) {
+        leaving->without_rseq_since = leaving->left_ns;
+    } else if (leaving->left_ns - leaving->without_rseq_since >= WITHOUT_RSEQ_NS) {
         u32 *told = waits_without_rseq.lookup(&zero);
         if (told && *told == 0) {
             *told = 1;
@@ -875,6 +879,11 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         }
     }
 #endif
+    if (leaving->waited_ns != 0) return 0;
+    // A wait begins (not the next part of one): where, to check it is the stack walked at its end.
+    u64 pc = 0, fp = 0;
+    saved_user_registers(&pc, &leaving->wait_sp, &fp);
+    leaving->wait_pc = pc;
 #ifdef WITH_KERNEL_STACKS
     leaving->kernel_stack_id = kernel_stacks.get_stackid(ctx, 0);
 #else
@@ -1077,24 +1086,63 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     return 0;
 }
 
+#ifdef WITH_OFF_CPU
+// --off-cpu: a timed thread exits, with what it has not reported. (Before
+// the followed check: a process's last threads exit after user space has
+// let it go.) A thread woken from its wait by its process's exit goes
+// straight to exit, past rseq_update: its wait is walked here, its user
+// memory still there (the tracepoint comes before the thread lets go of
+// it; on a kernel where it does not, the walk ends at its first read).
+// Attached before sched_process_exit's other program (raw tracepoints
+// first), so the wait comes before the exit.
+RAW_TRACEPOINT_PROBE(sched_process_exit) {
+    u64 pid_tgid = bpf_get_current_pid_tgid();
+    u32 tgid = pid_tgid >> 32;
+    u32 tid = (u32)pid_tgid;
+    struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
+    if (!thread) return 0;
+    struct off_cpu_thread last = *thread;
+    off_cpu_threads.delete(&tid);
+    u32 shortest_index = OFF_CPU_SETTING_SHORTEST_WAIT;
+    u64 *shortest = off_cpu_settings.lookup(&shortest_index);
+    int walk_wait = last.waited_ns != 0 && !(shortest && last.waited_ns < *shortest) && last.wait_pc != 0;
+    if (last.waited_ns != 0 && !walk_wait) {
+        last.short_wait_ns += last.waited_ns;
+        last.short_waits += 1;
+    }
+    if (last.short_wait_ns != 0)
+        emit_process_event_flags(EVENT_THREAD_WAITS, tgid, tid, 0, last.short_wait_ns, last.short_waits, BPF_RB_NO_WAKEUP);
+    if (last.runnable_ns != 0)
+        emit_process_event_flags(EVENT_THREAD_RUNNABLE, tgid, tid, 0, last.runnable_ns, 0, BPF_RB_NO_WAKEUP);
+    if (!walk_wait) return 0;
+    u64 pc = 0, sp = 0, fp = 0;
+    saved_user_registers(&pc, &sp, &fp);
+    struct walk_scratch *scratch = begin_event(pid_tgid);
+    if (!scratch) return 0;
+    struct sample_event *ev = &scratch->event;
+    ev->off_cpu_ns = last.waited_ns;
+    ev->kernel_stack_id = last.kernel_stack_id;
+    ev->user_mode = 0;
+    if (pc != last.wait_pc || sp != last.wait_sp) {
+        ev->off_cpu_flags = OFF_CPU_STACK_MOVED;
+        ev->kernel_stack_id = -1;
+        scratch->v8_count = 0;
+        ev->v8_frame_count = 0;
+        scratch->depth = 0;
+        ev->walk_end = WALK_COMPLETE;
+        submit_sample(scratch);
+        return 0;
+    }
+    ev->work = work_running(tid);
+    walk_and_send(ctx, scratch, tgid, pc, sp, fp, WALKERS_TRACEPOINT);
+    return 0;
+}
+#endif
+
 TRACEPOINT_PROBE(sched, sched_process_exit) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tgid = pid_tgid >> 32;
     u32 tid = (u32)pid_tgid;
-#ifdef WITH_OFF_CPU
-    // (Before the followed check: a process's last threads exit after user
-    // space has let it go.)
-    struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
-    if (thread) {
-        u64 unreported = thread->short_wait_ns + thread->waited_ns;
-        if (unreported != 0)
-            emit_process_event_flags(EVENT_THREAD_WAITS, tgid, tid, 0, unreported, thread->short_waits + (thread->waited_ns != 0),
-                                     BPF_RB_NO_WAKEUP);
-        if (thread->runnable_ns != 0)
-            emit_process_event_flags(EVENT_THREAD_RUNNABLE, tgid, tid, 0, thread->runnable_ns, 0, BPF_RB_NO_WAKEUP);
-        off_cpu_threads.delete(&tid);
-    }
-#endif
     if (!is_followed(tgid)) return 0;
     fork_parents.delete(&tid); // threads are given an entry at creation too
     u8 one = 1;

@@ -61,8 +61,10 @@ def started(process: subprocess.Popen) -> None:
     assert process.stdout.readline().strip() == "ready"
 
 
-def test_a_c_threads_quarters_on_the_cpu_asleep_on_a_pipe_and_a_mutex(jitprof, tmp_path, fixtures_built):
-    run = jitprof("--off-cpu", "-o", "out.pb.gz", "-o", "out.folded", "--", str(WAITS), "4", "50")
+def assert_c_quarters_named(run, tmp_path: Path) -> None:  # noqa: ANN001
+    """The C program's main thread: a quarter each on the CPU, asleep, on the
+    pipe and on the mutex, adding up to its wall time; each wait's stack
+    named as a CPU sample's, down to the libc call it waits in."""
     assert run.returncode == 0, run.stderr
     assert "s on the CPU" in run.stderr and "s off it" in run.stderr
     profile = read_pprof(tmp_path / "out.pb.gz")
@@ -70,37 +72,26 @@ def test_a_c_threads_quarters_on_the_cpu_asleep_on_a_pipe_and_a_mutex(jitprof, t
     shares, total_ns = thread_shares(profile, main, C_PHASES)
     assert_shares(shares, C_PHASES, 0.25, 0.05)
     assert_adds_up(total_ns, profile)
-    # A wait's stack is named as a CPU sample's, down to the libc call it waits in.
     lines = read_folded(tmp_path / "out.folded")
-    sleeping = [line for line in lines if "sleep_a_while" in line.frames and line.frames[-1] == "(off-CPU)"]
-    assert sleeping and all("nanosleep" in line.frames or "__clock_nanosleep" in line.frames for line in sleeping)
+    waits = {phase: [line for line in lines if phase in line.frames and line.frames[-1] == "(off-CPU)"] for phase in C_PHASES[1:]}
+    assert waits["sleep_a_while"] and all(
+        "nanosleep" in line.frames or "__clock_nanosleep" in line.frames for line in waits["sleep_a_while"]
+    )
+    assert waits["read_pipe"] and all("read" in line.frames or "__libc_read" in line.frames for line in waits["read_pipe"])
+
+
+def test_a_c_threads_quarters_on_the_cpu_asleep_on_a_pipe_and_a_mutex(jitprof, tmp_path, fixtures_built):
+    run = jitprof("--off-cpu", "-o", "out.pb.gz", "-o", "out.folded", "--", str(WAITS), "4", "50")
+    assert_c_quarters_named(run, tmp_path)
 
 
 def test_threads_without_rseq_are_walked_at_system_calls_returns(jitprof, tmp_path, fixtures_built):
     """Threads that registered no rseq (Go's, musl's; here glibc told not to)
     do not pass rseq_update: the first of their waits makes jitprof attach
     sys_exit, and their waits are named and timed as others are."""
-    run = jitprof(
-        "--off-cpu",
-        "-o",
-        "out.pb.gz",
-        "-o",
-        "out.folded",
-        "--",
-        str(WAITS),
-        "4",
-        "50",
-        env={"GLIBC_TUNABLES": "glibc.pthread.rseq=0"},
-    )
-    assert run.returncode == 0, run.stderr
-    profile = read_pprof(tmp_path / "out.pb.gz")
-    main = next(sample["labels"]["pid"] for sample in profile["samples"])
-    shares, total_ns = thread_shares(profile, main, C_PHASES)
-    assert_shares(shares, C_PHASES, 0.25, 0.05)
-    assert_adds_up(total_ns, profile)
-    lines = read_folded(tmp_path / "out.folded")
-    waiting = [line for line in lines if "read_pipe" in line.frames and line.frames[-1] == "(off-CPU)"]
-    assert waiting and all("read" in line.frames or "__libc_read" in line.frames for line in waiting), waiting
+    environment = {"GLIBC_TUNABLES": "glibc.pthread.rseq=0"}
+    run = jitprof("--off-cpu", "-o", "out.pb.gz", "-o", "out.folded", "--", str(WAITS), "4", "50", env=environment)
+    assert_c_quarters_named(run, tmp_path)
 
 
 def test_the_same_program_attached(jitprof, tmp_path, background, fixtures_built):

@@ -157,7 +157,10 @@ class BpfProgram:
         """Follow forks, execs, exits and executable mappings from now on
         (with --off-cpu, switches and threads' returns to user space too)."""
         rseq_reports = False
-        for name, descriptor in self._programs.items():
+        # Raw tracepoints first: where both kinds share an event (a thread's
+        # exit), the kernel runs its programs in the order they were attached.
+        raw_first = sorted(self._programs.items(), key=lambda item: not item[0].startswith(bpf_object.RAW_TRACEPOINT_PREFIX))
+        for name, descriptor in raw_first:
             if name.startswith(bpf_object.RAW_TRACEPOINT_PREFIX):
                 event = name[len(bpf_object.RAW_TRACEPOINT_PREFIX) :]
                 if event == SYSTEM_CALL_EXIT:

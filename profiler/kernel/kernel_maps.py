@@ -87,6 +87,7 @@ class _OffCpuThread(ctypes.Structure):
         ("tgid", ctypes.c_uint32),
         ("runnable", ctypes.c_uint32),
         ("runnable_ns", ctypes.c_uint64),
+        ("without_rseq_since", ctypes.c_uint64),
     ]
 
 

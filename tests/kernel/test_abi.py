@@ -116,6 +116,7 @@ STRUCTS = {
         "tgid",
         "runnable",
         "runnable_ns",
+        "without_rseq_since",
     ],
     "work_address": ["tgid", "reserved", "address"],
     "work_item": ["key", "from"],
