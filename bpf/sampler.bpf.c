@@ -892,6 +892,17 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     return 0;
 }
 
+// A wait sent with its time alone: the thread's user stack is no longer the wait's.
+static __always_inline void submit_without_stack(struct walk_scratch *scratch) {
+    scratch->event.off_cpu_flags = OFF_CPU_STACK_MOVED;
+    scratch->event.kernel_stack_id = -1;
+    scratch->event.v8_frame_count = 0;
+    scratch->event.walk_end = WALK_COMPLETE;
+    scratch->v8_count = 0;
+    scratch->depth = 0;
+    submit_sample(scratch);
+}
+
 // A thread on its way back to user space: report the time it waited.
 static __always_inline int report_wait(void *ctx, u64 task) {
     u32 zero = 0;
@@ -927,13 +938,7 @@ static __always_inline int report_wait(void *ctx, u64 task) {
     ev->user_mode = 0;
     if (pc != thread->wait_pc || sp != thread->wait_sp) {
         // It waited outside a system call (a page fault's read) and ran on: the stack is another's.
-        ev->off_cpu_flags = OFF_CPU_STACK_MOVED;
-        ev->kernel_stack_id = -1;
-        scratch->v8_count = 0;
-        ev->v8_frame_count = 0;
-        scratch->depth = 0;
-        ev->walk_end = WALK_COMPLETE;
-        submit_sample(scratch);
+        submit_without_stack(scratch);
         return 0;
     }
     if (pc == 0) return 0;
@@ -1124,13 +1129,7 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
     ev->kernel_stack_id = last.kernel_stack_id;
     ev->user_mode = 0;
     if (pc != last.wait_pc || sp != last.wait_sp) {
-        ev->off_cpu_flags = OFF_CPU_STACK_MOVED;
-        ev->kernel_stack_id = -1;
-        scratch->v8_count = 0;
-        ev->v8_frame_count = 0;
-        scratch->depth = 0;
-        ev->walk_end = WALK_COMPLETE;
-        submit_sample(scratch);
+        submit_without_stack(scratch);
         return 0;
     }
     ev->work = work_running(tid);

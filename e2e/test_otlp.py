@@ -113,6 +113,8 @@ def chain_share(profiles: list[ProfileRecord]) -> tuple[int, int]:
         for sample in profile.samples:
             count = len(sample.timestamps_ns)
             total += count
+            if not sample.stack:
+                continue  # a thread sampled as it exits, its memory gone: no frames to send (rare)
             leaf = sample.stack[0]
             if [line.function for line in leaf.lines][:3] == CHAIN:
                 inlined += count
