@@ -114,7 +114,7 @@ def chain_share(profiles: list[ProfileRecord]) -> tuple[int, int]:
             count = len(sample.timestamps_ns)
             total += count
             if not sample.stack:
-                continue  # a thread sampled as it exits, its memory gone: no frames to send (rare)
+                continue  # no user stack to walk (a thread exiting, its memory gone): rare, but a sample
             leaf = sample.stack[0]
             if [line.function for line in leaf.lines][:3] == CHAIN:
                 inlined += count
