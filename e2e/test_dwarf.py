@@ -41,11 +41,13 @@ def test_deep_recursion(jitprof, warmed, tmp_path):
     chain = ["main", "run_recursion"] + ["recurse"] * 13 + ["burn"]  # recurse(12) down to recurse(0)
     assert share(lines, lambda frames: has_chain(frames, chain)) >= 0.95
     # No walk fails, not even before the daemon has read the new mappings;
-    # at most a sample taken inside execve has no stack (a known limit).
+    # at most a sample taken inside execve has no stack (a known limit): its
+    # registers are the old image's or the new one's, so its walk ends at a
+    # read fault or at a pc in no mapping known yet.
     cut = re.search(r"([\d,]+) stacks cut short(?: \(([^)]*)\))?", run.stderr)
     assert cut is not None, run.stderr
     if cut.group(1) != "0":
-        assert cut.group(2) == "1 read fault", run.stderr
+        assert cut.group(2) in ("1 read fault", "1 no mapping"), run.stderr
 
 
 def test_qsort_comparator_callback(jitprof, warmed, tmp_path):
