@@ -170,6 +170,7 @@ def test_churned_classes_and_deoptimized_code_never_misnamed(jitprof, tmp_path):
     assert len(phases) >= 8, run.stdout[-500:]
     profile = read_raw(tmp_path / "churn.jitprof")
     named = misnamed = in_phases = 0
+    details: list[str] = []
     for sample in profile.samples:
         during = [number for number, (start, end) in phases.items() if start <= sample.time_ns <= end]
         names = [profile.frames[index].name for index in sample.frame_ids]
@@ -180,7 +181,13 @@ def test_churned_classes_and_deoptimized_code_never_misnamed(jitprof, tmp_path):
         named += 1
         if spins != set(during):
             misnamed += 1
-    assert misnamed == 0, f"{misnamed} of {named} samples named a spin method that was not running"
+            frames = [profile.frames[index] for index in sample.frame_ids]
+            near = sorted(phases.items(), key=lambda item: abs(item[1][0] - sample.time_ns))[:2]
+            details.append(
+                f"at {sample.time_ns} (tid {sample.tid}), phases {near}: "
+                + " <- ".join(f"{frame.name} [{frame.tier or frame.kind.name}]" for frame in reversed(frames))
+            )
+    assert misnamed == 0, f"{misnamed} of {named} samples named a spin method that was not running: {details[:5]}"
     assert named >= 0.5 * in_phases, (named, in_phases)  # and most of the main thread's samples in phases are named
 
 

@@ -394,6 +394,8 @@ class HotSpotStructures(JitSymbolSource):
             # News: stacks named before may have had this code unnamed.
             jvm.revision += 1
             jvm.news_ns = now
+        if time_ns < blob.valid_from_ns:
+            return self._retired_at(jvm, address, time_ns)  # found replaced after the sample: whose it was is not known
         return blob
 
     def _retired_at(self, jvm: _Jvm, address: int, time_ns: int) -> _Blob | None:

@@ -418,6 +418,10 @@ def test_code_replaced_under_the_reader_is_never_named_with_the_old_method():
     # The nmethod is freed and another, of another method, is compiled in its place.
     jvm.free(10, 8)
     jvm.nmethod(10, 8, other, 78, [other], [(64, 0)], b"")
+    # The first sample to find the new one is from after the old one's last
+    # sight: the new one, read now, cannot say it was there then.
+    last_seen = source._jvms[pid].blobs[0].confirmed_ns
+    assert source.expand(pid, last_seen + 1, begin + 8) == (UNKNOWN_JIT,)
     after = _now()
     assert source.expand(pid, after, begin + 8)[0].name == "Other.spin(long)"
     assert source.epoch(pid)[0] > revision  # what was named from the old one is named anew
