@@ -109,7 +109,11 @@ def _replace_sections(text: str, sections: list[list[str]], names: list[str]) ->
             lines[start:end] = section
         else:
             lines += section
-    note = f"Sections re-run alone on {time.strftime('%Y-%m-%d')} (`python -m benchmarks.run --only {','.join(names)}`): {', '.join(names)}."
+    today = time.strftime("%Y-%m-%d")
+    earlier = next((line for line in lines if line.startswith(f"Sections re-run alone on {today} ")), "")
+    if earlier:  # the same day's re-runs are named together
+        names = [*(name for name in earlier.rsplit(": ", 1)[1].rstrip(".").split(", ") if name not in names), *names]
+    note = f"Sections re-run alone on {today} (`python -m benchmarks.run --only NAME`): {', '.join(names)}."
     lines = [line for line in lines if not line.startswith("Sections re-run alone on ")]
     first_section = next((index for index, line in enumerate(lines) if line.startswith("## ")), len(lines))
     # The header's paragraphs, then the note, each followed by one blank line (not one more per re-run).

@@ -4,7 +4,9 @@ cpuprofile invariants, headless Chromium; `report` round trip and `diff`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import html
 import http.server
 import json
 import re
@@ -13,6 +15,8 @@ import subprocess
 import tempfile
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -147,20 +151,76 @@ def test_svg_and_speedscope_render_in_chromium(node_run, tmp_path):
     site = tmp_path / "site"
     shutil.copytree(TOOLS / "speedscope" / "dist" / "release", site)
     shutil.copy(node_run / "run.speedscope.json", site / "profile.json")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}/index.html#profileURL=profile.json"
+    with serving(site) as origin:
+        base = f"{origin}/index.html#profileURL=profile.json"
         dom = chromium("--virtual-time-budget=20000", "--dump-dom", base + "&view=sandwich")
         assert "leaf inline_chain.js:7 [inlined]" in dom  # the sandwich table's top row: DOM, not canvas
         chromium("--virtual-time-budget=10000", "--window-size=1400,900", f"--screenshot={tmp_path / 'speedscope.png'}", base)
         assert (tmp_path / "speedscope.png").stat().st_size > 10_000
         # The .cpuprofile in the same viewer (it reads Chrome's format): V8's names, not jitprof's.
         shutil.copy(node_run / "run.cpuprofile", site / "run.cpuprofile")
-        base = f"http://127.0.0.1:{server.server_address[1]}/index.html#profileURL=run.cpuprofile"
+        base = f"{origin}/index.html#profileURL=run.cpuprofile"
         dom = chromium("--virtual-time-budget=20000", "--dump-dom", base + "&view=sandwich")
         assert ">leaf<" in dom and "inline_chain.js:7" not in dom.split(">leaf<")[1][:40]
+
+
+CPUPRO = ROOT / ".nodes" / "cpupro" / "node_modules" / "cpupro"
+# CPUpro draws into shadow roots, which --dump-dom leaves out: this script,
+# added to its page, copies what the page shows (tables, not the canvas) into
+# the document, again and again until the dump.
+_SHADOW_TEXT = """<script>
+setInterval(function copyShownText() {
+  const texts = [];
+  (function walk(node) {
+    if (node.shadowRoot) {
+      for (const child of node.shadowRoot.children) if (child.tagName !== "STYLE") texts.push(child.innerText || "");
+      walk(node.shadowRoot);
+    }
+    for (const child of node.children || []) walk(child);
+  })(document.documentElement);
+  let out = document.getElementById("shown-text");
+  if (!out) { out = document.createElement("pre"); out.id = "shown-text"; document.body.appendChild(out); }
+  out.textContent = texts.join("\\n");
+}, 1000);
+</script>"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is installed by make test's set-up")
+def test_cpupro_shows_the_functions_of_our_cpuprofile_with_the_inlined_one(node_run, tmp_path):
+    """CPUpro 0.7 (from npm), the analyser of V8 profiles, opens our
+    .cpuprofile: the run is node's, inline_chain.js is the hot module, and
+    leaf (inlined by TurboFan into top, its own node in our profile) is the
+    hot call frame. CPUpro's page loads its data from model.data beside it
+    (0.7.0's page ignores the data its CLI appends), so it is served so."""
+    if not (CPUPRO / "build" / "report.html").exists():
+        pytest.skip("CPUpro is installed by make test's set-up (npm)")
+    site = tmp_path / "cpupro"
+    site.mkdir()
+    (site / "index.html").write_text((CPUPRO / "build" / "report.html").read_text() + _SHADOW_TEXT)
+    shutil.copy(node_run / "run.cpuprofile", site / "model.data")
+    with serving(site) as origin:
+        dom = chromium("--virtual-time-budget=60000", "--window-size=1400,1000", "--dump-dom", f"{origin}/index.html")
+    found = re.search(r'<pre id="shown-text">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    shown = html.unescape(found.group(1))
+    assert re.search(r"Runtime\s+Node\.js", shown), shown[:2000]
+    assert re.search(r"Samples\s+[1-9]", shown), shown[:2000]
+    # Call frames by self time: (self ms, self %, total ms, total %, name).
+    frames = re.findall(r"([\d.]+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)%\s+([^\n]+)\n", shown)
+    by_name = {name.strip(): float(self_share) for _self, self_share, _total, _share, name in frames}
+    assert by_name.get("leaf", 0) >= 50, frames[:20]
+    modules = [name for name in by_name if name.endswith("inline_chain.js")]
+    assert modules and by_name[modules[0]] >= 50, frames[:20]
+
+
+@contextlib.contextmanager
+def serving(directory: Path) -> Iterator[str]:
+    """directory served on 127.0.0.1 for the time of the block: its origin."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(directory)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -148,6 +148,43 @@ int jp_ring_open(int map_fd, uint64_t data_size, struct jp_ring **ring_out);
 int jp_ring_poll(struct jp_ring *ring, int timeout_ms, struct jp_ring_batch *batch);
 int jp_ring_consume(struct jp_ring *ring, struct jp_ring_batch *batch);
 void jp_ring_close(struct jp_ring *ring);
+/* The sample lines of a saved profile (sample_lines.c). A line's texts
+ * (kinds 0, 1, 2): its command name (a JSON string, quotes included), its
+ * stack (a JSON list of frame ids), its walk's end (the name, unquoted). */
+enum {
+    JP_SAMPLE_TEXT_KINDS = 3,
+    JP_SAMPLE_LINES_SHORT = 32, /* fewer lines in the text than line_count */
+    JP_SAMPLE_LINES_LONG = 33,  /* text left after line_count lines */
+};
+/* Per line (arrays of line_count): parsed 1 when the line is in write_raw's
+ * form with every number below number_limit, then its fields; 0 and the
+ * fields unset otherwise. comm, stack, walk_end: each text's index among
+ * the distinct texts of its kind the reader has seen, from 0 up. */
+struct jp_sample_columns {
+    uint64_t *time_ns;
+    uint64_t *pid;
+    uint64_t *tid;
+    uint64_t *waited_ns; /* 0: none (a CPU sample) */
+    uint32_t *comm;
+    uint32_t *stack;
+    uint32_t *walk_end;
+    uint8_t *parsed;
+};
+/* A text seen for the first time: where it is in this call's text. */
+struct jp_sample_text {
+    uint32_t kind;
+    uint32_t index;
+    uint64_t line; /* of this call, from 0 */
+    uint64_t offset;
+    uint64_t length;
+};
+struct jp_sample_reader;
+int jp_sample_reader_new(struct jp_sample_reader **reader_out);
+void jp_sample_reader_free(struct jp_sample_reader *reader);
+/* Splits line_count lines (separated by '\n') of text into columns; the
+ * texts new to the reader into news (room for 3 per line), *news_count of them. */
+int jp_sample_lines(struct jp_sample_reader *reader, const uint8_t *text, uint64_t length, uint64_t line_count,
+                    uint64_t number_limit, struct jp_sample_columns *columns, struct jp_sample_text *news, uint64_t *news_count);
 /* cffi-end */
 
 #endif

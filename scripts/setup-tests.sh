@@ -54,6 +54,13 @@ if [ ! -d .nodes/tools/node_modules/speedscope ] || [ ! -d .nodes/tools/node_mod
     npm_install .nodes/tools "the speedscope and pprof formats" speedscope@1.25.0 pprof-format@2.3.2
 fi
 
+# CPUpro, the analyser of V8 profiles: its page opens our .cpuprofile in the
+# tests. Its scripts are not run (v8-profiler-next, which it depends on for
+# profiling in-process, builds a native addon the page does not use).
+if [ ! -f .nodes/cpupro/node_modules/cpupro/build/report.html ]; then
+    npm_install .nodes/cpupro "CPUpro reading .cpuprofile" --ignore-scripts cpupro@0.7.0
+fi
+
 # --- Real programs to profile: tsc, eslint, prettier ---------------------------
 # For the e2e test of what jitprof costs a spawned program, and the benchmarks.
 # TypeScript 5 (7 is a native port); each at a fixed version.

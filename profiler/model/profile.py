@@ -6,6 +6,7 @@ import enum
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from profiler.kernel.events import MAX_STACK_FRAMES, KernelTraffic, WalkEnd
 
@@ -43,7 +44,7 @@ class Frame:
         return self.kind is not FrameKind.UNKNOWN
 
 
-@dataclass(frozen=True, slots=True)  # an hour of a busy machine is millions of these
+@dataclass(slots=True)  # an hour of a busy machine is millions of these (not frozen: a frozen one is built several times slower)
 class Sample:
     time_ns: int
     pid: int
@@ -142,6 +143,9 @@ class Profile:
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
     _taken_frames: tuple[int, int] = field(default=(0, 0), repr=False)  # _frame_counts of the taken samples
     _counted: tuple[tuple[int, int, bool, bool], Counter[tuple[str, tuple[int, ...]]]] | None = field(default=None, repr=False)
+    _distinct: tuple[tuple[int, int, int], dict[tuple[str, int, int], tuple[tuple[int, ...], int]]] | None = field(
+        default=None, repr=False
+    )
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def intern(self, frame: Frame) -> int:
@@ -179,7 +183,7 @@ class Profile:
             taken, self.samples = self.samples, []
             self.taken_samples += len(taken)
             self._stacks = {}
-            total, unknown = _frame_counts(self.frames, taken)
+            total, unknown = _frame_counts(self.frames, self.distinct_stacks(taken))
             self._taken_frames = (self._taken_frames[0] + total, self._taken_frames[1] + unknown)
         return taken
 
@@ -222,7 +226,7 @@ class Profile:
             for stack_key, weight in self.stack_weights().items():
                 counts[stack_key] = microseconds(weight.total_ns(period_ns))
         else:
-            for (comm, pid, _), (frame_ids, count) in self.distinct_stacks(self.samples).items():
+            for (comm, pid, _), (frame_ids, count) in self.samples_by_stack().items():
                 counts[(self.process_label(comm, pid), frame_ids)] += count
         self._counted = (key, counts)
         return Counter(counts)
@@ -234,9 +238,19 @@ class Profile:
         (samples share one per distinct stack: intern_stack, and the saved
         profile's reader), so no stack is hashed per sample; equal stacks in
         distinct tuples are separate entries, which callers add up."""
-        by_identity = Counter((sample.comm, sample.pid, id(sample.frame_ids)) for sample in samples)
-        stacks = {id(sample.frame_ids): sample.frame_ids for sample in samples}
+        identities = list(map(id, map(_FRAME_IDS, samples)))
+        by_identity = Counter(zip(map(_COMM, samples), map(_PID, samples), identities))
+        stacks = dict(zip(identities, map(_FRAME_IDS, samples)))
         return {key: (stacks[key[2]], count) for key, count in by_identity.items()}
+
+    def samples_by_stack(self) -> dict[tuple[str, int, int], tuple[tuple[int, ...], int]]:
+        """distinct_stacks of all the samples, counted once for every output
+        while they stay as they are (only ever appended to, or all taken).
+        Callers do not change what it returns."""
+        key = (id(self.samples), self.taken_samples, len(self.samples))
+        if self._distinct is None or self._distinct[0] != key:
+            self._distinct = (key, self.distinct_stacks(self.samples))
+        return self._distinct[1]
 
     def stack_weights(self) -> dict[tuple[str, tuple[int, ...]], StackWeight]:
         """CPU samples and time off the CPU per (root label, frame ids)."""
@@ -258,21 +272,24 @@ class Profile:
 
     def unsymbolized_share(self) -> float:
         """Share of frame occurrences (over all samples, taken ones too) left unnamed."""
-        total, unknown = _frame_counts(self.frames, self.samples)
+        total, unknown = _frame_counts(self.frames, self.samples_by_stack())
         total += self._taken_frames[0]
         unknown += self._taken_frames[1]
         return unknown / total if total else 0.0
+
+
+_COMM, _PID, _FRAME_IDS = attrgetter("comm"), attrgetter("pid"), attrgetter("frame_ids")
 
 
 def microseconds(nanoseconds: int) -> int:
     return (nanoseconds + 500) // 1000
 
 
-def _frame_counts(frames: list[Frame], samples: list[Sample]) -> tuple[int, int]:
+def _frame_counts(frames: list[Frame], stacks: dict[tuple[str, int, int], tuple[tuple[int, ...], int]]) -> tuple[int, int]:
     """(frame occurrences, of which unnamed): counted per distinct stack."""
     unnamed = [not frame.symbolized for frame in frames]
     total = unknown = 0
-    for frame_ids, count in Profile.distinct_stacks(samples).values():
+    for frame_ids, count in stacks.values():
         total += len(frame_ids) * count
         unknown += sum(unnamed[frame_id] for frame_id in frame_ids) * count
     return total, unknown

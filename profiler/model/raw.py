@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from profiler.kernel.events import WalkEnd
 from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
+from profiler.native.sample_lines import COMM, STACK, SampleLineSplitter
 
 FORMAT = "jitprof"
 VERSION = 2  # written only for a profile with time off the CPU; 1 otherwise, so older readers read it
@@ -44,7 +45,6 @@ MAX_UNPACK_RATIO = 50
 UNPACK_FLOOR_BYTES = 16 << 20
 MAX_FREQUENCY_HZ = 1_000_000
 MAX_INT = 1 << 63
-MAX_STACK_TEXTS = 1 << 20  # distinct stack texts remembered while reading
 MAX_WARNINGS = 200  # a run's warnings kept from a file, each cut at MAX_WARNING_CHARS
 MAX_WARNING_CHARS = 2000
 
@@ -163,9 +163,21 @@ def _too_big(path: Path, max_unpacked: int) -> RawProfileError:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class _SampleRun:
+    """Consecutive sample lines: their text (joined by newlines) and how many."""
+
+    text: bytes
+    count: int
+
+
+NEWLINE = b"\n"
+_NOT_A_SAMPLE = re.compile(rb"\n[^\[]")  # where a run of sample lines ends
+
+
 def _lines(stream: IO[bytes], path: Path, max_unpacked: int) -> Iterator[tuple[int, Any]]:
-    """(line number, record), in order: a run of sample lines as a list of
-    their bytes (see _SampleReader), any other line decoded."""
+    """(line number, record), in order: a run of sample lines as a
+    _SampleRun, any other line decoded."""
     number = 0
     pending = b""
     unpacked = 0
@@ -175,25 +187,27 @@ def _lines(stream: IO[bytes], path: Path, max_unpacked: int) -> Iterator[tuple[i
         if unpacked > max_unpacked:
             raise _too_big(path, max_unpacked)
         data = pending + chunk
-        lines = data.split(b"\n")
-        pending = lines.pop() if chunk else b""
-        if len(pending) > MAX_LINE_BYTES:
-            raise RawProfileError(f"{path}:{number + 1}: line too long")
-        if not chunk and pending.strip():
-            lines.append(pending)
-        run: list[bytes] = []
-        for raw in lines:
-            number += 1
-            if raw.startswith(b"["):
-                run.append(raw)
-                continue
-            if run:
-                yield number - len(run), run
-                run = []
-            if raw.strip():
-                yield number, _decode(raw, number, path)
-        if run:
-            yield number + 1 - len(run), run
+        if chunk:
+            cut = data.rfind(b"\n") + 1
+            data, pending = data[:cut], data[cut:]
+            if len(pending) > MAX_LINE_BYTES:
+                raise RawProfileError(f"{path}:{number + data.count(NEWLINE) + 1}: line too long")
+        elif data and not data.endswith(b"\n"):
+            data += b"\n"
+        position = 0
+        while position < len(data):
+            if data[position] == ord("["):
+                found = _NOT_A_SAMPLE.search(data, position)
+                end = found.start() + 1 if found is not None else len(data)  # just past the run's last newline
+                count = data.count(b"\n", position, end)
+                yield number + 1, _SampleRun(data[position : end - 1], count)
+                number += count
+            else:
+                end = data.index(b"\n", position) + 1
+                number += 1
+                if data[position : end - 1].strip():
+                    yield number, _decode(data[position : end - 1], number, path)
+            position = end
         if not chunk:
             return
 
@@ -254,7 +268,7 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
         raise RawProfileError(f"{path}:1: bad header ({error})") from error
     samples = _SampleReader(profile, path)
     for number, record in lines:
-        if isinstance(record, list):
+        if isinstance(record, _SampleRun):
             samples.add_lines(number, record)
             continue
         try:
@@ -296,64 +310,77 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
     return profile
 
 
-# A sample line as write_raw makes it: numbers without leading zeros, the
-# command name a JSON string, the stack a list of frame ids (decoded as JSON),
-# the walk's end.
-_SAMPLE = re.compile(
-    rb'\[(0|[1-9][0-9]*),(0|[1-9][0-9]*),(0|[1-9][0-9]*),("(?:[^"\\\x00-\x1f]|\\.)*"),(\[[0-9,]*\]),"([A-Z_]+)"(?:,([1-9][0-9]*))?\]'
-)
-
-
 class _SampleReader:
-    """Samples into a profile, each checked. A line in write_raw's own form
-    is split by one regular expression and its stack and command name are
-    decoded once per distinct text (a profile repeats a few thousand stacks
-    over hundreds of thousands of samples); any other line is decoded as
-    JSON and checked field by field."""
+    """Samples into a profile, each checked. Lines in write_raw's own form
+    are split in C (profiler/native/sample_lines.py), and each distinct
+    command name, stack and walk end among them decoded and checked once (a
+    profile repeats a few thousand stacks over hundreds of thousands of
+    samples); any other line is decoded as JSON and checked field by field."""
 
     def __init__(self, profile: Profile, path: Path) -> None:
         self._profile = profile
         self._path = path
         self._stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self._stack_texts: dict[bytes, tuple[int, ...]] = {}
-        self._comms: dict[bytes, str] = {}
         self._walk_ends = {end.name: end for end in WalkEnd}
-        self._walk_ends_bytes = {end.name.encode(): end for end in WalkEnd}
+        self._splitter = SampleLineSplitter()
+        self._texts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])  # by kind, as the splitter numbers them
 
-    def add_lines(self, first_number: int, lines: list[bytes]) -> None:
+    def add_lines(self, first_number: int, run: _SampleRun) -> None:
         """Consecutive sample lines, the first being line first_number."""
-        match = _SAMPLE.fullmatch
-        stack_texts, comms, walk_ends = self._stack_texts, self._comms, self._walk_ends_bytes
-        append = self._profile.samples.append
-        for number, raw in enumerate(lines, first_number):
-            matched = match(raw)
+        split = self._splitter.split(run.text, run.count, MAX_INT)
+        refused: dict[int, Exception] = {}  # line in the block -> why a text first seen there is refused
+        for kind, index, line, text in split.news:
             try:
-                if matched is None:
+                value = self._text_value(kind, text)
+            except (TypeError, ValueError) as error:
+                value = None
+                refused.setdefault(line, error)
+            assert index == len(self._texts[kind])
+            self._texts[kind].append(value)
+        comms, stacks, walk_ends = self._texts
+        if not refused and all(split.parsed) and (self._profile.info.off_cpu or not any(split.waited_ns)):
+            self._profile.samples.extend(
+                map(
+                    Sample,
+                    split.time_ns,
+                    split.pid,
+                    split.tid,
+                    map(comms.__getitem__, split.comm),
+                    map(stacks.__getitem__, split.stack),
+                    map(walk_ends.__getitem__, split.walk_end),
+                    split.waited_ns,
+                )
+            )
+            return
+        for line, raw in enumerate(run.text.split(b"\n")):  # in order, so that the first bad line is the one named
+            number = first_number + line
+            try:
+                if line in refused:
+                    raise refused[line]
+                if not split.parsed[line]:
                     self.add_decoded(_decode(raw, number, self._path))
                     continue
-                time_text, pid_text, tid_text, comm_text, stack_text, end_text, waited_text = matched.groups()
-                ids = stack_texts.get(stack_text)
-                if ids is None:
-                    ids = self._stack(json.loads(stack_text))
-                    if len(stack_texts) < MAX_STACK_TEXTS:
-                        stack_texts[stack_text] = ids
-                comm = comms.get(comm_text)
-                if comm is None:
-                    comm = json.loads(comm_text)
-                    if len(comms) < MAX_STACK_TEXTS:
-                        comms[comm_text] = comm
-                walk_end = walk_ends.get(end_text)
-                if walk_end is None:
-                    raise ValueError(f"no walk end {end_text.decode()[:40]!r}")
-                time_ns = int(time_text)
-                if time_ns >= MAX_INT:
-                    raise ValueError("time out of range")
-                if waited_text is None:
-                    append(Sample(time_ns, int(pid_text), int(tid_text), comm, ids, walk_end))
-                else:
-                    self._append(time_ns, int(pid_text), int(tid_text), comm, ids, walk_end, int(waited_text))
+                self._append(
+                    split.time_ns[line],
+                    split.pid[line],
+                    split.tid[line],
+                    comms[split.comm[line]],
+                    stacks[split.stack[line]],
+                    walk_ends[split.walk_end[line]],
+                    split.waited_ns[line],
+                )
             except (KeyError, TypeError, ValueError, AttributeError) as error:
                 raise RawProfileError(f"{self._path}:{number}: bad record ({error})") from error
+
+    def _text_value(self, kind: int, text: bytes) -> Any:
+        if kind == COMM:
+            return json.loads(text)  # a JSON string: the splitter found its quotes
+        if kind == STACK:
+            return self._stack(json.loads(text))
+        walk_end = self._walk_ends.get(text.decode())
+        if walk_end is None:
+            raise ValueError(f"no walk end {text.decode()[:40]!r}")
+        return walk_end
 
     def add_decoded(self, record: Any) -> None:
         time_ns, pid, tid, comm, frame_ids, walk_end, *rest = record

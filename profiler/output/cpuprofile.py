@@ -9,9 +9,11 @@ different lines share a node; their exact lines become positionTicks.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import IO
 
 from profiler.model.profile import Frame, FrameKind, Profile
@@ -68,17 +70,24 @@ def _script_url(file: str) -> str:
     return f"file://{file}" if file.startswith("/") else file
 
 
+_TIME_NS, _COMM, _PID, _FRAME_IDS = (attrgetter(name) for name in ("time_ns", "comm", "pid", "frame_ids"))
+
+
 def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
     root = _Node(1, CallFrame("(root)", "", -1, -1))
     nodes = [root]
     call_frames = [call_frame(frame) for frame in profile.frames]
     # CPU samples only: DevTools has no place for time off the CPU (its (idle) is the program's, not a thread's wait).
-    samples = [sample for sample in profile.samples if not sample.off_cpu_ns]
-    if any(later.time_ns < earlier.time_ns for earlier, later in zip(samples, samples[1:])):
-        samples.sort(key=lambda sample: sample.time_ns)
+    samples = [sample for sample in profile.samples if not sample.off_cpu_ns] if profile.info.off_cpu else profile.samples
+    distinct = profile.samples_by_stack() if len(samples) == len(profile.samples) else None
+    sampled_ns = list(map(_TIME_NS, samples))
+    if any(map(operator.lt, sampled_ns[1:], sampled_ns)):
+        samples = sorted(samples, key=_TIME_NS)
+        sampled_ns.sort()
+        distinct = None
     # One tree walk per distinct stack (a process's), then per sample only its node.
     node_ids: dict[tuple[str, int, int], int] = {}
-    for key, (frame_ids, count) in Profile.distinct_stacks(samples).items():
+    for key, (frame_ids, count) in (distinct if distinct is not None else Profile.distinct_stacks(samples)).items():
         comm, pid, _ = key
         label = profile.process_label(comm, pid)
         node = _child(root, CallFrame(label, "", -1, -1), nodes)
@@ -90,9 +99,9 @@ def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
             if leaf.line_exact and leaf.line:
                 node.line_ticks[leaf.line] += count
         node_ids[key] = node.node_id
-    keys = [(sample.comm, sample.pid, id(sample.frame_ids)) for sample in samples]
-    sample_nodes = [node_ids[key] for key in keys]
-    times = [sample.time_ns // 1000 for sample in samples]
+    keys = zip(map(_COMM, samples), map(_PID, samples), map(id, map(_FRAME_IDS, samples)))
+    sample_nodes = list(map(node_ids.__getitem__, keys))
+    times = [time_ns // 1000 for time_ns in sampled_ns]
     script_ids: dict[str, str] = {}
     for node in nodes:
         url = node.call_frame.url

@@ -21,6 +21,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
+from operator import attrgetter
 from typing import Any, TextIO
 
 from profiler import __version__
@@ -61,7 +62,7 @@ class _PageData:
 
     functions: list[list[Any]] = field(default_factory=list)  # [name, file, line, module, category]
     function_index: dict[tuple[str, str, str, str, bool], int] = field(default_factory=dict)
-    frame_function: dict[int, int] = field(default_factory=dict)  # profile frame id -> function index
+    frame_function: dict[int, int] = field(default_factory=dict)  # the profile being added's frame id -> function index
     threads: list[list[Any]] = field(default_factory=list)  # [pid, tid, comm]
     thread_index: dict[tuple[int, int, str], int] = field(default_factory=dict)
     stacks: dict[tuple[int, tuple[int, ...]], list[float]] = field(default_factory=dict)  # -> [weight a, weight b]
@@ -94,10 +95,14 @@ class _PageData:
         totals[1] += weights[1]
 
 
+_PID, _TID, _COMM, _FRAME_IDS = (attrgetter(name) for name in ("pid", "tid", "comm", "frame_ids"))
+
+
 def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: float = 1.0) -> None:
     """Each thread's distinct stacks: [CPU, off-CPU] weights (samples, or µs
     with --off-cpu), or for a diff [new, base scaled]."""
     period_us = profile.info.sample_period_ns / 1000
+    data.frame_function.clear()  # frame ids are a profile's own: a diff's two number their frames apart
     # Keyed by the stack tuple's identity (samples share one per distinct
     # stack), so no stack is hashed per sample.
     weights: dict[tuple[int, int, str, int], list[int]] = {}
@@ -114,8 +119,10 @@ def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: 
             else:
                 totals[0] += 1
     else:
-        counted = Counter((sample.pid, sample.tid, sample.comm, id(sample.frame_ids)) for sample in profile.samples)
-        stacks = {id(sample.frame_ids): sample.frame_ids for sample in profile.samples}
+        samples = profile.samples
+        identities = list(map(id, map(_FRAME_IDS, samples)))
+        counted = Counter(zip(map(_PID, samples), map(_TID, samples), map(_COMM, samples), identities))
+        stacks = dict(zip(identities, map(_FRAME_IDS, samples)))
         weights = {key: [count, 0] for key, count in counted.items()}
     for (pid, tid, comm, stack_id), (cpu, off_cpu_ns) in weights.items():
         frame_ids = stacks[stack_id]

@@ -6,7 +6,9 @@ stream, sample by sample."""
 from __future__ import annotations
 
 import json
+import operator
 from collections import defaultdict
+from operator import attrgetter
 from typing import IO
 
 from profiler import __version__
@@ -39,6 +41,16 @@ def _frame_record(frame: Frame) -> dict[str, object]:
     return record
 
 
+_TIME_NS, _COMM, _PID, _FRAME_IDS = (attrgetter(name) for name in ("time_ns", "comm", "pid", "frame_ids"))
+
+
+def _end_value(samples: list[Sample], period_ns: int, off_cpu: bool) -> int:
+    """The weights' sum: a CPU sample weighs a sampling period, a wait its time."""
+    if not off_cpu:
+        return period_ns * len(samples)
+    return sum(sample.off_cpu_ns or period_ns for sample in samples)
+
+
 def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     period_ns = round(1e9 / profile.info.frequency_hz)
     threads: dict[tuple[int, int], list[Sample]] = defaultdict(list)
@@ -50,7 +62,7 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     # Every process gets a root frame, as in the folded output.
     root_frames: dict[str, int] = {}
     extra: list[dict[str, object]] = []
-    for comm, pid in dict.fromkeys((sample.comm, sample.pid) for sample in profile.samples):
+    for comm, pid in dict.fromkeys(zip(map(_COMM, profile.samples), map(_PID, profile.samples))):
         label = profile.process_label(comm, pid)
         if label not in root_frames:
             root_frames[label] = len(profile.frames) + len(extra)
@@ -74,33 +86,32 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     emit(",".join(records))
     emit(']},"profiles":[')
     ordered = sorted(threads.items(), key=lambda item: (-len(item[1]), item[0]))
-    stack_text: dict[tuple[str, int, tuple[int, ...]], str] = {}  # a distinct stack is formatted once
+    stack_text: dict[tuple[str, int, int], str] = {}  # a distinct stack (by its tuple's identity) is formatted once
     for position, ((pid, tid), samples) in enumerate(ordered):
         # In time order: a sample that waited for its JIT names was added late.
-        if any(later.time_ns < earlier.time_ns for earlier, later in zip(samples, samples[1:])):
-            samples.sort(key=lambda sample: sample.time_ns)
-        written = 0
+        sampled_ns = list(map(_TIME_NS, samples))
+        if any(map(operator.lt, sampled_ns[1:], sampled_ns)):
+            samples.sort(key=_TIME_NS)
         if position:
             emit(",")
         name = f"{comms[(pid, tid)]} pid {pid} tid {tid}"
         emit(
             '{"type":"sampled","name":' + json.dumps(name, ensure_ascii=False) + ',"unit":"nanoseconds",'
-            f'"startValue":0,"endValue":{sum(sample.off_cpu_ns or period_ns for sample in samples)},"samples":['
+            f'"startValue":0,"endValue":{_end_value(samples, period_ns, profile.info.off_cpu)},"samples":['
         )
-        texts: list[str] = []
-        for sample in samples:
-            key = (sample.comm, sample.pid, sample.frame_ids)
-            formatted = stack_text.get(key)
-            if formatted is None:
+        # The samples keep their stack tuples, and so the tuples' ids.
+        keys = list(zip(map(_COMM, samples), map(_PID, samples), map(id, map(_FRAME_IDS, samples))))
+        for key, sample in dict(zip(keys, samples)).items():  # one sample of each distinct stack
+            if key not in stack_text:
                 root = root_frames[profile.process_label(sample.comm, sample.pid)]
                 ids = (frame_index[root], *(frame_index[frame_id] for frame_id in sample.frame_ids))
-                formatted = stack_text[key] = "[" + ",".join(map(str, ids)) + "]"
-            texts.append(formatted)
-            if len(texts) >= 4096:
-                emit(("," if written else "") + ",".join(texts))
-                written += len(texts)
-                texts.clear()
-        if texts:
-            emit(("," if written else "") + ",".join(texts))
-        emit('],"weights":[' + ",".join(str(sample.off_cpu_ns or period_ns) for sample in samples) + "]}")
+                stack_text[key] = "[" + ",".join(map(str, ids)) + "]"
+        texts = list(map(stack_text.__getitem__, keys))
+        for start in range(0, len(texts), 4096):
+            emit(("," if start else "") + ",".join(texts[start : start + 4096]))
+        if profile.info.off_cpu:
+            weights = ",".join(str(sample.off_cpu_ns or period_ns) for sample in samples)
+        else:
+            weights = ",".join([str(period_ns)] * len(samples))
+        emit('],"weights":[' + weights + "]}")
     emit("]}")

@@ -124,3 +124,45 @@ def test_a_small_file_of_ten_million_samples_is_refused_quickly(tmp_path, capsys
     assert "not a profile jitprof wrote" in capsys.readouterr().err
     assert time.monotonic() - started < 10
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before < 200 << 10
+
+
+def test_the_first_bad_sample_line_is_the_one_named(tmp_path, capsys):
+    """Texts are checked when first seen, but the error is the first bad line's, in file order."""
+    good = good_lines()
+    first_sample = next(number for number, line in enumerate(good, 1) if line.startswith(b"["))
+    lines = [
+        *good[: first_sample - 1],
+        b'[1,1,1,"x",[0], "COMPLETE"]\n',  # JSON, not write_raw's form: read as JSON, and good
+        b'[2,1,1,"x",[0],"NOWHERE"]\n',  # bad: the one to name
+        b'[3,1,1,"x",[0,99999],"COMPLETE"]\n',  # bad too, with a text new before the first one's
+        *good[first_sample - 1 :],
+    ]
+    path = tmp_path / "crafted.jitprof"
+    path.write_bytes(gzip.compress(b"".join(lines)))
+    assert cli.main(["report", str(path), "-o", str(tmp_path / "out.folded")]) == 1
+    assert f"crafted.jitprof:{first_sample + 1}: bad record (no walk end 'NOWHERE')" in capsys.readouterr().err
+
+
+def test_sample_lines_between_frame_lines_keep_their_order(tmp_path):
+    """Runs of sample lines are split apart by frame lines (a profile written as it goes interleaves them)."""
+    good = good_lines()
+    samples = [line for line in good if line.startswith(b"[")]
+    others = [line for line in good if not line.startswith(b"[")]
+    header, frames = others[0], others[1:]
+    interleaved = [header, *frames[:1]]
+    written = []
+    for time_ns in range(1, 200):
+        line = b'[%d,1,%d,"x",[0],"COMPLETE"]\n' % (time_ns, time_ns % 3)
+        if time_ns % 7 == 0:
+            line = b'[%d, 1, %d, "x", [0], "COMPLETE"]\n' % (time_ns, time_ns % 3)  # read as JSON
+        interleaved.append(line)
+        written.append(time_ns)
+        if time_ns % 50 == 0:
+            interleaved.append(b"\n")  # blank lines are skipped
+    interleaved += frames[1:] + samples
+    path = tmp_path / "interleaved.jitprof"
+    path.write_bytes(gzip.compress(b"".join(interleaved)))
+    profile = read_raw(path)
+    assert [sample.time_ns for sample in profile.samples[: len(written)]] == written
+    assert [sample.tid for sample in profile.samples[: len(written)]] == [time_ns % 3 for time_ns in written]
+    assert len(profile.samples) == len(written) + len(samples)

@@ -84,6 +84,23 @@ def test_a_diff_page_has_both_sides_with_the_base_scaled():
     assert sum(stack[1] for stack in data["stacks"]) == 80 and sum(stack[2] for stack in data["stacks"]) == 30
 
 
+def test_a_diff_page_names_each_side_s_frames_from_its_own_frame_table():
+    """The two profiles number their frames apart: base's frame 1 is not new's."""
+    base, new = Profile(RunInfo(["a"], [1], 99)), Profile(RunInfo(["a"], [1], 99))
+    f, g = (Frame(name, "[jit]", FrameKind.JIT, "/w.js", 1, 1, "turbofan") for name in ("f", "g"))
+    base_stack = (base.intern(MAIN), base.intern(f), base.intern(g))  # f is 1 and g is 2 in base
+    new_stack = (new.intern(MAIN), new.intern(g), new.intern(f))  # the other way round in new
+    for index in range(10):
+        base.add(Sample(index, 1, 1, "a", base_stack, WalkEnd.COMPLETE))
+        new.add(Sample(index, 1, 1, "a", new_stack, WalkEnd.COMPLETE))
+    stream = io.StringIO()
+    write_diff_html(base, new, stream, 1.0)
+    data = payload(stream.getvalue())
+    names = [function[0] for function in data["functions"]]
+    by_path = {tuple(names[index] for index in stack[3]): (stack[1], stack[2]) for stack in data["stacks"]}
+    assert by_path == {(MAIN.name, "g", "f"): (10, 0), (MAIN.name, "f", "g"): (0, 10)}
+
+
 def test_tiers_are_told_apart():
     def frame(kind: FrameKind, tier: str = "", inlined: bool = False) -> Frame:
         return Frame("f", "m", kind, tier=tier, inlined=inlined)
