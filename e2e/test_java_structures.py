@@ -155,12 +155,16 @@ def test_interpreted_java_every_frame_named(jitprof, tmp_path, background, jdk):
     assert sum(1 for leaf in leaves if leaf.line in LEAF_LOOP) / len(leaves) >= 0.9
 
 
-def test_churned_classes_and_deoptimized_code_never_misnamed(jitprof, tmp_path):
-    """Phase N runs spinNNNN only: a sample named spinNNNN must fall inside phase N."""
+@pytest.mark.parametrize("collector", ["-XX:+UseG1GC", "-XX:+UseZGC"])
+def test_churned_classes_and_deoptimized_code_never_misnamed(jitprof, tmp_path, collector):
+    """Phase N runs spinNNNN only: a sample named spinNNNN must fall inside
+    phase N; under G1, which frees classes in its pauses, and ZGC, which
+    frees them while the program runs."""
     java_of("17")
     # Phases of 1 s: code compiled where other code was freed is named from
     # its first read on (the reader is up to ~0.3 s behind the samples).
-    run = jitprof("-F", "499", "-o", "churn.jitprof", "--", "java", "-cp", str(CLASSES), "Churn", "12", "1000", timeout=180)
+    command = ["java", collector, "-cp", str(CLASSES), "Churn", "12", "1000"]
+    run = jitprof("-F", "499", "-o", "churn.jitprof", "--", *command, timeout=180)
     assert run.returncode == 0, run.stderr
     phases = {}
     for line in run.stdout.splitlines():

@@ -4,17 +4,11 @@
  * grows across rounds). Checks that every index and span it gives is in
  * range; prints how many lines were split and how many were left. */
 #include "jitprof_native.h"
+#include "fuzz_driver.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t next_random(uint64_t *seed) {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    return *seed;
-}
 
 static const char *const SHAPES[] = {
     "[1,2,3,\"node\",[0,1,2],\"COMPLETE\"]",    "[18446744073709551615,2,3,\"a\\\"b\",[],\"COPY_TOO_SHORT\",77]",
@@ -24,12 +18,9 @@ static const char *const SHAPES[] = {
 static const char NOISE[] = "[],\"\\0123456789AZ_\n\x01\xff";
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s ROUNDS\n", argv[0]);
-        return 2;
-    }
-    long rounds = atol(argv[1]);
-    uint64_t seed = 0x9E3779B97F4A7C15ULL;
+    long rounds = rounds_asked(argc, argv, 1, "ROUNDS");
+    if (rounds < 0) return 2;
+    uint64_t seed = FUZZ_SEED;
     uint64_t split = 0, left = 0;
     struct jp_sample_reader *reader;
     if (jp_sample_reader_new(&reader) != JP_OK) return 2;

@@ -3,28 +3,19 @@
  * of its exact size, looked up at random sorted positions. Prints how many
  * lookups succeeded and how many were refused as malformed. */
 #include "jitprof_native.h"
+#include "fuzz_driver.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-
-static uint64_t next_random(uint64_t *seed) {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    return *seed;
-}
 
 static const char ALPHABET[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/,;;,";
 /* Small deltas, mostly: strings a lookup accepts, to reach its answers. */
 static const char SMALL[] = "AAAAAAAAAAAACCDgB,,;";
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s ROUNDS\n", argv[0]);
-        return 2;
-    }
-    long rounds = atol(argv[1]);
-    uint64_t seed = 0x9E3779B97F4A7C15ULL;
+    long rounds = rounds_asked(argc, argv, 1, "ROUNDS");
+    if (rounds < 0) return 2;
+    uint64_t seed = FUZZ_SEED;
     uint64_t accepted = 0, refused = 0;
     for (long round = 0; round < rounds; round++) {
         uint64_t length = next_random(&seed) % (round % 2 ? 64 : 512);

@@ -2,17 +2,11 @@
  * is a file, compiled whole, then as every prefix step and with bytes
  * flipped by a fixed pseudo-random sequence. Prints "rows N" per file. */
 #include "jitprof_native.h"
+#include "fuzz_driver.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t next_random(uint64_t *seed) {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    return *seed;
-}
 
 static void compile(const uint8_t *data, uint64_t size, uint64_t *rows_total) {
     struct unwind_row *rows = NULL;
@@ -44,7 +38,7 @@ int main(int argc, char **argv) {
         uint8_t *data = malloc((size_t)size + 1);
         if (data == NULL || fread(data, 1, (size_t)size, file) != (size_t)size) return 2;
         fclose(file);
-        uint64_t whole = 0, total = 0, seed = 0x9E3779B97F4A7C15ULL ^ (uint64_t)size;
+        uint64_t whole = 0, total = 0, seed = FUZZ_SEED ^ (uint64_t)size;
         compile(data, (uint64_t)size, &whole);
         for (long cut = 0; cut < size; cut += size / 64 + 1) compile(data, (uint64_t)cut, &total);
         uint8_t *mutated = malloc((size_t)size);

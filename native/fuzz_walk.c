@@ -4,6 +4,7 @@
  * allocated at its exact size, so any read past one is caught. Prints the
  * walk ends seen. */
 #include "jitprof_native.h"
+#include "fuzz_driver.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,22 +12,12 @@
 #include <unistd.h>
 #include <fcntl.h>
 
-static uint64_t next_random(uint64_t *seed) {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    return *seed;
-}
-
 #define MAPPINGS 4
 #define STACK_ADDRESS 0x7ffe00000000ULL
 
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s ROUNDS ELF-FILE\n", argv[0]);
-        return 2;
-    }
-    long rounds = atol(argv[1]);
+    long rounds = rounds_asked(argc, argv, 2, "ROUNDS ELF-FILE");
+    if (rounds < 0) return 2;
     int fd = open(argv[2], O_RDONLY);
     if (fd < 0) return 2;
     struct unwind_row *rows = NULL;
@@ -48,7 +39,7 @@ int main(int argc, char **argv) {
         {0x50000000, 0x50100000, 0, NULL, 0, MAPPING_JIT, 0},
         {0x60000000, 0x60100000, 0, NULL, 0, MAPPING_ELF_PENDING, 0},
     };
-    uint64_t seed = 0x9E3779B97F4A7C15ULL;
+    uint64_t seed = FUZZ_SEED;
     uint64_t ends[256] = {0};
     uint64_t frames[127];
     uint64_t frame_pointers[127];

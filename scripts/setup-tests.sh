@@ -26,12 +26,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$wanted" ]; then
     echo "$wanted" > "$stamp"
 fi
 
-npm_install() {  # directory, what it is for, packages...
-    local prefix="$1" purpose="$2"
+npm_install() {  # directory, what it is for, npm's flags and packages...
+    local prefix="$1" purpose="$2" packages=() argument
     shift 2
-    say "installing $* from the npm registry"
+    for argument in "$@"; do [[ "$argument" == -* ]] || packages+=("$argument"); done
+    say "installing ${packages[*]} from the npm registry"
     npm install --silent --no-save --no-audit --no-fund --prefix "$prefix" "$@" >/dev/null 2>&1 \
-        || say "warning: could not install $*; the tests of $purpose will be skipped"
+        || say "warning: could not install ${packages[*]}; the tests of $purpose will be skipped"
 }
 command -v npm >/dev/null || say "warning: npm not found; the tests of other Node.js versions, Deno, Bun and the npm programs will be skipped"
 

@@ -189,7 +189,8 @@ class HotSpotStructures(JitSymbolSource):
                 lambda: (
                     reader.code_heaps(),
                     reader.interpreter_range(),
-                    reader.gc_count_address(),
+                    # The count vouches that no class was freed since a sample only where classes are freed in pauses.
+                    reader.gc_count_address() if reader.unloads_classes_concurrently() is False else 0,
                     reader.preserves_frame_pointers(),
                 )
             )

@@ -6,6 +6,7 @@ reads as nothing, never as another method."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -210,6 +211,7 @@ LAYOUT = HotSpotLayout(
     symbol_length=4,
     symbol_body=6,
     preserve_frame_pointer_at=0x1010,
+    concurrent_unloading_flags_at=(0x1011, 0x1012),  # UseZGC, UseShenandoahGC
     collected_heap_at=0x1018,
     heap_total_collections=0x40,
 )
@@ -225,7 +227,7 @@ class Jvm:
         self.next = 0x5000_0000
         self.segmap = bytearray(b"\xff" * 1024)
         self.code = bytearray(1024 * SEGMENT)
-        self.memory.put(BIAS + 0x1010, b"\x01")  # -XX:+PreserveFramePointer
+        self.memory.put(BIAS + 0x1010, b"\x01\x00\x00")  # -XX:+PreserveFramePointer, neither ZGC nor Shenandoah
         self.collected_heap = self.next  # only its count is read: the count's block alone is laid out
         self.next += 0x100
         self.memory.put(BIAS + 0x1018, struct.pack("<Q", self.collected_heap))
@@ -581,3 +583,14 @@ def test_introspection_tables_that_lie_are_refused():
     tables.lay_out({"Symbol": 8}, [])
     with pytest.raises(LayoutError, match="malformed"):
         read_tables(tables.jvm.memory, tables.symbols, BIAS)
+
+
+def test_collectors_that_free_classes_outside_pauses_are_known():
+    """Under ZGC or Shenandoah a class is freed while the program runs: the GC count vouches for nothing."""
+    jvm = Jvm()
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    assert reader.unloads_classes_concurrently() is False
+    jvm.memory.put(BIAS + 0x1010, b"\x01\x00\x01")  # -XX:+PreserveFramePointer -XX:+UseShenandoahGC
+    assert reader.unloads_classes_concurrently() is True
+    unknown = dataclasses.replace(LAYOUT, preserve_frame_pointer_at=-1, concurrent_unloading_flags_at=())
+    assert HotSpotReader(jvm.memory, unknown, BIAS).unloads_classes_concurrently() is None  # the flags were not read

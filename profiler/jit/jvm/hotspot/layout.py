@@ -25,6 +25,9 @@ MAX_ENTRIES = 1 << 15  # a JDK 25 table has about 3,000 structs' fields
 MAX_STRIDE = 256
 MAX_TYPE_SIZE = 64 << 10
 MAX_NAME = 256
+# The collectors that unload classes outside their pauses: a collection
+# counted before a sample may free its method after it.
+CONCURRENT_UNLOADING_FLAGS = ("UseZGC", "UseShenandoahGC")
 MIN_MAJOR = 11  # PreserveFramePointer and the code heaps' layout: JDK 9; tested from 17
 _WORD = struct.Struct("<Q")
 _S32 = struct.Struct("<i")
@@ -191,7 +194,8 @@ class HotSpotLayout:
     array_data: int  # of Array<Method*>
     symbol_length: int
     symbol_body: int
-    preserve_frame_pointer_at: int  # file address of the -XX:PreserveFramePointer bool; -1 unknown
+    preserve_frame_pointer_at: int  # file address of the -XX:PreserveFramePointer bool; -1 unknown (flags not read)
+    concurrent_unloading_flags_at: tuple[int, ...]  # file addresses of the bools of the GCs that unload concurrently
     collected_heap_at: int  # file address of Universe::_collectedHeap (0 unknown): its GC count
     heap_total_collections: int  # CollectedHeap::_total_collections (-1 unknown)
 
@@ -311,6 +315,7 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
     code_begin = tables.field(blob, ("_code_begin",), optional=True)
     immutable = tables.field(nmethod, ("_immutable_data",), optional=True)
     used = tables.field(("HeapBlock::Header",), ("_used",), optional=True)
+    flags = _flag_addresses(memory, tables, bias, ("PreserveFramePointer", *CONCURRENT_UNLOADING_FLAGS))
     layout = HotSpotLayout(
         major=major,
         excluded_byte=1 if major >= 20 else 0,
@@ -367,7 +372,8 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
         array_data=_optional(tables, ("Array<Method*>",), "_data", default=8),
         symbol_length=_symbol_length(tables),
         symbol_body=tables.offset(("Symbol",), "_body"),
-        preserve_frame_pointer_at=_flag_address(memory, tables, bias, "PreserveFramePointer"),
+        preserve_frame_pointer_at=flags.get("PreserveFramePointer", -1),
+        concurrent_unloading_flags_at=tuple(flags[name] for name in CONCURRENT_UNLOADING_FLAGS if name in flags),
         collected_heap_at=tables.static("Universe", "_collectedHeap", optional=True),
         heap_total_collections=_optional(tables, "CollectedHeap", "_total_collections"),
     )
@@ -375,26 +381,28 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
     return layout
 
 
-def _flag_address(memory: Memory, tables: VMTables, bias: int, name: str) -> int:
-    """The file address of a -XX flag's value, from the JVM's table of flags; -1 when not found."""
+def _flag_addresses(memory: Memory, tables: VMTables, bias: int, names: tuple[str, ...]) -> dict[str, int]:
+    """The file addresses of -XX flags' values, from the JVM's table of flags: those found."""
     flags_at = tables.static("JVMFlag", "flags", optional=True)
     count_at = tables.static("JVMFlag", "numFlags", optional=True)
     size = tables.sizes.get("JVMFlag", 0)
     name_field = tables.field(("JVMFlag",), ("_name",), optional=True)
     address_field = tables.field(("JVMFlag",), ("_addr",), optional=True)
     if not flags_at or not count_at or name_field is None or address_field is None:
-        return -1
+        return {}
     array, count = memory.word(flags_at + bias), memory.word(count_at + bias)
     if not array or count is None or not 0 < count <= 8192 or not max(name_field.offset, address_field.offset) + 8 <= size <= 256:
-        return -1
+        return {}
     data = memory.read(array, count * size)
     if data is None:
-        return -1
+        return {}
     strings = _Strings(memory)
+    found: dict[str, int] = {}
     for start in range(0, len(data), size):
-        if strings.at(_WORD.unpack_from(data, start + name_field.offset)[0]) == name:
-            return _WORD.unpack_from(data, start + address_field.offset)[0] - bias
-    return -1
+        name = strings.at(_WORD.unpack_from(data, start + name_field.offset)[0])
+        if name in names and name not in found:
+            found[name] = _WORD.unpack_from(data, start + address_field.offset)[0] - bias
+    return found
 
 
 def _optional(tables: VMTables, types: str | tuple[str, ...], name: str, default: int = -1) -> int:

@@ -161,6 +161,19 @@ class HotSpotReader:
         value = self.memory.read(self.layout.preserve_frame_pointer_at + self.bias, 1)
         return bool(value[0]) if value is not None else None
 
+    def unloads_classes_concurrently(self) -> bool | None:
+        """Does the JVM run a collector that frees classes while the program
+        runs (ZGC, Shenandoah)? None: its flags could not be read."""
+        if self.layout.preserve_frame_pointer_at < 0:
+            return None
+        for flag_at in self.layout.concurrent_unloading_flags_at:
+            value = self.memory.read(flag_at + self.bias, 1)
+            if value is None:
+                return None
+            if value[0]:
+                return True
+        return False
+
     def gc_count_address(self) -> int:
         """Where the JVM counts its collections (0: unknown): classes are
         unloaded, and their methods freed, only in a collection."""
