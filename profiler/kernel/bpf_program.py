@@ -168,13 +168,7 @@ class BpfProgram:
                 if event == RSEQ_UPDATE:
                     rseq_reports = self._rseq_compiled and self._attach_raw(event, descriptor) >= 0
                     continue
-                link = self._attach_raw(event, descriptor)
-                if link < 0:
-                    self.close()
-                    raise JitprofError(
-                        f"cannot attach to the raw tracepoint {event}: {os.strerror(-link)}",
-                        "--off-cpu needs raw tracepoints (Linux 4.17 or later, CONFIG_BPF_EVENTS)",
-                    )
+                self._raw_attached_or_fail(event, self._attach_raw(event, descriptor))
                 continue
             if not name.startswith(bpf_object.TRACEPOINT_PREFIX):
                 continue
@@ -188,13 +182,15 @@ class BpfProgram:
                 )
             self._tracepoint_fds.append(perf_fd)
         if self.options.off_cpu and not rseq_reports:
-            link = self.report_waits_at_system_calls()
-            if link < 0:
-                self.close()
-                raise JitprofError(
-                    f"cannot attach to the raw tracepoint {SYSTEM_CALL_EXIT}: {os.strerror(-link)}",
-                    "--off-cpu needs raw tracepoints (Linux 4.17 or later, CONFIG_BPF_EVENTS)",
-                )
+            self._raw_attached_or_fail(SYSTEM_CALL_EXIT, self.report_waits_at_system_calls())
+
+    def _raw_attached_or_fail(self, event: str, link: int) -> None:
+        if link < 0:
+            self.close()
+            raise JitprofError(
+                f"cannot attach to the raw tracepoint {event}: {os.strerror(-link)}",
+                "--off-cpu needs raw tracepoints (Linux 4.17 or later, CONFIG_BPF_EVENTS)",
+            )
 
     def _attach_raw(self, event: str, descriptor: int) -> int:
         link = bpf_calls.attach_raw_tracepoint(descriptor, event)

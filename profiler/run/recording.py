@@ -95,6 +95,7 @@ class Recording:
         # The samples of one poll, handed to the symbolizer together: one
         # wake-up of its thread per poll, not per sample (most of jitprof's own CPU was those).
         self._polled_samples: list[RawSample] = []
+        self._said_during_run: list[str] = []  # warnings said while sampling, kept with the profile
         self._sampled_since_rescan: set[int] = set()
         self._followed: FollowedProcesses | None = None
         self._mode: RunMode = WholeMachine()
@@ -254,7 +255,7 @@ class Recording:
             self._push.finish(self.profile, self._symbolizer.forget_frame_ids, lambda: self._stop_requests >= 2, self._status)
         problems = self._problems()
         # Kept with the profile, so report.html (and `jitprof report` later) shows them too.
-        said = (self._jit_sources.said_on_attach if self._jit_sources is not None else []) + problems
+        said = (self._jit_sources.said_on_attach if self._jit_sources is not None else []) + self._said_during_run + problems
         self.profile.info.warnings = [line.removeprefix("jitprof: ") for line in said]
         summary = self._finish_outputs(program)
         say(summary.render())
@@ -383,10 +384,12 @@ class Recording:
         assert self._program is not None
         error = self._program.report_waits_at_system_calls()
         if error < 0:
-            warn(
+            line = (
                 f"cannot attach to the raw tracepoint sys_exit ({os.strerror(-error)}): the waits of threads without "
                 "rseq (Go or musl programs) are counted in time but have no stack"
             )
+            warn(line)
+            self._said_during_run.append(f"{WARNING}{line}")
 
     def _submit_polled_samples(self) -> None:
         if self._polled_samples:
