@@ -21,7 +21,7 @@ import pytest
 from e2e.conftest import ROOT
 from profiler.jit.jvm.hotspot.layout import layout_of
 from profiler.jit.jvm.hotspot.objects import HotSpotReader
-from profiler.jit.jvm.hotspot_source import libjvm_of
+from profiler.jit.jvm.hotspot_source import HotSpotStructures, libjvm_of
 from profiler.jit.jvm.runtime import JAVA
 from profiler.kernel.process_memory import ProcessMemory
 from profiler.model.profile import FrameKind, Profile
@@ -155,6 +155,35 @@ def test_interpreted_java_every_frame_named(jitprof, tmp_path, background, jdk):
     assert sum(1 for leaf in leaves if leaf.line in LEAF_LOOP) / len(leaves) >= 0.9
 
 
+def test_a_jvm_read_while_it_loads_libjvm_is_named_once_loaded(background):
+    """Just mapped, libjvm.so's tables are not relocated yet and read as
+    malformed: a JVM read then (at every try, as a sampled one may be) was
+    refused for good and named from perf maps. It is read again until it
+    loads. Three starts: the moment is a race the test does not always win."""
+    java = java_of("17")
+    for _start in range(3):
+        source = HotSpotStructures(None, lambda _pid: True)
+        target = background(java, "-XX:+PreserveFramePointer", "-cp", str(CLASSES), "Inlined", "5", stdout=subprocess.DEVNULL)
+        try:
+            source.watch(target.pid)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and libjvm_of(target.pid) is None:
+                pass  # the first moment it is mapped
+            jvm = source._jvms[target.pid]
+            tries = 0
+            while time.monotonic() < deadline and not source.refused(target.pid):
+                jvm.next_setup = 0.0  # every try made, none waited for
+                tries += 1
+                if source._set_up(jvm):
+                    break
+                time.sleep(0.002)
+            assert source.refused(target.pid) == "" and source.has_source(target.pid), (source.refused(target.pid), tries)
+        finally:
+            source.close()
+            target.kill()
+            target.wait()
+
+
 @pytest.mark.parametrize("collector", ["-XX:+UseG1GC", "-XX:+UseZGC"])
 def test_churned_classes_and_deoptimized_code_never_misnamed(jitprof, tmp_path, collector):
     """Phase N runs spinNNNN only: a sample named spinNNNN must fall inside
@@ -192,7 +221,8 @@ def test_churned_classes_and_deoptimized_code_never_misnamed(jitprof, tmp_path, 
                 + " <- ".join(f"{frame.name} [{frame.tier or frame.kind.name}]" for frame in reversed(frames))
             )
     assert misnamed == 0, f"{misnamed} of {named} samples named a spin method that was not running: {details[:5]}"
-    assert named >= 0.5 * in_phases, (named, in_phases)  # and most of the main thread's samples in phases are named
+    # And most of the main thread's samples in phases are named (jitprof's notes say why if not).
+    assert named >= 0.5 * in_phases, (named, in_phases, run.stderr[-2000:])
 
 
 @pytest.mark.parametrize("jdk", sorted(JDKS))

@@ -180,6 +180,7 @@ def test_live_view_shows_a_bundle_as_written(tmux, tmp_path, symbol_cache):
     )
     session = tmux("maps")
     session.start(jitprof_command(tmp_path, symbol_cache, "-F", "199", "--", "node", str(bundle), "30"))
+
     # Within a few seconds, the table shows the .ts names the minifier replaced, not app.min.js's
     # (the first second's rows may not have main.ts's functions among them yet).
     def shows_the_sources(screen: str) -> bool:

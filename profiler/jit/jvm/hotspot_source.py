@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.jit.jvm.hotspot import compressed
-from profiler.jit.jvm.hotspot.layout import LayoutError, layout_of
+from profiler.jit.jvm.hotspot.layout import LayoutError, forget_layout, layout_of
 from profiler.jit.jvm.hotspot.objects import NMETHOD_NAMES, CodeBlob, CompiledCode, HotSpotReader, JavaMethod, plausible
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -54,6 +54,7 @@ from profiler.safety import files
 EARLY_SLACK_NS = 600_000_000
 SETUP_RETRY_S = 0.2  # a JVM still starting (no code heaps yet) is looked at again after this
 SETUP_GIVE_UP_S = 120.0
+LAYOUT_SETTLE_S = 5.0  # a layout that does not check out is believed only after this (the JVM may be loading)
 AHEAD_PAUSE_S = 0.05  # the reader takes the samples queued meanwhile together: one check of a blob for all
 MAX_AHEAD = 8192  # samples waiting for the reader
 MAX_BLOBS = 100_000  # per JVM (a big server has 20 k nmethods)
@@ -61,6 +62,8 @@ MAX_RETIRED = 4096  # blobs gone, kept for the samples taken while they were the
 MAX_METHODS = 200_000
 METHODS_LIFETIME_S = 60.0
 MAX_FRAMES_PER_BLOB = 4096
+MAX_REFUSALS_SAID = 64  # refusals remembered for the end of the run
+MAX_REFUSALS_LISTED = 4  # said one by one there
 _WORD = struct.Struct("<Q")
 _TIERS = {1: "c1", 2: "c1", 3: "c1", 4: "c2"}
 UNKNOWN_JIT = Frame(f"[unknown] ({JIT_MODULE})", JIT_MODULE, FrameKind.UNKNOWN)
@@ -117,6 +120,7 @@ class _Jvm:
     preserves_frame_pointers: bool | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     setting_up: threading.Lock = field(default_factory=threading.Lock)  # one thread sets it up; the others go on
+    libjvm_path: str = ""  # its map_files entry
 
     def in_code(self, address: int) -> bool:
         return any(low <= address < high for low, high in self.heaps)
@@ -129,6 +133,8 @@ class HotSpotStructures(JitSymbolSource):
         self._expand_inlining = expand_inlining
         self._jvms: dict[int, _Jvm] = {}
         self._refused: dict[int, str] = {}
+        self._refusals: dict[int, str] = {}  # every refusal of the run (they outlive their JVMs), for the end
+        self._refusals_said: set[int] = set()
         self._lock = threading.Lock()
         self._ahead: queue.SimpleQueue[tuple[int, int, tuple[int, ...], tuple[V8FrameSlots, ...]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -175,9 +181,14 @@ class HotSpotStructures(JitSymbolSource):
                 if found is None:
                     return False  # the launcher has not loaded it yet
                 path, bias = found
+                jvm.libjvm_path = path
                 memory = ProcessMemory(jvm.pid)
                 opened = MemoryThread(memory)
-                layout = opened.run(lambda: layout_of(memory, path, bias))
+                try:
+                    layout = opened.run(lambda: layout_of(memory, path, bias))
+                except BaseException:
+                    opened.close()
+                    raise
                 if layout is None:
                     opened.close()
                     self._refuse(jvm, "its memory did not answer")
@@ -196,13 +207,21 @@ class HotSpotStructures(JitSymbolSource):
             )
             heaps, interpreter, gc_count_at, preserves_frame_pointers = state if state is not None else ((), None, 0, None)
         except LayoutError as error:
+            if now - jvm.watched_at < LAYOUT_SETTLE_S:
+                return False  # a libjvm.so being loaded reads as nonsense until it is relocated: again later
             self._refuse(jvm, str(error))
             return False
         except (OSError, ValueError) as error:
             self._refuse(jvm, f"cannot read its memory ({error})")
             return False
         if not heaps or interpreter is None:
-            return False  # still starting
+            if now - jvm.watched_at < LAYOUT_SETTLE_S and jvm.thread is not None:
+                # Still starting: its layout may have been read from tables
+                # not all relocated yet. Read again with what comes next.
+                jvm.thread.close()
+                jvm.reader = jvm.thread = None
+                forget_layout(jvm.libjvm_path)
+            return False
         if self._kernel is not None and not self._kernel.set_hotspot_process(jvm.pid, interpreter, gc_count_at):
             self._refuse(jvm, "the kernel's table of JIT processes is full")
             return False
@@ -216,12 +235,18 @@ class HotSpotStructures(JitSymbolSource):
         with self._lock:
             self._jvms.pop(jvm.pid, None)
             self._refused[jvm.pid] = why
+            if len(self._refusals) < MAX_REFUSALS_SAID:
+                self._refusals[jvm.pid] = why
         if jvm.thread is not None:
             jvm.thread.close()
 
     def refused(self, pid: int) -> str:
-        """Why a JVM's structures cannot be read ("" if they can, or may yet)."""
-        return self._refused.get(pid, "")
+        """Why a JVM's structures cannot be read ("" if they can, or may yet);
+        the caller says it (a refusal nobody asked about is said at the end)."""
+        why = self._refused.get(pid, "")
+        if why:
+            self._refusals_said.add(pid)
+        return why
 
     def reads(self, pid: int) -> bool:
         """Are pid's frames named from its structures (or will be, once it has started)?"""
@@ -264,11 +289,20 @@ class HotSpotStructures(JitSymbolSource):
     def warnings(self) -> list[str]:
         with self._lock:
             without = [jvm.pid for jvm in self._jvms.values() if jvm.preserves_frame_pointers is False]
-        return [
-            f"jitprof: warning: the JVM (pid {pid}) runs without -XX:+PreserveFramePointer, so its stacks "
-            "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
-            for pid in without
-        ]
+            unsaid = [(pid, why) for pid, why in self._refusals.items() if pid not in self._refusals_said]
+        return (
+            [
+                f"jitprof: warning: the JVM (pid {pid}) runs without -XX:+PreserveFramePointer, so its stacks "
+                "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
+                for pid in without
+            ]
+            + [
+                f"jitprof: note: the JVM (pid {pid}): its structures could not be read once it had started ({why}); "
+                "its Java frames were named from a perf map where one could be asked for, without inlined methods or lines"
+                for pid, why in unsaid[:MAX_REFUSALS_LISTED]
+            ]
+            + ([f"jitprof: note: and {len(unsaid) - MAX_REFUSALS_LISTED} more JVMs"] if len(unsaid) > MAX_REFUSALS_LISTED else [])
+        )
 
     # Reading ahead of the symbolizer ----------------------------------------
 

@@ -594,3 +594,15 @@ def test_collectors_that_free_classes_outside_pauses_are_known():
     assert reader.unloads_classes_concurrently() is True
     unknown = dataclasses.replace(LAYOUT, preserve_frame_pointer_at=-1, concurrent_unloading_flags_at=())
     assert HotSpotReader(jvm.memory, unknown, BIAS).unloads_classes_concurrently() is None  # the flags were not read
+
+
+def test_a_jvm_refused_after_it_was_watched_is_said_at_the_end():
+    """A refusal the attach note did not say (the JVM was still starting then) is said once the run ends."""
+    source = HotSpotStructures(None, lambda _pid: True)
+    told, untold = _Jvm(10, 0.0), _Jvm(11, 0.0)
+    source._refuse(told, "its memory did not answer")
+    assert source.refused(10) == "its memory did not answer"  # said by the attach note
+    source._refuse(untold, "the kernel's table of JIT processes is full")
+    source.forget(11)  # the JVM exited: its refusal is still said
+    notes = [line for line in source.warnings() if "could not be read" in line]
+    assert len(notes) == 1 and "(pid 11)" in notes[0] and "table of JIT processes is full" in notes[0]

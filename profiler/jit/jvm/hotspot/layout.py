@@ -200,6 +200,17 @@ class HotSpotLayout:
     heap_total_collections: int  # CollectedHeap::_total_collections (-1 unknown)
 
 
+def forget_layout(path: str) -> None:
+    """The layout read for the libjvm.so at path is read again next time
+    (it was read while its JVM was still loading it)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return
+    with _layouts_lock:
+        _layouts.pop((info.st_dev, info.st_ino, info.st_mtime_ns), None)
+
+
 def libjvm_symbols(path: str) -> tuple[dict[str, int], tuple[int, int, int]]:
     """The file addresses of the tables' exported symbols, and the file's
     identity (device, inode, mtime): its tables are the same for every JVM of it."""
@@ -433,7 +444,7 @@ def _check(layout: HotSpotLayout, tables: VMTables) -> None:
         raise LayoutError("its introspection tables give Symbol or HeapBlock an impossible layout")
 
 
-_layouts: dict[tuple[int, int, int], HotSpotLayout | LayoutError] = {}
+_layouts: dict[tuple[int, int, int], HotSpotLayout] = {}
 _layouts_lock = threading.Lock()
 MAX_LAYOUTS = 64
 
@@ -446,14 +457,11 @@ def layout_of(memory: Memory, path: str, bias: int) -> HotSpotLayout:
     with _layouts_lock:
         known = _layouts.get(identity)
     if known is None:
-        try:
-            known = layout_from_tables(memory, read_tables(memory, symbols, bias), bias)
-        except LayoutError as error:
-            known = error
+        # Not kept when it fails: a libjvm.so just mapped may not be relocated
+        # yet (its tables' pointers still file offsets), and reads well later.
+        known = layout_from_tables(memory, read_tables(memory, symbols, bias), bias)
         with _layouts_lock:
             if len(_layouts) >= MAX_LAYOUTS:
                 _layouts.clear()
             _layouts[identity] = known
-    if isinstance(known, LayoutError):
-        raise known
     return known
