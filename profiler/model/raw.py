@@ -171,7 +171,6 @@ class _SampleRun:
     count: int
 
 
-NEWLINE = b"\n"
 _NOT_A_SAMPLE = re.compile(rb"\n[^\[]")  # where a run of sample lines ends
 
 
@@ -191,7 +190,8 @@ def _lines(stream: IO[bytes], path: Path, max_unpacked: int) -> Iterator[tuple[i
             cut = data.rfind(b"\n") + 1
             data, pending = data[:cut], data[cut:]
             if len(pending) > MAX_LINE_BYTES:
-                raise RawProfileError(f"{path}:{number + data.count(NEWLINE) + 1}: line too long")
+                long_line = number + data.count(b"\n") + 1
+                raise RawProfileError(f"{path}:{long_line}: line too long")
         elif data and not data.endswith(b"\n"):
             data += b"\n"
         position = 0
@@ -205,8 +205,9 @@ def _lines(stream: IO[bytes], path: Path, max_unpacked: int) -> Iterator[tuple[i
             else:
                 end = data.index(b"\n", position) + 1
                 number += 1
-                if data[position : end - 1].strip():
-                    yield number, _decode(data[position : end - 1], number, path)
+                line = data[position : end - 1]
+                if line.strip():
+                    yield number, _decode(line, number, path)
             position = end
         if not chunk:
             return

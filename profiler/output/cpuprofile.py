@@ -13,10 +13,9 @@ import operator
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import IO
 
-from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.model.profile import SAMPLE_TIME_NS, Frame, FrameKind, Profile, StackKey
 
 
 @dataclass(frozen=True)
@@ -70,9 +69,6 @@ def _script_url(file: str) -> str:
     return f"file://{file}" if file.startswith("/") else file
 
 
-_TIME_NS, _COMM, _PID, _FRAME_IDS = (attrgetter(name) for name in ("time_ns", "comm", "pid", "frame_ids"))
-
-
 def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
     root = _Node(1, CallFrame("(root)", "", -1, -1))
     nodes = [root]
@@ -80,13 +76,13 @@ def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
     # CPU samples only: DevTools has no place for time off the CPU (its (idle) is the program's, not a thread's wait).
     samples = [sample for sample in profile.samples if not sample.off_cpu_ns] if profile.info.off_cpu else profile.samples
     distinct = profile.samples_by_stack() if len(samples) == len(profile.samples) else None
-    sampled_ns = list(map(_TIME_NS, samples))
+    sampled_ns = list(map(SAMPLE_TIME_NS, samples))
     if any(map(operator.lt, sampled_ns[1:], sampled_ns)):
-        samples = sorted(samples, key=_TIME_NS)
+        samples = sorted(samples, key=SAMPLE_TIME_NS)
         sampled_ns.sort()
         distinct = None
     # One tree walk per distinct stack (a process's), then per sample only its node.
-    node_ids: dict[tuple[str, int, int], int] = {}
+    node_ids: dict[StackKey, int] = {}
     for key, (frame_ids, count) in (distinct if distinct is not None else Profile.distinct_stacks(samples)).items():
         comm, pid, _ = key
         label = profile.process_label(comm, pid)
@@ -99,8 +95,7 @@ def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
             if leaf.line_exact and leaf.line:
                 node.line_ticks[leaf.line] += count
         node_ids[key] = node.node_id
-    keys = zip(map(_COMM, samples), map(_PID, samples), map(id, map(_FRAME_IDS, samples)))
-    sample_nodes = list(map(node_ids.__getitem__, keys))
+    sample_nodes = list(map(node_ids.__getitem__, Profile.stack_keys(samples)))
     times = [time_ns // 1000 for time_ns in sampled_ns]
     script_ids: dict[str, str] = {}
     for node in nodes:

@@ -18,14 +18,12 @@ would not open in seconds.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
-from operator import attrgetter
 from typing import Any, TextIO
 
 from profiler import __version__
-from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.model.profile import SAMPLE_COMM, SAMPLE_PID, SAMPLE_TID, Frame, FrameKind, Profile
 from profiler.output.svg import escape
 
 # How a frame is coloured and counted in the page's tier view.
@@ -95,9 +93,6 @@ class _PageData:
         totals[1] += weights[1]
 
 
-_PID, _TID, _COMM, _FRAME_IDS = (attrgetter(name) for name in ("pid", "tid", "comm", "frame_ids"))
-
-
 def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: float = 1.0) -> None:
     """Each thread's distinct stacks: [CPU, off-CPU] weights (samples, or µs
     with --off-cpu), or for a diff [new, base scaled]."""
@@ -119,11 +114,9 @@ def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: 
             else:
                 totals[0] += 1
     else:
-        samples = profile.samples
-        identities = list(map(id, map(_FRAME_IDS, samples)))
-        counted = Counter(zip(map(_PID, samples), map(_TID, samples), map(_COMM, samples), identities))
-        stacks = dict(zip(identities, map(_FRAME_IDS, samples)))
-        weights = {key: [count, 0] for key, count in counted.items()}
+        distinct = Profile.distinct_stacks(profile.samples, by=(SAMPLE_PID, SAMPLE_TID, SAMPLE_COMM))
+        weights = {key: [count, 0] for key, (_frame_ids, count) in distinct.items()}
+        stacks = {key[3]: frame_ids for key, (frame_ids, _count) in distinct.items()}
     for (pid, tid, comm, stack_id), (cpu, off_cpu_ns) in weights.items():
         frame_ids = stacks[stack_id]
         if base_side:

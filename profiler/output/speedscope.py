@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import operator
 from collections import defaultdict
-from operator import attrgetter
 from typing import IO
 
 from profiler import __version__
-from profiler.model.profile import Frame, FrameKind, Profile, Sample
+from profiler.model.profile import SAMPLE_COMM, SAMPLE_PID, SAMPLE_TIME_NS, Frame, FrameKind, Profile, Sample, StackKey
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
@@ -41,9 +40,6 @@ def _frame_record(frame: Frame) -> dict[str, object]:
     return record
 
 
-_TIME_NS, _COMM, _PID, _FRAME_IDS = (attrgetter(name) for name in ("time_ns", "comm", "pid", "frame_ids"))
-
-
 def _end_value(samples: list[Sample], period_ns: int, off_cpu: bool) -> int:
     """The weights' sum: a CPU sample weighs a sampling period, a wait its time."""
     if not off_cpu:
@@ -62,7 +58,7 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     # Every process gets a root frame, as in the folded output.
     root_frames: dict[str, int] = {}
     extra: list[dict[str, object]] = []
-    for comm, pid in dict.fromkeys(zip(map(_COMM, profile.samples), map(_PID, profile.samples))):
+    for comm, pid in dict.fromkeys(zip(map(SAMPLE_COMM, profile.samples), map(SAMPLE_PID, profile.samples))):
         label = profile.process_label(comm, pid)
         if label not in root_frames:
             root_frames[label] = len(profile.frames) + len(extra)
@@ -86,12 +82,12 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
     emit(",".join(records))
     emit(']},"profiles":[')
     ordered = sorted(threads.items(), key=lambda item: (-len(item[1]), item[0]))
-    stack_text: dict[tuple[str, int, int], str] = {}  # a distinct stack (by its tuple's identity) is formatted once
+    stack_text: dict[StackKey, str] = {}  # a distinct stack (by its tuple's identity) is formatted once
     for position, ((pid, tid), samples) in enumerate(ordered):
         # In time order: a sample that waited for its JIT names was added late.
-        sampled_ns = list(map(_TIME_NS, samples))
+        sampled_ns = list(map(SAMPLE_TIME_NS, samples))
         if any(map(operator.lt, sampled_ns[1:], sampled_ns)):
-            samples.sort(key=_TIME_NS)
+            samples.sort(key=SAMPLE_TIME_NS)
         if position:
             emit(",")
         name = f"{comms[(pid, tid)]} pid {pid} tid {tid}"
@@ -100,7 +96,7 @@ def write_speedscope(profile: Profile, stream: IO[bytes]) -> None:
             f'"startValue":0,"endValue":{_end_value(samples, period_ns, profile.info.off_cpu)},"samples":['
         )
         # The samples keep their stack tuples, and so the tuples' ids.
-        keys = list(zip(map(_COMM, samples), map(_PID, samples), map(id, map(_FRAME_IDS, samples))))
+        keys = list(Profile.stack_keys(samples))
         for key, sample in dict(zip(keys, samples)).items():  # one sample of each distinct stack
             if key not in stack_text:
                 root = root_frames[profile.process_label(sample.comm, sample.pid)]
