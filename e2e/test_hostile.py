@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import jitprof_environment, read_folded, total
+from profiler.native.locator_process import DEADLINE_S
 from tests.native.test_elf_damaged import forged_notes_file
 
 NOBODY = 65534
@@ -238,7 +239,7 @@ def test_a_file_that_breaks_blazesym_costs_its_names_only(symbol_cache, tmp_path
     (100,000 nested inlined calls), a hang (a debug link to a FIFO), gigabytes
     (a debug link to a 200 GB sparse file, 2 M compile units, a .debug_line_str
     inflating to 8 GiB, 50 M line rows). Each killed root's jitprof or held it
-    for half a minute. Now --all -d 5 ends within 8 s with its outputs, a
+    for half a minute. Now --all -d 5 ends within 12 s with its outputs, a
     bystander (root's own -g program) is named with its inlined function, and
     the summary names the file once when blazesym could not read it."""
     from tests import hostile_elf  # noqa: PLC0415
@@ -273,7 +274,9 @@ def test_a_file_that_breaks_blazesym_costs_its_names_only(symbol_cache, tmp_path
     runner.join(90)
     result, elapsed, peak_kib = outcome["run"]
     assert result.returncode == 0, result.stderr
-    assert elapsed < 8, elapsed
+    # An unattacked run takes 6-8 s on a loaded 2-core runner (start-up and
+    # the final naming); an attack may cost at most one helper's deadline.
+    assert elapsed < 5 + 4 + DEADLINE_S, elapsed
     assert peak_kib < 300 << 10, f"peak RSS {peak_kib >> 10} MiB"
     assert ", 0 lost;" in result.stderr, result.stderr
     lines = read_folded(tmp_path / "all.folded")
