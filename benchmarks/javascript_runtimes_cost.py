@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from benchmarks.harness import JITPROF, JS_ROUNDS, JS_WORKLOAD, ROOT, Setup, runtime_runs, slowdown_table
-from profiler.jit.bun import BUN
+from profiler.jit.bun.runtime import BUN
 from profiler.jit.deno import DENO
 
 RUNTIMES = ROOT / ".nodes" / "runtimes" / "node_modules"

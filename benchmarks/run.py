@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.bun_functions import bun_functions
 from benchmarks.code_log_parsing import code_log_parsing
 from benchmarks.completeness import completeness
 from benchmarks.first_samples import first_samples
@@ -43,6 +44,7 @@ SECTIONS = {
     "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
     "java_structures_cost": lambda repeats, perf, workdir: java_structures_cost(workdir),
     "javascript_runtimes_cost": lambda repeats, perf, workdir: javascript_runtimes_cost(max(repeats - 2, 3), workdir),
+    "bun_functions": lambda repeats, perf, workdir: bun_functions(workdir, 3),
     "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(repeats + 2, workdir),
     "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),
     "code_log_parsing": lambda repeats, perf, workdir: code_log_parsing(workdir, 5),

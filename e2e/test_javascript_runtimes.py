@@ -6,8 +6,11 @@ fix). The script is fixtures/js/portable_chain.mjs: top > mid > leaf."""
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,9 @@ DENO = RUNTIMES / "@deno" / "linux-x64-glibc" / "deno"
 BUN = RUNTIMES / "@oven" / "bun-linux-x64" / "bin" / "bun"
 CHAIN = ROOT / "fixtures" / "js" / "portable_chain.mjs"
 CHAIN_FUNCTIONS = {"top", "mid", "leaf"}
+CHAIN_LINES = {"leaf": 6, "mid": 14, "top": 18}  # where each is defined in the script
+BUN_APP = ROOT / "fixtures" / "js" / "bun_app"
+NOBODY = 65534
 # What each runtime is started with by a user who wants it named (the fix jitprof gives).
 USER_OPTIONS = {
     "deno": {"DENO_V8_FLAGS": "--perf-basic-prof,--interpreted-frames-native-stack"},
@@ -61,6 +67,19 @@ def named_js_share(lines: list[FoldedLine], functions: set[str] | None = None) -
     return named / total(lines)
 
 
+def placed_share(lines: list[FoldedLine]) -> float:
+    """Of the samples whose innermost JS frame is a named function (not a
+    runtime stub), the share whose frame carries its script and line."""
+    named = placed = 0
+    for line in lines:
+        frame = innermost_js(line.frames)
+        if frame is None or frame.startswith("["):
+            continue
+        named += line.count
+        placed += line.count if re.search(r" [\w.-]+\.(?:mjs|cjs|ts):\d+_\[j\]$", frame) else 0
+    return placed / max(named, 1)
+
+
 def left_behind(pids: set[int], workdir: Path) -> list[str]:
     """Perf maps, jitdumps and V8 logs of these processes still on disk."""
     found = [str(path) for path in workdir.glob("isolate-*.log")]
@@ -93,6 +112,14 @@ def test_spawned_with_no_flag_from_the_user(jitprof, tmp_path, name):
             frame for line in lines for frame in line.frames if function_of(frame) == "leaf" and "portable_chain.mjs:" in frame
         ]
         assert hot, top
+    if name == "bun":
+        # Each function with its script and line, found from the hash in its
+        # jitdump name; the script's top-level code (where the optimizing
+        # tier inlined the chain) as DevTools shows it.
+        chain = {frame for line in lines for frame in line.frames if function_of(frame) in CHAIN_FUNCTIONS}
+        assert chain == {f"{function_of(frame)} portable_chain.mjs:{CHAIN_LINES[function_of(frame)]}_[j]" for frame in chain}
+        assert placed_share(lines) >= 0.9, top
+        assert any(frame == "(anonymous) portable_chain.mjs:1_[j]" for line in lines for frame in line.frames), top
     # The runtime's own code that its binary's few symbols do not name: file
     # offsets to symbolise later, never [unknown].
     frames = {frame for line in lines for frame in line.frames}
@@ -142,3 +169,45 @@ def test_attached_with_the_options_is_named(jitprof, tmp_path, background, name)
         assert named_js_share(lines) >= 0.9, sorted(lines, key=lambda line: -line.count)[:5]
     finally:
         stop(process)
+
+
+def test_another_user_s_bun_is_placed_by_its_own_bun(jitprof, tmp_path, background):
+    """A bun run by nobody with its jitdump options, attached: its functions'
+    scripts and lines come from nobody's own bun transpiling nobody's scripts
+    as nobody (a TypeScript module whose copy has no types, a CommonJS script
+    whose copy is indented in its wrapper), and that transpiler is gone after."""
+    directory = Path(tempfile.mkdtemp(prefix="jitprof-bun-"))
+    try:
+        os.chmod(directory, 0o755)
+        shutil.copy(binary("bun"), directory / "bun")
+        for script in ("main.cjs", "spin.ts"):
+            shutil.copy(BUN_APP / script, directory / script)
+        for path in [directory, *directory.iterdir()]:
+            os.chown(path, NOBODY, NOBODY)
+        process = background(
+            str(directory / "bun"), "main.cjs", "60", user=NOBODY, group=NOBODY, extra_groups=[], cwd=directory,
+            env={"PATH": "/usr/bin:/bin", **USER_OPTIONS["bun"]}, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert process.stdout.readline().strip() == "ready"
+            run = jitprof("--pid", str(process.pid), "-d", "3", "-o", "out.folded")
+            transpilers = [path for path in Path("/proc").glob("[0-9]*/cmdline") if b"transpile.js" in read_or_empty(path)]
+        finally:
+            stop(process)
+        assert run.returncode == 0, run.stderr
+        assert "warning" not in run.stderr and "note" not in run.stderr, run.stderr
+        lines = read_folded(tmp_path / "out.folded")
+        top = sorted(lines, key=lambda line: -line.count)[:5]
+        frames = {frame for line in lines for frame in line.frames}
+        assert {"spin spin.ts:9_[j]", "round main.cjs:7_[j]"} <= frames, top
+        assert placed_share(lines) >= 0.9, top
+        assert transpilers == []
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""

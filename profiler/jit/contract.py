@@ -2,7 +2,7 @@
 in a process, what it is given when jitprof spawns a command, how the names
 it gives its JIT code read as frames, what a store calls it, and what to tell
 its user. Each runtime's record is in its own module (jit/v8/runtime.py,
-jit/jvm/runtime.py, jit/deno.py, jit/bun.py, jit/moarvm.py, jit/cpython.py,
+jit/jvm/runtime.py, jit/deno.py, jit/bun/runtime.py, jit/moarvm.py, jit/cpython.py,
 jit/dotnet.py) and jit/runtimes.py lists them: adding a runtime touches its
 module and that list.
 """
@@ -90,6 +90,10 @@ class Runtime:
     spawn_environment: Callable[[dict[str, str], Path | None, Sequence[str]], dict[str, str]] | None = None
     # Its form of JIT code names (perf maps, jitdumps) as a frame; None: not its form.
     frame_for_name: Callable[[str], Frame | None] | None = None
+    # For names of its form that carry no script: the frame of a name (as
+    # written) given its function's script and line, found in the live process
+    # (pid, name, frame); the frame as it was when they are not found.
+    place_frame: Callable[[int, str, Frame], Frame] | None = None
     # Names written by this runtime are only ever in its own form.
     own_names_only: bool = False
     # Given V8's flags, it writes V8's logs into its working directory

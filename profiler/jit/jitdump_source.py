@@ -13,8 +13,10 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from profiler.jit.contract import Runtime
 from profiler.jit.jitdump import CodeLoad, JitdumpFile
 from profiler.jit.jitdump_files import mapped_dumps, remove_jitdumps
 from profiler.jit.names import frame_for_name
@@ -32,6 +34,7 @@ MAX_DUMPS_PER_PROCESS = 64  # JavaScriptCore writes one per thread that compiles
 class _ProcessDumps:
     pid: int
     owner_uid: int | None
+    runtime: Runtime | None = None
     dumps: list[JitdumpFile] = field(default_factory=list)
     identities: set[tuple[int, int]] = field(default_factory=set)
     refused: str = ""
@@ -54,20 +57,25 @@ class JitdumpReport:
 class JitdumpSymbols(JitSymbolSource):
     """A JIT expander for the symbolizer thread (see symbolizer.JitExpander)."""
 
-    def __init__(self, default_owner_uid: int | None = None) -> None:
+    def __init__(self, default_owner_uid: int | None = None, runtime_of: Callable[[int], Runtime | None] | None = None) -> None:
         self._default_owner_uid = default_owner_uid
+        self._runtime_of = runtime_of  # which runtime a live process runs: its functions' places
         self._lock = threading.Lock()
         self._processes: dict[int, _ProcessDumps] = {}
         self._frames: dict[tuple[int, int, int, int], Frame] = {}  # (pid, dump, load sequence, line address)
 
     def watch(self, pid: int) -> None:
-        self._state(pid)
+        state = self._state(pid)
+        if self._runtime_of is not None:  # it may have exec'd another runtime
+            state.runtime = self._runtime_of(pid) or state.runtime
 
     def _state(self, pid: int) -> _ProcessDumps:
         with self._lock:
             state = self._processes.get(pid)
             if state is None:
-                state = self._processes[pid] = _ProcessDumps(pid, process_uid(pid, self._default_owner_uid))
+                # Its runtime, while it lives: its frames may be named after it is gone.
+                runtime = self._runtime_of(pid) if self._runtime_of is not None else None
+                state = self._processes[pid] = _ProcessDumps(pid, process_uid(pid, self._default_owner_uid), runtime)
             return state
 
     def expand(self, pid: int, time_ns: int, address: int, caller: bool = False) -> tuple[Frame, ...] | None:
@@ -124,6 +132,11 @@ class JitdumpSymbols(JitSymbolSource):
         frame = self._frames.get(key)
         if frame is None:
             frame = frame_for_name(load.name)
+            with self._lock:
+                state = self._processes.get(pid)
+            runtime = state.runtime if state is not None and not frame.file else None
+            if runtime is not None and runtime.place_frame is not None:
+                frame = runtime.place_frame(pid, load.name, frame)
             if line is not None and line.line > 0:
                 frame = Frame(
                     frame.name,

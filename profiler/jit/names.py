@@ -5,7 +5,7 @@ understood; any other name is shown as written.
 
 from __future__ import annotations
 
-from profiler.jit.bun import BUN
+from profiler.jit.bun.runtime import BUN
 from profiler.jit.contract import Runtime
 from profiler.jit.cpython import PYTHON
 from profiler.jit.v8.runtime import NODE

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from profiler.jit.bun import BUN
+from profiler.jit.bun.runtime import BUN
 from profiler.jit.contract import Runtime
 from profiler.jit.cpython import PYTHON
 from profiler.jit.deno import DENO

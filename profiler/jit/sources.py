@@ -43,7 +43,7 @@ class JitSources:
         # ask_processes: --all does not make every JVM on the machine write
         # files; kernel: the BPF program's maps (None: V8's objects are not read).
         self.perf_maps = PerfMapSymbols(default_owner_uid=owner_uid)
-        self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid)
+        self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid, runtime_of=runtimes.runtime_of)
         settings = SourceSettings(owner_uid, expand_inlining, janitor, ask_processes, kernel, self.perf_maps, runtimes.runtime_of)
         own = [source for runtime in runtimes.RUNTIMES if runtime.symbol_sources for source in runtime.symbol_sources(settings)]
         self._sources: list[JitSymbolSource] = [*own, self.jitdumps, self.perf_maps]

@@ -7,7 +7,7 @@ import mmap
 import os
 
 from profiler.jit import deno
-from profiler.jit.bun import BUN, frame_for_jsc_name
+from profiler.jit.bun.runtime import BUN, frame_for_jsc_name
 from profiler.jit.jitdump_files import maps_a_jitdump, remove_jitdumps
 from profiler.jit.names import frame_for_name
 from profiler.jit.runtimes import DENO, NODE, inject_environment

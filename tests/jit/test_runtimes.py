@@ -131,7 +131,15 @@ def test_each_runtime_brings_its_own_sources_and_the_generic_ones_come_last():
 
     spawned = JitSources(None, True, JitFileJanitor())
     names = [type(source).__name__ for source in spawned.symbol_sources()]
-    assert names == ["V8HeapSymbols", "V8LogSymbols", "HotSpotStructures", "JvmPerfMaps", "JitdumpSymbols", "PerfMapSymbols"]
+    assert names == [
+        "V8HeapSymbols",
+        "V8LogSymbols",
+        "BunPlaceNotes",
+        "HotSpotStructures",
+        "JvmPerfMaps",
+        "JitdumpSymbols",
+        "PerfMapSymbols",
+    ]
     whole_machine = JitSources(None, True, JitFileJanitor(), ask_processes=False)
     whole_names = [type(source).__name__ for source in whole_machine.symbol_sources()]
     assert "HotSpotStructures" in whole_names and "JvmPerfMaps" not in whole_names  # JVMs are read, never asked

@@ -4,10 +4,21 @@ or environment: a planted package, sitecustomize or startup file stays inert."""
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from profiler.native import elf, library, unwind_rows
 from profiler.safety import processes
+from profiler.safety.processes import run_as_user
 from tests.native.test_unwind_tables import make_store, wait_for
+
+
+def read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
 
 PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('ran')\n"
 
@@ -86,3 +97,21 @@ def test_relative_path_entries_are_dropped(tmp_path, monkeypatch):
         assert "command not found" in str(error)
     else:
         raise AssertionError("a relative PATH entry was searched")
+
+
+def test_a_user_s_program_is_cut_at_its_output_cap_and_its_deadline(tmp_path):
+    """A helper running another user's program (bun's transpiler) reads at
+    most max_output bytes and waits at most the deadline, then kills the
+    program and everything it started."""
+    endless = run_as_user(["/usr/bin/yes"], os.geteuid(), os.getegid(), max_output=1 << 20, deadline_s=10)
+    assert endless.returncode is None and "over 1 MiB" in endless.overrun and len(endless.output) <= 1 << 20
+    marker = tmp_path / "child"
+    # The program's own child holds the output open and outlives it, unless its group is killed.
+    script = f"(sleep 30; touch {marker}) & echo started; exec sleep 30"
+    started = time.monotonic()
+    slow = run_as_user(["/bin/sh", "-c", script], os.geteuid(), os.getegid(), max_output=1 << 20, deadline_s=0.5)
+    assert slow.returncode is None and "over 0.5 s" in slow.overrun and slow.output == b"started\n"
+    assert time.monotonic() - started < 10
+    assert not [path for path in Path("/proc").glob("[0-9]*/cmdline") if str(marker).encode() in read_or_empty(path)]
+    quick = run_as_user(["/bin/sh", "-c", "echo $PWD $HOME; exit 3"], os.geteuid(), os.getegid(), 1 << 20, 10)
+    assert (quick.returncode, quick.output, quick.overrun) == (3, b"/ /nonexistent\n", "")

@@ -6,8 +6,9 @@ jitdump, mapped so that profilers find it, into BUN_JSC_jitDumpDirectory
 start). Spawned, bun is given both, the directory being /tmp (always there,
 even for a process that outlives the run), and the run removes the dumps.
 JavaScriptCore names a function's code `JSC-<tier>: <name>#<hash>`, the hash
-being of the function's source: the name and tier are shown; JavaScriptCore
-1.4's dump carries no script or line (its debug-info option writes nothing).
+being of the function's source: the name and tier are shown, and the script
+and line found from the hash (jit/bun/functions.py); JavaScriptCore 1.4's dump
+carries no script or line itself (its debug-info option writes nothing).
 Unknown BUN_JSC_ variables make bun refuse to start: only these two are set.
 """
 
@@ -17,10 +18,12 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from profiler.jit.bun.functions import BunFunctions
 from profiler.jit.contract import Runtime
 from profiler.jit.jitdump_files import SPAWNED_DUMP_DIRECTORY, maps_a_jitdump
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.kernel.proc_status import executable_name
 from profiler.model.profile import Frame, FrameKind
 
 JIT_DUMP = "BUN_JSC_useJITDump"
@@ -60,6 +63,24 @@ def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) ->
     return [f"jitprof: warning: bun (pid {pid}) writes no jitdump, so its JavaScript frames will show as addresses; {FIX}"]
 
 
+_FUNCTIONS = BunFunctions()
+
+
+class BunPlaceNotes(JitSymbolSource):
+    """Has a followed bun's scripts transpiled at once, while it lives, and
+    says at the end of a run which processes' functions could not be placed."""
+
+    def watch(self, pid: int) -> None:
+        if BUN.executable(executable_name(pid)):
+            _FUNCTIONS.prepare(pid)
+
+    def warnings(self) -> list[str]:
+        return [
+            f"jitprof: note: bun (pid {pid}): {problem}, so its JavaScript frames are named without their scripts and lines"
+            for pid, problem in _FUNCTIONS.problems().items()
+        ]
+
+
 BUN = Runtime(
     "Bun",
     FIX,
@@ -67,6 +88,8 @@ BUN = Runtime(
     executable=lambda name: name == "bun",
     spawn_environment=_spawn_environment,
     frame_for_name=frame_for_jsc_name,
+    place_frame=_FUNCTIONS.place_frame,
+    symbol_sources=lambda _settings: [BunPlaceNotes()],
     own_names_only=True,
     attach_notes=_attach_notes,
 )

@@ -1,0 +1,203 @@
+"""Bun's functions placed from the hash JavaScriptCore names them with: the
+hash, the scan of a transpiled script, the pairing of its definitions with
+the file's, and a live bun's scripts transpiled by its own bun.
+
+The texts and hashes are Bun 1.4.4's: the runtime copies as its transpiler
+prints them, the hashes from its jitdumps of these very scripts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from profiler.jit.bun.functions import (
+    MODULE_CODE,
+    BunFunctions,
+    FunctionPlace,
+    _place_in,
+    _Script,
+    code_block_hash,
+    indented,
+    scan_functions,
+)
+from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.model.profile import Frame, FrameKind
+
+ROOT = Path(__file__).resolve().parents[2]
+BUN = ROOT / ".nodes" / "runtimes" / "node_modules" / "@oven" / "bun-linux-x64" / "bin" / "bun"
+APP = ROOT / "fixtures" / "js" / "bun_app"
+
+SPIN_TS = (APP / "spin.ts").read_text()
+SPIN_COPY = (
+    "const banner = `spin:\n  a line the wrapper does not indent`;\n"
+    "export function spin(count, label) {\n"
+    "  const tally = { value: label.length };\n"
+    "  for (let i = 0;i < count; i++)\n"
+    "    tally.value = (tally.value * 17 + i) % 65521;\n"
+    "  return tally.value + 42;\n"
+    "}\n"
+)
+MAIN_CJS = (APP / "main.cjs").read_text()
+MAIN_COPY = (
+    'const { spin } = require("./spin.ts");\n'
+    "function round(count) {\n"
+    "  let total = 0;\n"
+    "  for (let i = 0;i < 5; i++)\n"
+    "    total += spin(count, `round ${i}`);\n"
+    "  return total;\n"
+    "}\n"
+    "const end = Date.now() + Number(process.argv[2] || 3) * 1000;\n"
+    'console.log("ready");\n'
+    "let sink = 0;\n"
+    "while (Date.now() < end)\n"
+    "  sink += round(3000);\n"
+    'console.log(sink !== 0 ? "done" : "");\n'
+)
+# From the jitdump of `bun main.cjs`: spin#Bts0Fq, round#BtfhRm, and the
+# CommonJS wrapper's top-level code, #BsP6Ir.
+SPIN_HASH, ROUND_HASH, MAIN_HASH = "Bts0Fq", "BtfhRm", "BsP6Ir"
+
+
+def scripts() -> list[_Script]:
+    return [_Script("/app/spin.ts", SPIN_TS, SPIN_COPY), _Script("/app/main.cjs", MAIN_CJS, MAIN_COPY)]
+
+
+def test_the_hash_is_javascriptcores():
+    # `(0, eval)("function hotx(n){...}")`: bun's jitdump named it hotx#AxlRGa.
+    text = "(n){let v=0;for(let i=0;i<n;i++)v=(v*31+i)|0;return v}"
+    assert code_block_hash(text) == "AxlRGa"
+    assert code_block_hash(text, constructor=True) == "AxlRGb"  # the low bit flipped
+
+
+def test_a_typescript_module_s_function_is_placed_at_its_line_in_the_file():
+    # The copy has no types and `banner.length` inlined: only bun's own transpiler gives that text.
+    place = _place_in(scripts(), "spin", SPIN_HASH)
+    line = SPIN_TS.splitlines().index("export function spin(count: number, label: string): number {") + 1
+    assert place == FunctionPlace("/app/spin.ts", line, len("export function spin("))
+
+
+def test_a_function_javascriptcore_did_not_name_is_named_by_the_copy():
+    # Compiled off the main thread, a function can be `<name not materialized>#Bts0Fq`.
+    place = _place_in(scripts(), "<name not materialized>", SPIN_HASH)
+    assert place == FunctionPlace("/app/spin.ts", 9, len("export function spin("), name="spin")
+    # A truly anonymous function stays anonymous: its script only.
+    assert _place_in(scripts(), "", ROUND_HASH) == FunctionPlace("/app/main.cjs", 0, 0)
+
+
+def test_a_commonjs_script_s_copy_is_indented_in_its_wrapper():
+    assert _place_in(scripts(), "round", ROUND_HASH) == FunctionPlace("/app/main.cjs", 7, len("function round("))
+    # Its top-level code: the wrapper function around it all, template literals not indented.
+    assert _place_in(scripts(), "", MAIN_HASH) == FunctionPlace("/app/main.cjs", 1, 1, module_code=True)
+    assert MODULE_CODE in scripts()[1].functions_hashed()[MAIN_HASH]
+
+
+def test_an_es_module_s_top_level_code_is_named_by_its_script():
+    functions = BunFunctions()
+    assert functions.place(os.getpid(), "JSC-FTL: /srv/app/main.mjs#AUpZ21") == FunctionPlace(
+        "/srv/app/main.mjs", 1, 1, module_code=True
+    )
+
+
+def test_frames_read_as_node_s():
+    functions = BunFunctions()
+    jsc = Frame("spin", JIT_MODULE, FrameKind.JIT, tier="ftl")
+    module = Frame("/srv/app/main.mjs", JIT_MODULE, FrameKind.JIT, tier="dfg")
+    assert functions.place_frame(os.getpid(), "JSC-DFG: /srv/app/main.mjs#AUpZ21", module).name == "(anonymous) main.mjs:1"
+    # Not a bun process: nothing transpiled, the frame as it was.
+    assert functions.place_frame(os.getpid(), f"JSC-FTL: spin#{SPIN_HASH}", jsc) == jsc
+
+
+def test_the_same_text_in_two_scripts_is_unplaced_and_twice_in_one_gives_its_script_only():
+    twin = _Script("/app/other.ts", SPIN_TS, SPIN_COPY)
+    assert _place_in([*scripts(), twin], "spin", SPIN_HASH) is None
+    doubled = _Script("/app/spin.ts", SPIN_TS + "\n" + SPIN_TS, SPIN_COPY + SPIN_COPY)
+    assert _place_in([doubled], "spin", SPIN_HASH) == FunctionPlace("/app/spin.ts", 0, 0)
+
+
+def test_definitions_that_do_not_line_up_give_no_line():
+    # A definition in a comment the copy dropped: the file has one more `round`.
+    commented = "// was: function round(n) { return n; }\n" + MAIN_CJS
+    assert _place_in([_Script("/app/main.cjs", commented, MAIN_COPY)], "round", ROUND_HASH) == FunctionPlace(
+        "/app/main.cjs", 0, 0
+    )
+    # Paired definitions that begin differently (one missed, another taken): no line either.
+    renamed = MAIN_CJS.replace("function round(count)", "function round(total)")
+    assert _place_in([_Script("/app/main.cjs", renamed, MAIN_COPY)], "round", ROUND_HASH) == FunctionPlace("/app/main.cjs", 0, 0)
+
+
+def test_the_scan_finds_functions_and_skips_statements_strings_and_comments():
+    text = (
+        'function a(x) { if (x) { return "}"; } }\n'
+        "const b = (y) => { return `${ {k: y}.k } }`; };\n"
+        "class C { m(z) { for (;;) { break; } } }\n"
+        "// function fake() { }\n"
+        "/* (w) { } */\n"
+        "const e = q => q;\n"
+    )
+    spans = [text[start:end] for start, end in scan_functions(text).spans]
+    assert spans == [
+        '(x) { if (x) { return "}"; } }',
+        "(y) => { return `${ {k: y}.k } }`; }",
+        "(z) { for (;;) { break; } }",
+    ]
+
+
+def test_a_template_literal_s_text_is_not_indented():
+    text = "(a) {\n  return `x\ny${a}\nz`;\n}"
+    scanned = scan_functions(text)
+    assert indented(text, 0, len(text), scanned.template_text) == "(a) {\n    return `x\ny${a}\nz`;\n  }"
+
+
+@pytest.mark.skipif(not BUN.exists(), reason="bun is installed by make test's set-up")
+def test_a_live_bun_s_scripts_are_transpiled_by_its_own_bun(tmp_path):
+    for name in ("main.cjs", "spin.ts"):
+        shutil.copy(APP / name, tmp_path / name)
+    process = subprocess.Popen([str(BUN), "main.cjs", "30"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        functions = BunFunctions()
+        spin = functions.place(process.pid, f"JSC-FTL: spin#{SPIN_HASH}")
+        assert spin == FunctionPlace(str(tmp_path / "spin.ts"), 9, len("export function spin("))
+        frame = functions.place_frame(process.pid, f"JSC-DFG: round#{ROUND_HASH}", Frame("round", JIT_MODULE, FrameKind.JIT))
+        assert (frame.name, frame.file, frame.line) == ("round main.cjs:7", str(tmp_path / "main.cjs"), 7)
+        assert functions.problems() == {}
+    finally:
+        process.kill()
+        process.wait()
+        process.stdout.close()
+
+
+def test_deeply_nested_functions_are_hashed_innermost_first_within_a_budget():
+    """3,000 nested arrows would hash 40 MB for a 27 kB script: the innermost
+    are hashed, the outer ones left unplaced once the budget is spent."""
+    depth = 3000
+    copy = "(a) => {" * depth + "}" * depth
+    script = _Script("/app/nested.js", copy, copy)
+    hashed = script.functions_hashed()
+    starts = {start for found in hashed.values() for start in found}
+    innermost = (depth - 1) * len("(a) => {")
+    assert innermost in starts and 0 not in starts and len(starts) < depth / 2
+
+
+def test_a_process_whose_bun_cannot_transpile_is_unplaced_and_said(tmp_path):
+    """A process called bun that is not one (a shell renamed): its "bun"
+    fails to transpile, its names stay as they were, and why is kept to say."""
+    impostor = tmp_path / "bun"
+    shutil.copy("/bin/sh", impostor)
+    process = subprocess.Popen(
+        [str(impostor), "-c", "echo ready; sleep 30", "app.js"], cwd=tmp_path, stdout=subprocess.PIPE, process_group=0
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        functions = BunFunctions()
+        assert functions.place(process.pid, f"JSC-FTL: spin#{SPIN_HASH}") is None
+        assert "could not be transpiled (bun exited with" in functions.problems()[process.pid]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        process.stdout.close()
