@@ -67,16 +67,18 @@ def named_js_share(lines: list[FoldedLine], functions: set[str] | None = None) -
     return named / total(lines)
 
 
-def placed_share(lines: list[FoldedLine]) -> float:
+def placed_share(lines: list[FoldedLine], line_needed: bool = True) -> float:
     """Of the samples whose innermost JS frame is a named function (not a
-    runtime stub), the share whose frame carries its script and line."""
+    runtime stub), the share whose frame carries its script and line (or its
+    script at least)."""
     named = placed = 0
     for line in lines:
         frame = innermost_js(line.frames)
         if frame is None or frame.startswith("["):
             continue
         named += line.count
-        placed += line.count if re.search(r" [\w.-]+\.(?:mjs|cjs|ts):\d+_\[j\]$", frame) else 0
+        pattern = r" [\w.-]+\.(?:mjs|cjs|ts):\d+_\[j\]$" if line_needed else r" [\w.-]+\.(?:mjs|cjs|ts)(?::\d+)?_\[j\]$"
+        placed += line.count if re.search(pattern, frame) else 0
     return placed / max(named, 1)
 
 
@@ -211,3 +213,28 @@ def read_or_empty(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def test_bun_test_s_own_test_files_are_placed(jitprof, tmp_path):
+    """`jitprof -- bun test`: the test files bun finds itself are searched too."""
+    shutil.copy(BUN_APP / "fib.test.ts", tmp_path / "fib.test.ts")
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_"))}
+    run = jitprof("-F", "499", "-o", "out.folded", "--", str(binary("bun")), "test", env=environment)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    frames = {frame for line in lines for frame in line.frames}
+    top = sorted(lines, key=lambda line: -line.count)[:5]
+    assert "fib fib.test.ts:4_[j]" in frames, top
+    # The test's own arrow function has no name to pair with the file's: its script only.
+    assert placed_share(lines, line_needed=False) >= 0.9, top
+
+
+def test_a_short_bun_program_is_placed_though_gone_before_it_is_named(jitprof, tmp_path):
+    """Half a second of work: bun is gone before the symbolizer names its
+    frames, so its scripts are transpiled as it is followed, not when asked."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_"))}
+    run = jitprof("-F", "499", "-o", "out.folded", "--", str(binary("bun")), str(BUN_APP / "main.cjs"), "0.5", env=environment)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    frames = {frame for line in lines for frame in line.frames}
+    assert {"spin spin.ts:9_[j]", "round main.cjs:7_[j]"} <= frames, sorted(lines, key=lambda line: -line.count)[:5]

@@ -7,6 +7,7 @@ prints them, the hashes from its jitdumps of these very scripts."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import pytest
 
 from profiler.jit.bun.functions import (
     MODULE_CODE,
+    TRANSPILER,
     BunFunctions,
     FunctionPlace,
     _place_in,
@@ -27,6 +29,7 @@ from profiler.jit.bun.functions import (
 )
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
+from profiler.safety.processes import run_as_user
 
 ROOT = Path(__file__).resolve().parents[2]
 BUN = ROOT / ".nodes" / "runtimes" / "node_modules" / "@oven" / "bun-linux-x64" / "bin" / "bun"
@@ -201,3 +204,24 @@ def test_a_process_whose_bun_cannot_transpile_is_unplaced_and_said(tmp_path):
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         process.stdout.close()
+
+
+@pytest.mark.skipif(not BUN.exists(), reason="bun is installed by make test's set-up")
+def test_the_transpiler_finds_what_bun_would_run(tmp_path):
+    """An entry point without its extension (`bun run main`), what it imports,
+    and `bun test`'s test files (not a package's), as bun finds them."""
+    for name in ("main.cjs", "spin.ts", "fib.test.ts"):
+        shutil.copy(APP / name, tmp_path / name)
+    (tmp_path / "node_modules" / "lib").mkdir(parents=True)
+    (tmp_path / "node_modules" / "lib" / "its.test.ts").write_text("export const x = 1;\n")
+
+    def found(*arguments: str) -> list[str]:
+        run = run_as_user(
+            [str(BUN), str(TRANSPILER), "10", str(1 << 20), str(tmp_path), *arguments], os.geteuid(), os.getegid(), 1 << 24, 30
+        )
+        assert run.returncode == 0, run
+        return sorted(Path(script["path"]).name for script in json.loads(run.output)["scripts"])
+
+    assert found("run", "main", "3") == ["main.cjs", "spin.ts"]
+    assert found("test") == ["fib.test.ts"]
+    assert found("--smol", "./spin.ts", "data.json") == ["spin.ts"]

@@ -9,8 +9,8 @@ copy of the script, not the file: bun transpiles every script it loads
 copy is indented inside its wrapper (whose own code, the module's top-level
 code, is hashed whole). Bun's own transpiler (Bun.Transpiler, target bun,
 inlining) makes that copy again: transpile.js, run with the process's own
-bun as the process's user, for the scripts its command line names and those
-they import. Every function in the copies is hashed; a name is placed only
+bun as the process's user, for the scripts its command line names (`bun
+test`'s test files) and those they import. Every function in the copies is hashed; a name is placed only
 when its hash is found in one script, and given a line only where the file's
 definitions of that name line up one to one with the copy's. An ES module's
 top-level code is named by its script's path.
@@ -49,7 +49,7 @@ HASHED_PER_BYTE = 16  # how many times its size a script's functions may hash to
 COMMONJS_PARAMETERS = "(exports, require, module, __filename, __dirname)"
 NAME_NOT_MATERIALIZED = "<name not materialized>"
 MODULE_CODE = -1  # where a script's top-level code "begins", among its functions
-SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")
+SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")  # an ES module's code is named by its path
 _ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 _JSC_JS_NAME = re.compile(r"^JSC-(?:Baseline|DFG|FTL|DFGOSREntry): (.*)#([0-9A-Za-z]{6})$", re.DOTALL)
 _NOT_FUNCTIONS = frozenset({"if", "for", "while", "switch", "catch", "with", "return", "typeof", "await", "yield"})
@@ -398,7 +398,8 @@ class BunFunctions:
             binary = os.stat(f"/proc/{pid}/exe")
         except OSError:
             return [], ""
-        command = (binary.st_dev, binary.st_ino, binary.st_mtime_ns, process_uid(pid), *scripts_on_command_line(pid))
+        directory, arguments = command_of(pid) or ("", [])
+        command = (binary.st_dev, binary.st_ino, binary.st_mtime_ns, process_uid(pid), directory, *arguments)
         now = time.monotonic()
         with self._lock:
             known = self._by_command.get(command)
@@ -449,28 +450,28 @@ def _place_in(scripts: list[_Script], function: str, hashed: str) -> FunctionPla
     return FunctionPlace(script.path, line, column, name=named)
 
 
-def scripts_on_command_line(pid: int) -> list[str]:
-    """The scripts a bun process was started with, as absolute paths (from its working directory)."""
+def command_of(pid: int) -> tuple[str, list[str]] | None:
+    """A live process's working directory and its arguments (after its executable)."""
     try:
         directory = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
-        return []
-    arguments = command_line(pid)[1:]
-    return [os.path.join(directory, argument) for argument in arguments if argument.endswith(SCRIPT_SUFFIXES)]
+        return None
+    arguments = command_line(pid)
+    return (directory, arguments[1:]) if arguments else None
 
 
 def transpiled_scripts(pid: int) -> tuple[list[_Script], str]:
     """A live bun process's scripts and their runtime copies, made by its own
     bun as its own user (what it reads, that user could read): nothing of the
     process is touched, and what comes back is checked as the target's words."""
-    scripts = scripts_on_command_line(pid)
+    command = command_of(pid)
     uid_words, gid_words = status_field(pid, "Uid:"), status_field(pid, "Gid:")
-    if not scripts or uid_words is None or gid_words is None or len(uid_words) < 2 or len(gid_words) < 2:
+    if command is None or uid_words is None or gid_words is None or len(uid_words) < 2 or len(gid_words) < 2:
         return [], ""
     try:
         # /proc/PID/exe: the very binary the process runs, whatever its path now names.
         run = run_as_user(
-            [f"/proc/{pid}/exe", str(TRANSPILER), str(MAX_SCRIPTS), str(MAX_SCRIPT_BYTES), *scripts],
+            [f"/proc/{pid}/exe", str(TRANSPILER), str(MAX_SCRIPTS), str(MAX_SCRIPT_BYTES), command[0], *command[1]],
             int(uid_words[1]), int(gid_words[1]), MAX_OUTPUT_BYTES, TRANSPILE_DEADLINE_S,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError, ValueError) as error:

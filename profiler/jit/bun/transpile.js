@@ -1,10 +1,13 @@
-// Run by jitprof with a process's own bun, as that process's user: for each
-// script named (and the scripts they import, found the way bun finds them),
-// its text and bun's runtime copy of it (what JavaScriptCore compiles and
+// Run by jitprof with a process's own bun, as that process's user: the
+// scripts that process runs (those its arguments name, `bun test`'s test
+// files, and what they import, found the way bun finds them), each with its
+// text and bun's runtime copy of it (what JavaScriptCore compiles and
 // hashes). Nothing is run or written. Prints one JSON document.
-// Usage: bun transpile.js MAX_SCRIPTS MAX_BYTES script...
-const [maxScripts, maxBytes, ...named] = process.argv.slice(2);
+// Usage: bun transpile.js MAX_SCRIPTS MAX_BYTES DIRECTORY ARGUMENT...
+// (the process's working directory and its arguments after bun's path)
+const [maxScripts, maxBytes, directory, ...commandLine] = process.argv.slice(2);
 const LOADERS = { js: "js", mjs: "js", cjs: "js", jsx: "jsx", ts: "ts", mts: "ts", cts: "ts", tsx: "tsx" };
+const TEST_FILES = "**/*{.test,_test,.spec,_spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}";
 const transpilers = {};
 const scripts = [];
 const problems = [];
@@ -24,7 +27,27 @@ function loaderOf(path) {
   return LOADERS[extension];
 }
 
-named.forEach(enqueue);
+function resolved(specifier, from) {
+  try {
+    const path = Bun.resolveSync(specifier, from);
+    return path.startsWith("/") ? path : undefined; // not bun's own modules ("node:fs")
+  } catch {
+    return undefined; // not a file bun would find: not loaded either
+  }
+}
+
+// What the arguments name: `bun app.ts`, `bun run app`, `bun ./src/index`.
+for (const argument of commandLine) {
+  if (argument.startsWith("-")) continue;
+  const path = resolved(argument.startsWith("/") ? argument : `./${argument}`, directory);
+  if (path && loaderOf(path)) enqueue(path);
+}
+if (commandLine.find((argument) => !argument.startsWith("-")) === "test") {
+  for (const relative of new Bun.Glob(TEST_FILES).scanSync({ cwd: directory, onlyFiles: true })) {
+    if (queued.size >= Number(maxScripts)) break;
+    if (!relative.split("/").includes("node_modules")) enqueue(`${directory}/${relative}`);
+  }
+}
 while (queue.length > 0) {
   const path = queue.shift();
   const loader = loaderOf(path);
@@ -40,14 +63,10 @@ while (queue.length > 0) {
     const runtime = transpilers[loader].transformSync(original);
     bytes += original.length + runtime.length;
     scripts.push({ path, original, runtime });
-    const directory = path.slice(0, path.lastIndexOf("/")) || "/";
+    const importer = path.slice(0, path.lastIndexOf("/")) || "/";
     for (const imported of transpilers[loader].scanImports(original)) {
-      try {
-        const resolved = Bun.resolveSync(imported.path, directory);
-        if (resolved.startsWith("/")) enqueue(resolved); // not bun's own modules ("node:fs")
-      } catch {
-        // not a file bun would find: not loaded either
-      }
+      const found = resolved(imported.path, importer);
+      if (found) enqueue(found);
     }
   } catch (error) {
     problems.push(`${path}: ${error?.message ?? error}`);
