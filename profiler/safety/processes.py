@@ -14,6 +14,7 @@ import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -50,16 +51,36 @@ class BoundedRun:
     overrun: str = ""
 
 
-def run_as_user(command: list[str], uid: int, gid: int, max_output: int, deadline_s: float) -> BoundedRun:
+def run_as_user(
+    command: list[str],
+    uid: int,
+    gid: int,
+    max_output: int,
+    deadline_s: float,
+    running: Callable[[int | None], None] | None = None,
+) -> BoundedRun:
     """Run a program as a user (from /, with the trusted environment, no
     input): its standard output up to max_output bytes, within deadline_s;
     killed, with all it started in its process group, past either. The
-    program is the user's own: what it can do, that user could."""
+    program is the user's own: what it can do, that user could. running is
+    told its process group while it runs (None once it is reaped), for a
+    caller that may have to stop it sooner."""
     as_user: dict = {} if uid == os.geteuid() else {"user": uid, "group": gid, "extra_groups": []}
     process = subprocess.Popen(
         command, cwd=TRUSTED_DIRECTORY, env={**trusted_environment(), "HOME": "/nonexistent", "NO_COLOR": "1"},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, process_group=0, **as_user,
     )  # fmt: skip
+    assert process.stdout is not None
+    if running is not None:
+        running(process.pid)
+    try:
+        return _bounded(process, max_output, deadline_s)
+    finally:
+        if running is not None:
+            running(None)
+
+
+def _bounded(process: subprocess.Popen, max_output: int, deadline_s: float) -> BoundedRun:
     assert process.stdout is not None
     chunks, size, overrun = [], 0, ""
     deadline = time.monotonic() + deadline_s

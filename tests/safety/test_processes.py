@@ -113,5 +113,7 @@ def test_a_user_s_program_is_cut_at_its_output_cap_and_its_deadline(tmp_path):
     assert slow.returncode is None and "over 0.5 s" in slow.overrun and slow.output == b"started\n"
     assert time.monotonic() - started < 10
     assert not [path for path in Path("/proc").glob("[0-9]*/cmdline") if str(marker).encode() in read_or_empty(path)]
-    quick = run_as_user(["/bin/sh", "-c", "echo $PWD $HOME; exit 3"], os.geteuid(), os.getegid(), 1 << 20, 10)
+    told: list[int | None] = []
+    quick = run_as_user(["/bin/sh", "-c", "echo $PWD $HOME; exit 3"], os.geteuid(), os.getegid(), 1 << 20, 10, told.append)
     assert (quick.returncode, quick.output, quick.overrun) == (3, b"/ /nonexistent\n", "")
+    assert len(told) == 2 and told[0] > 0 and told[1] is None  # its process group while it ran, then none

@@ -19,16 +19,19 @@ top-level code is named by its script's path.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import queue
 import re
+import signal
 import subprocess
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,6 +331,15 @@ class BunFunctions:
         self._by_command: OrderedDict[tuple, tuple[float, list[_Script], str]] = OrderedDict()
         self._queue: queue.SimpleQueue[tuple[int, _ProcessScripts]] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
+        self._transpiling: set[int] = set()  # the process groups of transpilers running now
+
+    def stop(self) -> None:
+        """The run is over: a transpiler still running is killed, not left behind."""
+        with self._lock:
+            groups = list(self._transpiling)
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
 
     def prepare(self, pid: int) -> None:
         """(As the run follows a bun process.) Transpile and index its scripts
@@ -405,7 +417,17 @@ class BunFunctions:
             known = self._by_command.get(command)
         if known is not None and now - known[0] < SHARED_FOR_S:
             return known[1], known[2]
-        scripts, problem = transpiled_scripts(pid)
+        started: list[int] = []
+
+        def running(group: int | None) -> None:
+            with self._lock:
+                if group is not None:
+                    started.append(group)
+                    self._transpiling.add(group)
+                elif started:
+                    self._transpiling.discard(started.pop())
+
+        scripts, problem = transpiled_scripts(pid, running)
         with self._lock:
             self._by_command[command] = (now, scripts, problem)
             while len(self._by_command) > MAX_PROCESSES:
@@ -460,7 +482,7 @@ def command_of(pid: int) -> tuple[str, list[str]] | None:
     return (directory, arguments[1:]) if arguments else None
 
 
-def transpiled_scripts(pid: int) -> tuple[list[_Script], str]:
+def transpiled_scripts(pid: int, running: Callable[[int | None], None] | None = None) -> tuple[list[_Script], str]:
     """A live bun process's scripts and their runtime copies, made by its own
     bun as its own user (what it reads, that user could read): nothing of the
     process is touched, and what comes back is checked as the target's words."""
@@ -472,7 +494,7 @@ def transpiled_scripts(pid: int) -> tuple[list[_Script], str]:
         # /proc/PID/exe: the very binary the process runs, whatever its path now names.
         run = run_as_user(
             [f"/proc/{pid}/exe", str(TRANSPILER), str(MAX_SCRIPTS), str(MAX_SCRIPT_BYTES), command[0], *command[1]],
-            int(uid_words[1]), int(gid_words[1]), MAX_OUTPUT_BYTES, TRANSPILE_DEADLINE_S,
+            int(uid_words[1]), int(gid_words[1]), MAX_OUTPUT_BYTES, TRANSPILE_DEADLINE_S, running,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         return [], f"its scripts could not be transpiled ({type(error).__name__})"

@@ -74,6 +74,9 @@ class BunPlaceNotes(JitSymbolSource):
         if BUN.executable(executable_name(pid)):
             _FUNCTIONS.prepare(pid)
 
+    def close(self) -> None:
+        _FUNCTIONS.stop()
+
     def warnings(self) -> list[str]:
         return [
             f"jitprof: note: bun (pid {pid}): {problem}, so its JavaScript frames are named without their scripts and lines"
