@@ -65,7 +65,8 @@ def bun_functions(workdir: Path, repeats: int) -> list[str]:
         f"Placed with script and line: {outcome['line']:,} ({outcome['line'] / count:.1%}); script only (the same text "
         f"twice in a script, or definitions that do not pair): {outcome['script']:,} ({outcome['script'] / count:.1%}); "
         f"not placed: {outcome['none']:,} (JavaScriptCore's own built-ins among them: `forEach`, `generatorResume`). "
-        f"Misplaced (the line does not define the name): {outcome['wrong']}. JavaScriptCore named "
+        f"Misplaced (the line does not name the function, or its column is not the parameters' `(`): "
+        f"{outcome['wrong']}. JavaScriptCore named "
         f"{outcome['unnamed']:,} of them `{NAME_NOT_MATERIALIZED}` (compiled off its main thread); "
         f"{outcome['named']:,} of those are named from bun's copy.",
         "",
@@ -121,7 +122,11 @@ def _outcome(names: list[str], places: list) -> dict[str, int]:
         matched = _JSC_JS_NAME.match(name)
         function = matched.group(1).strip() if matched else ""
         function = place.name or function
-        if function and not place.module_code and function not in lines[place.line - 1]:
+        text = lines[place.line - 1]
+        if place.module_code:
+            continue
+        # A named function's line names it; an anonymous one's column is its parameters' `(`.
+        if (function and function not in text) or text[place.column - 1 : place.column] != "(":
             outcome["wrong"] += 1
     return outcome
 

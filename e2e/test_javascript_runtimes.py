@@ -67,18 +67,16 @@ def named_js_share(lines: list[FoldedLine], functions: set[str] | None = None) -
     return named / total(lines)
 
 
-def placed_share(lines: list[FoldedLine], line_needed: bool = True) -> float:
+def placed_share(lines: list[FoldedLine]) -> float:
     """Of the samples whose innermost JS frame is a named function (not a
-    runtime stub), the share whose frame carries its script and line (or its
-    script at least)."""
+    runtime stub), the share whose frame carries its script and line."""
     named = placed = 0
     for line in lines:
         frame = innermost_js(line.frames)
         if frame is None or frame.startswith("["):
             continue
         named += line.count
-        pattern = r" [\w.-]+\.(?:mjs|cjs|ts):\d+_\[j\]$" if line_needed else r" [\w.-]+\.(?:mjs|cjs|ts)(?::\d+)?_\[j\]$"
-        placed += line.count if re.search(pattern, frame) else 0
+        placed += line.count if re.search(r" [\w.-]+\.(?:mjs|cjs|ts):\d+_\[j\]$", frame) else 0
     return placed / max(named, 1)
 
 
@@ -225,8 +223,7 @@ def test_bun_test_s_own_test_files_are_placed(jitprof, tmp_path):
     frames = {frame for line in lines for frame in line.frames}
     top = sorted(lines, key=lambda line: -line.count)[:5]
     assert "fib fib.test.ts:4_[j]" in frames, top
-    # The test's own arrow function has no name to pair with the file's: its script only.
-    assert placed_share(lines, line_needed=False) >= 0.9, top
+    assert placed_share(lines) >= 0.9, top
 
 
 def test_a_short_bun_program_is_placed_though_gone_before_it_is_named(jitprof, tmp_path):

@@ -25,6 +25,7 @@ from profiler.jit.bun.functions import (
     _Script,
     code_block_hash,
     indented,
+    placed_frame,
     scan_functions,
 )
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -61,9 +62,24 @@ MAIN_COPY = (
     "  sink += round(3000);\n"
     'console.log(sink !== 0 ? "done" : "");\n'
 )
+FIB_TEST = (APP / "fib.test.ts").read_text()
+FIB_COPY = (
+    'import { expect, test } from "bun:test";\n'
+    "function fib(n) {\n"
+    "  return n < 2 ? n : fib(n - 1) + fib(n - 2);\n"
+    "}\n"
+    'test("fib for two seconds", () => {\n'
+    "  let total = 0;\n"
+    "  const end = Date.now() + 2000;\n"
+    "  while (Date.now() < end)\n"
+    "    total += fib(20);\n"
+    "  expect(total).toBeGreaterThan(0);\n"
+    "});\n"
+)
 # From the jitdump of `bun main.cjs`: spin#Bts0Fq, round#BtfhRm, and the
-# CommonJS wrapper's top-level code, #BsP6Ir.
-SPIN_HASH, ROUND_HASH, MAIN_HASH = "Bts0Fq", "BtfhRm", "BsP6Ir"
+# CommonJS wrapper's top-level code, #BsP6Ir; of `bun test`: the test's
+# arrow function, #Cy3qZx.
+SPIN_HASH, ROUND_HASH, MAIN_HASH, ARROW_HASH = "Bts0Fq", "BtfhRm", "BsP6Ir", "Cy3qZx"
 
 
 def scripts() -> list[_Script]:
@@ -92,6 +108,18 @@ def test_a_function_javascriptcore_did_not_name_is_named_by_the_copy():
     assert _place_in(scripts(), "", ROUND_HASH) == FunctionPlace("/app/main.cjs", 0, 0)
 
 
+def test_an_anonymous_function_is_paired_by_its_order_between_named_ones():
+    fib = _Script("/app/fib.test.ts", FIB_TEST, FIB_COPY)
+    line = FIB_TEST.splitlines().index('test("fib for two seconds", () => {') + 1
+    assert _place_in([fib], "", ARROW_HASH) == FunctionPlace("/app/fib.test.ts", line, len('test("fib for two seconds", ('))
+    # A comment's arrow is not a function: the pairs stay, the line moves with the file.
+    commented = FIB_TEST.replace("test(", '// skipped: test("slow", () => { slow(); });\ntest(', 1)
+    assert _place_in([_Script("/app/fib.test.ts", commented, FIB_COPY)], "", ARROW_HASH).line == line + 1
+    # A type that reads as one more arrow in the file than in the copy (which drops types): no line.
+    typed = FIB_TEST.replace("test(", "const checks = new Map<string, (total: number) => { ok: boolean }>();\ntest(", 1)
+    assert _place_in([_Script("/app/fib.test.ts", typed, FIB_COPY)], "", ARROW_HASH) == FunctionPlace("/app/fib.test.ts", 0, 0)
+
+
 def test_a_commonjs_script_s_copy_is_indented_in_its_wrapper():
     assert _place_in(scripts(), "round", ROUND_HASH) == FunctionPlace("/app/main.cjs", 7, len("function round("))
     # Its top-level code: the wrapper function around it all, template literals not indented.
@@ -111,6 +139,11 @@ def test_frames_read_as_node_s():
     jsc = Frame("spin", JIT_MODULE, FrameKind.JIT, tier="ftl")
     module = Frame("/srv/app/main.mjs", JIT_MODULE, FrameKind.JIT, tier="dfg")
     assert functions.place_frame(os.getpid(), "JSC-DFG: /srv/app/main.mjs#AUpZ21", module).name == "(anonymous) main.mjs:1"
+    # An anonymous function keeps its hash until it has a line.
+    arrow = Frame(f"(anonymous)#{ARROW_HASH}", JIT_MODULE, FrameKind.JIT, tier="dfg")
+    fib = _Script("/app/fib.test.ts", FIB_TEST, FIB_COPY)
+    assert placed_frame(arrow, _place_in([fib], "", ARROW_HASH)).name == "(anonymous) fib.test.ts:8"
+    assert placed_frame(arrow, FunctionPlace("/app/fib.test.ts", 0, 0)).name == f"(anonymous)#{ARROW_HASH} fib.test.ts"
     # Not a bun process: nothing transpiled, the frame as it was.
     assert functions.place_frame(os.getpid(), f"JSC-FTL: spin#{SPIN_HASH}", jsc) == jsc
 

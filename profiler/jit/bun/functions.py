@@ -268,8 +268,32 @@ class _Script:
         # would shift the pairs: the paired ones must begin alike.
         if _first_parameter(self.runtime, start) != _first_parameter(self.original, at):
             return (0, 0)
-        line = bisect.bisect_right(index.line_starts, at)
-        return line, at - index.line_starts[line - 1] + 1
+        return self._line_and_column(at)
+
+    def unnamed_line_of(self, start: int) -> tuple[int, int]:
+        """The file's line and column of a function no pattern names (an arrow
+        passed as an argument, `obj.key = function`), paired by its order
+        among such functions between the two paired definitions around it,
+        when as many lie there in the file as in the copy and they begin alike;
+        else (0, 0)."""
+        index = self.index()
+        copy_starts = [anchor[0] for anchor in index.anchors]
+        after = bisect.bisect_left(copy_starts, start)
+        copy_low, file_low = index.anchors[after - 1] if after > 0 else (-1, -1)
+        copy_high, file_high = index.anchors[after] if after < len(index.anchors) else (len(self.runtime), len(self.original))
+        in_copy = _between(index.runtime_unnamed, copy_low, copy_high)
+        in_file = _between(index.original_unnamed, file_low, file_high)
+        if start not in in_copy or len(in_copy) != len(in_file):
+            return (0, 0)
+        at = in_file[in_copy.index(start)]
+        if _first_parameter(self.runtime, start) != _first_parameter(self.original, at):
+            return (0, 0)
+        return self._line_and_column(at)
+
+    def _line_and_column(self, at: int) -> tuple[int, int]:
+        line_starts = self.index().line_starts
+        line = bisect.bisect_right(line_starts, at)
+        return line, at - line_starts[line - 1] + 1
 
 
 @dataclass(frozen=True)
@@ -279,6 +303,15 @@ class _ScriptIndex:
     original_definitions: dict[str, list[int]]
     names_at: dict[int, list[str]]  # the copy's definitions by where they begin
     line_starts: list[int]  # the file's
+    # Definitions paired between the copy and the file (copy's start, file's),
+    # in order; and, in each, where the functions no pattern names begin.
+    anchors: list[tuple[int, int]]
+    runtime_unnamed: list[int]
+    original_unnamed: list[int]
+
+
+def _between(starts: list[int], low: int, high: int) -> list[int]:
+    return starts[bisect.bisect_right(starts, low) : bisect.bisect_left(starts, high)]
 
 
 def _index_script(original: str, runtime: str) -> _ScriptIndex:
@@ -306,7 +339,40 @@ def _index_script(original: str, runtime: str) -> _ScriptIndex:
         for at in starts:
             names_at.setdefault(at, []).append(name)
     line_starts = [0, *(match.end() for match in re.finditer("\n", original))]
-    return _ScriptIndex(hashes, runtime_definitions, definitions(original), names_at, line_starts)
+    original_definitions = definitions(original)
+    anchors = _anchors(runtime, original, runtime_definitions, original_definitions)
+    copy_named = set(names_at)
+    file_named = {at for starts in original_definitions.values() for at in starts}
+    return _ScriptIndex(
+        hashes,
+        runtime_definitions,
+        original_definitions,
+        names_at,
+        line_starts,
+        anchors,
+        [start for start, _end in scanned.spans if start not in copy_named],
+        [start for start, _end in scan_functions(original).spans if start not in file_named],
+    )
+
+
+def _anchors(
+    runtime: str, original: str, runtime_definitions: dict[str, list[int]], original_definitions: dict[str, list[int]]
+) -> list[tuple[int, int]]:
+    """The named definitions that pair one to one (as many of the name in
+    each text, beginning alike), in order; kept only while both texts' order
+    agrees, so that between two of them the same functions lie."""
+    pairs = sorted(
+        (copy_at, file_at)
+        for name, in_copy in runtime_definitions.items()
+        if len(in_copy) == len(original_definitions.get(name, []))
+        for copy_at, file_at in zip(in_copy, original_definitions[name], strict=True)
+        if _first_parameter(runtime, copy_at) == _first_parameter(original, file_at)
+    )
+    anchors: list[tuple[int, int]] = []
+    for copy_at, file_at in pairs:
+        if not anchors or file_at > anchors[-1][1]:
+            anchors.append((copy_at, file_at))
+    return anchors
 
 
 @dataclass
@@ -435,25 +501,30 @@ class BunFunctions:
         return scripts, problem
 
     def place_frame(self, pid: int, name: str, frame: Frame) -> Frame:
-        """A JS function's frame, shown as node's are (`leaf app.js:6`), with its script and line."""
-        place = self.place(pid, name)
-        if place is None:
-            return frame
-        # Top-level code is anonymous, as DevTools shows it.
-        function = "" if place.module_code else place.name or frame.name
-        return dataclasses.replace(
-            frame,
-            name=js_display(function, place.script, place.line),
-            file=place.script,
-            line=place.line,
-            column=place.column,
-            function_line=place.line,
-            function_column=place.column,
-        )
+        return placed_frame(frame, self.place(pid, name))
 
     def problems(self) -> dict[int, str]:
         with self._lock:
             return {pid: scripts.problem for (pid, _started), scripts in self._processes.items() if scripts.problem}
+
+
+def placed_frame(frame: Frame, place: FunctionPlace | None) -> Frame:
+    """A JS function's frame, shown as node's are (`leaf app.js:6`), with its script and line."""
+    if place is None:
+        return frame
+    # Top-level code is anonymous, as DevTools shows it; an anonymous
+    # function keeps its hash (all that tells it apart) until it has a line.
+    anonymous = frame.name.startswith("(anonymous)#") and place.line > 0
+    function = "" if place.module_code or anonymous else place.name or frame.name
+    return dataclasses.replace(
+        frame,
+        name=js_display(function, place.script, place.line),
+        file=place.script,
+        line=place.line,
+        column=place.column,
+        function_line=place.line,
+        function_column=place.column,
+    )
 
 
 def _place_in(scripts: list[_Script], function: str, hashed: str) -> FunctionPlace | None:
@@ -469,6 +540,8 @@ def _place_in(scripts: list[_Script], function: str, hashed: str) -> FunctionPla
     # `<name not materialized>`: the copy says which.
     named = script.name_at(start) if function == NAME_NOT_MATERIALIZED else ""
     line, column = script.line_of(named or function, start) if named or function else (0, 0)
+    if line == 0 and not script.name_at(start):
+        line, column = script.unnamed_line_of(start)  # a callback, or a name JavaScriptCore inferred
     return FunctionPlace(script.path, line, column, name=named)
 
 
