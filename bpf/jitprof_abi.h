@@ -137,6 +137,31 @@ struct unwind_row {
 #define HOTSPOT_FP_METHOD (-24)
 #define HOTSPOT_FP_BCP (-64)
 #define HOTSPOT_SLOTS_BYTES 64 /* read at fp - 64: the slots above */
+/* A HotSpot JVM whose compiled code keeps no frame pointer (run without
+ * -XX:+PreserveFramePointer), in the hotspot_code map: where its code heaps
+ * and their segment maps are, and where a code blob keeps its frame size,
+ * the offset from its code at which its frame is complete, and its code's
+ * start. The walker steps over a compiled frame by its size: the caller's
+ * return address and saved rbp are the frame's last two words. */
+#define HOTSPOT_CODE_HEAPS 3
+#define HOTSPOT_BLOB_HEADER_BYTES 64 /* read at a blob: the fields lie within */
+#define HOTSPOT_SEGMAP_HOPS 12       /* a block's start: one byte read per hop */
+#define HOTSPOT_MAX_FRAME_WORDS 8192
+#define HOTSPOT_FP_SENDER_SP (-8) /* an interpreted frame's caller's sp (a c2i adapter moves it) */
+struct hotspot_code {
+    __u64 heap_low[HOTSPOT_CODE_HEAPS];
+    __u64 heap_high[HOTSPOT_CODE_HEAPS];
+    __u64 segmap[HOTSPOT_CODE_HEAPS];
+    __u32 log2_segment;
+    __u16 block_header;        /* the bytes before a blob in its heap block */
+    __u8 frame_size_at;        /* CodeBlob::_frame_size (int, words) */
+    __u8 frame_complete_at;    /* CodeBlob::_frame_complete_offset (int, bytes from the code) */
+    __u8 code_begin_at;        /* CodeBlob::_code_begin (a pointer) or _code_offset (int, from the blob) */
+    __u8 code_begin_offset;    /* 1: _code_offset */
+    __u8 frame_complete_bytes; /* 2 (JDK 25: an int16_t) or 4 */
+    __u8 reserved[5];
+};
+
 /* JS frames sent per sample, leaf first: one for every frame the kernel can
  * walk, since an attached node has no perf map to name a frame without one.
  * The per-CPU walk state holds them beside the stack copy within 32 KiB (the

@@ -11,6 +11,8 @@
 
 #include "jitprof_abi.h"
 
+#define HOTSPOT_JVMS 1024
+
 // The walk's memory reads: the thread's own user memory.
 // A frame-pointer step reads the 16 bytes at fp. A JS frame's slots below fp
 // are read with them in one read (note_v8_frame): the step then takes them
@@ -19,6 +21,7 @@ struct walk_reader {
     u64 frame_fp; // 0: nothing read ahead
     u64 saved_fp;
     u64 return_address;
+    u64 sender_sp; // a HotSpot interpreted frame's caller's sp (0: not read)
 };
 
 static __always_inline int walk_read_word(struct walk_reader *reader, u64 address, __u64 *value) {
@@ -81,6 +84,9 @@ BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
 // Followed processes that run V8, with where their builtins are: their JS
 // frames are sent with the slots that identify them (struct v8_frame).
 BPF_HASH(v8_processes, u32, struct v8_process, FOLLOWED_ENTRIES);
+// Followed JVMs whose compiled code keeps no frame pointer: what stepping
+// over such a frame by its size needs (struct hotspot_code).
+BPF_HASH(hotspot_code, u32, struct hotspot_code, HOTSPOT_JVMS);
 #ifdef WITH_KERNEL_STACKS
 BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);
 #endif
@@ -224,6 +230,9 @@ struct walk_scratch {
     struct v8_process v8; // builtins_end 0: not a V8 process (nor a JVM)
     u64 leaf_bcp;         // a CPU sample's r13: HotSpot's bytecode pointer, if the leaf is interpreted
     u64 hotspot_gc_count; // the JVM's GC count + 1, read at its first interpreted frame (0: not yet)
+    u8 by_frame_size;     // a JVM without frame pointers: hotspot says how to step over its compiled frames
+    struct hotspot_code hotspot;
+    u8 blob[HOTSPOT_BLOB_HEADER_BYTES];
     struct sample_event event;
 };
 
@@ -345,6 +354,7 @@ static __always_inline void note_hotspot_frame(struct walk_scratch *scratch, u64
     reader->frame_fp = fp;
     reader->saved_fp = slots[HOTSPOT_SLOTS_BYTES / 8];
     reader->return_address = slots[HOTSPOT_SLOTS_BYTES / 8 + 1];
+    reader->sender_sp = slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_SENDER_SP) / 8];
     struct v8_frame *frame = &v8_notes(scratch)[index];
     frame->shared = slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_METHOD) / 8];
     u32 collections = 0;
@@ -418,6 +428,113 @@ static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct m
     scratch->v8_count = index + 1;
 }
 
+// The code bytes at a leaf's pc, as scalars: indexing a stack buffer at an
+// offset the compiler computes would make it or a pointer.
+struct code_bytes {
+    u64 words[3];
+};
+static __always_inline u8 code_byte(const struct code_bytes *code, const u32 at) {
+    return (u8)(code->words[(at >> 3) % 3] >> ((at & 7) * 8));
+}
+
+// Do the instructions at code[at] return? `ret`, or the return's poll of the
+// thread's stack watermark before it: `cmp rsp, [r15 + disp32 or disp8]`
+// and `ja`, or the `ja` alone.
+static __always_inline int hotspot_jumps_then_returns(const struct code_bytes *code, const u32 at) {
+    if (code_byte(code, at) == 0x0f && code_byte(code, at + 1) == 0x87) return code_byte(code, at + 6) == 0xc3; // ja rel32
+    if (code_byte(code, at) == 0x77) return code_byte(code, at + 2) == 0xc3;                                    // ja rel8
+    return 0;
+}
+
+static __always_inline int hotspot_returns(const struct code_bytes *code, const u32 at) {
+    if (code_byte(code, at) == 0xc3) return 1;
+    if (code_byte(code, at) != 0x49 || code_byte(code, at + 1) != 0x3b) return hotspot_jumps_then_returns(code, at);
+    if (code_byte(code, at + 2) == 0xa7) return hotspot_jumps_then_returns(code, at + 7);
+    if (code_byte(code, at + 2) == 0x67) return hotspot_jumps_then_returns(code, at + 4);
+    return 0;
+}
+
+// A leaf caught in a compiled method's epilogue, decoded forward from pc
+// (an instruction's start): 1 when only the return address is left on the
+// stack (at `ret`, or at the return's poll after `pop rbp`), 2 when rbp is
+// too (at `pop rbp`), 0 otherwise (the frame is whole).
+static __always_inline int hotspot_epilogue(u64 pc) {
+    struct code_bytes code;
+    if (bpf_probe_read_user(&code, sizeof(code), (void *)pc) != 0) return 0;
+    if (code_byte(&code, 0) == 0x5d) return hotspot_returns(&code, 1) ? 2 : 0; // pop rbp
+    return hotspot_returns(&code, 0);
+}
+
+// Step over a compiled frame of a JVM without frame pointers by its size:
+// its code blob found through the code heap's segment map, its caller's
+// return address and saved rbp the frame's last two words. STEP_FALLBACK
+// for a pc in no blob or in one without a frame size (stubs that keep rbp),
+// STEP_FAULT for a leaf in a prologue (where the frame is partly built: the
+// walk ends there rather than guess).
+static __always_inline int hotspot_frame_size_step(struct walk_scratch *scratch, u64 lookup_pc, u8 exact_pc, u64 *pc, u64 *sp,
+                                                   u64 *fp) {
+    struct hotspot_code *code = &scratch->hotspot;
+    u64 low = 0, segmap = 0;
+#pragma unroll
+    for (int heap = 0; heap < HOTSPOT_CODE_HEAPS; heap++) {
+        if (lookup_pc >= code->heap_low[heap] && lookup_pc < code->heap_high[heap]) {
+            low = code->heap_low[heap];
+            segmap = code->segmap[heap];
+        }
+    }
+    if (low == 0) return STEP_FALLBACK;
+    u32 shift = code->log2_segment & 31;
+    u64 segment = (lookup_pc - low) >> shift;
+    u8 tag = 0xff;
+    for (int hop = 0; hop < HOTSPOT_SEGMAP_HOPS; hop++) {
+        if (bpf_probe_read_user(&tag, sizeof(tag), (void *)(segmap + segment)) != 0) return STEP_FALLBACK;
+        if (tag == 0 || tag == 0xff || segment < tag) break;
+        segment -= tag;
+    }
+    if (tag != 0) return STEP_FALLBACK; // free, or more hops than a blob has
+    u64 blob = low + (segment << shift) + code->block_header;
+    if (bpf_probe_read_user(scratch->blob, sizeof(scratch->blob), (void *)blob) != 0) return STEP_FALLBACK;
+    s32 frame_words = 0, complete = 0;
+    u64 code_begin = 0;
+    bpf_probe_read_kernel(&frame_words, sizeof(frame_words),
+                          scratch->blob + (code->frame_size_at & (HOTSPOT_BLOB_HEADER_BYTES - 4)));
+    if (code->frame_complete_bytes == 2) {
+        s16 short_complete = 0;
+        bpf_probe_read_kernel(&short_complete, sizeof(short_complete),
+                              scratch->blob + (code->frame_complete_at & (HOTSPOT_BLOB_HEADER_BYTES - 2)));
+        complete = short_complete;
+    } else {
+        bpf_probe_read_kernel(&complete, sizeof(complete),
+                              scratch->blob + (code->frame_complete_at & (HOTSPOT_BLOB_HEADER_BYTES - 4)));
+    }
+    if (code->code_begin_offset) {
+        s32 offset = 0;
+        bpf_probe_read_kernel(&offset, sizeof(offset), scratch->blob + (code->code_begin_at & (HOTSPOT_BLOB_HEADER_BYTES - 4)));
+        code_begin = blob + offset;
+    } else {
+        bpf_probe_read_kernel(&code_begin, sizeof(code_begin),
+                              scratch->blob + (code->code_begin_at & (HOTSPOT_BLOB_HEADER_BYTES - 8)));
+    }
+    if (frame_words < 2 || frame_words > HOTSPOT_MAX_FRAME_WORDS || code_begin < blob || code_begin > lookup_pc)
+        return STEP_FALLBACK;
+    u64 cfa = *sp + (u64)frame_words * 8;
+    u8 rbp_saved = 1;
+    if (exact_pc) {
+        if (complete >= 0 && lookup_pc < code_begin + (u64)complete) return STEP_FAULT;
+        int epilogue = hotspot_epilogue(lookup_pc);
+        if (epilogue) {
+            cfa = *sp + (u64)epilogue * 8;
+            rbp_saved = epilogue == 2;
+        }
+    }
+    u64 words[2];
+    if (bpf_probe_read_user(words, sizeof(words), (void *)(cfa - 16)) != 0) return STEP_FAULT;
+    if (rbp_saved) *fp = words[0];
+    *pc = words[1];
+    *sp = cfa;
+    return STEP_DONE;
+}
+
 // Hand the rest of the walk to user space, from the frame at scratch->depth
 // (pc not recorded yet): the copier program sends the stack from sp up.
 static __always_inline int defer_walk(struct walk_scratch *scratch, u8 exact_pc) {
@@ -431,6 +548,9 @@ static __always_inline int defer_walk(struct walk_scratch *scratch, u8 exact_pc)
 static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid) {
     u32 depth = scratch->depth;
     if (depth >= MAX_FRAMES) {
+        // User space walks by frame pointers and rows only: a JVM stepped
+        // by frame sizes is cut here rather than walked wrong.
+        if (scratch->by_frame_size) return 1;
         scratch->deep = 1;
         return defer_walk(scratch, scratch->exact_pc);
     }
@@ -484,12 +604,36 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         }
     }
 #endif
+    if (scratch->by_frame_size && mapping->kind == MAPPING_JIT && !builtins) {
+        int step = hotspot_frame_size_step(scratch, lookup_pc, exact_pc, &pc, &sp, &fp);
+        if (step == STEP_FAULT) {
+            scratch->event.walk_end = WALK_BAD_FRAME;
+            return 1;
+        }
+        if (step == STEP_DONE) {
+            if (pc == 0) {
+                scratch->event.walk_end = WALK_COMPLETE;
+                return 1;
+            }
+            scratch->pc = pc;
+            scratch->sp = sp;
+            scratch->fp = fp;
+            return 0;
+        }
+    }
     // Frame-pointer step: JIT code, files without a table, gaps.
+    u64 frame_fp = fp;
     int end = walk_frame_pointer_step(&pc, &sp, &fp, &reader);
     if (end >= 0) {
         scratch->event.walk_end = end;
         return 1;
     }
+    // A HotSpot interpreted frame's caller may be compiled code, stepped by
+    // its size from its own sp: the one the interpreter saved (a c2i adapter
+    // moves it from fp + 16).
+    if (scratch->by_frame_size && builtins && reader.frame_fp == frame_fp && reader.sender_sp >= sp &&
+        reader.sender_sp < sp + 65536)
+        sp = reader.sender_sp;
     scratch->pc = pc;
     scratch->sp = sp;
     scratch->fp = fp;
@@ -724,6 +868,9 @@ static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratc
     } else {
         scratch->v8.builtins_end = 0;
     }
+    struct hotspot_code *code = v8 && v8->kind == RUNTIME_HOTSPOT ? hotspot_code.lookup(&tgid) : NULL;
+    scratch->by_frame_size = code != NULL;
+    if (code) scratch->hotspot = *code;
     scratch->pc = pc;
     scratch->sp = sp;
     scratch->fp = fp;

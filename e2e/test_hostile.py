@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import jitprof_environment, read_folded, total
+from e2e.test_native_profile import cpu_seconds
 from profiler.native.locator_process import DEADLINE_S
 from tests.native.test_elf_damaged import forged_notes_file
 
@@ -261,6 +262,7 @@ def test_a_file_that_breaks_blazesym_costs_its_names_only(symbol_cache, tmp_path
     assert attacker.stdout.readline().strip() == "running"
     innocent = background(str(bystander), "40")
     outcome: dict = {}
+    cpu_before = {pid: cpu_seconds(pid) for pid in (innocent.pid, attacker.pid)}
     runner = threading.Thread(target=lambda: outcome.update(run=run_all(symbol_cache, tmp_path, 5)))
     runner.start()
     if attack == "truncated":
@@ -272,6 +274,9 @@ def test_a_file_that_breaks_blazesym_costs_its_names_only(symbol_cache, tmp_path
         attacker.stdin.flush()
         assert attacker.stdout.readline().strip() == "cut"
     runner.join(90)
+    # What 199 Hz over the 5 s of sampling can give each, from its own CPU
+    # time over the whole run (start-up and naming too: a generous bound).
+    expected = {pid: 199 * (cpu_seconds(pid) - before) for pid, before in cpu_before.items()}
     result, elapsed, peak_kib = outcome["run"]
     assert result.returncode == 0, result.stderr
     # An unattacked run takes 6-8 s on a loaded 2-core runner (start-up and
@@ -282,10 +287,12 @@ def test_a_file_that_breaks_blazesym_costs_its_names_only(symbol_cache, tmp_path
     lines = read_folded(tmp_path / "all.folded")
     mine = [line for line in lines if line.frames[0].endswith(f"-{innocent.pid}")]
     hot = [line for line in mine if "hot" in line.frames]
-    assert total(mine) >= 300 and total(hot) >= 0.9 * total(mine), (total(hot), total(mine))
+    # Samples follow the CPU each got, beside the attacker and the run on 2 cores.
+    assert total(mine) >= min(300, 0.4 * expected[innocent.pid]), (total(mine), expected)
+    assert total(hot) >= 0.9 * total(mine), (total(hot), total(mine))
     inlined = sum(line.count for line in hot if line.frames[-1] == "mix_[i]")  # from its DWARF, through blazesym
     assert inlined >= 0.5 * total(hot), mine
-    assert samples_of(tmp_path / "all.folded", attacker.pid) >= 300
+    assert samples_of(tmp_path / "all.folded", attacker.pid) >= min(300, 0.4 * expected[attacker.pid]), expected
     warnings = [line for line in result.stderr.splitlines() if str(library) in line]
     if fails:
         assert len(warnings) == 1 and "blazesym" in warnings[0], result.stderr

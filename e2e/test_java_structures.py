@@ -23,6 +23,7 @@ from profiler.jit.jvm.hotspot.layout import layout_of
 from profiler.jit.jvm.hotspot.objects import HotSpotReader
 from profiler.jit.jvm.hotspot_source import HotSpotStructures, libjvm_of
 from profiler.jit.jvm.runtime import JAVA
+from profiler.kernel.events import WalkEnd
 from profiler.kernel.process_memory import ProcessMemory
 from profiler.model.profile import FrameKind, Profile
 from profiler.model.raw import read_raw
@@ -122,6 +123,38 @@ def test_compiled_java_named_with_its_inlined_chain(jitprof, tmp_path, backgroun
     assert in_loop >= 0.9, sorted({leaf.line for leaf in leaves})
     unnamed = sum(1 for sample in samples if any(frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]" for frame in sample))
     assert unnamed / len(samples) <= 0.02
+
+
+@pytest.mark.parametrize("jdk", sorted(JDKS))
+def test_a_jvm_without_frame_pointers_is_walked_whole_by_frame_sizes(jitprof, tmp_path, background, jdk):
+    """A JVM started with no flag at all: its compiled frames keep no frame
+    pointer, and the kernel steps over them by their sizes, so its stacks
+    reach the thread's start (through the call stub and JavaCalls), the
+    chain named as with frame pointers. Before, they stopped at the first
+    compiled frame."""
+    java = java_of(jdk)
+    target = background(java, "-cp", str(CLASSES), "Inlined", "60", cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    wait_for_line(target, "warm")
+    run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
+    assert run.returncode == 0, run.stderr
+    assert "walked by their sizes" in run.stderr and "warning" not in run.stderr, run.stderr
+    asked_nothing(target.pid)
+    stop_jvm(target)
+    profile = read_raw(tmp_path / "out.jitprof")
+    samples = [sample for sample in profile.samples if sample.pid == target.pid]
+    in_java = [
+        sample for sample in samples if any(profile.frames[index].name.startswith("Inlined.") for index in sample.frame_ids)
+    ]
+    assert len(in_java) >= 600, len(in_java)
+    frames_of = [[profile.frames[index] for index in sample.frame_ids] for sample in in_java]
+    in_order = sum(1 for frames in frames_of if chained(frames)[0]) / len(in_java)
+    whole = sum(
+        1
+        for sample, frames in zip(in_java, frames_of, strict=True)
+        if sample.walk_end is WalkEnd.COMPLETE and "start_thread" in [frame.name for frame in frames[:4]]
+    ) / len(in_java)
+    shown = [" <- ".join(frame.name for frame in reversed(frames)) for frames in frames_of[:3]]
+    assert in_order >= 0.9 and whole >= 0.9, (in_order, whole, profile.walk_ends, shown)
 
 
 @pytest.mark.parametrize("jdk", sorted(JDKS))

@@ -73,6 +73,40 @@ class _V8Process(ctypes.Structure):
 
 RUNTIME_V8 = 0
 RUNTIME_HOTSPOT = 1
+HOTSPOT_CODE_HEAPS = 3
+HOTSPOT_BLOB_HEADER_BYTES = 64
+
+
+class _HotSpotCode(ctypes.Structure):
+    _fields_ = [
+        ("heap_low", ctypes.c_uint64 * HOTSPOT_CODE_HEAPS),
+        ("heap_high", ctypes.c_uint64 * HOTSPOT_CODE_HEAPS),
+        ("segmap", ctypes.c_uint64 * HOTSPOT_CODE_HEAPS),
+        ("log2_segment", ctypes.c_uint32),
+        ("block_header", ctypes.c_uint16),
+        ("frame_size_at", ctypes.c_uint8),
+        ("frame_complete_at", ctypes.c_uint8),
+        ("code_begin_at", ctypes.c_uint8),
+        ("code_begin_offset", ctypes.c_uint8),
+        ("frame_complete_bytes", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 5),
+    ]
+
+
+@dataclass(frozen=True)
+class HotSpotCode:
+    """What the kernel needs to step over a JVM's compiled frames by their
+    size: its code heaps (low, high, segment map), their segment size, and
+    where a blob keeps its frame size, frame-complete offset and code start."""
+
+    heaps: tuple[tuple[int, int, int], ...]
+    log2_segment: int
+    block_header: int
+    frame_size_at: int
+    frame_complete_at: int
+    frame_complete_bytes: int  # 2 or 4
+    code_begin_at: int
+    code_begin_is_offset: bool
 
 
 class _OffCpuThread(ctypes.Structure):
@@ -162,7 +196,7 @@ class KernelMaps:
         self.unfollow(pid)
 
     def unfollow(self, pid: int) -> None:
-        for name in ("followed", "maps_read", "fork_parents", "maps_stale", "v8_processes"):
+        for name in ("followed", "maps_read", "fork_parents", "maps_stale", "v8_processes", "hotspot_code"):
             self._delete(self._maps[name], ctypes.c_uint32(pid))
 
     def set_v8_process(
@@ -185,6 +219,27 @@ class KernelMaps:
 
     def clear_v8_process(self, pid: int) -> None:
         self._delete(self._maps["v8_processes"], ctypes.c_uint32(pid))
+        self._delete(self._maps["hotspot_code"], ctypes.c_uint32(pid))
+
+    def set_hotspot_code(self, pid: int, code: HotSpotCode) -> bool:
+        """pid's JVM keeps no frame pointers in its compiled code: the kernel
+        steps over those frames by their size. False when the layout does not
+        fit what the kernel reads (a field past the blob's first 64 bytes)."""
+        fields = (code.frame_size_at, code.frame_complete_at, code.code_begin_at)
+        if not code.heaps or len(code.heaps) > HOTSPOT_CODE_HEAPS or not 4 <= code.log2_segment <= 16:
+            return False
+        if any(not 0 <= at <= HOTSPOT_BLOB_HEADER_BYTES - 8 for at in fields) or not 0 <= code.block_header <= 256:
+            return False
+        if code.frame_complete_bytes not in (2, 4) or code.frame_complete_at % code.frame_complete_bytes:
+            return False
+        value = _HotSpotCode()
+        for index, (low, high, segmap) in enumerate(code.heaps):
+            value.heap_low[index], value.heap_high[index], value.segmap[index] = low, high, segmap
+        value.log2_segment, value.block_header = code.log2_segment, code.block_header
+        value.frame_size_at, value.frame_complete_at, value.code_begin_at = fields
+        value.code_begin_offset = int(code.code_begin_is_offset)
+        value.frame_complete_bytes = code.frame_complete_bytes
+        return self._update(self._maps["hotspot_code"], ctypes.c_uint32(pid), value)
 
     def begin_maps_read(self, pid: int) -> int | None:
         """pid's maps are about to be read: changes from now on are news (the

@@ -1,6 +1,7 @@
 """Bun's functions placed from the hash JavaScriptCore names them with: the
 hash, the scan of a transpiled script, the pairing of its definitions with
-the file's, and a live bun's scripts transpiled by its own bun.
+the file's (jit/bun/scripts.py), and a live bun's scripts transpiled by its
+own bun (jit/bun/functions.py).
 
 The texts and hashes are Bun 1.4.4's: the runtime copies as its transpiler
 prints them, the hashes from its jitdumps of these very scripts."""
@@ -16,18 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from profiler.jit.bun.functions import (
-    MODULE_CODE,
-    TRANSPILER,
-    BunFunctions,
-    FunctionPlace,
-    _place_in,
-    _Script,
-    code_block_hash,
-    indented,
-    placed_frame,
-    scan_functions,
-)
+from profiler.jit.bun.functions import TRANSPILER, BunFunctions, FunctionPlace, _place_in, placed_frame
+from profiler.jit.bun.scripts import MODULE_CODE, BunScript, code_block_hash, indented, scan_functions
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
 from profiler.safety.processes import run_as_user
@@ -82,8 +73,8 @@ FIB_COPY = (
 SPIN_HASH, ROUND_HASH, MAIN_HASH, ARROW_HASH = "Bts0Fq", "BtfhRm", "BsP6Ir", "Cy3qZx"
 
 
-def scripts() -> list[_Script]:
-    return [_Script("/app/spin.ts", SPIN_TS, SPIN_COPY), _Script("/app/main.cjs", MAIN_CJS, MAIN_COPY)]
+def scripts() -> list[BunScript]:
+    return [BunScript("/app/spin.ts", SPIN_TS, SPIN_COPY), BunScript("/app/main.cjs", MAIN_CJS, MAIN_COPY)]
 
 
 def test_the_hash_is_javascriptcores():
@@ -109,15 +100,15 @@ def test_a_function_javascriptcore_did_not_name_is_named_by_the_copy():
 
 
 def test_an_anonymous_function_is_paired_by_its_order_between_named_ones():
-    fib = _Script("/app/fib.test.ts", FIB_TEST, FIB_COPY)
+    fib = BunScript("/app/fib.test.ts", FIB_TEST, FIB_COPY)
     line = FIB_TEST.splitlines().index('test("fib for two seconds", () => {') + 1
     assert _place_in([fib], "", ARROW_HASH) == FunctionPlace("/app/fib.test.ts", line, len('test("fib for two seconds", ('))
     # A comment's arrow is not a function: the pairs stay, the line moves with the file.
     commented = FIB_TEST.replace("test(", '// skipped: test("slow", () => { slow(); });\ntest(', 1)
-    assert _place_in([_Script("/app/fib.test.ts", commented, FIB_COPY)], "", ARROW_HASH).line == line + 1
+    assert _place_in([BunScript("/app/fib.test.ts", commented, FIB_COPY)], "", ARROW_HASH).line == line + 1
     # A type that reads as one more arrow in the file than in the copy (which drops types): no line.
     typed = FIB_TEST.replace("test(", "const checks = new Map<string, (total: number) => { ok: boolean }>();\ntest(", 1)
-    assert _place_in([_Script("/app/fib.test.ts", typed, FIB_COPY)], "", ARROW_HASH) == FunctionPlace("/app/fib.test.ts", 0, 0)
+    assert _place_in([BunScript("/app/fib.test.ts", typed, FIB_COPY)], "", ARROW_HASH) == FunctionPlace("/app/fib.test.ts", 0, 0)
 
 
 def test_a_commonjs_script_s_copy_is_indented_in_its_wrapper():
@@ -141,7 +132,7 @@ def test_frames_read_as_node_s():
     assert functions.place_frame(os.getpid(), "JSC-DFG: /srv/app/main.mjs#AUpZ21", module).name == "(anonymous) main.mjs:1"
     # An anonymous function keeps its hash until it has a line.
     arrow = Frame(f"(anonymous)#{ARROW_HASH}", JIT_MODULE, FrameKind.JIT, tier="dfg")
-    fib = _Script("/app/fib.test.ts", FIB_TEST, FIB_COPY)
+    fib = BunScript("/app/fib.test.ts", FIB_TEST, FIB_COPY)
     assert placed_frame(arrow, _place_in([fib], "", ARROW_HASH)).name == "(anonymous) fib.test.ts:8"
     assert placed_frame(arrow, FunctionPlace("/app/fib.test.ts", 0, 0)).name == f"(anonymous)#{ARROW_HASH} fib.test.ts"
     # Not a bun process: nothing transpiled, the frame as it was.
@@ -149,21 +140,23 @@ def test_frames_read_as_node_s():
 
 
 def test_the_same_text_in_two_scripts_is_unplaced_and_twice_in_one_gives_its_script_only():
-    twin = _Script("/app/other.ts", SPIN_TS, SPIN_COPY)
+    twin = BunScript("/app/other.ts", SPIN_TS, SPIN_COPY)
     assert _place_in([*scripts(), twin], "spin", SPIN_HASH) is None
-    doubled = _Script("/app/spin.ts", SPIN_TS + "\n" + SPIN_TS, SPIN_COPY + SPIN_COPY)
+    doubled = BunScript("/app/spin.ts", SPIN_TS + "\n" + SPIN_TS, SPIN_COPY + SPIN_COPY)
     assert _place_in([doubled], "spin", SPIN_HASH) == FunctionPlace("/app/spin.ts", 0, 0)
 
 
 def test_definitions_that_do_not_line_up_give_no_line():
     # A definition in a comment the copy dropped: the file has one more `round`.
     commented = "// was: function round(n) { return n; }\n" + MAIN_CJS
-    assert _place_in([_Script("/app/main.cjs", commented, MAIN_COPY)], "round", ROUND_HASH) == FunctionPlace(
+    assert _place_in([BunScript("/app/main.cjs", commented, MAIN_COPY)], "round", ROUND_HASH) == FunctionPlace(
         "/app/main.cjs", 0, 0
     )
     # Paired definitions that begin differently (one missed, another taken): no line either.
     renamed = MAIN_CJS.replace("function round(count)", "function round(total)")
-    assert _place_in([_Script("/app/main.cjs", renamed, MAIN_COPY)], "round", ROUND_HASH) == FunctionPlace("/app/main.cjs", 0, 0)
+    assert _place_in([BunScript("/app/main.cjs", renamed, MAIN_COPY)], "round", ROUND_HASH) == FunctionPlace(
+        "/app/main.cjs", 0, 0
+    )
 
 
 def test_the_scan_finds_functions_and_skips_statements_strings_and_comments():
@@ -213,7 +206,7 @@ def test_deeply_nested_functions_are_hashed_innermost_first_within_a_budget():
     are hashed, the outer ones left unplaced once the budget is spent."""
     depth = 3000
     copy = "(a) => {" * depth + "}" * depth
-    script = _Script("/app/nested.js", copy, copy)
+    script = BunScript("/app/nested.js", copy, copy)
     hashed = script.functions_hashed()
     starts = {start for found in hashed.values() for start in found}
     innermost = (depth - 1) * len("(a) => {")

@@ -77,6 +77,8 @@ CONSTANTS = [
     "HOTSPOT_SLOTS_BYTES",
     "RUNTIME_V8",
     "RUNTIME_HOTSPOT",
+    "HOTSPOT_CODE_HEAPS",
+    "HOTSPOT_BLOB_HEADER_BYTES",
     "OFF_CPU_STACK_MOVED",
     "SAMPLE_SUBMITS_WORK",
     "OFF_CPU_SETTING_SHORTEST_WAIT",
@@ -131,6 +133,19 @@ STRUCTS = {
         "shared_at",
         "code_at",
         "kind",
+    ],
+    "hotspot_code": [
+        "heap_low",
+        "heap_high",
+        "segmap",
+        "log2_segment",
+        "block_header",
+        "frame_size_at",
+        "frame_complete_at",
+        "code_begin_at",
+        "code_begin_offset",
+        "frame_complete_bytes",
+        "reserved",
     ],
     "process_event": ["event_type", "pid", "tid", "parent_pid", "time_ns", "comm", "address", "length"],
     "trie_key": ["prefixlen", "pid_be", "address_be"],
@@ -219,6 +234,10 @@ def test_limits_are_the_headers(abi):
         abi["HOTSPOT_SLOTS_BYTES"],
     )
     assert (kernel_maps.RUNTIME_V8, kernel_maps.RUNTIME_HOTSPOT) == (abi["RUNTIME_V8"], abi["RUNTIME_HOTSPOT"])
+    assert (kernel_maps.HOTSPOT_CODE_HEAPS, kernel_maps.HOTSPOT_BLOB_HEADER_BYTES) == (
+        abi["HOTSPOT_CODE_HEAPS"],
+        abi["HOTSPOT_BLOB_HEADER_BYTES"],
+    )
     # Every walked frame can carry its JS record, and the sample is built in a
     # per-CPU value beside 80 bytes of walk state: the kernel allows 32 KiB.
     assert abi["MAX_V8_FRAMES"] == abi["MAX_FRAMES"]
@@ -231,6 +250,7 @@ def test_records_are_laid_out_as_the_header_says(abi):
         (events._RawStackCopy, "stack_copy"),
         (events._RawV8Frame, "v8_frame"),
         (kernel_maps._V8Process, "v8_process"),
+        (kernel_maps._HotSpotCode, "hotspot_code"),
         (events._RawProcessEvent, "process_event"),
         (kernel_maps._TrieKey, "trie_key"),
         (kernel_maps._MappingInfo, "mapping_info"),

@@ -28,19 +28,21 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.jit.jvm.hotspot import compressed
-from profiler.jit.jvm.hotspot.layout import LayoutError, forget_layout, layout_of
-from profiler.jit.jvm.hotspot.objects import NMETHOD_NAMES, CodeBlob, CompiledCode, HotSpotReader, JavaMethod, plausible
+from profiler.jit.jvm.hotspot.layout import HotSpotLayout, LayoutError, forget_layout, layout_of
+from profiler.jit.jvm.hotspot.objects import NMETHOD_NAMES, CodeBlob, CodeHeap, CompiledCode, HotSpotReader, JavaMethod, plausible
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import (
     HOTSPOT_FP_BCP,
     HOTSPOT_FP_METHOD,
+    MAX_FRAMES,
     MAX_STACK_FRAMES,
     V8_NO_BYTECODE_OFFSET,
     RawSample,
     StackCopy,
     V8FrameSlots,
 )
+from profiler.kernel.kernel_maps import HotSpotCode
 from profiler.kernel.late_walks import WalkedFrame
 from profiler.kernel.process_memory import MemoryThread, ProcessMemory
 from profiler.kernel.procmaps import MapEntry, read_maps
@@ -70,9 +72,13 @@ UNKNOWN_JIT = Frame(f"[unknown] ({JIT_MODULE})", JIT_MODULE, FrameKind.UNKNOWN)
 
 
 class HotSpotKernel(Protocol):
-    """What this source asks of the kernel half: to send a JVM's interpreted frames."""
+    """What this source asks of the kernel half: to send a JVM's interpreted
+    frames, and to step over its compiled ones by their size when they keep
+    no frame pointer."""
 
     def set_hotspot_process(self, pid: int, interpreter: tuple[int, int], gc_count_at: int) -> bool: ...
+
+    def set_hotspot_code(self, pid: int, code: HotSpotCode) -> bool: ...
 
     def clear_v8_process(self, pid: int) -> None: ...
 
@@ -118,12 +124,27 @@ class _Jvm:
     news_ns: int = 0
     next_setup: float = 0.0
     preserves_frame_pointers: bool | None = None
+    walked_by_frame_size: bool = False  # without frame pointers: the kernel steps over compiled frames by their size
     lock: threading.Lock = field(default_factory=threading.Lock)
     setting_up: threading.Lock = field(default_factory=threading.Lock)  # one thread sets it up; the others go on
     libjvm_path: str = ""  # its map_files entry
 
     def in_code(self, address: int) -> bool:
         return any(low <= address < high for low, high in self.heaps)
+
+
+def frame_size_walk(layout: HotSpotLayout, heaps: tuple[CodeHeap, ...]) -> HotSpotCode:
+    """What the kernel needs to step over this JVM's compiled frames by their size."""
+    return HotSpotCode(
+        heaps=tuple((heap.low, heap.high, heap.segmap) for heap in heaps),
+        log2_segment=heaps[0].log2_segment if heaps else 0,
+        block_header=layout.heap_block_size,
+        frame_size_at=layout.blob_frame_size,
+        frame_complete_at=layout.blob_frame_complete,
+        frame_complete_bytes=layout.blob_frame_complete_bytes,
+        code_begin_at=layout.blob_code_begin,
+        code_begin_is_offset=layout.blob_offsets,
+    )
 
 
 class HotSpotStructures(JitSymbolSource):
@@ -225,6 +246,8 @@ class HotSpotStructures(JitSymbolSource):
         if self._kernel is not None and not self._kernel.set_hotspot_process(jvm.pid, interpreter, gc_count_at):
             self._refuse(jvm, "the kernel's table of JIT processes is full")
             return False
+        if preserves_frame_pointers is False and self._kernel is not None and jvm.reader is not None:
+            jvm.walked_by_frame_size = self._kernel.set_hotspot_code(jvm.pid, frame_size_walk(jvm.reader.layout, heaps))
         jvm.interpreter = interpreter
         jvm.gc_count_at = gc_count_at
         jvm.preserves_frame_pointers = preserves_frame_pointers
@@ -289,10 +312,15 @@ class HotSpotStructures(JitSymbolSource):
     def warnings(self) -> list[str]:
         with self._lock:
             without = [jvm.pid for jvm in self._jvms.values() if jvm.preserves_frame_pointers is False]
+            by_size = {jvm.pid for jvm in self._jvms.values() if jvm.walked_by_frame_size}
             unsaid = [(pid, why) for pid, why in self._refusals.items() if pid not in self._refusals_said]
         return (
             [
-                f"jitprof: warning: the JVM (pid {pid}) runs without -XX:+PreserveFramePointer, so its stacks "
+                f"jitprof: note: the JVM (pid {pid}) runs without -XX:+PreserveFramePointer: its compiled frames were "
+                f"walked by their sizes, and stacks deeper than {MAX_FRAMES} frames cut; restart it with that flag "
+                "(or under jitprof -- java ...) for whole deep stacks"
+                if pid in by_size
+                else f"jitprof: warning: the JVM (pid {pid}) runs without -XX:+PreserveFramePointer, so its stacks "
                 "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
                 for pid in without
             ]

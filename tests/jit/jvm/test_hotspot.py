@@ -13,9 +13,10 @@ import pytest
 
 from profiler.jit.jvm.hotspot import compressed, signatures
 from profiler.jit.jvm.hotspot.layout import Field, HotSpotLayout, LayoutError, VMTables, layout_from_tables
-from profiler.jit.jvm.hotspot.objects import HotSpotReader
-from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, UNKNOWN_JIT, HotSpotStructures, _Jvm
+from profiler.jit.jvm.hotspot.objects import CodeHeap, HotSpotReader
+from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, UNKNOWN_JIT, HotSpotStructures, _Jvm, frame_size_walk
 from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
+from profiler.kernel.kernel_maps import HotSpotCode, KernelMaps
 from profiler.model.profile import FrameKind
 from tests.helpers import LaidOutMemory
 
@@ -606,3 +607,27 @@ def test_a_jvm_refused_after_it_was_watched_is_said_at_the_end():
     source.forget(11)  # the JVM exited: its refusal is still said
     notes = [line for line in source.warnings() if "could not be read" in line]
     assert len(notes) == 1 and "(pid 11)" in notes[0] and "table of JIT processes is full" in notes[0]
+
+
+def test_a_jvm_without_frame_pointers_gives_the_kernel_its_frame_sizes():
+    """What the kernel needs to step over compiled frames by their size, from
+    the layout and the code heaps; refused when a field lies past the blob's
+    first 64 bytes (what the kernel reads) or a heap count it cannot hold."""
+    layout = dataclasses.replace(LAYOUT, blob_frame_size=28, blob_frame_complete=20, blob_frame_complete_bytes=4)
+    heaps = (CodeHeap(0x10000, 0x20000, 0x90000, 7), CodeHeap(0x20000, 0x30000, 0x91000, 7))
+    code = frame_size_walk(layout, heaps)
+    assert code == HotSpotCode(
+        heaps=((0x10000, 0x20000, 0x90000), (0x20000, 0x30000, 0x91000)),
+        log2_segment=7,
+        block_header=16,
+        frame_size_at=28,
+        frame_complete_at=20,
+        frame_complete_bytes=4,
+        code_begin_at=16,
+        code_begin_is_offset=False,
+    )
+    kernel = KernelMaps({}, {}, 1)  # refusals are decided before any map is touched
+    assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_size_at=60))
+    assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_size_at=-1))  # not in the tables
+    assert not kernel.set_hotspot_code(1, dataclasses.replace(code, heaps=code.heaps * 2))
+    assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_complete_bytes=2, frame_complete_at=21))

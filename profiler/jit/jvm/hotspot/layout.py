@@ -198,6 +198,10 @@ class HotSpotLayout:
     concurrent_unloading_flags_at: tuple[int, ...]  # file addresses of the bools of the GCs that unload concurrently
     collected_heap_at: int  # file address of Universe::_collectedHeap (0 unknown): its GC count
     heap_total_collections: int  # CollectedHeap::_total_collections (-1 unknown)
+    # For stepping over a compiled frame by its size (-1 unknown).
+    blob_frame_size: int = -1  # CodeBlob::_frame_size (words)
+    blob_frame_complete: int = -1  # CodeBlob::_frame_complete_offset (bytes from the code)
+    blob_frame_complete_bytes: int = 4  # its size: an int16_t from JDK 25
 
 
 def forget_layout(path: str) -> None:
@@ -387,6 +391,9 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
         concurrent_unloading_flags_at=tuple(flags[name] for name in CONCURRENT_UNLOADING_FLAGS if name in flags),
         collected_heap_at=tables.static("Universe", "_collectedHeap", optional=True),
         heap_total_collections=_optional(tables, "CollectedHeap", "_total_collections"),
+        blob_frame_size=_optional(tables, blob, "_frame_size"),
+        blob_frame_complete=_optional(tables, blob, "_frame_complete_offset"),
+        blob_frame_complete_bytes=_field_bytes(tables, blob, "_frame_complete_offset"),
     )
     _check(layout, tables)
     return layout
@@ -414,6 +421,12 @@ def _flag_addresses(memory: Memory, tables: VMTables, bias: int, names: tuple[st
         if name in names and name not in found:
             found[name] = _WORD.unpack_from(data, start + address_field.offset)[0] - bias
     return found
+
+
+def _field_bytes(tables: VMTables, types: tuple[str, ...], name: str) -> int:
+    """A field's size where the tables give its type's (an int until JDK 25's int16_t)."""
+    found = tables.field(types, (name,), optional=True)
+    return found.size if found is not None and found.size in (2, 4) else 4
 
 
 def _optional(tables: VMTables, types: str | tuple[str, ...], name: str, default: int = -1) -> int:
