@@ -65,6 +65,21 @@ if ! make -s -C native library >/dev/null; then
     exit 1
 fi
 
+# --- jitprof's own bun: it transpiles bun processes' scripts to place their
+# functions (never the process's own binary: a target chooses that). Pinned;
+# the version is profiler/jit/bun/transpiler.py's BUN_VERSION.
+bun_version=1.4.4
+bun_prefix=".venv/lib/jitprof-bun-$bun_version"
+if [ ! -x "$bun_prefix/node_modules/@oven/bun-linux-x64/bin/bun" ]; then
+    if command -v npm >/dev/null; then
+        say "installing jitprof's own bun $bun_version from the npm registry (to place Bun's functions)"
+        npm install --silent --no-save --no-audit --no-fund --prefix "$bun_prefix" "@oven/bun-linux-x64@$bun_version" >/dev/null 2>&1 \
+            || say "warning: could not install bun $bun_version; Bun's frames will be named without their scripts and lines"
+    else
+        say "warning: npm not found; Bun's frames will be named without their scripts and lines"
+    fi
+fi
+
 # Bytecode for jitprof's own modules, written even where PYTHONDONTWRITEBYTECODE
 # is set (it would otherwise compile every module at every start: 0.1 s).
 .venv/bin/python -m compileall -q profiler >/dev/null

@@ -51,6 +51,13 @@ class BoundedRun:
     overrun: str = ""
 
 
+# What a helper running as another user may use: its heap (bun reserves far
+# more address space than it uses, so the heap, not the address space, is
+# capped), its CPU, no file growth (it writes nothing) and no core dump.
+HELPER_DATA_BYTES = 1 << 30  # bun transpiling TypeScript's compiler: 120 MB
+HELPER_OPEN_FILES = 256
+
+
 def run_as_user(
     command: list[str],
     uid: int,
@@ -59,16 +66,30 @@ def run_as_user(
     deadline_s: float,
     running: Callable[[int | None], None] | None = None,
 ) -> BoundedRun:
-    """Run a program as a user (from /, with the trusted environment, no
-    input): its standard output up to max_output bytes, within deadline_s;
-    killed, with all it started in its process group, past either. The
-    program is the user's own: what it can do, that user could. running is
-    told its process group while it runs (None once it is reaped), for a
-    caller that may have to stop it sooner."""
-    as_user: dict = {} if uid == os.geteuid() else {"user": uid, "group": gid, "extra_groups": []}
+    """Run one of jitprof's own programs as a user (what it reads, that user
+    could read), confined: a session of its own (no controlling terminal, so
+    nothing it does reaches the terminal jitprof runs in, and no process
+    group of that terminal can be joined), no descriptor but /dev/null and
+    its output pipe, no supplementary groups, no capabilities, no new
+    privileges, killed if jitprof dies, and limits on its heap, CPU, file
+    size and core dumps; from /, with the trusted environment, no input. Its
+    standard output is read up to max_output bytes within deadline_s; past
+    either it is killed with all it started in its session's process group.
+    running is told that group while it runs (None once it is reaped), for a
+    caller that may have to stop it sooner. command[0] must be a program
+    jitprof trusts: a target's program is never run."""
+    cpu_seconds = max(1, int(deadline_s) + 1)
+    # As root: the user's ids and no capability left; otherwise the caller's own ids already.
+    identity = [f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+    confined = [
+        system_command("setpriv"), *(identity if os.geteuid() == 0 else []), "--no-new-privs", "--pdeathsig=KILL", "--",
+        system_command("prlimit"), f"--data={HELPER_DATA_BYTES}", f"--cpu={cpu_seconds}", "--fsize=0", "--core=0",
+        f"--nofile={HELPER_OPEN_FILES}", "--",
+        *command,
+    ]  # fmt: skip
     process = subprocess.Popen(
-        command, cwd=TRUSTED_DIRECTORY, env={**trusted_environment(), "HOME": "/nonexistent", "NO_COLOR": "1"},
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, process_group=0, **as_user,
+        confined, cwd=TRUSTED_DIRECTORY, env={**trusted_environment(), "HOME": "/nonexistent", "NO_COLOR": "1"},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     assert process.stdout is not None
     if running is not None:

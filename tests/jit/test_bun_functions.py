@@ -13,12 +13,16 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from profiler.jit.bun.functions import TRANSPILER, BunFunctions, FunctionPlace, _place_in, placed_frame
-from profiler.jit.bun.scripts import MODULE_CODE, BunScript, code_block_hash, indented, scan_functions
+from profiler.jit.bun.functions import BunFunctions, FunctionPlace, _place_in, placed_frame
+from profiler.jit.bun.scripts import MODULE_CODE, BunScript, code_block_hash, definitions, indented, scan_functions
+from profiler.jit.bun.transpiler import OWN_BUN, TRANSPILER, checked_answer, trusted_program
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.model.profile import Frame, FrameKind
 from profiler.safety.processes import run_as_user
@@ -213,23 +217,66 @@ def test_deeply_nested_functions_are_hashed_innermost_first_within_a_budget():
     assert innermost in starts and 0 not in starts and len(starts) < depth / 2
 
 
-def test_a_process_whose_bun_cannot_transpile_is_unplaced_and_said(tmp_path):
-    """A process called bun that is not one (a shell renamed): its "bun"
-    fails to transpile, its names stay as they were, and why is kept to say."""
+def test_a_process_called_bun_is_never_run_by_jitprof(tmp_path):
+    """A program called bun that is not one (a shell renamed): jitprof once
+    ran /proc/PID/exe to transpile, so any user had root run their program.
+    Now jitprof's own bun reads its command line; the impostor runs nothing
+    more, and its names stay as they were."""
     impostor = tmp_path / "bun"
     shutil.copy("/bin/sh", impostor)
-    process = subprocess.Popen(
-        [str(impostor), "-c", "echo ready; sleep 30", "app.js"], cwd=tmp_path, stdout=subprocess.PIPE, process_group=0
-    )
+    ran = tmp_path / "ran"
+    # Run again with transpile.js's arguments, the impostor would leave a mark.
+    script = f'case "$0 $*" in *transpile*) touch {ran};; esac; echo ready; sleep 30'
+    process = subprocess.Popen([str(impostor), "-c", script, "app.js"], cwd=tmp_path, stdout=subprocess.PIPE, process_group=0)
     try:
         assert process.stdout is not None and process.stdout.readline() == b"ready\n"
         functions = BunFunctions()
         assert functions.place(process.pid, f"JSC-FTL: spin#{SPIN_HASH}") is None
-        assert "could not be transpiled (bun exited with" in functions.problems()[process.pid]
+        assert not ran.exists()
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         process.stdout.close()
+
+
+def test_only_a_bun_of_root_s_alone_is_run():
+    """jitprof's own bun must be root's all the way down, with no link."""
+    base = Path(tempfile.mkdtemp(dir=ROOT, prefix=".trusted-test-"))
+    try:
+        if trusted_program(base) != f"{base} is not a regular file":
+            pytest.skip(f"the checkout is not root's alone: {trusted_program(base)}")
+        program = base / "bun"
+        shutil.copy("/bin/true", program)
+        assert trusted_program(program) == ""
+        program.chmod(0o757)
+        assert trusted_program(program) == f"{program} is not root's alone"
+        program.chmod(0o755)
+        base.chmod(0o777)
+        assert trusted_program(program) == f"{base} is not root's alone"
+        base.chmod(0o755)
+        (base / "link").symlink_to(program)
+        assert trusted_program(base / "link") == f"{base / 'link'} is a symbolic link"
+        os.chown(program, 65534, 65534)
+        assert trusted_program(program) == f"{program} is not root's alone"
+    finally:
+        shutil.rmtree(base)
+    if OWN_BUN.exists():
+        assert trusted_program(OWN_BUN) == ""
+
+
+def test_the_transpiler_s_answer_is_held_to_its_caps_here():
+    """Whatever wrote the answer, jitprof keeps at most 16 MiB of texts,
+    absolute paths of sane length, and says what it left."""
+    from profiler.jit.bun import transpiler
+
+    big = "a" * (transpiler.MAX_SCRIPT_BYTES // 2 - 10)
+    answer = {"scripts": [{"path": f"/s{index}.js", "original": big, "runtime": ""} for index in range(3)]}
+    answer["scripts"].insert(0, {"path": "relative.js", "original": "", "runtime": ""})
+    answer["scripts"].insert(0, {"path": "/x.js", "original": 1, "runtime": ""})
+    scripts, problem = checked_answer(json.dumps(answer).encode())
+    assert [script.path for script in scripts] == ["/s0.js", "/s1.js"] and "over 16 MiB" in problem
+    assert checked_answer(b"[1, 2") == ([], "its scripts' transpiler answered nonsense")
+    assert checked_answer(b'{"scripts": 3}') == ([], "its scripts' transpiler answered nonsense")
 
 
 @pytest.mark.skipif(not BUN.exists(), reason="bun is installed by make test's set-up")
@@ -251,3 +298,52 @@ def test_the_transpiler_finds_what_bun_would_run(tmp_path):
     assert found("run", "main", "3") == ["main.cjs", "spin.ts"]
     assert found("test") == ["fib.test.ts"]
     assert found("--smol", "./spin.ts", "data.json") == ["spin.ts"]
+
+
+# Texts a target can write into a script (a comment is enough) that made the
+# old patterns backtrack: each costs its length squared to a backtracking
+# pattern (72 kB of `a$` took 82 s, the GIL held, every thread stopped).
+CRAFTED = {
+    "identifier characters": "a$" * 36_000,
+    "type parameters never closed": "a <b " * 14_400,
+    "method keywords": "static " * 10_000,
+    "assignments never closed": "x=(" * 24_000,
+    "the keyword alone": "function " * 8_000,
+    "names and colons": "a:" * 36_000,
+}
+
+
+@pytest.mark.parametrize("crafted", list(CRAFTED))
+def test_definitions_are_found_in_time_linear_in_the_text(crafted):
+    """Each crafted text costs at most ten times what real code of the same
+    size costs, measured here (a backtracking pattern: thousands of times)."""
+    real = (APP / "spin.ts").read_text() + (APP / "main.cjs").read_text()
+    text = CRAFTED[crafted]
+    real = (real * (len(text) // len(real) + 1))[: len(text)]
+
+    def cost(sample: str) -> float:
+        times = []
+        for _ in range(3):
+            started = time.perf_counter()
+            definitions(sample)
+            times.append(time.perf_counter() - started)
+        return min(times)
+
+    assert cost(text) < 10 * cost(real) + 0.005, crafted
+
+
+def test_a_script_of_newlines_is_indexed_in_memory_far_under_its_size():
+    """A script of newlines kept one Python int a line (39 times its size;
+    over 600 MB for 16 MiB); its lines are now found from a count every
+    64 KiB, and what indexing it takes at its peak is a few copies of it."""
+    text = "\n" * (4 << 20) + "function f(a) {}\n"
+    tracemalloc.start()
+    try:
+        script = BunScript("/app/lines.js", text, text)
+        index = script.index()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * len(text), peak / len(text)
+    assert index.lines.line_and_column(len(text) - len("(a) {}\n")) == (4 * 2**20 + 1, len("function f") + 1)
+    assert script.line_of("f", len(text) - len("(a) {}\n")) == (4 * 2**20 + 1, len("function f") + 1)

@@ -1,11 +1,14 @@
 """Helpers jitprof starts as root never run code from its working directory
 or environment: a planted package, sitecustomize or startup file stays inert."""
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from profiler.native import elf, library, unwind_rows
 from profiler.safety import processes
@@ -117,3 +120,61 @@ def test_a_user_s_program_is_cut_at_its_output_cap_and_its_deadline(tmp_path):
     quick = run_as_user(["/bin/sh", "-c", "echo $PWD $HOME; exit 3"], os.geteuid(), os.getegid(), 1 << 20, 10, told.append)
     assert (quick.returncode, quick.output, quick.overrun) == (3, b"/ /nonexistent\n", "")
     assert len(told) == 2 and told[0] > 0 and told[1] is None  # its process group while it ran, then none
+
+
+PROBE = """
+import json, os, resource
+try:
+    os.close(os.open("/dev/tty", os.O_RDWR))
+    terminal = "opened"
+except OSError as error:
+    terminal = error.strerror
+status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
+print(json.dumps({
+    "terminal": terminal,
+    "session_leader": os.getsid(0) == os.getpid(),
+    "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid()],
+    "groups": os.getgroups(),
+    "no_new_privs": status["NoNewPrivs"].strip(),
+    "capabilities": [status["CapEff"].strip(), status["CapBnd"].strip()],
+    "descriptors": sorted(int(name) for name in os.listdir("/proc/self/fd")),
+    "file_size": resource.getrlimit(resource.RLIMIT_FSIZE)[0],
+    "core": resource.getrlimit(resource.RLIMIT_CORE)[0],
+    "heap": resource.getrlimit(resource.RLIMIT_DATA)[0],
+}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs a program as nobody: as root (make test)")
+def test_a_program_run_as_a_user_is_confined_away_from_jitprof_s_terminal():
+    """Run from a session whose controlling terminal is a pty (root's terminal
+    in the attack), the program cannot open /dev/tty (so no TIOCSTI into
+    root's shell), leads a session of its own (no process group of the
+    terminal to join), has the user's ids, no groups, capabilities or new
+    privileges, no descriptor but its three, and its limits."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setsid()
+            os.close(os.open(os.ttyname(terminal), os.O_RDWR))  # the session's controlling terminal now
+            run = run_as_user(["/usr/bin/python3", "-c", PROBE], 65534, 65534, 1 << 20, 10)
+            os.write(writer, run.output)
+        finally:
+            os._exit(0)
+    os.close(writer)
+    output = b""
+    while chunk := os.read(reader, 1 << 16):
+        output += chunk
+    os.waitpid(child, 0)
+    for descriptor in (reader, controller, terminal):
+        os.close(descriptor)
+    probe = json.loads(output)
+    assert probe["terminal"] == "No such device or address"
+    assert probe["session_leader"] and probe["ids"] == [65534] * 4 and probe["groups"] == []
+    assert probe["no_new_privs"] == "1" and probe["capabilities"] == ["0000000000000000"] * 2
+    assert probe["descriptors"] == [0, 1, 2, 3]  # 3: the listing's own
+    assert (probe["file_size"], probe["core"], probe["heap"]) == (0, 0, processes.HELPER_DATA_BYTES)

@@ -3,9 +3,9 @@ function JavaScriptCore names `JSC-DFG: leaf#BiF1ZL` in its jitdump, found
 from the hash (jit/bun/scripts.py) in bun's own copies of the scripts.
 
 Bun's transpiler (Bun.Transpiler, target bun, inlining) makes those copies
-again: transpile.js, run with the process's own bun as the process's user,
-as soon as the run follows it, for the scripts its command line names
-(`bun test`'s test files) and those they import. A name is placed only when
+again: transpile.js, run with jitprof's own bun as the process's user
+(jit/bun/transpiler.py), as soon as the run follows it, for the scripts its
+command line names (`bun test`'s test files) and those they import. A name is placed only when
 its hash is found in one script. An ES module's top-level code is named by
 its script's path.
 """
@@ -14,32 +14,25 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import queue
 import re
 import signal
-import subprocess
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from profiler.jit.bun.scripts import MODULE_CODE, BunScript
 from profiler.jit.v8.names import js_display
-from profiler.kernel.proc_status import command_line, process_uid, start_time, status_field
+from profiler.jit.bun.transpiler import TRANSPILE_DEADLINE_S, TranspiledScript, command_of, transpiled_scripts
+from profiler.kernel.proc_status import process_uid, start_time
 from profiler.model.profile import Frame
-from profiler.safety.processes import run_as_user
 
-TRANSPILER = Path(__file__).with_name("transpile.js")
-MAX_SCRIPTS = 256  # a process's scripts transpiled: its own and what they import
-MAX_SCRIPT_BYTES = 16 << 20  # their text and copies together (tsc: 11.5 MiB)
-MAX_OUTPUT_BYTES = 3 * MAX_SCRIPT_BYTES  # JSON escapes: a little over the two texts
-TRANSPILE_DEADLINE_S = 10.0  # about 60 ms for a few small scripts, 0.3 s for tsc
 INDEX_DEADLINE_S = 20.0  # hashing and pairing 16 MiB of scripts: about 3 s
 MAX_PROCESSES = 64  # processes whose scripts are kept
+MAX_KEPT_BYTES = 48 << 20  # all processes' texts and copies kept at once (tsc's: 11.5 MiB)
 SHARED_FOR_S = 60.0  # a command's scripts transpiled once serve its other processes this long
 NAME_NOT_MATERIALIZED = "<name not materialized>"
 SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")  # an ES module's code is named by its path
@@ -80,6 +73,7 @@ class BunFunctions:
         self._queue: queue.SimpleQueue[tuple[int, _ProcessScripts]] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._transpiling: set[int] = set()  # the process groups of transpilers running now
+        self._kept_bytes = 0  # the texts and copies of the commands kept
 
     def stop(self) -> None:
         """The run is over: a transpiler still running is killed, not left behind."""
@@ -154,12 +148,8 @@ class BunFunctions:
         return entry.places[key]
 
     def _transpiled(self, pid: int) -> tuple[list[BunScript], str]:
-        try:
-            binary = os.stat(f"/proc/{pid}/exe")
-        except OSError:
-            return [], ""
         directory, arguments = command_of(pid) or ("", [])
-        command = (binary.st_dev, binary.st_ino, binary.st_mtime_ns, process_uid(pid), directory, *arguments)
+        command = (process_uid(pid), directory, *arguments)
         now = time.monotonic()
         with self._lock:
             known = self._by_command.get(command)
@@ -175,11 +165,18 @@ class BunFunctions:
                 elif started:
                     self._transpiling.discard(started.pop())
 
-        scripts, problem = transpiled_scripts(pid, running)
+        transpiled, problem = transpiled_scripts(pid, running)
+        scripts = [BunScript(script.path, script.original, script.runtime) for script in transpiled]
         with self._lock:
             self._by_command[command] = (now, scripts, problem)
-            while len(self._by_command) > MAX_PROCESSES:
-                self._by_command.popitem(last=False)
+            self._kept_bytes += _size(transpiled)
+            # Over the byte budget or the count, the oldest are let go (their
+            # processes' frames stay unplaced): a user's crafted scripts
+            # cannot make root keep gigabytes.
+            while len(self._by_command) > 1 and (len(self._by_command) > MAX_PROCESSES or self._kept_bytes > MAX_KEPT_BYTES):
+                _time, dropped, _problem = self._by_command.popitem(last=False)[1]
+                self._kept_bytes -= _size(dropped)
+                dropped.clear()  # the processes sharing it let it go too
         return scripts, problem
 
     def place_frame(self, pid: int, name: str, frame: Frame) -> Frame:
@@ -227,43 +224,5 @@ def _place_in(scripts: list[BunScript], function: str, hashed: str) -> FunctionP
     return FunctionPlace(script.path, line, column, name=named)
 
 
-def command_of(pid: int) -> tuple[str, list[str]] | None:
-    """A live process's working directory and its arguments (after its executable)."""
-    try:
-        directory = os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-    arguments = command_line(pid)
-    return (directory, arguments[1:]) if arguments else None
-
-
-def transpiled_scripts(pid: int, running: Callable[[int | None], None] | None = None) -> tuple[list[BunScript], str]:
-    """A live bun process's scripts and their runtime copies, made by its own
-    bun as its own user (what it reads, that user could read): nothing of the
-    process is touched, and what comes back is checked as the target's words."""
-    command = command_of(pid)
-    uid_words, gid_words = status_field(pid, "Uid:"), status_field(pid, "Gid:")
-    if command is None or uid_words is None or gid_words is None or len(uid_words) < 2 or len(gid_words) < 2:
-        return [], ""
-    try:
-        # /proc/PID/exe: the very binary the process runs, whatever its path now names.
-        run = run_as_user(
-            [f"/proc/{pid}/exe", str(TRANSPILER), str(MAX_SCRIPTS), str(MAX_SCRIPT_BYTES), command[0], *command[1]],
-            int(uid_words[1]), int(gid_words[1]), MAX_OUTPUT_BYTES, TRANSPILE_DEADLINE_S, running,
-        )  # fmt: skip
-    except (OSError, subprocess.SubprocessError, ValueError) as error:
-        return [], f"its scripts could not be transpiled ({type(error).__name__})"
-    if run.returncode != 0:
-        why = run.overrun or f"bun exited with {run.returncode}"
-        return [], f"its scripts could not be transpiled ({why})"
-    try:
-        document = json.loads(run.output)
-        listed = document["scripts"]
-        parsed = [
-            BunScript(entry["path"], entry["original"], entry["runtime"])
-            for entry in listed[:MAX_SCRIPTS]
-            if isinstance(entry, dict) and all(isinstance(entry.get(key), str) for key in ("path", "original", "runtime"))
-        ]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return [], "its scripts' transpiler answered nonsense"
-    return parsed, ""
+def _size(scripts: Iterable[BunScript] | Iterable[TranspiledScript]) -> int:
+    return sum(len(script.original) + len(script.runtime) for script in scripts)

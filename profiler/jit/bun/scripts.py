@@ -19,8 +19,10 @@ import bisect
 import hashlib
 import re
 import threading
+from array import array
 from dataclasses import dataclass
 
+MAX_BRACKET_PAIRS = 1 << 20  # paired per script (TypeScript's compiler: 118,000); functions past them are not placed
 HASHED_PER_BYTE = 16  # how many times its size a script's functions may hash to, together
 COMMONJS_PARAMETERS = "(exports, require, module, __filename, __dirname)"
 MODULE_CODE = -1  # where a script's top-level code "begins", among its functions
@@ -67,7 +69,7 @@ def scan_functions(text: str) -> ScannedScript:
     literal: list[tuple[int, int]] = []
     index, length = 0, len(text)
     in_template, literal_start = False, 0
-    while index < length:
+    while index < length and len(closing) < MAX_BRACKET_PAIRS:
         if in_template:
             mark = _TEMPLATE_MARK.search(text, index)
             if mark is None:
@@ -155,33 +157,50 @@ def _body_start(text: str, index: int) -> int | None:
     return offset if stripped.startswith("{") else None
 
 
-_IDENTIFIER = r"[A-Za-z_$][\w$]*"
-_TYPE_PARAMETERS = r"(?:<[^>()]*>\s*)?"
+# Linear in the text, whatever it holds (a target writes it): an identifier
+# starts only where none goes on (`(?<![\w$])`) and is taken whole (atomic),
+# every run of spaces or of anything up to a bracket is possessive, and the
+# keywords before a method are at most four; a backtracking pattern once
+# took 82 s over 72 kB of `a$a$…`.
+_IDENTIFIER = r"(?<![\w$])(?>[A-Za-z_$][\w$]*+)"
+_TYPE_PARAMETERS = r"(?:<[^<>()]*+>\s*+)?"
 # Where functions are defined, by name (group 1) and their parameters' `(`
 # (group 2): `function name(`, a method `name(...) {`, `name = function(`,
 # `name: (...) =>`. The same patterns read the file and its copy, so that
 # their lists of a name line up.
 _DEFINITIONS = (
-    re.compile(rf"\bfunction\s*\*?\s*({_IDENTIFIER})\s*{_TYPE_PARAMETERS}(\()"),
+    re.compile(rf"(?<![\w$])function\s*+\*?\s*+({_IDENTIFIER})\s*+{_TYPE_PARAMETERS}(\()"),
     re.compile(
-        rf"(?:^|[{{;,}}\s])(?:(?:static|async|get|set)\s+|\*\s*)*({_IDENTIFIER})\s*{_TYPE_PARAMETERS}(\()[^()]*\)\s*(?::[^{{;=()]*)?\{{",
+        rf"(?:^|[{{;,}}\s])(?:(?:static|async|get|set)\s++|\*\s*+){{0,4}}+({_IDENTIFIER})\s*+{_TYPE_PARAMETERS}(\()[^()]*+\)\s*+(?::[^{{;=()]*+)?\{{",
         re.MULTILINE,
     ),
     re.compile(
-        rf"\b({_IDENTIFIER})\s*[:=]\s*(?:async\s+)?(?:function\b\s*\*?\s*(?:{_IDENTIFIER})?\s*)?(\()(?=[^()]*\)\s*(?::[^=;{{()]*)?(?:=>|\{{))"
+        rf"({_IDENTIFIER})\s*+[:=]\s*+(?:async\s++)?+(?:function(?![\w$])\s*+\*?\s*+(?:{_IDENTIFIER})?\s*+)?+(\()(?=[^()]*+\)\s*+(?::[^=;{{()]*+)?(?:=>|\{{))"
     ),
 )
-_FIRST_PARAMETER = re.compile(rf"\(\s*(?:\.\.\.)?({_IDENTIFIER})?")
+_FIRST_PARAMETER = re.compile(rf"\(\s*+(?:\.\.\.)?({_IDENTIFIER})?")
+MAX_DEFINITIONS = 1 << 18  # per script and pattern (TypeScript's compiler: about 9,000)
+_WINDOW = 1 << 18  # searched at once; a definition is at most _OVERLAP long
+_OVERLAP = 1 << 12
 
 
 def definitions(text: str) -> dict[str, list[int]]:
     """Each name's definitions in a script: where their parameters' `(` are, in order."""
     found: dict[str, set[int]] = {}
     for pattern in _DEFINITIONS:
-        for match in pattern.finditer(text):
-            name = match.group(1)
-            if name not in _NOT_FUNCTIONS and name != "function":
-                found.setdefault(name, set()).add(match.start(2))
+        count = 0
+        # Window by window: one search holds the GIL while it runs, and a
+        # 16 MiB script searched whole would stop every thread for seconds.
+        for window in range(0, len(text), _WINDOW):
+            for match in pattern.finditer(text, window, min(window + _WINDOW + _OVERLAP, len(text))):
+                if match.start() >= window + _WINDOW:
+                    break  # the next window's
+                name = match.group(1)
+                if name not in _NOT_FUNCTIONS and name != "function":
+                    found.setdefault(name, set()).add(match.start(2))
+                count += 1
+            if count >= MAX_DEFINITIONS:
+                break
     return {name: sorted(starts) for name, starts in found.items()}
 
 
@@ -244,9 +263,35 @@ class BunScript:
         at = in_file[in_copy.index(start)]
         if _first_parameter(self.runtime, start) != _first_parameter(self.original, at):
             return (0, 0)
-        line_starts = self.index().line_starts
-        line = bisect.bisect_right(line_starts, at)
-        return line, at - line_starts[line - 1] + 1
+        return self.index().lines.line_and_column(at)
+
+
+class LineIndex:
+    """Line and column of a place in a text, from the count of newlines
+    before every 64 KiB block: memory in the text's size over 64 Ki, not
+    one entry a line (16 MiB of newlines once kept 16 M Python ints)."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._newlines_before = array("Q", [0])  # newlines before each block's start
+        self._last_newline_before = array("q", [-1])  # where the last of them is (-1: none)
+        for start in range(self.BLOCK, len(text) + 1, self.BLOCK):
+            block = start - self.BLOCK
+            last = text.rfind("\n", block, start)
+            self._newlines_before.append(self._newlines_before[-1] + text.count("\n", block, start))
+            self._last_newline_before.append(last if last >= 0 else self._last_newline_before[-1])
+
+    def line_and_column(self, at: int) -> tuple[int, int]:
+        """1-based line and column of the character at `at`."""
+        block = min(at // self.BLOCK, len(self._newlines_before) - 1)
+        block_start = block * self.BLOCK
+        line = self._newlines_before[block] + self._text.count("\n", block_start, at) + 1
+        last = self._text.rfind("\n", block_start, at)
+        if last < 0:
+            last = self._last_newline_before[block]
+        return line, at - last
 
 
 @dataclass(frozen=True)
@@ -255,7 +300,7 @@ class BunScriptIndex:
     runtime_definitions: dict[str, list[int]]
     original_definitions: dict[str, list[int]]
     names_at: dict[int, list[str]]  # the copy's definitions by where they begin
-    line_starts: list[int]  # the file's
+    lines: LineIndex  # the file's
     # Definitions paired between the copy and the file (copy's start, file's),
     # in order; and, in each, where the functions no pattern names begin.
     anchors: list[tuple[int, int]]
@@ -291,7 +336,7 @@ def _index_script(original: str, runtime: str) -> BunScriptIndex:
     for name, starts in runtime_definitions.items():
         for at in starts:
             names_at.setdefault(at, []).append(name)
-    line_starts = [0, *(match.end() for match in re.finditer("\n", original))]
+    lines = LineIndex(original)
     original_definitions = definitions(original)
     anchors = _anchors(runtime, original, runtime_definitions, original_definitions)
     copy_named = set(names_at)
@@ -301,7 +346,7 @@ def _index_script(original: str, runtime: str) -> BunScriptIndex:
         runtime_definitions,
         original_definitions,
         names_at,
-        line_starts,
+        lines,
         anchors,
         [start for start, _end in scanned.spans if start not in copy_named],
         [start for start, _end in scan_functions(original).spans if start not in file_named],

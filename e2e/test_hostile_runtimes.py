@@ -1,0 +1,123 @@
+"""What any user can do to root's jitprof through the runtimes it names:
+a program called bun, scripts crafted against the parsers of bun's copies.
+Each attacker is a real unprivileged process (nobody) with its files made
+here; the run must end on time, bounded, and never run what a target chose."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from e2e.test_hostile import NOBODY, as_nobody, nobody_dir, run_all, samples_of  # noqa: F401  (nobody_dir: a fixture)
+from e2e.test_javascript_runtimes import BUN
+from e2e.test_native_profile import cpu_seconds
+from profiler.jit.bun.transpiler import OWN_BUN
+from profiler.native.locator_process import DEADLINE_S
+from tests import hostile_elf
+
+pytestmark = pytest.mark.skipif(not (BUN.exists() and OWN_BUN.exists()), reason="bun is installed by make test's set-up")
+
+# A program called bun. Run with transpile.js's arguments (as jitprof once
+# ran /proc/PID/exe), it marks that it ran, opens the terminal of whoever
+# ran it and fakes an answer; run as itself, it spins until told to stop.
+FAKE_BUN = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc > 1 && strstr(argv[1], "transpile")) {
+        close(open("MARK_RAN", O_WRONLY | O_CREAT, 0644));
+        if (open("/dev/tty", O_RDWR) >= 0) close(open("MARK_TTY", O_WRONLY | O_CREAT, 0644));
+        puts("{\"scripts\": [], \"problems\": []}");
+        return 0;
+    }
+    puts("ready"); fflush(stdout);
+    volatile unsigned long spin = 0;
+    time_t end = time(NULL) + 20;
+    while (time(NULL) < end) spin++;
+    return 0;
+}
+"""
+
+
+def test_a_program_called_bun_is_never_run_by_root(symbol_cache, tmp_path, background, nobody_dir):
+    """nobody's own program, named bun: root's jitprof executed it (to
+    transpile its scripts) in root's session, where it could type into
+    root's shell. Now jitprof's own bun reads the process's command line,
+    and the program runs only as nobody started it."""
+    marks = [nobody_dir / "ran", nobody_dir / "tty"]
+    source = FAKE_BUN.replace("MARK_RAN", str(marks[0])).replace("MARK_TTY", str(marks[1]))
+    fake = hostile_elf.build(nobody_dir, "bun", source=source)
+    os.chown(fake, NOBODY, NOBODY)
+    attacker = as_nobody(background, f"import os; os.execv({str(fake)!r}, ['bun', 'app.js'])")
+    assert attacker.stdout.readline().strip() == "ready"
+    result, elapsed, _ = run_all(symbol_cache, tmp_path, 3)
+    assert result.returncode == 0, result.stderr
+    assert [mark for mark in marks if mark.exists()] == []
+    assert samples_of(tmp_path / "all.folded", attacker.pid) > 0
+
+
+def bun_as_nobody(background, directory: Path, *scripts: Path) -> subprocess.Popen:
+    """The real bun run by nobody on its own scripts; it prints ready and spins."""
+    return background(
+        str(BUN), *(str(script) for script in scripts),
+        user=NOBODY, group=NOBODY, extra_groups=[], cwd=str(directory),
+        env={"PATH": "/usr/bin:/bin", "HOME": str(directory)}, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+SPIN = """
+console.log("ready");
+function spin(until) { let total = 0; while (Date.now() < until) total += Math.sqrt(total + 1); return total; }
+spin(Date.now() + 20000);
+"""
+
+
+def test_a_script_crafted_against_the_definition_patterns_does_not_stop_jitprof(
+    symbol_cache, tmp_path, background, nobody_dir
+):
+    """A comment of 72 kB of `a$a$…` in nobody's script made a backtracking
+    pattern hold the GIL for minutes: every thread of jitprof stopped, an
+    `--all -d 5` took 82 s and lost 9,847 samples. Now the patterns are
+    linear: the run ends on time and loses nothing."""
+    script = nobody_dir / "app.js"
+    script.write_text("// " + "a$" * 36_000 + "\n" + SPIN)
+    os.chown(script, NOBODY, NOBODY)
+    attacker = bun_as_nobody(background, nobody_dir, script)
+    assert attacker.stdout.readline().strip() == "ready"
+    cpu_before = cpu_seconds(attacker.pid)
+    seconds = 5
+    result, elapsed, _ = run_all(symbol_cache, tmp_path, seconds)
+    assert result.returncode == 0, result.stderr
+    assert elapsed < seconds + 4 + DEADLINE_S, elapsed
+    assert ", 0 lost;" in result.stderr, result.stderr
+    ran = cpu_seconds(attacker.pid) - cpu_before
+    assert samples_of(tmp_path / "all.folded", attacker.pid) >= min(300, 0.4 * 199 * ran)
+
+
+def test_scripts_of_newlines_keep_jitprof_s_memory_bounded(symbol_cache, tmp_path, background, nobody_dir):
+    """Three of nobody's buns, each naming 15 MiB of newlines (under the
+    transpiler's 16 MiB): one Python int a line took jitprof to 1.29 GB.
+    Now its peak stays within 200 MiB of a run without them, measured here."""
+    baseline_directory = tmp_path / "baseline"
+    baseline_directory.mkdir()
+    _result, _elapsed, baseline_kib = run_all(symbol_cache, baseline_directory, 3)
+    spin = nobody_dir / "spin.js"
+    spin.write_text(SPIN)
+    attackers = []
+    for index in range(3):
+        lines = nobody_dir / f"lines{index}.js"
+        lines.write_text("\n" * (15 << 20) + f"var x{index} = {index};\n")
+        os.chown(lines, NOBODY, NOBODY)
+        attackers.append(bun_as_nobody(background, nobody_dir, spin, lines))
+    for attacker in attackers:
+        assert attacker.stdout.readline().strip() == "ready"
+    result, _elapsed, peak_kib = run_all(symbol_cache, tmp_path, 5)
+    assert result.returncode == 0, result.stderr
+    print(f"peak {peak_kib >> 10} MiB, baseline {baseline_kib >> 10} MiB")
+    assert peak_kib < baseline_kib + (200 << 10), f"peak RSS {peak_kib >> 10} MiB, {baseline_kib >> 10} MiB without the attack"

@@ -1,0 +1,126 @@
+"""A bun process's scripts and bun's runtime copies of them, made by
+jitprof's own bun, never by the process's.
+
+A target chooses its binary: any user can run a program called `bun` and
+have root execute it. So the copies are made by the bun jitprof's set-up
+installed (pinned, root's, checked before each use), running transpile.js
+as the process's user (it reads only what that user could), confined
+(safety/processes.run_as_user: its own session, no terminal, no capability,
+limits). What it answers is checked on jitprof's side as a target's words:
+its size, the number of scripts, each path, and the texts' total size.
+
+The copies match the process's own only while both buns transpile alike
+(same version: set-up pins the one the tests run); a function whose text
+differs is left unplaced, never misplaced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from profiler.kernel.proc_status import command_line, status_field
+from profiler.safety.processes import run_as_user
+
+BUN_VERSION = "1.4.4"  # scripts/setup.sh installs this one
+OWN_BUN = Path(sys.prefix) / "lib" / f"jitprof-bun-{BUN_VERSION}" / "node_modules" / "@oven" / "bun-linux-x64" / "bin" / "bun"
+TRANSPILER = Path(__file__).with_name("transpile.js")
+MAX_SCRIPTS = 256  # a process's scripts transpiled: its own and what they import
+MAX_SCRIPT_BYTES = 16 << 20  # their text and copies together (tsc: 11.5 MiB)
+MAX_OUTPUT_BYTES = 3 * MAX_SCRIPT_BYTES  # JSON escapes: a little over the two texts
+MAX_PATH_BYTES = 4096
+TRANSPILE_DEADLINE_S = 10.0  # about 60 ms for a few small scripts, 0.3 s for tsc
+
+
+@dataclass(frozen=True)
+class TranspiledScript:
+    path: str
+    original: str  # the file's text
+    runtime: str  # bun's copy of it
+
+
+def trusted_program(path: Path) -> str:
+    """Why path is not a program root may run ("" when it is): every part of
+    it a real directory or file (no link) of root's, writable by no one else."""
+    current = Path("/")
+    for part in path.parts[1:]:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except OSError as error:
+            return f"{current}: {error.strerror}"
+        if stat.S_ISLNK(info.st_mode):
+            return f"{current} is a symbolic link"
+        if info.st_uid != 0 or info.st_mode & 0o022:
+            return f"{current} is not root's alone"
+    return "" if stat.S_ISREG(os.lstat(path).st_mode) else f"{path} is not a regular file"
+
+
+def command_of(pid: int) -> tuple[str, list[str]] | None:
+    """A live process's working directory and its arguments (after its executable)."""
+    try:
+        directory = os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+    arguments = command_line(pid)
+    return (directory, arguments[1:]) if arguments else None
+
+
+def transpiled_scripts(
+    pid: int, running: Callable[[int | None], None] | None = None, bun: Path = OWN_BUN
+) -> tuple[list[TranspiledScript], str]:
+    """The scripts a live bun process runs and their runtime copies (or why
+    not), made by jitprof's own bun as the process's user."""
+    command = command_of(pid)
+    uid_words, gid_words = status_field(pid, "Uid:"), status_field(pid, "Gid:")
+    if command is None or uid_words is None or gid_words is None or len(uid_words) < 2 or len(gid_words) < 2:
+        return [], ""
+    untrusted = trusted_program(bun)
+    if untrusted:
+        return [], f"jitprof's own bun cannot be run ({untrusted}; make setup installs it)"
+    directory, arguments = command
+    try:
+        run = run_as_user(
+            [str(bun), str(TRANSPILER), str(MAX_SCRIPTS), str(MAX_SCRIPT_BYTES), directory, *arguments],
+            int(uid_words[1]), int(gid_words[1]), MAX_OUTPUT_BYTES, TRANSPILE_DEADLINE_S, running,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError, ValueError) as error:
+        return [], f"its scripts could not be transpiled ({type(error).__name__})"
+    if run.returncode != 0:
+        why = run.overrun or f"bun exited with {run.returncode}"
+        return [], f"its scripts could not be transpiled ({why})"
+    return checked_answer(run.output)
+
+
+def checked_answer(output: bytes) -> tuple[list[TranspiledScript], str]:
+    """transpile.js's answer, taken as a target's words: its caps enforced
+    here, whatever the program that wrote it did."""
+    if len(output) > MAX_OUTPUT_BYTES:
+        return [], "its scripts' transpiler answered too much"
+    try:
+        listed = json.loads(output)["scripts"]
+        if not isinstance(listed, list):
+            raise TypeError
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return [], "its scripts' transpiler answered nonsense"
+    scripts: list[TranspiledScript] = []
+    total = 0
+    for entry in listed[:MAX_SCRIPTS]:
+        if not isinstance(entry, dict):
+            continue
+        path, original, runtime = entry.get("path"), entry.get("original"), entry.get("runtime")
+        if not (isinstance(path, str) and isinstance(original, str) and isinstance(runtime, str)):
+            continue
+        if not path.startswith("/") or len(path) > MAX_PATH_BYTES:
+            continue
+        total += len(original) + len(runtime)
+        if total > MAX_SCRIPT_BYTES:
+            return scripts, f"its scripts are over {MAX_SCRIPT_BYTES >> 20} MiB together; those past that are not read"
+        scripts.append(TranspiledScript(path, original, runtime))
+    return scripts, ""
