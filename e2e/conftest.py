@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.jit.jitdump_files import spawned_dump_directory
 from profiler.kernel.proc_status import process_alive
 from profiler.native import cache, elf, library
 
@@ -140,7 +141,8 @@ def jitprof_module(symbol_cache, tmp_path_factory):
 def _jit_files() -> dict[str, int]:
     """/tmp's perf maps and jitdumps now: path -> inode."""
     maps = {}
-    for path in [*Path("/tmp").glob("perf-*.map"), *Path("/tmp").glob("jit-*.dump")]:
+    dumps = Path(spawned_dump_directory(os.geteuid()))
+    for path in [*Path("/tmp").glob("perf-*.map"), *Path("/tmp").glob("jit-*.dump"), *dumps.glob("jit-*.dump")]:
         try:
             maps[str(path)] = path.lstat().st_ino
         except FileNotFoundError:

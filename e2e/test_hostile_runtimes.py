@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from e2e.conftest import read_folded, total
 from e2e.test_hostile import NOBODY, as_nobody, nobody_dir, run_all, samples_of  # noqa: F401  (nobody_dir: a fixture)
-from e2e.test_javascript_runtimes import BUN
+from e2e.test_javascript_runtimes import BUN, DENO
 from e2e.test_native_profile import cpu_seconds
 from profiler.jit.bun.transpiler import OWN_BUN
 from profiler.native.locator_process import DEADLINE_S
@@ -121,3 +122,65 @@ def test_scripts_of_newlines_keep_jitprof_s_memory_bounded(symbol_cache, tmp_pat
     assert result.returncode == 0, result.stderr
     print(f"peak {peak_kib >> 10} MiB, baseline {baseline_kib >> 10} MiB")
     assert peak_kib < baseline_kib + (200 << 10), f"peak RSS {peak_kib >> 10} MiB, {baseline_kib >> 10} MiB without the attack"
+
+
+PLANTED_PIDS = 3000  # the next pids: a run starts its command within a few dozen
+
+
+def plant_links(directory: Path, victim: Path) -> list[Path]:
+    """As nobody: a link at every name a runtime started next could write
+    (its perf map, its jitdumps), each pointing at root's file."""
+    first = int(Path("/proc/sys/kernel/ns_last_pid").read_text()) + 1
+    names = []
+    for pid in range(first, first + PLANTED_PIDS):
+        names += [f"/tmp/perf-{pid}.map", f"/tmp/jit-{pid}.dump", f"/tmp/jit-{pid}-{pid}.dump"]
+    listing = directory / "names"
+    listing.write_text("\n".join(names))
+    os.chown(listing, NOBODY, NOBODY)
+    subprocess.run(
+        ["/usr/bin/python3", "-c", f"""
+import os
+for name in open({str(listing)!r}).read().split():
+    try:
+        os.symlink({str(victim)!r}, name)
+    except FileExistsError:
+        pass
+"""],
+        user=NOBODY, group=NOBODY, extra_groups=[], cwd="/", env={"PATH": "/usr/bin:/bin"}, check=True,
+    )  # fmt: skip
+    return [Path(name) for name in names]
+
+
+RUNTIME_COMMANDS = {
+    "node": lambda: ["node", str(Path(__file__).parent.parent / "fixtures" / "js" / "portable_chain.mjs"), "0.5"],
+    "deno": lambda: [str(DENO), "run", str(Path(__file__).parent.parent / "fixtures" / "js" / "portable_chain.mjs"), "0.5"],
+    "bun": lambda: [str(BUN), str(Path(__file__).parent.parent / "fixtures" / "js" / "portable_chain.mjs"), "0.5"],
+}
+
+
+@pytest.mark.parametrize("runtime", list(RUNTIME_COMMANDS))
+def test_links_planted_at_a_runtime_s_files_never_make_root_write_through_them(jitprof, tmp_path, nobody_dir, runtime):
+    """nobody plants links at /tmp/perf-PID.map and /tmp/jit-*PID.dump for
+    the next pids, to a file of root's; root runs `jitprof -- node/deno/bun`.
+    The runtime, run as root with jitprof's flags, followed the link and
+    overwrote root's file (this kernel does not protect links in /tmp). Now
+    its perf map is a file jitprof made for it first, and its jitdump goes to
+    a directory of root's own: root's file is untouched, and the JavaScript
+    is still named."""
+    if runtime == "deno" and not DENO.exists():
+        pytest.skip("deno is installed by make test's set-up")
+    victim = tmp_path / "secret"
+    victim.write_text("root's own\n")
+    victim.chmod(0o600)
+    links = plant_links(nobody_dir, victim)
+    try:
+        run = jitprof("-F", "499", "-o", "out.folded", "--", *RUNTIME_COMMANDS[runtime]())
+    finally:
+        for link in links:
+            if link.is_symlink():
+                link.unlink()
+    assert run.returncode == 0, run.stderr
+    assert victim.read_text() == "root's own\n"
+    lines = read_folded(tmp_path / "out.folded")
+    named = [line for line in lines if any(frame.endswith("_[j]") and not frame.startswith("0x") for frame in line.frames)]
+    assert total(named) > 0, run.stderr

@@ -17,6 +17,7 @@ import pytest
 
 from e2e.conftest import ROOT, FoldedLine, read_folded, total
 from e2e.test_inlining import chain_share
+from profiler.jit.jitdump_files import spawned_dump_directory
 
 RUNTIMES = ROOT / ".nodes" / "runtimes" / "node_modules"
 DENO = RUNTIMES / "@deno" / "linux-x64-glibc" / "deno"
@@ -85,7 +86,8 @@ def left_behind(pids: set[int], workdir: Path) -> list[str]:
     found = [str(path) for path in workdir.glob("isolate-*.log")]
     for pid in pids:
         found += [str(path) for path in Path("/tmp").glob(f"perf-{pid}.map")]
-        found += [str(path) for path in [*Path("/tmp").glob(f"jit-{pid}.dump"), *Path("/tmp").glob(f"jit-*-{pid}.dump")]]
+        for directory in (Path("/tmp"), Path(spawned_dump_directory(0))):
+            found += [str(path) for path in [*directory.glob(f"jit-{pid}.dump"), *directory.glob(f"jit-*-{pid}.dump")]]
     return found
 
 

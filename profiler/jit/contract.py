@@ -88,6 +88,12 @@ class Runtime:
     # What a spawned command's environment gets for it (its flags), from the
     # environment so far, the code-log script jitprof installed (or None) and the command.
     spawn_environment: Callable[[dict[str, str], Path | None, Sequence[str]], dict[str, str]] | None = None
+    # The environment variable naming the directory its jitdump goes to: a
+    # spawned command gets one of its user's own (jit/jitdump_files.py).
+    jitdump_directory_variable: str = ""
+    # Given its flags it writes /tmp/perf-PID.map, a path any user can plant a
+    # link at first: the run makes that file itself for the process it starts.
+    fixed_perf_map: bool = False
     # Its form of JIT code names (perf maps, jitdumps) as a frame; None: not its form.
     frame_for_name: Callable[[str], Frame | None] | None = None
     # For names of its form that carry no script: the frame of a name (as

@@ -78,6 +78,7 @@ DENO = Runtime(
     frame_type="v8js",
     executable=lambda name: name == "deno",
     spawn_environment=_spawn_environment,
+    fixed_perf_map=True,
     frame_for_name=frame_for_v8_name,
     attach_notes=_attach_notes,
     writes_v8_logs=True,

@@ -14,8 +14,33 @@ from profiler.safety import files
 # perf's convention, jit-PID.dump; JavaScriptCore's, jit-TID-PID.dump (the
 # thread that writes it, then the process).
 _DUMP_FILE = re.compile(r"^jit-(?:\d+-)?(\d+)\.dump$")
-# Where runtimes jitprof spawns are told to write their dumps (Bun's JavaScriptCore).
-SPAWNED_DUMP_DIRECTORY = "/tmp"
+# Where runtimes jitprof spawns are told to write their dumps (Bun's
+# JavaScriptCore): a directory of the user's own under root's, kept between
+# runs (a process that outlives a run may start the runtime again, and bun
+# aborts when its directory is gone). Not /tmp, where any user can plant a
+# link at the name a runtime running as root is about to write.
+SPAWNED_DUMP_ROOT = "/var/lib/jitprof/jitdumps"
+
+
+def spawned_dump_directory(uid: int) -> str:
+    return f"{SPAWNED_DUMP_ROOT}/{uid}"
+
+
+def make_spawned_dump_directory(uid: int, gid: int) -> str | None:
+    """The user's dump directory, made if missing: None when it cannot be
+    (a read-only /var: the runtime is then not asked for a dump)."""
+    try:
+        os.makedirs(SPAWNED_DUMP_ROOT, mode=0o755, exist_ok=True)
+        root = files.open_directory_for(SPAWNED_DUMP_ROOT, os.geteuid())
+    except (OSError, files.UnsafeDirectory):
+        return None
+    try:
+        os.close(files.private_directory(root, str(uid), uid, gid))
+    except files.UnsafeDirectory:
+        return None
+    finally:
+        os.close(root)
+    return spawned_dump_directory(uid)
 
 
 def mapped_dumps(pid: int) -> list[str]:
@@ -28,7 +53,7 @@ def maps_a_jitdump(pid: int) -> bool:
     return bool(mapped_dumps(pid))
 
 
-def remove_jitdumps(pids: Iterable[int], owner_uid: int, directory_path: str = SPAWNED_DUMP_DIRECTORY) -> list[str]:
+def remove_jitdumps(pids: Iterable[int], owner_uid: int, directory_path: str | None = None) -> list[str]:
     """Delete the dumps the given processes wrote into the directory spawned
     runtimes are told to use, if they are still regular files of owner_uid
     (the directory opened once and checked, each file removed relative to it)."""
@@ -36,7 +61,7 @@ def remove_jitdumps(pids: Iterable[int], owner_uid: int, directory_path: str = S
     if not wanted:
         return []
     try:
-        directory = files.open_directory_for(directory_path, owner_uid)
+        directory = files.open_directory_for(directory_path or spawned_dump_directory(owner_uid), owner_uid)
     except files.UnsafeDirectory:
         return []
     try:

@@ -37,5 +37,6 @@ MOARVM = Runtime(
     executable=lambda name: name.startswith(("moar", "rakudo", "raku", "nqp")),
     libraries=("libmoar.so",),
     spawn_environment=_spawn_environment,
+    fixed_perf_map=True,
     frame_for_name=_frame_for_name,
 )

@@ -9,21 +9,47 @@ that no generic layer imports a runtime's package.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from profiler.jit import runtimes
+from profiler.jit.jitdump_files import make_spawned_dump_directory
 from profiler.jit.contract import Threadpool
 from profiler.jit.v8 import js_view, preload
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames
 from profiler.model.profile import Frame, FrameKind, Profile
+from profiler.safety import files
+
+PERF_MAP_DIRECTORY = "/tmp"  # fixed, in node, deno and MoarVM
 
 
-def spawn_environment(environ: dict[str, str], code_log: bool, command: Sequence[str] = ()) -> dict[str, str]:
+def spawn_environment(
+    environ: dict[str, str], code_log: bool, command: Sequence[str] = (), owner: tuple[int, int] | None = None
+) -> dict[str, str]:
     """The environment a spawned command gets: every runtime's flags for
     describing its JIT code (inherited by all it starts); code_log: node
-    writes V8's code log too (when its heap is not read)."""
-    return runtimes.inject_environment(environ, preload.install() if code_log else None, command)
+    writes V8's code log too (when its heap is not read); owner: the uid and
+    gid it runs as, whose own directory gets the jitdumps."""
+    dump_directory = make_spawned_dump_directory(*owner) if owner is not None else None
+    return runtimes.inject_environment(environ, preload.install() if code_log else None, command, dump_directory)
+
+
+def claim_perf_map(pid: int, executable: str, uid: int, gid: int) -> bool:
+    """Before a spawned command runs: if it may write /tmp/perf-PID.map (a
+    fixed path), make that file jitprof's, for the command's user, so that a
+    link planted there by another user is never followed. False when the
+    name could not be had (the command must then not run)."""
+    if not runtimes.fixed_perf_map(executable):
+        return True
+    try:
+        directory = files.open_directory_for(PERF_MAP_DIRECTORY, uid)
+    except files.UnsafeDirectory:
+        return True  # not writable for the command either: its runtime writes no map
+    try:
+        return files.claim_for(directory, f"perf-{pid}.map", uid, gid)
+    finally:
+        os.close(directory)
 
 
 def native_symbol_frame(symbol: str, module: str) -> Frame:

@@ -29,15 +29,33 @@ _exports_known: dict[tuple[int, int, int, bytes], bool] = {}
 _found: dict[tuple[int, int, int, int], Runtime | None] = {}
 
 
-def inject_environment(environ: dict[str, str], preload: Path | None = None, command: Sequence[str] = ()) -> dict[str, str]:
+def inject_environment(
+    environ: dict[str, str], preload: Path | None = None, command: Sequence[str] = (), dump_directory: str | None = None
+) -> dict[str, str]:
     """The environment for a spawned command: every runtime's flags (preload:
-    the code-log script node loads). Inherited by every child, so `npm test`,
-    npx and shell scripts that end up in node get the flags too."""
+    the code-log script node loads; dump_directory: where jitdumps go, the
+    command's user's own, or None to ask for none). Inherited by every child,
+    so `npm test`, npx and shell scripts that end up in node get the flags too."""
     injected = dict(environ)
     for runtime in RUNTIMES:
-        if runtime.spawn_environment is not None:
-            injected.update(runtime.spawn_environment(injected, preload, command))
+        if runtime.spawn_environment is None:
+            continue
+        flags = runtime.spawn_environment(injected, preload, command)
+        variable = runtime.jitdump_directory_variable
+        if variable and flags and not injected.get(variable):  # the user's own choice is kept
+            if dump_directory is None:
+                continue  # without a directory of its own, no dump is asked for
+            flags[variable] = dump_directory
+        injected.update(flags)
     return injected
+
+
+def fixed_perf_map(executable: str) -> bool:
+    """Will the command at this path, given the flags, write /tmp/perf-PID.map
+    under its own pid? (Unknown commands may: a script whose interpreter is node.)"""
+    name = os.path.basename(executable)
+    runtime = next((runtime for runtime in RUNTIMES if runtime.executable(name)), None)
+    return runtime is None or runtime.fixed_perf_map
 
 
 def runtime_of(pid: int) -> Runtime | None:

@@ -23,7 +23,8 @@ class Child:
         """Fork the command, stopped before exec. With capture, its output
         goes to a pane of the live view instead of the terminal; inject: its
         runtimes get their JIT-symbol flags (code_log: and node its code log)."""
-        environment = registry.spawn_environment(environ, code_log, command) if inject else environ
+        owner = (run_as.uid, run_as.gid)
+        environment = registry.spawn_environment(environ, code_log, command, owner) if inject else environ
         self.output: CapturedOutput | None = None
         stdio = None
         if capture:
@@ -38,6 +39,12 @@ class Child:
                 assert self.output is not None
                 self.output.start()
         self.pid = self._spawned.pid
+        if inject and not registry.claim_perf_map(self.pid, self._spawned.executable, *owner):
+            self._spawned.abandon()
+            raise JitprofError(
+                f"another user keeps putting files at /tmp/perf-{self.pid}.map, where the command would write its perf map",
+                "run it again; if it goes on, see who owns what is there (ls -l /tmp/perf-*.map), or use --no-inject",
+            )
         self.status: int | None = None  # waitpid status once it has ended
         self.exec_failed = False
 

@@ -21,6 +21,7 @@ class SpawnedCommand:
 
     pid: int
     argv: list[str]
+    executable: str
     _go_fd: int
     _error_fd: int
     released: bool = False
@@ -121,7 +122,7 @@ def spawn_stopped(argv: list[str], run_as: RunAs, environment: dict[str, str], s
         os._exit(127)
     os.close(go_read)
     os.close(error_write)
-    return SpawnedCommand(pid, argv, go_write, error_read)
+    return SpawnedCommand(pid, argv, executable, go_write, error_read)
 
 
 def exit_status_code(status: int) -> int:

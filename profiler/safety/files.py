@@ -9,6 +9,7 @@ to a path: a target cannot steer root into a directory it does not own.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -145,6 +146,46 @@ def create_exclusive(directory: int, name: str, mode: int = 0o600) -> int:
     if "/" in name or name in ("", ".", ".."):
         raise ValueError(f"not a file name: {name!r}")
     return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=directory)
+
+
+def claim_for(directory: int, name: str, uid: int, gid: int, mode: int = 0o644, tries: int = 8) -> bool:
+    """Make name in the directory a new empty regular file of uid's, before a
+    program of that user opens it by that path: whatever stood there (a link
+    to root's files, a hard link, a FIFO) is removed first, never followed.
+    In a sticky directory another user can put something back between the
+    two steps: tried again, and False if the name could not be had."""
+    for _ in range(tries):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=directory)
+        try:
+            descriptor = create_exclusive(directory, name, mode)
+        except FileExistsError:
+            continue
+        try:
+            os.fchown(descriptor, uid, gid)
+            os.fchmod(descriptor, mode)
+        finally:
+            os.close(descriptor)
+        return True
+    return False
+
+
+def private_directory(parent: int, name: str, uid: int, gid: int) -> int:
+    """A descriptor of the directory name in parent (made if missing): owned
+    by uid, open to no one else, not a link. Raises UnsafeDirectory when
+    something else stands there."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=parent)
+        os.chown(name, uid, gid, dir_fd=parent, follow_symlinks=False)
+    try:
+        descriptor = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError as error:
+        raise UnsafeDirectory(f"{name}: {error.strerror}") from error
+    info = os.fstat(descriptor)
+    if info.st_uid != uid or info.st_mode & 0o077:
+        os.close(descriptor)
+        raise UnsafeDirectory(f"{name} belongs to uid {info.st_uid} or is open to others")
+    return descriptor
 
 
 def remove_owned(directory: int, name: str, owner_uid: int, inode: int | None = None) -> bool:

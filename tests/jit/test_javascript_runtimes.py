@@ -36,9 +36,13 @@ def test_a_deno_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines():
     assert "--log-code" in deno.deno_flags(["deno", "run", "--inspect-brk", "app.js"], None)
 
 
-def test_bun_told_to_write_a_jitdump_where_it_always_can():
-    environment = inject_environment({}, None, ["bun", "app.js"])
-    assert environment["BUN_JSC_useJITDump"] == "1" and environment["BUN_JSC_jitDumpDirectory"] == "/tmp"
+def test_bun_told_to_write_a_jitdump_into_its_user_s_own_directory():
+    """Not /tmp, where another user could plant a link at the name; without
+    a directory of its own, bun is asked for no dump (it would write none)."""
+    environment = inject_environment({}, None, ["bun", "app.js"], "/var/lib/jitprof/jitdumps/1000")
+    assert environment["BUN_JSC_useJITDump"] == "1"
+    assert environment["BUN_JSC_jitDumpDirectory"] == "/var/lib/jitprof/jitdumps/1000"
+    assert not [key for key in inject_environment({}, None, ["bun", "app.js"]) if key.startswith("BUN_")]
     # The user's own directory, or the user's "no", is kept.
     assert inject_environment({"BUN_JSC_jitDumpDirectory": "/srv/dumps"})["BUN_JSC_jitDumpDirectory"] == "/srv/dumps"
     assert "BUN_JSC_jitDumpDirectory" not in inject_environment({"BUN_JSC_useJITDump": "0"})

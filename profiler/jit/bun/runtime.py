@@ -3,8 +3,9 @@
 JavaScriptCore writes no perf map; asked with BUN_JSC_useJITDump it writes a
 jitdump, mapped so that profilers find it, into BUN_JSC_jitDumpDirectory
 (without a directory it writes nothing; with one that is gone, bun aborts at
-start). Spawned, bun is given both, the directory being /tmp (always there,
-even for a process that outlives the run), and the run removes the dumps.
+start). Spawned, bun is given both, the directory being its user's own
+(jit/jitdump_files.py: kept for a process that outlives the run, and out of
+other users' reach, unlike /tmp), and the run removes the dumps.
 JavaScriptCore names a function's code `JSC-<tier>: <name>#<hash>`, the hash
 being of the function's source: the name and tier are shown, and the script
 and line found from the hash (jit/bun/functions.py); JavaScriptCore 1.4's dump
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from profiler.jit.bun.functions import BunFunctions
 from profiler.jit.contract import Runtime
-from profiler.jit.jitdump_files import SPAWNED_DUMP_DIRECTORY, maps_a_jitdump
+from profiler.jit.jitdump_files import maps_a_jitdump
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import executable_name
@@ -39,7 +40,7 @@ _HASH = re.compile(r"#[0-9A-Za-z]{6}$")
 def _spawn_environment(environ: dict[str, str], preload: Path | None, command: Sequence[str]) -> dict[str, str]:
     if environ.get(JIT_DUMP) == "0":  # the user turned it off
         return {}
-    return {JIT_DUMP: "1", JIT_DUMP_DIRECTORY: environ.get(JIT_DUMP_DIRECTORY) or SPAWNED_DUMP_DIRECTORY}
+    return {JIT_DUMP: "1"}  # the directory: the run's (runtimes.inject_environment)
 
 
 def frame_for_jsc_name(name: str) -> Frame | None:
@@ -90,6 +91,7 @@ BUN = Runtime(
     label="bun",
     executable=lambda name: name == "bun",
     spawn_environment=_spawn_environment,
+    jitdump_directory_variable=JIT_DUMP_DIRECTORY,
     frame_for_name=frame_for_jsc_name,
     place_frame=_FUNCTIONS.place_frame,
     symbol_sources=lambda _settings: [BunPlaceNotes()],

@@ -137,6 +137,7 @@ NODE = Runtime(
     libraries=("libnode.so",),
     exported_name=b"\0napi_module_register\0",  # node links V8 into itself: every node exports N-API for addons
     spawn_environment=_spawn_environment,
+    fixed_perf_map=True,
     frame_for_name=frame_for_v8_name,
     application=node_application,
     symbol_sources=_symbol_sources,
