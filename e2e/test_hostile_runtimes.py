@@ -151,10 +151,13 @@ for name in open({str(listing)!r}).read().split():
     return [Path(name) for name in names]
 
 
+CHAIN = Path(__file__).parent.parent / "fixtures" / "js" / "portable_chain.mjs"
 RUNTIME_COMMANDS = {
-    "node": lambda: ["node", str(Path(__file__).parent.parent / "fixtures" / "js" / "portable_chain.mjs"), "0.5"],
-    "deno": lambda: [str(DENO), "run", str(Path(__file__).parent.parent / "fixtures" / "js" / "portable_chain.mjs"), "0.5"],
-    "bun": lambda: [str(BUN), str(Path(__file__).parent.parent / "fixtures" / "js" / "portable_chain.mjs"), "0.5"],
+    "node": lambda: ["node", str(CHAIN), "0.5"],
+    "deno": lambda: [str(DENO), "run", str(CHAIN), "0.5"],
+    "bun": lambda: [str(BUN), str(CHAIN), "0.5"],
+    # A node the command starts in turn, under a pid not known before it runs.
+    "node started by a shell": lambda: ["/bin/sh", "-c", f"node {CHAIN} 0.5; true"],
 }
 
 
@@ -165,8 +168,10 @@ def test_links_planted_at_a_runtime_s_files_never_make_root_write_through_them(j
     The runtime, run as root with jitprof's flags, followed the link and
     overwrote root's file (this kernel does not protect links in /tmp). Now
     its perf map is a file jitprof made for it first, and its jitdump goes to
-    a directory of root's own: root's file is untouched, and the JavaScript
-    is still named."""
+    a directory of root's own, and links planted for pids not running yet
+    are removed before the command runs (a node the command starts in turn
+    writes its map under a pid no one knows before): root's file is
+    untouched, the user is told, and the JavaScript is still named."""
     if runtime == "deno" and not DENO.exists():
         pytest.skip("deno is installed by make test's set-up")
     victim = tmp_path / "secret"
@@ -181,6 +186,94 @@ def test_links_planted_at_a_runtime_s_files_never_make_root_write_through_them(j
                 link.unlink()
     assert run.returncode == 0, run.stderr
     assert victim.read_text() == "root's own\n"
+    said = [line for line in run.stderr.splitlines() if "links that uid 65534 planted in /tmp" in line]
+    assert len(said) == 1, run.stderr
     lines = read_folded(tmp_path / "out.folded")
     named = [line for line in lines if any(frame.endswith("_[j]") and not frame.startswith("0x") for frame in line.frames)]
     assert total(named) > 0, run.stderr
+
+
+# A libjvm.so of nobody's whose VM tables hold 32,767 entries each (a real
+# JDK's about 3,000), every name its own string, and nothing jitprof needs.
+FAKE_LIBJVM = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#define ENTRIES 32767
+struct field_entry { const char *type, *field, *declared; int32_t is_static; uint64_t offset; void *address; };
+struct type_entry { const char *name, *super; int32_t a, b, c, d; uint64_t size; };
+struct field_entry *gHotSpotVMStructs;
+uint64_t gHotSpotVMStructEntryArrayStride = sizeof(struct field_entry), gHotSpotVMStructEntryTypeNameOffset = 0,
+    gHotSpotVMStructEntryFieldNameOffset = 8, gHotSpotVMStructEntryTypeStringOffset = 16,
+    gHotSpotVMStructEntryIsStaticOffset = 24, gHotSpotVMStructEntryOffsetOffset = 32, gHotSpotVMStructEntryAddressOffset = 40;
+struct type_entry *gHotSpotVMTypes;
+uint64_t gHotSpotVMTypeEntryArrayStride = sizeof(struct type_entry), gHotSpotVMTypeEntryTypeNameOffset = 0,
+    gHotSpotVMTypeEntrySizeOffset = 32;
+static char *name(const char *prefix, int index) { char *text = malloc(32); snprintf(text, 32, "%s%d", prefix, index); return text; }
+__attribute__((constructor)) static void build(void) {
+    gHotSpotVMStructs = calloc(ENTRIES + 1, sizeof *gHotSpotVMStructs);
+    gHotSpotVMTypes = calloc(ENTRIES + 1, sizeof *gHotSpotVMTypes);
+    for (int index = 0; index < ENTRIES; index++) {
+        gHotSpotVMTypes[index] = (struct type_entry){name("Type", index), 0, 0, 0, 0, 0, 8};
+        gHotSpotVMStructs[index] = (struct field_entry){name("Struct", index), name("_field", index), name("int", index), 0, 8, 0};
+    }
+}
+int jvm_loaded(void) { return 0; }
+"""
+
+# A program called java, on that library: four children a second, each
+# working a little, then waiting a second, for `seconds`.
+FAKE_JAVA = r"""
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+int jvm_loaded(void);
+int main(int argc, char **argv) {
+    signal(SIGCHLD, SIG_IGN);
+    puts("ready"); fflush(stdout);
+    for (int round = 0; round < atoi(argv[1]) * 4; round++) {
+        if (fork() == 0) {
+            volatile long spin = 0;
+            for (long step = 0; step < 50000000; step++) spin++;
+            sleep(1);
+            _exit(jvm_loaded());
+        }
+        usleep(250000);
+    }
+    return 0;
+}
+"""
+
+
+def test_a_fake_jvm_forking_children_costs_jitprof_one_refusal(symbol_cache, tmp_path, background, nobody_dir):
+    """nobody's program called java, on a libjvm.so whose tables are 32,767
+    entries of nothing, forks four children a second: each child's tables
+    were read again (0.6 s each), a failure never remembered, and jitprof's
+    CPU went from 0.9 s to 9.2 s for -d 10. Now the build is read at most
+    once a pause whatever JVM asks (tables of more than 8,192 entries are no
+    JVM's), then refused: jitprof's CPU stays within 2 s of a run without
+    it, measured here."""
+    library_directory = nobody_dir / "lib"
+    library_directory.mkdir()
+    source = library_directory / "libjvm.c"
+    source.write_text(FAKE_LIBJVM)
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(library_directory / "libjvm.so"), str(source)], check=True)
+    (nobody_dir / "java.c").write_text(FAKE_JAVA)
+    java = nobody_dir / "java"
+    subprocess.run(
+        ["gcc", "-O1", "-o", str(java), str(nobody_dir / "java.c"), f"-L{library_directory}", "-ljvm", f"-Wl,-rpath,{library_directory}"],
+        check=True,
+    )
+    for path in [library_directory, *library_directory.iterdir(), java]:
+        os.chown(path, NOBODY, NOBODY)
+    seconds = 8
+    baseline_directory = tmp_path / "baseline"
+    baseline_directory.mkdir()
+    baseline, _elapsed, _peak = run_all(symbol_cache, baseline_directory, seconds)
+    attacker = as_nobody(background, f"import os; os.execv({str(java)!r}, ['java', '{seconds + 4}'])")
+    assert attacker.stdout.readline().strip() == "ready"
+    result, elapsed, _peak = run_all(symbol_cache, tmp_path, seconds)
+    assert result.returncode == 0, result.stderr
+    refused = [line for line in result.stderr.splitlines() if "introspection tables" in line or "libjvm" in line]
+    assert result.cpu_seconds < baseline.cpu_seconds + 2, (result.cpu_seconds, baseline.cpu_seconds, refused[:3])

@@ -10,6 +10,7 @@ that no generic layer imports a runtime's package.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 from profiler.jit import runtimes
@@ -18,6 +19,7 @@ from profiler.jit.contract import Threadpool
 from profiler.jit.v8 import js_view, preload
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames
+from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.safety import files
 
@@ -33,6 +35,42 @@ def spawn_environment(
     gid it runs as, whose own directory gets the jitdumps."""
     dump_directory = make_spawned_dump_directory(*owner) if owner is not None else None
     return runtimes.inject_environment(environ, preload.install() if code_log else None, command, dump_directory)
+
+
+_JIT_FILE_NAME = re.compile(r"^(?:perf-(\d+)\.map|jit-(?:\d+-)?(\d+)\.dump)$")
+MAX_SCANNED = 1 << 20  # entries of /tmp looked at
+
+
+def remove_planted_links() -> dict[int, int]:
+    """Before a spawned command runs: links in /tmp at the names runtimes
+    write for pids that do not run yet (perf-PID.map, jit-PID.dump) are
+    removed, never followed. They are planted: a process the command starts
+    in turn (node run by npm) writes its perf map there under a pid jitprof
+    cannot know before it runs. Returns how many each owner (uid) had."""
+    removed: dict[int, int] = {}
+    try:
+        directory = os.open(PERF_MAP_DIRECTORY, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return removed
+    try:
+        with os.scandir(directory) as entries:
+            for count, entry in enumerate(entries):
+                if count == MAX_SCANNED:
+                    break
+                matched = _JIT_FILE_NAME.match(entry.name)
+                if matched is None or not entry.is_symlink() or process_alive(int(matched.group(1) or matched.group(2))):
+                    continue
+                try:
+                    owner = os.stat(entry.name, dir_fd=directory, follow_symlinks=False).st_uid
+                    os.unlink(entry.name, dir_fd=directory)
+                except OSError:
+                    continue
+                removed[owner] = removed.get(owner, 0) + 1
+    except OSError:
+        pass
+    finally:
+        os.close(directory)
+    return removed
 
 
 def claim_perf_map(pid: int, executable: str, uid: int, gid: int) -> bool:

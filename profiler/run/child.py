@@ -10,6 +10,7 @@ import time
 from profiler.errors import JitprofError
 from profiler.jit import registry
 from profiler.run.targets import ChildStdio, SpawnedCommand, exit_status_code, spawn_stopped
+from profiler.safety.terminal import say
 from profiler.safety.users import RunAs
 from profiler.tui.child_output import CapturedOutput
 
@@ -25,6 +26,13 @@ class Child:
         runtimes get their JIT-symbol flags (code_log: and node its code log)."""
         owner = (run_as.uid, run_as.gid)
         environment = registry.spawn_environment(environ, code_log, command, owner) if inject else environ
+        if inject:
+            for uid, count in registry.remove_planted_links().items():
+                say(
+                    f"jitprof: warning: removed {count:,} links that uid {uid} planted in /tmp where runtimes write their "
+                    "perf maps and jitdumps, for processes not yet started; a process the command starts may still meet "
+                    "one planted later (turn on fs.protected_symlinks, or run the command as another user)"
+                )
         self.output: CapturedOutput | None = None
         stdio = None
         if capture:

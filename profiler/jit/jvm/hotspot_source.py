@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.jit.jvm.hotspot import compressed
-from profiler.jit.jvm.hotspot.layout import HotSpotLayout, LayoutError, forget_layout, layout_of
+from profiler.jit.jvm.hotspot.layout import LAYOUT_SETTLE_S, BuildRefused, HotSpotLayout, LayoutError, forget_layout, layout_of
 from profiler.jit.jvm.hotspot.objects import NMETHOD_NAMES, CodeBlob, CodeHeap, CompiledCode, HotSpotReader, JavaMethod, plausible
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -56,7 +56,6 @@ from profiler.safety import files
 EARLY_SLACK_NS = 600_000_000
 SETUP_RETRY_S = 0.2  # a JVM still starting (no code heaps yet) is looked at again after this
 SETUP_GIVE_UP_S = 120.0
-LAYOUT_SETTLE_S = 5.0  # a layout that does not check out is believed only after this (the JVM may be loading)
 AHEAD_PAUSE_S = 0.05  # the reader takes the samples queued meanwhile together: one check of a blob for all
 MAX_AHEAD = 8192  # samples waiting for the reader
 MAX_BLOBS = 100_000  # per JVM (a big server has 20 k nmethods)
@@ -228,7 +227,7 @@ class HotSpotStructures(JitSymbolSource):
             )
             heaps, interpreter, gc_count_at, preserves_frame_pointers = state if state is not None else ((), None, 0, None)
         except LayoutError as error:
-            if now - jvm.watched_at < LAYOUT_SETTLE_S:
+            if now - jvm.watched_at < LAYOUT_SETTLE_S and not isinstance(error, BuildRefused):
                 return False  # a libjvm.so being loaded reads as nonsense until it is relocated: again later
             self._refuse(jvm, str(error))
             return False

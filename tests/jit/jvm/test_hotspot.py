@@ -631,3 +631,40 @@ def test_a_jvm_without_frame_pointers_gives_the_kernel_its_frame_sizes():
     assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_size_at=-1))  # not in the tables
     assert not kernel.set_hotspot_code(1, dataclasses.replace(code, heaps=code.heaps * 2))
     assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_complete_bytes=2, frame_complete_at=21))
+
+
+def test_a_build_whose_tables_do_not_check_out_is_read_again_after_a_growing_pause_then_refused(monkeypatch):
+    """A user's fake JVM forks children, each mapping the same fake libjvm.so:
+    its tables are read at most once a pause (doubling to 2 s), whatever JVM
+    asks, and after failing for 5 s the build is refused without a read."""
+    from profiler.jit.jvm.hotspot import layout  # noqa: PLC0415
+
+    tables = Tables()
+    tables.lay_out({"Symbol": 8}, [("Symbol", "_length", "u2", 4, False)])  # no code heaps: refused as incomplete
+    identity = (1, 2, 3)
+    monkeypatch.setattr(layout, "libjvm_symbols", lambda _path: (tables.symbols, identity))
+    monkeypatch.setattr(layout, "_failures", {})
+    monkeypatch.setattr(layout, "_layouts", {})
+    clock = [1000.0]
+    monkeypatch.setattr(layout.time, "monotonic", lambda: clock[0])
+    reads_at: list[float] = []
+    for _ in range(200):  # four JVMs of the build asking every 0.05 s, for 10 s
+        before = tables.jvm.memory.reads
+        with pytest.raises(LayoutError) as raised:
+            layout.layout_of(tables.jvm.memory, "/proc/1/map_files/x", BIAS)
+        if tables.jvm.memory.reads != before:
+            reads_at.append(clock[0])
+        clock[0] += 0.05
+    pauses = [round(later - earlier, 2) for earlier, later in zip(reads_at, reads_at[1:], strict=False)]
+    # Read at the first ask after each pause (asks come every 0.05 s): 6 reads, not 200.
+    assert [pause - wanted for pause, wanted in zip(pauses, [0.2, 0.4, 0.8, 1.6, 2.0], strict=True)] == pytest.approx(
+        [0.05] * 5, abs=0.011
+    ), pauses
+    assert isinstance(raised.value, layout.BuildRefused)
+    # A build that reads well once is remembered as such, its failures forgotten.
+    layout._failures.clear()
+    good = Tables()
+    good.lay_out({"Symbol": 8}, [])
+    monkeypatch.setattr(layout, "libjvm_symbols", lambda _path: (good.symbols, (4, 5, 6)))
+    monkeypatch.setattr(layout, "layout_from_tables", lambda _memory, _tables, _bias: LAYOUT)
+    assert layout.layout_of(good.jvm.memory, "/proc/2/map_files/x", BIAS) is LAYOUT and layout._failures == {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,7 +22,7 @@ from profiler.native import elf_format
 from profiler.native.elf import MAX_ELF_BYTES
 from profiler.safety import files
 
-MAX_ENTRIES = 1 << 15  # a JDK 25 table has about 3,000 structs' fields
+MAX_ENTRIES = 1 << 13  # a JDK 25 table has about 3,000 structs' fields: more is no JVM's
 MAX_STRIDE = 256
 MAX_TYPE_SIZE = 64 << 10
 MAX_NAME = 256
@@ -81,6 +82,11 @@ _WANTED_TYPES = frozenset(
 
 class LayoutError(Exception):
     """This JVM cannot be read; the message says why, for the user."""
+
+
+class BuildRefused(LayoutError):
+    """No JVM of this libjvm.so build could be read for LAYOUT_SETTLE_S: the
+    next ones are refused at once, without reading its tables again."""
 
 
 class Memory(Protocol):
@@ -460,6 +466,39 @@ def _check(layout: HotSpotLayout, tables: VMTables) -> None:
 _layouts: dict[tuple[int, int, int], HotSpotLayout] = {}
 _layouts_lock = threading.Lock()
 MAX_LAYOUTS = 64
+# A build whose tables do not check out is read again only after a pause
+# that doubles (a libjvm.so just mapped reads as nonsense until relocated),
+# whatever JVM of it asks: a user's fake JVM forking four children a second,
+# each with 32,767-entry tables, once had every child read them (0.6 s each).
+# Failing for LAYOUT_SETTLE_S, the build is refused for good.
+FIRST_PAUSE_S = 0.2
+LONGEST_PAUSE_S = 2.0
+LAYOUT_SETTLE_S = 5.0
+
+
+@dataclass
+class _Failures:
+    first: float
+    next_read: float
+    pause: float
+    why: str
+    refused: bool = False
+
+
+_failures: dict[tuple[int, int, int], _Failures] = {}
+
+
+def _failed(identity: tuple[int, int, int], why: str, now: float) -> None:
+    with _layouts_lock:
+        known = _failures.get(identity)
+        if known is None:
+            if len(_failures) >= MAX_LAYOUTS:
+                _failures.pop(next(iter(_failures)))
+            _failures[identity] = _Failures(now, now + FIRST_PAUSE_S, FIRST_PAUSE_S, why)
+            return
+        known.pause = min(2 * known.pause, LONGEST_PAUSE_S)
+        known.next_read, known.why = now + known.pause, why
+        known.refused = now - known.first >= LAYOUT_SETTLE_S
 
 
 def layout_of(memory: Memory, path: str, bias: int) -> HotSpotLayout:
@@ -469,12 +508,22 @@ def layout_of(memory: Memory, path: str, bias: int) -> HotSpotLayout:
     symbols, identity = libjvm_symbols(path)
     with _layouts_lock:
         known = _layouts.get(identity)
-    if known is None:
-        # Not kept when it fails: a libjvm.so just mapped may not be relocated
-        # yet (its tables' pointers still file offsets), and reads well later.
+        failed = _failures.get(identity)
+    if known is not None:
+        return known
+    now = time.monotonic()
+    if failed is not None and failed.refused:
+        raise BuildRefused(failed.why)
+    if failed is not None and now < failed.next_read:
+        raise LayoutError(failed.why)
+    try:
         known = layout_from_tables(memory, read_tables(memory, symbols, bias), bias)
-        with _layouts_lock:
-            if len(_layouts) >= MAX_LAYOUTS:
-                _layouts.clear()
-            _layouts[identity] = known
+    except LayoutError as error:
+        _failed(identity, str(error), now)
+        raise
+    with _layouts_lock:
+        if len(_layouts) >= MAX_LAYOUTS:
+            _layouts.clear()
+        _layouts[identity] = known
+        _failures.pop(identity, None)
     return known
