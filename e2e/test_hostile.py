@@ -50,12 +50,12 @@ def as_nobody(background, code: str) -> subprocess.Popen:
     )
 
 
-def run_all(symbol_cache: Path, workdir: Path, seconds: int) -> tuple[subprocess.CompletedProcess, float, int]:
+def run_all(symbol_cache: Path, workdir: Path, seconds: int, *flags: str) -> tuple[subprocess.CompletedProcess, float, int]:
     """jitprof --all for `seconds`: its result (its CPU seconds, with its
     helpers', as result.cpu_seconds), wall time, and its own peak RSS (KiB)."""
     import threading
 
-    command = [sys.executable, "-m", "profiler", "--all", "-F", "199", "-d", str(seconds), "--by-pid", "-o", "all.folded"]
+    command = [sys.executable, "-m", "profiler", "--all", *flags, "-F", "199", "-d", str(seconds), "--by-pid", "-o", "all.folded"]
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=workdir, env=jitprof_environment(symbol_cache), stderr=subprocess.PIPE, text=True)
     stderr: list[str] = []

@@ -95,10 +95,11 @@ class LossCounts:
     kernel_stack_failed: int = 0
     process_events_lost: int = 0
     not_symbolised_in_time: int = 0  # the run could not wait for them at the end
+    backlog_full: int = 0  # taken from the ring while too many others waited to be named
 
     @property
     def lost_samples(self) -> int:
-        return self.ringbuf_full + self.malformed + self.not_symbolised_in_time
+        return self.ringbuf_full + self.malformed + self.not_symbolised_in_time + self.backlog_full
 
 
 @dataclass

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 # whichever comes first: until then its new code is walked in user space,
 # from a copy of the stack that may not reach the root.
 POLL_MS = 100
+MAX_BACKLOG = 30_000  # samples waiting to be named (1-2 KiB each in memory)
 POLL_QUIET_MS = 250
 DRAIN_BATCHES = 4  # at the end: what the ring holds (4 MiB) and what came meanwhile
 # The maps of processes sampled since the last rescan are read again this
@@ -394,7 +395,12 @@ class Recording:
     def _submit_polled_samples(self) -> None:
         if self._polled_samples:
             assert self._symbolizer is not None
-            self._symbolizer.submit(self._polled_samples)
+            # Far behind (an event storm: 1,000 threads waking each other),
+            # samples are counted lost here rather than kept waiting in memory.
+            if self._symbolizer.backlog() > MAX_BACKLOG:
+                self.profile.losses.backlog_full += len(self._polled_samples)
+            else:
+                self._symbolizer.submit(self._polled_samples)
             self._polled_samples = []
 
     def _handle_event(self, event: RawSample | ProcessEvent) -> None:
