@@ -120,7 +120,6 @@ def test_scripts_of_newlines_keep_jitprof_s_memory_bounded(symbol_cache, tmp_pat
         assert attacker.stdout.readline().strip() == "ready"
     result, _elapsed, peak_kib = run_all(symbol_cache, tmp_path, 5)
     assert result.returncode == 0, result.stderr
-    print(f"peak {peak_kib >> 10} MiB, baseline {baseline_kib >> 10} MiB")
     assert peak_kib < baseline_kib + (200 << 10), f"peak RSS {peak_kib >> 10} MiB, {baseline_kib >> 10} MiB without the attack"
 
 
