@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,3 +189,16 @@ def background():
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+NOBODY = 65534  # the attacker of the hostile tests
+
+
+@pytest.fixture
+def nobody_dir():
+    """A directory nobody owns, out of reach of the test's own tmp_path."""
+    directory = Path(tempfile.mkdtemp(prefix="jitprof-hostile-"))
+    os.chmod(directory, 0o755)
+    os.chown(directory, NOBODY, NOBODY)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)

@@ -5,10 +5,8 @@ its outputs, say what it dropped and why, and name what it could."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -16,22 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import jitprof_environment, read_folded, total
+from e2e.conftest import NOBODY, jitprof_environment, read_folded, total
 from e2e.test_native_profile import cpu_seconds
 from profiler.native.locator_process import DEADLINE_S
 from tests.native.test_elf_damaged import forged_notes_file
-
-NOBODY = 65534
-
-
-@pytest.fixture
-def nobody_dir():
-    """A directory nobody owns, out of reach of the test's own tmp_path."""
-    directory = Path(tempfile.mkdtemp(prefix="jitprof-hostile-"))
-    os.chmod(directory, 0o755)
-    os.chown(directory, NOBODY, NOBODY)
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def as_nobody(background, code: str) -> subprocess.Popen:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import read_folded, total
-from e2e.test_hostile import NOBODY, as_nobody, nobody_dir, run_all, samples_of  # noqa: F401  (nobody_dir: a fixture)
+from e2e.conftest import NOBODY, read_folded, total
+from e2e.test_hostile import as_nobody, run_all, samples_of
 from e2e.test_javascript_runtimes import BUN, DENO
 from e2e.test_native_profile import cpu_seconds
 from profiler.jit.bun.transpiler import OWN_BUN
@@ -79,9 +79,7 @@ spin(Date.now() + 20000);
 """
 
 
-def test_a_script_crafted_against_the_definition_patterns_does_not_stop_jitprof(
-    symbol_cache, tmp_path, background, nobody_dir
-):
+def test_a_script_crafted_against_the_definition_patterns_does_not_stop_jitprof(symbol_cache, tmp_path, background, nobody_dir):
     """A comment of 72 kB of `a$a$…` in nobody's script made a backtracking
     pattern hold the GIL for minutes: every thread of jitprof stopped, an
     `--all -d 5` took 82 s and lost 9,847 samples. Now the patterns are
@@ -261,7 +259,16 @@ def test_a_fake_jvm_forking_children_costs_jitprof_one_refusal(symbol_cache, tmp
     (nobody_dir / "java.c").write_text(FAKE_JAVA)
     java = nobody_dir / "java"
     subprocess.run(
-        ["gcc", "-O1", "-o", str(java), str(nobody_dir / "java.c"), f"-L{library_directory}", "-ljvm", f"-Wl,-rpath,{library_directory}"],
+        [
+            "gcc",
+            "-O1",
+            "-o",
+            str(java),
+            str(nobody_dir / "java.c"),
+            f"-L{library_directory}",
+            "-ljvm",
+            f"-Wl,-rpath,{library_directory}",
+        ],
         check=True,
     )
     for path in [library_directory, *library_directory.iterdir(), java]:

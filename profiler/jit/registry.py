@@ -14,8 +14,8 @@ import re
 from collections.abc import Sequence
 
 from profiler.jit import runtimes
-from profiler.jit.jitdump_files import make_spawned_dump_directory
 from profiler.jit.contract import Threadpool
+from profiler.jit.jitdump_files import make_spawned_dump_directory
 from profiler.jit.v8 import js_view, preload
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames

@@ -21,12 +21,12 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from profiler.jit.bun.scripts import MODULE_CODE, BunScript
-from profiler.jit.v8.names import js_display
 from profiler.jit.bun.transpiler import TRANSPILE_DEADLINE_S, TranspiledScript, command_of, transpiled_scripts
+from profiler.jit.v8.names import js_display
 from profiler.kernel.proc_status import process_uid, start_time
 from profiler.model.profile import Frame
 
