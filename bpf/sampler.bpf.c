@@ -1039,6 +1039,22 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     return 0;
 }
 
+// sched_waking(p): a followed thread that waits is woken. From now on it
+// waits for a CPU, not for what it waited on: its time in the run queue is
+// counted runnable (a woken event loop on a busy machine is not idle).
+// Before p is queued, so it cannot be switched in while this runs.
+RAW_TRACEPOINT_PROBE(sched_waking) {
+    u32 tid = task_field(ctx->args[0], TASK_PID_OFFSET);
+    if (tid == 0) return 0;
+    struct off_cpu_thread *woken = off_cpu_threads.lookup(&tid);
+    if (!woken || woken->left_ns == 0 || woken->runnable) return 0;
+    u64 now = bpf_ktime_get_ns();
+    woken->waited_ns += now - woken->left_ns;
+    woken->left_ns = now;
+    woken->runnable = 1;
+    return 0;
+}
+
 // A wait sent with its time alone: the thread's user stack is no longer the wait's.
 static __always_inline void submit_without_stack(struct walk_scratch *scratch) {
     scratch->event.off_cpu_flags = OFF_CPU_STACK_MOVED;

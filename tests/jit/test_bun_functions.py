@@ -258,6 +258,11 @@ def test_only_a_bun_of_root_s_alone_is_run():
         assert trusted_program(base / "link") == f"{base / 'link'} is a symbolic link"
         os.chown(program, 65534, 65534)
         assert trusted_program(program) == f"{program} is not root's alone"
+        os.chown(program, 0, 0)
+        base.chmod(0o1777)  # sticky, like /tmp: root's entries stay root's
+        assert trusted_program(program) == ""
+        os.chown(base, 65534, 65534)
+        assert trusted_program(program) == f"{base} is not root's alone"
     finally:
         shutil.rmtree(base)
     if OWN_BUN.exists():

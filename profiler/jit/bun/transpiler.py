@@ -47,7 +47,9 @@ class TranspiledScript:
 
 def trusted_program(path: Path) -> str:
     """Why path is not a program root may run ("" when it is): every part of
-    it a real directory or file (no link) of root's, writable by no one else."""
+    it a real directory or file (no link) of root's, writable by no one else
+    (a directory above it may be a sticky one like /tmp, where no one else
+    can remove or replace root's entries: a checkout in /tmp)."""
     current = Path("/")
     for part in path.parts[1:]:
         current = current / part
@@ -57,7 +59,8 @@ def trusted_program(path: Path) -> str:
             return f"{current}: {error.strerror}"
         if stat.S_ISLNK(info.st_mode):
             return f"{current} is a symbolic link"
-        if info.st_uid != 0 or info.st_mode & 0o022:
+        shared_sticky = current != path and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX
+        if info.st_uid != 0 or (info.st_mode & 0o022 and not shared_sticky):
             return f"{current} is not root's alone"
     return "" if stat.S_ISREG(os.lstat(path).st_mode) else f"{path} is not a regular file"
 

@@ -668,3 +668,18 @@ def test_a_build_whose_tables_do_not_check_out_is_read_again_after_a_growing_pau
     monkeypatch.setattr(layout, "libjvm_symbols", lambda _path: (good.symbols, (4, 5, 6)))
     monkeypatch.setattr(layout, "layout_from_tables", lambda _memory, _tables, _bias: LAYOUT)
     assert layout.layout_of(good.jvm.memory, "/proc/2/map_files/x", BIAS) is LAYOUT and layout._failures == {}
+
+
+def test_a_segment_map_of_ones_is_walked_a_bounded_number_of_hops():
+    """A map whose every byte says "one segment back" walked a whole heap,
+    a segment a hop (4 ms a pc over a 64 Ki-segment heap): the walk stops
+    after 1,024 hops, within the first window read."""
+    from profiler.jit.jvm.hotspot.objects import MAX_SEGMAP_HOPS, SEGMAP_WINDOW, CodeHeap  # noqa: PLC0415
+
+    segments = 1 << 20
+    memory = LaidOutMemory()
+    memory.put(CODE + 0x100_0000, b"\x01" * segments)
+    reader = HotSpotReader(memory, LAYOUT, BIAS)
+    heap = CodeHeap(CODE, CODE + segments * SEGMENT, CODE + 0x100_0000, 6)
+    assert reader._block_start(heap, segments - 1) is None
+    assert MAX_SEGMAP_HOPS <= SEGMAP_WINDOW and memory.reads == 1

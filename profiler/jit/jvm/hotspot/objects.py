@@ -23,7 +23,9 @@ MAX_METHODS_PER_CLASS = 65_535
 MAX_SYMBOL = 65_535
 MAX_NMETHOD_TABLES = 4 << 20  # an nmethod's metadata and scope tables together (a big one has 100 KiB)
 MAX_LINE_TABLE = 256 << 10
-MAX_SEGMAP_HOPS = 1 << 16
+# A real block is reached in a few dozen hops (each up to 254 segments);
+# a map of 0x01s crafted to walk a whole heap stops here (it cost 4 ms a pc).
+MAX_SEGMAP_HOPS = 1 << 10
 SEGMAP_WINDOW = 4096
 FREE_SEGMENT = 0xFF
 HAS_LINE_TABLE = 1
