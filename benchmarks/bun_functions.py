@@ -2,7 +2,7 @@
 program: TypeScript's compiler (lib/tsc.js, 6 MiB) run by bun. How many of
 the functions JavaScriptCore compiled get a script and a line, whether any
 is misplaced, and what it costs jitprof: the first name of a process (its
-scripts transpiled by its bun, every function hashed), the rest, and the
+scripts transpiled by jitprof's own bun, every function hashed), the rest, and the
 first name of a second process of the same command (the transpiling shared)."""
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def bun_functions(workdir: Path, repeats: int) -> list[str]:
         "",
         "| | jitprof CPU |",
         "| --- | --- |",
-        f"| first name of a process: its scripts transpiled by its bun, every function hashed, both texts' "
+        f"| first name of a process: its scripts transpiled by jitprof's own bun, every function hashed, both texts' "
         f"definitions indexed (done on a thread of its own as the process is followed) | "
         f"{statistics.median(first) * 1000:.0f} ms, and the transpiling bun's {statistics.median(helper) * 1000:.0f} ms |",
         f"| all {count:,} names then | {statistics.median(rest) * 1000:.0f} ms |",
