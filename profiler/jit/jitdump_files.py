@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from profiler.kernel.procmaps import read_maps
 from profiler.safety import files
@@ -14,6 +15,14 @@ from profiler.safety import files
 # perf's convention, jit-PID.dump; JavaScriptCore's, jit-TID-PID.dump (the
 # thread that writes it, then the process).
 _DUMP_FILE = re.compile(r"^jit-(?:\d+-)?(\d+)\.dump$")
+
+
+def dump_file_pid(name: str) -> int | None:
+    """The process a jitdump's file name says wrote it (None: not a dump's name)."""
+    matched = _DUMP_FILE.match(name)
+    return int(matched.group(1)) if matched else None
+
+
 # Where runtimes jitprof spawns are told to write their dumps (Bun's
 # JavaScriptCore): a directory of the user's own under root's, kept between
 # runs (a process that outlives a run may start the runtime again, and bun
@@ -30,9 +39,9 @@ def make_spawned_dump_directory(uid: int, gid: int) -> str | None:
     """The user's dump directory, made if missing: None when it cannot be
     (a read-only /var: the runtime is then not asked for a dump)."""
     try:
-        os.makedirs(SPAWNED_DUMP_ROOT, mode=0o755, exist_ok=True)
-        root = files.open_directory_for(SPAWNED_DUMP_ROOT, os.geteuid())
-    except (OSError, files.UnsafeDirectory):
+        os.close(files.open_root_directory(Path(SPAWNED_DUMP_ROOT).parent, 0o755))  # /var/lib/jitprof
+        root = files.open_root_directory(Path(SPAWNED_DUMP_ROOT), 0o755)
+    except (OSError, files.UnsafePath):
         return None
     try:
         os.close(files.private_directory(root, str(uid), uid, gid))
@@ -57,7 +66,7 @@ def remove_jitdumps(pids: Iterable[int], owner_uid: int, directory_path: str | N
     """Delete the dumps the given processes wrote into the directory spawned
     runtimes are told to use, if they are still regular files of owner_uid
     (the directory opened once and checked, each file removed relative to it)."""
-    wanted = {str(pid) for pid in pids}
+    wanted = set(pids)
     if not wanted:
         return []
     try:
@@ -67,8 +76,7 @@ def remove_jitdumps(pids: Iterable[int], owner_uid: int, directory_path: str | N
     try:
         removed = []
         for name in os.listdir(directory):
-            matched = _DUMP_FILE.match(name)
-            if matched and matched.group(1) in wanted and files.remove_owned(directory, name, owner_uid):
+            if dump_file_pid(name) in wanted and files.remove_owned(directory, name, owner_uid):
                 removed.append(name)
         return removed
     except OSError:

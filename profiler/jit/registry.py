@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from profiler.jit import runtimes
 from profiler.jit.contract import Threadpool
-from profiler.jit.jitdump_files import make_spawned_dump_directory
+from profiler.jit.jitdump_files import dump_file_pid, make_spawned_dump_directory
 from profiler.jit.v8 import js_view, preload
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames
@@ -33,11 +33,11 @@ def spawn_environment(
     describing its JIT code (inherited by all it starts); code_log: node
     writes V8's code log too (when its heap is not read); owner: the uid and
     gid it runs as, whose own directory gets the jitdumps."""
-    dump_directory = make_spawned_dump_directory(*owner) if owner is not None else None
+    dump_directory = (lambda: make_spawned_dump_directory(*owner)) if owner is not None else None
     return runtimes.inject_environment(environ, preload.install() if code_log else None, command, dump_directory)
 
 
-_JIT_FILE_NAME = re.compile(r"^(?:perf-(\d+)\.map|jit-(?:\d+-)?(\d+)\.dump)$")
+_PERF_MAP_NAME = re.compile(r"^perf-(\d+)\.map$")
 MAX_SCANNED = 1 << 20  # entries of /tmp looked at
 
 
@@ -57,8 +57,9 @@ def remove_planted_links() -> dict[int, int]:
             for count, entry in enumerate(entries):
                 if count == MAX_SCANNED:
                     break
-                matched = _JIT_FILE_NAME.match(entry.name)
-                if matched is None or not entry.is_symlink() or process_alive(int(matched.group(1) or matched.group(2))):
+                perf_map = _PERF_MAP_NAME.match(entry.name)
+                pid = int(perf_map.group(1)) if perf_map else dump_file_pid(entry.name)
+                if pid is None or not entry.is_symlink() or process_alive(pid):
                     continue
                 try:
                     owner = os.stat(entry.name, dir_fd=directory, follow_symlinks=False).st_uid

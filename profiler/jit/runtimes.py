@@ -5,7 +5,7 @@ runs, and the environment a spawned command gets."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from profiler.jit.bun.runtime import BUN
@@ -30,12 +30,16 @@ _found: dict[tuple[int, int, int, int], Runtime | None] = {}
 
 
 def inject_environment(
-    environ: dict[str, str], preload: Path | None = None, command: Sequence[str] = (), dump_directory: str | None = None
+    environ: dict[str, str],
+    preload: Path | None = None,
+    command: Sequence[str] = (),
+    dump_directory: Callable[[], str | None] | None = None,
 ) -> dict[str, str]:
     """The environment for a spawned command: every runtime's flags (preload:
-    the code-log script node loads; dump_directory: where jitdumps go, the
-    command's user's own, or None to ask for none). Inherited by every child,
-    so `npm test`, npx and shell scripts that end up in node get the flags too."""
+    the code-log script node loads; dump_directory: makes where jitdumps go,
+    the command's user's own, only if a runtime asks; None, or None made: no
+    dump is asked for). Inherited by every child, so `npm test`, npx and shell
+    scripts that end up in node get the flags too."""
     injected = dict(environ)
     for runtime in RUNTIMES:
         if runtime.spawn_environment is None:
@@ -43,9 +47,10 @@ def inject_environment(
         flags = runtime.spawn_environment(injected, preload, command)
         variable = runtime.jitdump_directory_variable
         if variable and flags and not injected.get(variable):  # the user's own choice is kept
-            if dump_directory is None:
+            directory = dump_directory() if dump_directory is not None else None
+            if directory is None:
                 continue  # without a directory of its own, no dump is asked for
-            flags[variable] = dump_directory
+            flags[variable] = directory
         injected.update(flags)
     return injected
 

@@ -39,7 +39,7 @@ def test_a_deno_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines():
 def test_bun_told_to_write_a_jitdump_into_its_user_s_own_directory():
     """Not /tmp, where another user could plant a link at the name; without
     a directory of its own, bun is asked for no dump (it would write none)."""
-    environment = inject_environment({}, None, ["bun", "app.js"], "/var/lib/jitprof/jitdumps/1000")
+    environment = inject_environment({}, None, ["bun", "app.js"], lambda: "/var/lib/jitprof/jitdumps/1000")
     assert environment["BUN_JSC_useJITDump"] == "1"
     assert environment["BUN_JSC_jitDumpDirectory"] == "/var/lib/jitprof/jitdumps/1000"
     assert not [key for key in inject_environment({}, None, ["bun", "app.js"]) if key.startswith("BUN_")]
