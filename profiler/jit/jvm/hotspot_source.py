@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from profiler.jit.jvm.hotspot import compressed
-from profiler.jit.jvm.hotspot.layout import LAYOUT_SETTLE_S, BuildRefused, HotSpotLayout, LayoutError, forget_layout, layout_of
+from profiler.jit.jvm.hotspot.layout import (
+    LAYOUT_SETTLE_S,
+    BuildRefused,
+    HotSpotLayout,
+    LayoutError,
+    forget_layout,
+    layout_of,
+    remembered_failure,
+)
 from profiler.jit.jvm.hotspot.objects import NMETHOD_NAMES, CodeBlob, CodeHeap, CompiledCode, HotSpotReader, JavaMethod, plausible
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -202,6 +210,9 @@ class HotSpotStructures(JitSymbolSource):
                     return False  # the launcher has not loaded it yet
                 path, bias = found
                 jvm.libjvm_path = path
+                waiting = remembered_failure(path)
+                if waiting is not None:
+                    raise waiting
                 memory = ProcessMemory(jvm.pid)
                 opened = MemoryThread(memory)
                 try:

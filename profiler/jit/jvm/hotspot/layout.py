@@ -501,6 +501,28 @@ def _failed(identity: tuple[int, int, int], why: str, now: float) -> None:
         known.refused = now - known.first >= LAYOUT_SETTLE_S
 
 
+def remembered_failure(path: str) -> LayoutError | None:
+    """What to answer now, without reading anything of it, for the build of
+    the libjvm.so at path: its refusal, or its last error while it pauses;
+    None when it may be read. (Checked before a JVM's memory is opened: a
+    user's fake JVM forking children would otherwise cost each child that.)"""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return _remembered((info.st_dev, info.st_ino, info.st_mtime_ns))
+
+
+def _remembered(identity: tuple[int, int, int]) -> LayoutError | None:
+    with _layouts_lock:
+        failed = _failures.get(identity)
+    if failed is not None and failed.refused:
+        return BuildRefused(failed.why)
+    if failed is not None and time.monotonic() < failed.next_read:
+        return LayoutError(failed.why)
+    return None
+
+
 def layout_of(memory: Memory, path: str, bias: int) -> HotSpotLayout:
     """The layout of the JVM whose libjvm.so is at path (a /proc/PID/map_files
     entry) and loaded at bias, read once per build; LayoutError (or OSError)
@@ -508,14 +530,12 @@ def layout_of(memory: Memory, path: str, bias: int) -> HotSpotLayout:
     symbols, identity = libjvm_symbols(path)
     with _layouts_lock:
         known = _layouts.get(identity)
-        failed = _failures.get(identity)
     if known is not None:
         return known
+    waiting = _remembered(identity)
+    if waiting is not None:
+        raise waiting
     now = time.monotonic()
-    if failed is not None and failed.refused:
-        raise BuildRefused(failed.why)
-    if failed is not None and now < failed.next_read:
-        raise LayoutError(failed.why)
     try:
         known = layout_from_tables(memory, read_tables(memory, symbols, bias), bias)
     except LayoutError as error:
