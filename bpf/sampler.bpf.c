@@ -120,7 +120,14 @@ BPF_ARRAY(waits_without_rseq, u32, 1);
 // each loop thread runs. LRU: a process that dies leaves its entries.
 BPF_TABLE("lru_hash", struct work_address, struct work_item, threadpool_works, OFF_CPU_THREADS);
 BPF_TABLE("lru_hash", u32, u64, threadpool_running, OFF_CPU_THREADS);
-BPF_TABLE("lru_hash", u32, struct work_address, threadpool_completing, OFF_CPU_THREADS);
+// The item whose completion a loop thread runs, with its key: its address may
+// hold another item by the time the completion is over (zlib resubmits its
+// own uv_work_t from its callback; a freed request's memory is reused).
+struct work_completion {
+    struct work_address address;
+    u64 key;
+};
+BPF_TABLE("lru_hash", u32, struct work_completion, threadpool_completing, OFF_CPU_THREADS);
 
 // A u32 field of a task_struct, at the running kernel's offset: TASK_PID_OFFSET
 // and TASK_FLAGS_OFFSET come from its BTF (profiler/kernel/kernel_btf.py), as
@@ -244,7 +251,21 @@ static __always_inline struct v8_frame *v8_notes(struct walk_scratch *scratch) {
     return (struct v8_frame *)(scratch->event.copy_space + V8_NOTES_OFFSET);
 }
 
-BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 1);
+// Which programs walk: the sampler's, the scheduler's tracepoints', the uprobes'.
+#define WALKERS_PERF_EVENT 0
+#define WALKERS_TRACEPOINT 1
+#define WALKERS_UPROBE 2
+
+// One per kind of walking program (WALKERS_*): a sample's NMI may come in
+// the middle of a tracepoint's or a uprobe's walk on the same CPU, and a
+// uprobe's program may be preempted; a shared one would be overwritten
+// (a threadpool submit sent as another sample, its work never charged).
+BPF_PERCPU_ARRAY(walk_scratch_space, struct walk_scratch, 3);
+
+static __always_inline struct walk_scratch *scratch_of(const int walkers) {
+    u32 index = walkers;
+    return walk_scratch_space.lookup(&index);
+}
 
 // The JSFunctions this CPU has read, with their shared info and code: the
 // same functions run at the same places sample after sample (a parser's or a
@@ -282,10 +303,6 @@ BPF_PROG_ARRAY(off_cpu_walkers, 2);
 BPF_PROG_ARRAY(uprobe_walkers, 2);
 #endif
 
-// Which programs walk: the sampler's, the scheduler's tracepoints', the uprobes'.
-#define WALKERS_PERF_EVENT 0
-#define WALKERS_TRACEPOINT 1
-#define WALKERS_UPROBE 2
 
 // The next program of a walk, of the caller's type (a constant after
 // inlining: a program refers to its own array only).
@@ -702,9 +719,8 @@ static __always_inline int send_deep_copy(struct walk_scratch *scratch, u32 dept
 // A deferred sample: the walked addresses, where to resume, and as much of
 // the stack from the resume sp up as is readable, STACK_COPY_BYTES at most:
 // the whole copy in one read, else the largest readable prefix in halves.
-static __always_inline int copy_user_stack_now(void) {
-    u32 zero = 0;
-    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+static __always_inline int copy_user_stack_now(const int walkers) {
+    struct walk_scratch *scratch = scratch_of(walkers);
     if (!scratch) return 0;
     u32 depth = scratch->depth;
     if (depth > MAX_FRAMES) depth = MAX_FRAMES;
@@ -734,7 +750,7 @@ static __always_inline int copy_user_stack_now(void) {
 }
 
 int copy_user_stack(struct bpf_perf_event_data *ctx) {
-    return copy_user_stack_now();
+    return copy_user_stack_now(WALKERS_PERF_EVENT);
 }
 
 // Send a sample whose walk ended, or copy the stack for a deferred one.
@@ -748,8 +764,7 @@ static __always_inline void end_walk(void *ctx, struct walk_scratch *scratch, co
 }
 
 static __always_inline int walk_user_stack_from(void *ctx, const int walkers) {
-    u32 zero = 0;
-    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+    struct walk_scratch *scratch = scratch_of(walkers);
     if (!scratch) return 0;
     u32 tgid = scratch->space_tgid;
     for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
@@ -775,7 +790,7 @@ int walk_user_stack_off_cpu(void *ctx) {
 }
 
 int copy_user_stack_off_cpu(void *ctx) {
-    return copy_user_stack_now();
+    return copy_user_stack_now(WALKERS_TRACEPOINT);
 }
 
 int walk_user_stack_uprobe(struct pt_regs *ctx) {
@@ -783,7 +798,7 @@ int walk_user_stack_uprobe(struct pt_regs *ctx) {
 }
 
 int copy_user_stack_uprobe(struct pt_regs *ctx) {
-    return copy_user_stack_now();
+    return copy_user_stack_now(WALKERS_UPROBE);
 }
 #endif
 
@@ -817,9 +832,8 @@ static __always_inline void emit_process_event(u32 type, u32 pid, u32 tid, u32 p
 
 // Begin the event of a sample or a wait of the current thread: its header,
 // with no frames yet.
-static __always_inline struct walk_scratch *begin_event(u64 pid_tgid) {
-    u32 zero = 0;
-    struct walk_scratch *scratch = walk_scratch_space.lookup(&zero);
+static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int walkers) {
+    struct walk_scratch *scratch = scratch_of(walkers);
     if (!scratch) return NULL;
     struct sample_event *ev = &scratch->event;
     ev->event_type = EVENT_SAMPLE;
@@ -901,7 +915,7 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         newly_seen = 1;
     }
     count(COUNTER_SAMPLES);
-    struct walk_scratch *scratch = begin_event(pid_tgid);
+    struct walk_scratch *scratch = begin_event(pid_tgid, WALKERS_PERF_EVENT);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
 #ifdef WITH_KERNEL_STACKS
@@ -1092,7 +1106,7 @@ static __always_inline int report_wait(void *ctx, u64 task) {
     }
     u64 pc = 0, sp = 0, fp = 0;
     saved_user_registers(&pc, &sp, &fp);
-    struct walk_scratch *scratch = begin_event(pid_tgid);
+    struct walk_scratch *scratch = begin_event(pid_tgid, WALKERS_TRACEPOINT);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
     ev->off_cpu_ns = waited;
@@ -1155,17 +1169,14 @@ static __always_inline int submit_work(struct pt_regs *ctx, u64 work_address, u6
         return 0;
     struct work_item item = {.key = now, .from = from};
     threadpool_works.update(&address, &item);
-    struct walk_scratch *scratch = begin_event(pid_tgid);
+    struct walk_scratch *scratch = begin_event(pid_tgid, WALKERS_UPROBE);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
     ev->time_ns = now;
     ev->off_cpu_flags = SAMPLE_SUBMITS_WORK;
     ev->work = now;
-    struct work_address *completing = threadpool_completing.lookup(&tid);
-    if (completing) {
-        struct work_item *parent = threadpool_works.lookup(completing);
-        if (parent) ev->parent_work = parent->key;
-    }
+    struct work_completion *completing = threadpool_completing.lookup(&tid);
+    if (completing && completing->address.tgid == tgid) ev->parent_work = completing->key;
     ev->user_mode = 1;
     walk_and_send(ctx, scratch, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), ctx->bp, WALKERS_UPROBE);
     return 0;
@@ -1198,10 +1209,12 @@ int threadpool_work_begins(struct pt_regs *ctx) {
 
 // The loop thread is done with the item whose completion it ran (if any).
 static __always_inline void completion_over(u32 tid) {
-    struct work_address *completing = threadpool_completing.lookup(&tid);
+    struct work_completion *completing = threadpool_completing.lookup(&tid);
     if (!completing) return;
-    struct work_address address = *completing;
-    threadpool_works.delete(&address);
+    struct work_address address = completing->address;
+    struct work_item *item = threadpool_works.lookup(&address);
+    // Not an item submitted since at the same address (and not yet run).
+    if (item && item->key == completing->key) threadpool_works.delete(&address);
     threadpool_completing.delete(&tid);
 }
 
@@ -1214,8 +1227,11 @@ int threadpool_done_begins(struct pt_regs *ctx) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
     completion_over(tid);
-    struct work_address address = {.tgid = pid_tgid >> 32, .address = PT_REGS_PARM1(ctx)};
-    threadpool_completing.update(&tid, &address);
+    struct work_completion completing = {.address = {.tgid = pid_tgid >> 32, .address = PT_REGS_PARM1(ctx)}};
+    struct work_item *item = threadpool_works.lookup(&completing.address);
+    if (!item) return 0; // submitted before the run, or its submit was not seen
+    completing.key = item->key;
+    threadpool_completing.update(&tid, &completing);
     return 0;
 }
 
@@ -1288,7 +1304,7 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
     if (!walk_wait) return 0;
     u64 pc = 0, sp = 0, fp = 0;
     saved_user_registers(&pc, &sp, &fp);
-    struct walk_scratch *scratch = begin_event(pid_tgid);
+    struct walk_scratch *scratch = begin_event(pid_tgid, WALKERS_TRACEPOINT);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
     ev->off_cpu_ns = last.waited_ns;

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from e2e.conftest import ROOT, read_folded
@@ -194,6 +197,121 @@ def test_node_threadpool_attached(jitprof, tmp_path, background, big_file):
     lines = read_folded(tmp_path / "out.folded")
     assert charged(lines, "hashPasswords", "crypto.pbkdf2") >= 2_000_000
     assert charged(lines, "readFiles", "fs.readFile") >= 100_000
+
+
+HANDLERS = ("readTheFile", "hashThePassword", "compressTheBody")
+POOL_LOOP_CALLS = ("uv_cond_", "uv_mutex_", "uv_sem_")  # libuv's worker taking its next item
+
+
+@dataclass
+class PoolTime:
+    """A server's threadpool time in the profile (queued, running, waiting),
+    in ns: charged under each handler function, charged elsewhere, and in an
+    item but charged to nothing."""
+
+    by_handler: dict[str, int]
+    elsewhere: int
+    uncharged: int
+
+    def charged_share(self) -> float:
+        under = sum(self.by_handler.values())
+        return under / (under + self.elsewhere + self.uncharged)
+
+    def shares(self) -> dict[str, float]:
+        under = sum(self.by_handler.values())
+        return {name: self.by_handler[name] / under for name in HANDLERS}
+
+
+def pool_time(profile: dict, pid: int) -> PoolTime:
+    by_handler = dict.fromkeys(HANDLERS, 0)
+    elsewhere = uncharged = 0
+    for sample in profile["samples"]:
+        if sample["labels"]["pid"] != pid:
+            continue
+        names = [line["name"] for location in reversed(sample["stack"]) for line in reversed(location)]  # root first
+        time_ns = sample["values"][1] + sample["values"][2]
+        if any(name.startswith("[threadpool]") for name in names):
+            owner = next((handler for handler in HANDLERS if any(name.startswith(f"{handler} ") for name in names)), None)
+            if owner is None:
+                elsewhere += time_ns
+            else:
+                by_handler[owner] += time_ns
+        elif "worker" in names[:-1] and not names[names.index("worker") + 1].startswith(POOL_LOOP_CALLS):
+            uncharged += time_ns
+    return PoolTime(by_handler, elsewhere, uncharged)
+
+
+def spent_truth(stdout: str) -> dict[str, float]:
+    """Each handler function's share of the time its work took, from its
+    call to its callback, as the server measured it."""
+    line = next(line for line in stdout.splitlines() if line.startswith("spent "))
+    spent = {name: int(value) for name, value in (pair.split("=") for pair in line.split()[1:])}
+    return {name: spent[name] / sum(spent.values()) for name in HANDLERS}
+
+
+def assert_pool_charged(pool: PoolTime, truth: dict[str, float]) -> None:
+    assert pool.charged_share() >= 0.95, pool
+    shares = pool.shares()
+    for name in HANDLERS:
+        assert abs(shares[name] - truth[name]) <= 0.05, f"{name}: {shares} against {truth}"
+
+
+@pytest.fixture(scope="module")
+def pool_environment(tmp_path_factory) -> tuple[Path, dict[str, str]]:
+    """A 5 MB file to read, and more pool threads than CPUs, so that its
+    items wait for a CPU on any machine."""
+    path = tmp_path_factory.mktemp("pool_server") / "data.bin"
+    path.write_bytes(os.urandom(5_000_000))
+    threads = max(4, 2 * (os.cpu_count() or 2))
+    return path, {**os.environ, "UV_THREADPOOL_SIZE": str(threads)}
+
+
+def test_an_http_servers_threadpool_is_charged_whole_to_its_handler(jitprof, tmp_path, pool_environment):
+    """An HTTP server under a bounded keep-alive load, each request reading a
+    file, hashing, gzipping in chunks (zlib submits its next chunk from the
+    last one's callback; readFile its next step) and waiting on a timer:
+    the pool's time under each handler function in its true share, and the
+    event loop's time in the run queue as the scheduler counted it."""
+    data, environment = pool_environment
+    run = jitprof("--off-cpu", "-o", "out.pb.gz", "--", "node", str(JS / "pool_server.js"), str(data), "8", "8", env=environment)
+    assert run.returncode == 0, run.stderr
+    assert "requests " in run.stdout, run.stdout
+    profile = read_pprof(tmp_path / "out.pb.gz")
+    server = next(
+        sample["labels"]["pid"]
+        for sample in profile["samples"]
+        if any(line["name"].startswith("[threadpool]") for location in sample["stack"] for line in location)
+    )
+    assert_pool_charged(pool_time(profile, server), spent_truth(run.stdout))
+    truth_ns = int(run.stdout.split("run_delay_ns ")[1].split()[0])
+    runnable_ns = sum(
+        sample["values"][2]
+        for sample in profile["samples"]
+        if sample["labels"]["tid"] == server
+        and any(line["name"].startswith("(runnable") for location in sample["stack"] for line in location)
+    )
+    assert truth_ns > 50_000_000, f"the CPUs were not busy enough to test: {truth_ns / 1e6:.0f} ms in the run queue"
+    assert abs(runnable_ns - truth_ns) <= 0.1 * truth_ns + 10_000_000, (runnable_ns / 1e6, truth_ns / 1e6)
+
+
+def test_an_http_servers_threadpool_attached(jitprof, tmp_path, background, pool_environment):
+    """The same server found running: items in flight when jitprof came
+    are its only ones not charged."""
+    data, environment = pool_environment
+    server = background("node", str(JS / "pool_server.js"), str(data), stdout=subprocess.PIPE, text=True, env=environment)
+    assert server.stdout is not None
+    port = server.stdout.readline().split()[1]
+    client = background("node", str(JS / "load_client.js"), port, "8", "12", stdout=subprocess.PIPE, text=True)
+    # Under load once its pool threads have worked a while.
+    deadline = time.monotonic() + 30
+    while psutil.Process(server.pid).cpu_times().user < 1.0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    run = jitprof("--off-cpu", "--pid", str(server.pid), "-d", "5", "-o", "out.pb.gz")
+    assert run.returncode == 0, run.stderr
+    assert client.wait(timeout=60) == 0
+    server.terminate()
+    output, _ = server.communicate(timeout=30)
+    assert_pool_charged(pool_time(read_pprof(tmp_path / "out.pb.gz"), server.pid), spent_truth(output))
 
 
 def test_whole_machine_records_waits_too(jitprof, tmp_path, background, fixtures_built):
