@@ -162,6 +162,33 @@ def test_the_run_s_warnings_are_on_its_page(jitprof, tmp_path, background):
         assert items == said, (items, said)
 
 
+JIT_TIERS = ("interpreted", "baseline", "optimized", "inlined", "JIT (tier unknown)", "runtime builtins, stubs")
+
+
+def test_an_off_cpu_page_says_what_it_leaves_out_and_starts_at_the_code(jitprof, tmp_path):
+    """node's threadpool under --off-cpu: the page says how much idle time
+    it leaves out, as the command line does; (queued) and [threadpool] are
+    kinds of their own, not JIT code; the table starts where time is spent
+    (self time), not at _start and the event loop, and shows JavaScript only
+    when asked."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(bytes(range(256)) * 4096)
+    run = jitprof("--off-cpu", "-o", "run.html", "--", "node", str(JS / "threadpool.js"), "2", str(data))
+    assert run.returncode == 0, run.stderr
+    idle = re.search(r"([\d.]+) s idle left out", run.stderr)
+    assert idle, run.stderr
+    dom, _ = open_page(tmp_path / "run.html", "", tmp_path)
+    assert f"{float(idle.group(1)):.1f} s idle left out (--idle keeps it)" in dom
+    rows = [" ".join(row.split()) for row in table_rows(dom)]
+    assert not any(name in rows[0] for name in ("_start", "uv_run", "node::Start", "(off-CPU)")), rows[:3]
+    assert any(row.startswith("(queued) waiting (not code)") for row in rows), rows
+    assert any(row.startswith("[threadpool] crypto.pbkdf2 threadpool work") for row in rows), rows
+    dom, _ = open_page(tmp_path / "run.html", "code=jit", tmp_path)
+    rows = [" ".join(row.split()) for row in table_rows(dom)]
+    assert rows and all(any(f" {tier} " in f" {row} " for tier in JIT_TIERS) for row in rows), rows
+    assert any(row.startswith("hashPasswords ") for row in rows), rows
+
+
 def test_a_diff_page_shows_what_grew(jitprof, tmp_path):
     record_base_and_new(jitprof)
     drawn = jitprof("diff", "base.jitprof", "new.jitprof", "-o", "diff.html")

@@ -34,7 +34,12 @@ _RUNTIME_TIERS = {"builtin", "bytecode handler", "stub", "regexp", "callback"}
 def tier_category(frame: Frame) -> str:
     """interpreted, baseline, optimized, inlined, runtime (a JIT runtime's
     builtins and stubs), jit (compiled code of unknown tier), native,
-    kernel or unknown."""
+    kernel, unknown, and with --off-cpu wait ("(off-CPU)", "(queued)",
+    "(runnable, ...)": not code) and work ("[threadpool] fs.readFile")."""
+    if frame.kind is FrameKind.WAIT:
+        return "wait"
+    if frame.kind is FrameKind.WORK:
+        return "work"
     if frame.kind is FrameKind.KERNEL:
         return "kernel"
     if frame.kind is FrameKind.UNKNOWN:
@@ -58,7 +63,7 @@ def tier_category(frame: Frame) -> str:
 class _PageData:
     """What the page is given, as lists the script indexes."""
 
-    functions: list[list[Any]] = field(default_factory=list)  # [name, file, line, module, category]
+    functions: list[list[Any]] = field(default_factory=list)  # [name, file, line, module, category, kind]
     function_index: dict[tuple[str, str, str, str, bool], int] = field(default_factory=dict)
     frame_function: dict[int, int] = field(default_factory=dict)  # the profile being added's frame id -> function index
     threads: list[list[Any]] = field(default_factory=list)  # [pid, tid, comm]
@@ -75,7 +80,7 @@ class _PageData:
             if found is None:
                 found = self.function_index[key] = len(self.functions)
                 line = frame.function_line or (0 if frame.line_exact else frame.line)
-                self.functions.append([frame.name, frame.file, line, frame.module, tier_category(frame)])
+                self.functions.append([frame.name, frame.file, line, frame.module, tier_category(frame), frame.kind.value])
             self.frame_function[frame_id] = found
         return found
 
@@ -142,6 +147,8 @@ def _summary(profile: Profile, title: str) -> dict[str, Any]:
         "off_cpu": info.off_cpu,
         "unit": profile.weight_unit,
         "incomplete_walks": sum(count for end, count in profile.walk_ends.items() if end.name != "COMPLETE"),
+        # --off-cpu: waits for work not drawn (without --idle), said as the command line says it.
+        "idle_left_out_s": round(profile.waits.idle_ns / 1e9, 3) if info.off_cpu and not info.idle_kept else 0,
         "warnings": info.warnings,
         "version": __version__,
     }

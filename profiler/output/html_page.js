@@ -6,19 +6,22 @@
   const opened = performance.now();
   const data = JSON.parse(document.getElementById('profile').textContent);
   const summary = data.summary;
-  const functions = data.functions; // [name, file, line, module, category]
+  const functions = data.functions; // [name, file, line, module, category, kind]
   const threads = data.threads; // [pid, tid, comm]
   const stacks = data.stacks; // [thread, weight a, weight b, [function...]]
   const mode = data.mode; // cpu, offcpu, diff
   const ROW = 18;
   const COLORS = {
     interpreted: '#a6cee3', baseline: '#b2df8a', optimized: '#33a02c', inlined: '#1f9e89', jit: '#66c2a5',
-    runtime: '#cab2d6', native: '#fdbf6f', kernel: '#ff7f00', unknown: '#cccccc',
+    runtime: '#cab2d6', native: '#fdbf6f', kernel: '#ff7f00', unknown: '#cccccc', wait: '#eeeeee', work: '#f4a6b7',
   };
   const TIER_NAMES = {
     interpreted: 'interpreted', baseline: 'baseline', optimized: 'optimized', inlined: 'inlined',
     jit: 'JIT (tier unknown)', runtime: 'runtime builtins, stubs', native: 'native', kernel: 'kernel', unknown: 'unnamed',
+    wait: 'waiting (not code)', work: 'threadpool work',
   };
+  // Pseudo-frames of --off-cpu: their self time is the code's that waits.
+  function isCode(fn) { return functions[fn][4] !== 'wait'; }
   const MATCH_COLOR = '#e040fb';
 
   function element(tag, attributes, ...children) {
@@ -53,6 +56,7 @@
   facts.push(summary.lost.toLocaleString('en') + ' lost');
   facts.push((100 * summary.unsymbolized).toFixed(1) + ' % of frames unnamed');
   if (summary.incomplete_walks) facts.push(summary.incomplete_walks.toLocaleString('en') + ' walks cut short');
+  if (summary.idle_left_out_s) facts.push(summary.idle_left_out_s.toFixed(1) + ' s idle left out (--idle keeps it)');
   const factLine = element('div', { id: 'summary' }, facts.join(' · '));
   header.append(title, command, factLine);
   if (summary.warnings && summary.warnings.length) {
@@ -103,7 +107,9 @@
       element('span', { class: 'swatch', style: 'background:#3182bd' }), 'shrank ',
       element('span', { class: 'swatch', style: 'background:#dddddd' }), 'unchanged');
   } else {
+    const present = new Set(functions.map((fn) => fn[4]));
     for (const [category, colour] of Object.entries(COLORS)) {
+      if (!present.has(category) && (category === 'wait' || category === 'work')) continue;
       legend.append(element('span', { class: 'swatch', style: 'background:' + colour }), TIER_NAMES[category] + ' ');
     }
   }
@@ -302,7 +308,14 @@
   });
 
   // --- The functions ----------------------------------------------------------------
-  let sortColumn = 'total';
+  // Self time first: the table starts where the time is spent, not at
+  // _start and the event loop that every stack passes through.
+  let sortColumn = mode === 'diff' ? 'total' : 'self';
+  const codeFilter = element('select', { id: 'code-filter', 'aria-label': 'which functions' },
+    element('option', { value: 'all' }, 'all functions'),
+    element('option', { value: 'jit' }, 'JavaScript and other JIT code only'));
+  codeFilter.addEventListener('change', () => fillTable());
+  tableNote.before(codeFilter);
   const columns = mode === 'diff'
     ? [['name', 'function'], ['place', 'file:line'], ['tier', 'tier'], ['total', 'new'], ['base', 'base'], ['delta', 'change']]
     : [['name', 'function'], ['place', 'file:line'], ['tier', 'tier'], ['self', 'self'], ['selfShare', 'self %'],
@@ -327,7 +340,9 @@
       const baseValue = mode === 'diff' ? stack[2] : 0;
       if (!value && !baseValue) return;
       const path = stack[3];
-      if (path.length) self[path[path.length - 1]] += value;
+      let leaf = path.length - 1;
+      while (leaf > 0 && !isCode(path[leaf])) leaf--;
+      if (path.length) self[path[leaf]] += value;
       for (const fn of path) {
         if (stamp[fn] === index) continue; // recursion: counted once per stack
         stamp[fn] = index;
@@ -344,7 +359,9 @@
     const whole = root.value || 1;
     const key = { selfShare: 'self', totalShare: 'total', delta: 'delta' }[sortColumn] || sortColumn;
     const value = (row) => key === 'delta' ? Math.abs(row.total - row.base) : row[key];
-    const shown = rows.filter((row) => !pattern || functions[row.fn][0].toLowerCase().includes(pattern));
+    const jitOnly = codeFilter.value === 'jit';
+    const shown = rows.filter((row) => (!pattern || functions[row.fn][0].toLowerCase().includes(pattern))
+      && (!jitOnly || functions[row.fn][5] === 'jit'));
     if (key === 'name') shown.sort((a, b) => (functions[a.fn][0] < functions[b.fn][0] ? -1 : 1));
     else if (key === 'place') shown.sort((a, b) => (place(a.fn) < place(b.fn) ? -1 : 1));
     else if (key === 'tier') shown.sort((a, b) => (functions[a.fn][4] < functions[b.fn][4] ? -1 : 1));
@@ -382,8 +399,10 @@
     fillTable();
   }
   window.addEventListener('resize', redraw);
-  // A link can open the page on a selection and a search: #select=p1234&search=leaf
+  // A link can open the page on a selection, a search and the table's
+  // functions: #select=p1234&search=leaf&code=jit
   const wanted = new URLSearchParams(location.hash.slice(1));
+  if (wanted.get('code') === 'jit') codeFilter.value = 'jit';
   if (wanted.has('select') && [...selection.options].some((option) => option.value === wanted.get('select'))) {
     selection.value = wanted.get('select');
   }

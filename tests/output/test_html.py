@@ -32,7 +32,7 @@ def test_the_page_holds_every_sample_once_per_thread_and_stack():
     # The two lines of leaf are one function, as in the flame graph.
     assert names.count("leaf app.js:7") == 1
     leaf = data["functions"][names.index("leaf app.js:7")]
-    assert leaf[1:] == ["/srv/app.js", 7, "[jit]", "inlined"]
+    assert leaf[1:] == ["/srv/app.js", 7, "[jit]", "inlined", "jit"]
     heaviest = max(data["stacks"], key=lambda stack: stack[1])
     assert heaviest[1] == 50 and [names[index] for index in heaviest[3]][-1] == "leaf app.js:7"
 
@@ -113,3 +113,16 @@ def test_tiers_are_told_apart():
     assert tier_category(frame(FrameKind.NATIVE)) == "native"
     assert tier_category(frame(FrameKind.KERNEL)) == "kernel"
     assert tier_category(frame(FrameKind.UNKNOWN)) == "unknown"
+
+
+def test_waits_and_threadpool_work_have_kinds_of_their_own():
+    assert tier_category(Frame("(queued)", "", FrameKind.WAIT)) == "wait"
+    assert tier_category(Frame("[threadpool] fs.readFile", "", FrameKind.WORK)) == "work"
+
+
+def test_an_off_cpu_page_says_how_much_idle_time_it_leaves_out():
+    profile = off_cpu_profile()
+    profile.waits.idle_ns = 50_900_000_000
+    assert payload(render(profile, "html").decode())["summary"]["idle_left_out_s"] == 50.9
+    profile.info.idle_kept = True  # --idle: in the stacks, nothing left out
+    assert payload(render(profile, "html").decode())["summary"]["idle_left_out_s"] == 0
