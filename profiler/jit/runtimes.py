@@ -27,6 +27,7 @@ MAX_EXPORT_NAMES_BYTES = 16 << 20  # node's are 5-8 MB
 MAX_EXPORTS_KNOWN = 4096
 _exports_known: dict[tuple[int, int, int, bytes], bool] = {}
 _found: dict[tuple[int, int, int, int], Runtime | None] = {}
+_last_seen: dict[int, Runtime] = {}  # pid -> the runtime it ran when last asked (bounded)
 
 
 def inject_environment(
@@ -67,6 +68,21 @@ def runtime_of(pid: int) -> Runtime | None:
     """The JIT runtime of a live process: from its executable's name, else
     from what it maps (libjvm.so, libmoar.so, ...) or what its executable
     exports (node's N-API), so a renamed binary is still recognised."""
+    found = _runtime_of_live(pid)
+    if found is not None:
+        if len(_last_seen) >= MAX_EXPORTS_KNOWN:
+            del _last_seen[next(iter(_last_seen))]
+        _last_seen[pid] = found
+    return found
+
+
+def runtime_seen(pid: int) -> Runtime | None:
+    """runtime_of, or for a process gone, what it ran when last asked: what
+    is said at the end of a run is about processes that may have exited."""
+    return runtime_of(pid) or _last_seen.get(pid)
+
+
+def _runtime_of_live(pid: int) -> Runtime | None:
     try:
         executable = os.path.basename(os.readlink(f"/proc/{pid}/exe")).removesuffix(" (deleted)")
         info = os.stat(f"/proc/{pid}/exe")

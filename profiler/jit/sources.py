@@ -124,7 +124,7 @@ class JitSources:
             if shown == MAX_UNNAMED_HINTS:
                 lines.append(f"jitprof: hint: and {len(unnamed) - shown} more processes ran JIT code with no symbol source")
                 break
-            runtime = runtimes.runtime_of(pid) or runtimes.UNKNOWN
+            runtime = runtimes.runtime_seen(pid) or runtimes.UNKNOWN  # the JVM that exited is still the JVM
             lines.append(
                 f"jitprof: hint: {count:,} samples of pid {pid} ran JIT code with no symbol source; "
                 f"for {runtime.name}: {runtime.fix}"

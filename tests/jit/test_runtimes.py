@@ -1,7 +1,12 @@
 import os
+import shutil
+import subprocess
+import sys
+import time
 
 import pytest
 
+from profiler.jit import runtimes
 from profiler.jit.options import merge_options
 from profiler.jit.runtimes import NODE, PYTHON, inject_environment, runtime_of
 from profiler.jit.v8.preload import PRELOAD_NAME, SCRIPT, install
@@ -92,11 +97,6 @@ def test_java_and_moarvm_switched_on_when_spawning(tmp_path):
 def test_a_renamed_node_is_recognised_by_what_it_exports(tmp_path):
     """A service running node under another name (a copied binary, as
     container images and pkg-style bundles do) is still node."""
-    import shutil
-    import subprocess
-    import time
-
-    from profiler.jit import runtimes
 
     for source in [
         "/usr/bin/node",
@@ -166,3 +166,20 @@ def test_a_node_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines(comma
     assert "--perf-basic-prof" in injected["NODE_OPTIONS"].split()
     assert "--interpreted-frames-native-stack" not in injected["NODE_OPTIONS"]
     assert "--interpreted-frames-native-stack" in inject_environment({}, None, ["node", "app.js"])["NODE_OPTIONS"]
+
+
+def test_a_runtime_that_exited_is_still_named_at_the_end_of_the_run():
+    """The hints said at the end are about processes that may be gone: a JVM
+    that exited is told the JVM's fix, not an unknown runtime's perf map."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+    try:
+        for _ in range(200):
+            if runtimes.runtime_of(process.pid) is PYTHON:
+                break
+            time.sleep(0.01)
+        assert runtimes.runtime_of(process.pid) is PYTHON
+    finally:
+        process.kill()
+        process.wait()
+    assert runtimes.runtime_of(process.pid) is None
+    assert runtimes.runtime_seen(process.pid) is PYTHON
