@@ -21,7 +21,7 @@ import pytest
 from e2e.conftest import ROOT
 from profiler.jit.jvm.hotspot.layout import layout_of
 from profiler.jit.jvm.hotspot.objects import HotSpotReader
-from profiler.jit.jvm.hotspot_source import HotSpotStructures, libjvm_of
+from profiler.jit.jvm.hotspot_source import INLINED_UNKNOWN, HotSpotStructures, libjvm_of
 from profiler.jit.jvm.runtime import JAVA
 from profiler.kernel.events import WalkEnd
 from profiler.kernel.process_memory import ProcessMemory
@@ -96,12 +96,48 @@ def asked_nothing(pid: int) -> None:
     assert not Path(f"/tmp/.java_pid{pid}").exists()
 
 
+RECORD_ALL_PCS = ("-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints")
+
+
+def wrong_chains(samples: list[list], truth: list[str]) -> list[list[str]]:
+    """The samples whose frames of the fixture's class are not the start of
+    the true chain (truth, outermost first), followed at most by the frame
+    that says the inlined methods are not known: nothing shown may be
+    another chain."""
+    wrong = []
+    for frames in samples:
+        names = [
+            frame.name
+            for frame in frames
+            if frame.name.startswith(truth[0].split(".")[0] + ".") or frame.name == INLINED_UNKNOWN.name
+        ]
+        known = names[:-1] if names and names[-1] == INLINED_UNKNOWN.name else names
+        if INLINED_UNKNOWN.name in known or known != truth[: len(known)]:
+            wrong.append(names)
+    return wrong
+
+
 @pytest.mark.parametrize("jdk", sorted(JDKS))
-@pytest.mark.parametrize("mode", ["--pid", "--all"])
-def test_compiled_java_named_with_its_inlined_chain(jitprof, tmp_path, background, jdk, mode):
+@pytest.mark.parametrize(("mode", "recorded"), [("--pid", True), ("--all", True), ("--pid", False)])
+def test_compiled_java_named_with_its_inlined_chain(jitprof, tmp_path, background, jdk, mode, recorded):
+    """With -XX:+DebugNonSafepoints HotSpot records the inlined methods at
+    every pc: the chain in order, inlined methods marked, the leaf's line.
+    Without it (the default), only at safepoints and calls: elsewhere the
+    compiled method is shown with "(inlined methods unknown)" below it,
+    never the nearest record's chain, and the run says how to see them."""
     java = java_of(jdk)
+    flags = RECORD_ALL_PCS if recorded else ()
     target = background(
-        java, "-XX:+PreserveFramePointer", "-cp", str(CLASSES), "Inlined", "60", cwd=tmp_path, stdout=subprocess.PIPE, text=True
+        java,
+        "-XX:+PreserveFramePointer",
+        *flags,
+        "-cp",
+        str(CLASSES),
+        "Inlined",
+        "60",
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     wait_for_line(target, "warm")
     scope = ["--pid", str(target.pid)] if mode == "--pid" else ["--all"]
@@ -112,6 +148,14 @@ def test_compiled_java_named_with_its_inlined_chain(jitprof, tmp_path, backgroun
     stop_jvm(target)
     samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid)
     assert len(samples) >= 600, len(samples)
+    assert wrong_chains(samples, ["Inlined.main(java.lang.String[])", *CHAIN]) == []
+    unnamed = sum(1 for sample in samples if any(frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]" for frame in sample))
+    assert unnamed / len(samples) <= 0.02
+    if not recorded:
+        assert any(frames[-1].name == INLINED_UNKNOWN.name for frames in samples)
+        assert "-XX:+DebugNonSafepoints" in run.stderr, run.stderr
+        return
+    assert "DebugNonSafepoints" not in run.stderr, run.stderr
     results = [chained(frames) for frames in samples]
     in_order = sum(1 for found, _inlined in results if found) / len(samples)
     marked = sum(1 for found, inlined in results if found and inlined) / max(1, sum(1 for found, _ in results if found))
@@ -121,8 +165,66 @@ def test_compiled_java_named_with_its_inlined_chain(jitprof, tmp_path, backgroun
     assert all(leaf.tier in ("c1", "c2") and leaf.file == "Inlined.java" for leaf in leaves)
     in_loop = sum(1 for leaf in leaves if leaf.line in LEAF_LOOP) / len(leaves)
     assert in_loop >= 0.9, sorted({leaf.line for leaf in leaves})
-    unnamed = sum(1 for sample in samples if any(frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]" for frame in sample))
-    assert unnamed / len(samples) <= 0.02
+
+
+RUNTIME_CHAIN = [
+    f"RuntimeCalls.{name}"
+    for name in (
+        "main(java.lang.String[])",
+        "run(java.lang.String, int)",
+        "step(java.lang.String, int)",
+        "leaf(java.lang.String, int)",
+    )
+]
+
+
+@pytest.mark.parametrize("jdk", sorted(JDKS))
+@pytest.mark.parametrize(("call", "recorded"), [("drem", True), ("arraycopy", True), ("alloc", True), ("drem", False)])
+def test_inlined_code_calling_the_runtime_keeps_its_chain(jitprof, tmp_path, background, jdk, call, recorded):
+    """leaf, inlined by C2 into step into run (into main's loop), calls the
+    runtime: fmod for a double's %, an arraycopy stub, the allocation path.
+    A leaf call's return address has no record without
+    -XX:+DebugNonSafepoints: the chain is then marked unknown, never
+    another's; with it, the chain is whole."""
+    java = java_of(jdk)
+    if not (CLASSES / "RuntimeCalls.class").exists():
+        pytest.skip("the Java fixtures are not built (javac missing)")
+    flags = RECORD_ALL_PCS if recorded else ()
+    target = background(
+        java,
+        "-XX:+PreserveFramePointer",
+        *flags,
+        "-cp",
+        str(CLASSES),
+        "RuntimeCalls",
+        call,
+        "60",
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_line(target, "warm")
+    run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
+    assert run.returncode == 0, run.stderr
+    stop_jvm(target)
+    profile = read_raw(tmp_path / "out.jitprof")
+    samples = [
+        [profile.frames[index] for index in sample.frame_ids]
+        for sample in profile.samples
+        if sample.pid == target.pid and any(profile.frames[index].name.startswith("RuntimeCalls.") for index in sample.frame_ids)
+    ]
+    assert len(samples) >= 600, len(samples)
+    wrong = wrong_chains(samples, RUNTIME_CHAIN)
+    assert wrong == [], wrong[:5]
+    whole = sum(
+        1 for frames in samples if [frame.name for frame in frames if frame.name.startswith("RuntimeCalls.")] == RUNTIME_CHAIN
+    )
+    if recorded:
+        assert whole / len(samples) >= 0.9, whole / len(samples)
+    else:
+        assert sum(
+            1 for frames in samples if frames and any(frame.name == INLINED_UNKNOWN.name for frame in frames)
+        ) >= 0.5 * len(samples)
 
 
 @pytest.mark.parametrize("jdk", sorted(JDKS))
@@ -133,7 +235,9 @@ def test_a_jvm_without_frame_pointers_is_walked_whole_by_frame_sizes(jitprof, tm
     chain named as with frame pointers. Before, they stopped at the first
     compiled frame."""
     java = java_of(jdk)
-    target = background(java, "-cp", str(CLASSES), "Inlined", "60", cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    target = background(
+        java, *RECORD_ALL_PCS, "-cp", str(CLASSES), "Inlined", "60", cwd=tmp_path, stdout=subprocess.PIPE, text=True
+    )
     wait_for_line(target, "warm")
     run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
     assert run.returncode == 0, run.stderr

@@ -76,6 +76,10 @@ MAX_REFUSALS_LISTED = 4  # said one by one there
 _WORD = struct.Struct("<Q")
 _TIERS = {1: "c1", 2: "c1", 3: "c1", 4: "c2"}
 UNKNOWN_JIT = Frame(f"[unknown] ({JIT_MODULE})", JIT_MODULE, FrameKind.UNKNOWN)
+# Below a compiled method whose inlined methods at the pc HotSpot did not
+# record (without -XX:+DebugNonSafepoints it records them at safepoints and
+# calls only): the nearest record may be another inlined method's.
+INLINED_UNKNOWN = Frame("(inlined methods unknown)", JIT_MODULE, FrameKind.JIT, tier="unknown")
 
 
 class HotSpotKernel(Protocol):
@@ -103,6 +107,7 @@ class _Blob:
     valid_from_ns: int
     frames: dict[tuple[int, bool], tuple[Frame, ...]] = field(default_factory=dict)  # by (address, caller)
     gone: bool = False  # replaced, or freed: it names only the samples it was read for
+    inlines: bool | None = None  # does any of its pcs have an inlined method (None: not looked yet)
 
 
 @dataclass
@@ -131,6 +136,8 @@ class _Jvm:
     news_ns: int = 0
     next_setup: float = 0.0
     preserves_frame_pointers: bool | None = None
+    records_non_safepoints: bool | None = None  # -XX:+DebugNonSafepoints
+    unknown_inlining: int = 0  # frames named without their inlined methods (not recorded)
     walked_by_frame_size: bool = False  # without frame pointers: the kernel steps over compiled frames by their size
     lock: threading.Lock = field(default_factory=threading.Lock)
     setting_up: threading.Lock = field(default_factory=threading.Lock)  # one thread sets it up; the others go on
@@ -234,9 +241,12 @@ class HotSpotStructures(JitSymbolSource):
                     # The count vouches that no class was freed since a sample only where classes are freed in pauses.
                     reader.gc_count_address() if reader.unloads_classes_concurrently() is False else 0,
                     reader.preserves_frame_pointers(),
+                    reader.records_non_safepoints(),
                 )
             )
-            heaps, interpreter, gc_count_at, preserves_frame_pointers = state if state is not None else ((), None, 0, None)
+            heaps, interpreter, gc_count_at, preserves_frame_pointers, non_safepoints = (
+                state if state is not None else ((), None, 0, None, None)
+            )
         except LayoutError as error:
             if now - jvm.watched_at < LAYOUT_SETTLE_S and not isinstance(error, BuildRefused):
                 return False  # a libjvm.so being loaded reads as nonsense until it is relocated: again later
@@ -261,6 +271,7 @@ class HotSpotStructures(JitSymbolSource):
         jvm.interpreter = interpreter
         jvm.gc_count_at = gc_count_at
         jvm.preserves_frame_pointers = preserves_frame_pointers
+        jvm.records_non_safepoints = non_safepoints
         jvm.heaps = tuple((heap.low, heap.high) for heap in heaps)  # last: it says the JVM is ready
         return True
 
@@ -323,6 +334,7 @@ class HotSpotStructures(JitSymbolSource):
         with self._lock:
             without = [jvm.pid for jvm in self._jvms.values() if jvm.preserves_frame_pointers is False]
             by_size = {jvm.pid for jvm in self._jvms.values() if jvm.walked_by_frame_size}
+            unrecorded = [jvm.pid for jvm in self._jvms.values() if jvm.unknown_inlining]
             unsaid = [(pid, why) for pid, why in self._refusals.items() if pid not in self._refusals_said]
         return (
             [
@@ -333,6 +345,13 @@ class HotSpotStructures(JitSymbolSource):
                 else f"jitprof: warning: the JVM (pid {pid}) runs without -XX:+PreserveFramePointer, so its stacks "
                 "stop at the first compiled Java frame; restart it with that flag (or under jitprof -- java ...)"
                 for pid in without
+            ]
+            + [
+                f"jitprof: note: the JVM (pid {pid}) runs without -XX:+DebugNonSafepoints: where its compiled code "
+                "ran between safepoints and calls, HotSpot did not record which inlined methods it was in, shown as "
+                f"'{INLINED_UNKNOWN.name}'; start it with -XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints "
+                "(or under jitprof -- java ...) to see them"
+                for pid in unrecorded
             ]
             + [
                 f"jitprof: note: the JVM (pid {pid}): its structures could not be read once it had started ({why}); "
@@ -542,9 +561,24 @@ class HotSpotStructures(JitSymbolSource):
         layout = reader.layout
         # A caller's descriptor is at its return address, or it has none.
         relative = address - blob.start + (1 if caller else 0)
-        decode = compressed.scope_offset(
-            code.scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset, layout.pc_desc_scope, relative, exact=caller
-        )
+
+        def scope_at(exact: bool) -> int | None:
+            return compressed.scope_offset(
+                code.scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset, layout.pc_desc_scope, relative, exact
+            )
+
+        decode = scope_at(caller)
+        if decode is None and caller and jvm.records_non_safepoints:
+            decode = scope_at(False)  # a leaf call into the runtime: the instructions' record, dense
+        recorded = jvm.records_non_safepoints or (caller and decode is not None)
+        if not recorded and self._inlines(blob, code, layout):
+            # Where HotSpot recorded nothing, the nearest record is often another inlined method's.
+            method = self._method(jvm, code.method, blob.first_seen_ns)
+            if method is None:
+                return (UNKNOWN_JIT,)
+            jvm.unknown_inlining += 1
+            outer = _java_frame(method, -1, tier, False)
+            return (outer, INLINED_UNKNOWN) if self._expand_inlining else (outer,)
         scopes = compressed.scope_chain(code.scopes_data, decode, reader.layout.excluded_byte) if decode else ()
         if not scopes:
             method = self._method(jvm, code.method, blob.first_seen_ns)
@@ -560,6 +594,15 @@ class HotSpotStructures(JitSymbolSource):
         if not self._expand_inlining:
             return (frames[0],)
         return tuple(frames)
+
+    @staticmethod
+    def _inlines(blob: _Blob, code: CompiledCode, layout: HotSpotLayout) -> bool:
+        """Has the compiled method any inlined method at any recorded pc?"""
+        if blob.inlines is None:
+            blob.inlines = compressed.has_inlined_scopes(
+                code.scopes_pcs, code.scopes_data, layout.pc_desc_size, layout.pc_desc_scope, layout.excluded_byte
+            )
+        return blob.inlines
 
     def _method(
         self, jvm: _Jvm, address: int, alive_since_ns: int, sampled_ns: int | None = None, sampled_collections: int = 0

@@ -14,7 +14,7 @@ import pytest
 from profiler.jit.jvm.hotspot import compressed, signatures
 from profiler.jit.jvm.hotspot.layout import Field, HotSpotLayout, LayoutError, VMTables, layout_from_tables
 from profiler.jit.jvm.hotspot.objects import CodeHeap, HotSpotReader
-from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, UNKNOWN_JIT, HotSpotStructures, _Jvm, frame_size_walk
+from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, INLINED_UNKNOWN, UNKNOWN_JIT, HotSpotStructures, _Jvm, frame_size_walk
 from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
 from profiler.kernel.kernel_maps import HotSpotCode, KernelMaps
 from profiler.model.profile import FrameKind
@@ -212,6 +212,7 @@ LAYOUT = HotSpotLayout(
     symbol_length=4,
     symbol_body=6,
     preserve_frame_pointer_at=0x1010,
+    debug_non_safepoints_at=-1,
     concurrent_unloading_flags_at=(0x1011, 0x1012),  # UseZGC, UseShenandoahGC
     collected_heap_at=0x1018,
     heap_total_collections=0x40,
@@ -390,6 +391,7 @@ def test_a_compiled_pc_names_the_methods_inlined_there():
     ready = _Jvm(
         pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE + 4 * SEGMENT), ((CODE, CODE + len(jvm.code)),)
     )
+    ready.records_non_safepoints = True  # -XX:+DebugNonSafepoints: a pc's record is its own
     source._jvms[pid] = ready
     now = _now()
     frames = source.expand(pid, now, begin + 40)
@@ -403,6 +405,36 @@ def test_a_compiled_pc_names_the_methods_inlined_there():
     assert source.expand(pid, now, stub_code + 4)[0].kind is FrameKind.JIT
     assert source.expand(pid, now, CODE + 500 * SEGMENT) == (UNKNOWN_JIT,)  # free space
     assert source.expand(pid, now, 0x1000) is None  # not the code cache: another source's
+
+
+def test_without_debug_non_safepoints_inlined_methods_are_named_only_where_recorded():
+    """HotSpot records which methods are inlined at a pc only at safepoints
+    and calls unless -XX:+DebugNonSafepoints: a leaf pc elsewhere, or a call
+    into the runtime it records nothing for, gets the compiled method and a
+    frame saying the rest is unknown, never the nearest record's chain."""
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    data, innermost = scopes([(1, 5), (2, 3), (3, 2)], 0)
+    begin = jvm.nmethod(10, 8, run, 77, [run, step, leaf], [(-1, 0), (64, innermost)], data)
+    lone = jvm.nmethod(30, 8, step, 78, [step], [(64, scopes([(1, 3)], 0)[1])], scopes([(1, 3)], 0)[0])
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    ready = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE + 4 * SEGMENT), ((CODE, CODE + len(jvm.code)),)
+    )
+    ready.records_non_safepoints = False
+    source._jvms[pid] = ready
+    now = _now()
+    assert [frame.name for frame in source.expand(pid, now, begin + 40)] == ["Hot.run(long)", INLINED_UNKNOWN.name]
+    # A call's return address is recorded: its chain is the call's.
+    called = source.expand(pid, now, begin + 63, caller=True)
+    assert [frame.name for frame in called] == ["Hot.run(long)", "Hot.step(long)", "Hot.leaf(long)"]
+    # A call with no record (a leaf call into the runtime).
+    assert [frame.name for frame in source.expand(pid, now, begin + 50, caller=True)] == ["Hot.run(long)", INLINED_UNKNOWN.name]
+    # A compiled method that inlines nothing is itself at every pc.
+    assert [frame.name for frame in source.expand(pid, now, lone + 10)] == ["Hot.step(long)"]
+    assert ready.unknown_inlining == 2
+    assert any("-XX:+DebugNonSafepoints" in line for line in source.warnings())
 
 
 def test_code_replaced_under_the_reader_is_never_named_with_the_old_method():

@@ -155,4 +155,16 @@ def scope_offset(
     return best_scope if best_pc is not None else None
 
 
+def has_inlined_scopes(scopes_pcs: bytes, scopes_data: bytes, pc_desc_size: int, decode_at: int, excluded: int) -> bool:
+    """Does any PcDesc of the table name a chain of more than one method (a
+    method inlined into the compiled one)? Malformed chains count as none."""
+    if pc_desc_size <= 0 or decode_at + 4 > pc_desc_size:
+        return False
+    for start in range(0, len(scopes_pcs) - pc_desc_size + 1, pc_desc_size):
+        (decode,) = _S32.unpack_from(scopes_pcs, start + decode_at)
+        if decode > 0 and len(scope_chain(scopes_data, decode, excluded)) > 1:
+            return True
+    return False
+
+
 _S32 = struct.Struct("<i")

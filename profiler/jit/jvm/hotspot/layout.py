@@ -201,6 +201,7 @@ class HotSpotLayout:
     symbol_length: int
     symbol_body: int
     preserve_frame_pointer_at: int  # file address of the -XX:PreserveFramePointer bool; -1 unknown (flags not read)
+    debug_non_safepoints_at: int  # and of -XX:DebugNonSafepoints's
     concurrent_unloading_flags_at: tuple[int, ...]  # file addresses of the bools of the GCs that unload concurrently
     collected_heap_at: int  # file address of Universe::_collectedHeap (0 unknown): its GC count
     heap_total_collections: int  # CollectedHeap::_total_collections (-1 unknown)
@@ -336,7 +337,7 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
     code_begin = tables.field(blob, ("_code_begin",), optional=True)
     immutable = tables.field(nmethod, ("_immutable_data",), optional=True)
     used = tables.field(("HeapBlock::Header",), ("_used",), optional=True)
-    flags = _flag_addresses(memory, tables, bias, ("PreserveFramePointer", *CONCURRENT_UNLOADING_FLAGS))
+    flags = _flag_addresses(memory, tables, bias, ("PreserveFramePointer", "DebugNonSafepoints", *CONCURRENT_UNLOADING_FLAGS))
     layout = HotSpotLayout(
         major=major,
         excluded_byte=1 if major >= 20 else 0,
@@ -394,6 +395,7 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
         symbol_length=_symbol_length(tables),
         symbol_body=tables.offset(("Symbol",), "_body"),
         preserve_frame_pointer_at=flags.get("PreserveFramePointer", -1),
+        debug_non_safepoints_at=flags.get("DebugNonSafepoints", -1),
         concurrent_unloading_flags_at=tuple(flags[name] for name in CONCURRENT_UNLOADING_FLAGS if name in flags),
         collected_heap_at=tables.static("Universe", "_collectedHeap", optional=True),
         heap_total_collections=_optional(tables, "CollectedHeap", "_total_collections"),

@@ -163,6 +163,15 @@ class HotSpotReader:
         value = self.memory.read(self.layout.preserve_frame_pointer_at + self.bias, 1)
         return bool(value[0]) if value is not None else None
 
+    def records_non_safepoints(self) -> bool | None:
+        """Does the JVM run with -XX:+DebugNonSafepoints (its compilers then
+        record the inlined methods at every pc, not only at safepoints and
+        calls)? None: not known."""
+        if self.layout.debug_non_safepoints_at < 0:
+            return None
+        value = self.memory.read(self.layout.debug_non_safepoints_at + self.bias, 1)
+        return bool(value[0]) if value is not None else None
+
     def unloads_classes_concurrently(self) -> bool | None:
         """Does the JVM run a collector that frees classes while the program
         runs (ZGC, Shenandoah)? None: its flags could not be read."""
