@@ -130,6 +130,29 @@ def test_spawned_with_no_flag_from_the_user(jitprof, tmp_path, name):
     assert not left_behind(pids_of(lines), tmp_path)
 
 
+def test_deno_builtins_run_from_its_binary_are_named(jitprof, tmp_path):
+    """TypeScript's compiler under deno: V8 maps its embedded builtins again
+    from deno's binary (short builtin calls), so they run in a mapping of a
+    file with no symbols, which only the perf map names: the call into
+    JavaScript is a builtin's (a generator's next), never deno+0x."""
+    tsc = ROOT / ".nodes" / "apps" / "node_modules" / "typescript" / "lib" / "tsc.js"
+    if not DENO.exists() or not tsc.exists():
+        pytest.skip("deno or typescript is not installed (make setup-tests)")
+    command = [str(DENO), "run", "-A", "--unstable-detect-cjs", str(tsc), "-p", str(ROOT / "fixtures" / "ts"), "--noEmit"]
+    run = jitprof("-F", "499", "-o", "out.folded", "--", *command)
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    entered = [line.frames[index - 1] for line in lines for index in [first_js_index(line.frames)] if index > 0]
+    assert len(entered) >= 20, run.stderr
+    assert not [frame for frame in entered if frame.startswith("deno+0x")], entered[:5]
+    assert any(frame.startswith("[builtin] GeneratorPrototypeNext") for frame in entered), entered[:5]
+
+
+def first_js_index(frames: list[str]) -> int:
+    """The index of the first JavaScript function's frame (not a builtin's); -1: none."""
+    return next((index for index, frame in enumerate(frames) if frame.endswith("_[j]") and not frame.startswith("[builtin]")), -1)
+
+
 def start_runtime(background, name: str, workdir: Path, options: dict[str, str]) -> subprocess.Popen:
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_"))}
     process = background(*command(name, "60"), env={**environment, **options}, cwd=workdir, stdout=subprocess.PIPE, text=True)

@@ -647,6 +647,15 @@ class Symbolizer:
         """Native code: its function and what was inlined there, outermost first."""
         if mapping is not None:
             frames = self.elf.resolve_chain(pid, mapping, address)
+            if frames and frames[-1].symbolized:
+                return frames
+            # Code its file does not name may be a runtime's: V8 maps its
+            # embedded builtins again from the binary (short builtin calls),
+            # and a stripped deno's perf map is all that names them there.
+            for named in self.jit_sources:
+                frame = named.resolve(pid, mapping, address)
+                if frame is not None:
+                    return [frame]
             if frames:
                 return frames
         return [self._name(pid, mapping, address)]
