@@ -148,6 +148,21 @@ def test_deno_builtins_run_from_its_binary_are_named(jitprof, tmp_path):
     assert any(frame.startswith("[builtin] GeneratorPrototypeNext") for frame in entered), entered[:5]
 
 
+def test_bun_says_when_its_functions_are_not_in_the_scripts_it_was_given(jitprof, tmp_path):
+    """prettier under bun loads its code by paths made at run time, which
+    jitprof does not read: its functions are named without script and line,
+    and the run says so, with how many."""
+    prettier = ROOT / ".nodes" / "apps" / "node_modules" / "prettier" / "bin" / "prettier.cjs"
+    if not BUN.exists() or not prettier.exists():
+        pytest.skip("bun or prettier is not installed (make setup-tests)")
+    run = jitprof("-F", "499", "-o", "out.folded", "--", str(BUN), str(prettier), "--check", str(ROOT / "fixtures" / "js"))
+    assert run.returncode in (0, 1), run.stderr  # 1: prettier found files to format
+    said = [line for line in run.stderr.splitlines() if "JavaScript functions sampled are in the scripts" in line]
+    assert said, run.stderr
+    named = sum(1 for line in read_folded(tmp_path / "out.folded") for frame in line.frames if frame.endswith("_[j]"))
+    assert named > 0
+
+
 def first_js_index(frames: list[str]) -> int:
     """The index of the first JavaScript function's frame (not a builtin's); -1: none."""
     return next((index for index, frame in enumerate(frames) if frame.endswith("_[j]") and not frame.startswith("[builtin]")), -1)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.jit.bun.functions import BunFunctions, FunctionPlace, _place_in, placed_frame
+from profiler.jit.bun.functions import BunFunctions, FunctionPlace, _place_in, _ProcessScripts, placed_frame
 from profiler.jit.bun.scripts import MODULE_CODE, BunScript, code_block_hash, definitions, indented, scan_functions
 from profiler.jit.bun.transpiler import OWN_BUN, TRANSPILER, checked_answer, trusted_program
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -352,3 +352,16 @@ def test_a_script_of_newlines_is_indexed_in_memory_far_under_its_size():
     assert peak < 16 * len(text), peak / len(text)
     assert index.lines.line_and_column(len(text) - len("(a) {}\n")) == (4 * 2**20 + 1, len("function f") + 1)
     assert script.line_of("f", len(text) - len("(a) {}\n")) == (4 * 2**20 + 1, len("function f") + 1)
+
+
+def test_a_process_whose_functions_are_mostly_not_in_the_scripts_read_is_told():
+    """prettier loads its code by paths made at run time: its functions are
+    in none of the scripts its command line names, and the run says so."""
+    scripts = _ProcessScripts()
+    scripts.places = {f"f{index}#AAAAAA": None for index in range(30)}
+    assert "0 of its 30 JavaScript functions" in scripts.unplaced_problem()
+    place = FunctionPlace("/app/a.js", 3, 1)
+    scripts.places = {f"f{index}#AAAAAA": place if index % 3 else None for index in range(30)}
+    assert scripts.unplaced_problem() == ""  # most placed
+    scripts.places = {"f#AAAAAA": None}
+    assert scripts.unplaced_problem() == ""  # too few to judge

@@ -35,6 +35,8 @@ MAX_PROCESSES = 64  # processes whose scripts are kept
 MAX_KEPT_BYTES = 48 << 20  # all processes' texts and copies kept at once (tsc's: 11.5 MiB)
 SHARED_FOR_S = 60.0  # a command's scripts transpiled once serve its other processes this long
 NAME_NOT_MATERIALIZED = "<name not materialized>"
+MIN_FUNCTIONS_JUDGED = 20  # distinct functions sampled before a process's placing is judged
+PLACED_ENOUGH = 0.5
 SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")  # an ES module's code is named by its path
 _JSC_JS_NAME = re.compile(r"^JSC-(?:Baseline|DFG|FTL|DFGOSREntry): (.*)#([0-9A-Za-z]{6})$", re.DOTALL)
 
@@ -59,6 +61,18 @@ class _ProcessScripts:
     problem: str = ""
     places: dict[str, FunctionPlace | None] = field(default_factory=dict)
     ready: threading.Event = field(default_factory=threading.Event)
+
+    def unplaced_problem(self) -> str:
+        """Most of its functions not in the scripts read: the scripts it
+        loads as it runs (prettier's plugins, a dynamic import) are not."""
+        asked = len(self.places)
+        found = sum(1 for place in self.places.values() if place is not None)
+        if asked < MIN_FUNCTIONS_JUDGED or found >= asked * PLACED_ENOUGH:
+            return ""
+        return (
+            f"{found:,} of its {asked:,} JavaScript functions sampled are in the scripts its command line names and "
+            "imports (scripts it loads as it runs, by a path made at run time, are not read)"
+        )
 
 
 class BunFunctions:
@@ -184,7 +198,8 @@ class BunFunctions:
 
     def problems(self) -> dict[int, str]:
         with self._lock:
-            return {pid: scripts.problem for (pid, _started), scripts in self._processes.items() if scripts.problem}
+            found = {(pid, scripts.problem or scripts.unplaced_problem()) for (pid, _started), scripts in self._processes.items()}
+        return {pid: problem for pid, problem in found if problem}
 
 
 def placed_frame(frame: Frame, place: FunctionPlace | None) -> Frame:
