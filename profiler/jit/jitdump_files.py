@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from profiler.kernel.procmaps import read_maps
+from profiler.kernel.procmaps import MapEntry, read_maps
 from profiler.safety import files
 
 # perf's convention, jit-PID.dump; JavaScriptCore's, jit-TID-PID.dump (the
@@ -52,9 +52,11 @@ def make_spawned_dump_directory(uid: int, gid: int) -> str | None:
     return spawned_dump_directory(uid)
 
 
-def mapped_dumps(pid: int) -> list[str]:
-    """/proc/PID/map_files entries of the jit-*.dump files the process maps."""
-    return [f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}" for entry in read_maps(pid) if entry.is_jitdump_marker]
+def mapped_dumps(pid: int, entries: Iterable[MapEntry] | None = None) -> list[str]:
+    """/proc/PID/map_files entries of the jit-*.dump files the process maps
+    (among entries, its mappings just read; else read now)."""
+    read = read_maps(pid) if entries is None else entries
+    return [f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}" for entry in read if entry.is_jitdump_marker]
 
 
 def maps_a_jitdump(pid: int) -> bool:

@@ -13,7 +13,7 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from profiler.jit.contract import Runtime
@@ -24,6 +24,7 @@ from profiler.jit.rescan import Rescan
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.proc_status import process_uid
+from profiler.kernel.procmaps import MapEntry
 from profiler.model.profile import Frame, FrameKind
 
 TAIL_INTERVAL_S = 0.01
@@ -61,6 +62,7 @@ class JitdumpSymbols(JitSymbolSource):
         self._default_owner_uid = default_owner_uid
         self._runtime_of = runtime_of  # which runtime a live process runs: its functions' places
         self._lock = threading.Lock()
+        self._scanning = threading.Lock()
         self._processes: dict[int, _ProcessDumps] = {}
         self._frames: dict[tuple[int, int, int, int], Frame] = {}  # (pid, dump, load sequence, line address)
 
@@ -68,6 +70,14 @@ class JitdumpSymbols(JitSymbolSource):
         state = self._state(pid)
         if self._runtime_of is not None:  # it may have exec'd another runtime
             state.runtime = self._runtime_of(pid) or state.runtime
+
+    def maps_changed(self, pid: int, entries: Sequence[MapEntry]) -> None:
+        """It maps a dump: opened at once, while the process lives (its
+        samples may be named after it is gone, and its dump with it)."""
+        with self._lock:
+            state = self._processes.get(pid)
+        if state is not None:
+            self._scan(state, mapped_dumps(pid, entries))
 
     def _state(self, pid: int) -> _ProcessDumps:
         with self._lock:
@@ -153,10 +163,14 @@ class JitdumpSymbols(JitSymbolSource):
             self._frames[key] = frame
         return frame
 
-    def _scan(self, state: _ProcessDumps) -> None:
+    def _scan(self, state: _ProcessDumps, map_files: list[str] | None = None) -> None:
+        with self._scanning:  # the main thread (maps changed) and the symbolizer's
+            self._scan_now(state, mapped_dumps(state.pid) if map_files is None else map_files)
+
+    def _scan_now(self, state: _ProcessDumps, map_files: list[str]) -> None:
         if state.owner_uid is None or len(state.dumps) >= MAX_DUMPS_PER_PROCESS:
             return
-        for map_file in mapped_dumps(state.pid):
+        for map_file in map_files:
             try:
                 descriptor = os.open(map_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
             except OSError:

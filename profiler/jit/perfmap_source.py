@@ -107,6 +107,9 @@ class PerfMapSymbols(JitSymbolSource):
                 state.frames[entry.sequence] = frame
             return frame
 
+    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+        return self.resolve(pid, mapping, address)
+
     def epoch(self, pid: int) -> tuple[int, int]:
         """(revision, 0) of pid's map: lines carry no times (see V8LogSymbols.epoch).
         A watched process's map is opened here while it lives, even when other

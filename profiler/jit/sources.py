@@ -7,7 +7,7 @@ code log, the JVM's maps asked for), then the generic ones: jitdump files
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from profiler.jit import runtimes
@@ -21,6 +21,7 @@ from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import StackCopy, V8FrameSlots
 from profiler.kernel.late_walks import WalkedFrame
+from profiler.kernel.procmaps import MapEntry
 from profiler.model.profile import FrameKind, Profile
 from profiler.safety.terminal import say
 
@@ -63,6 +64,10 @@ class JitSources:
     def symbol_sources(self) -> list[JitSymbolSource]:
         """Every source of names, in the order they are asked."""
         return list(self._sources)
+
+    def maps_changed(self, pid: int, entries: Sequence[MapEntry]) -> None:
+        for source in self._sources:
+            source.maps_changed(pid, entries)
 
     def watch(self, pid: int) -> None:
         """A process is followed (or has just exec'd): note what it runs."""

@@ -8,11 +8,13 @@ here."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.events import RawSample, StackCopy, V8FrameSlots
 from profiler.kernel.late_walks import WalkedFrame
+from profiler.kernel.procmaps import MapEntry
 from profiler.model.profile import Frame
 
 
@@ -53,6 +55,18 @@ class JitSymbolSource:
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         """One frame for the code at an address of any mapping (after the ELF file's own names)."""
+        return None
+
+    def maps_changed(self, pid: int, entries: Sequence[MapEntry]) -> None:
+        """pid's executable mappings were just read (entries) and one is a
+        jitdump (a runtime maps its dump so). (Main thread: open, not read.)"""
+
+    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+        """A frame for code in a file's mapping that the file does not name
+        (V8 maps its embedded builtins again from a stripped binary; its perf
+        map names them there). Only a source that names such code answers:
+        asking one for every unnamed native frame would look for its files
+        before the runtime writes them."""
         return None
 
     def epoch(self, pid: int) -> tuple[int, int]:

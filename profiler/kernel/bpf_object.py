@@ -13,6 +13,7 @@ verifier checks the programs again as it always does.
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import ctypes
 import errno
 import hashlib
@@ -46,6 +47,7 @@ RAW_TRACEPOINT_WALKER_SUFFIX = "_off_cpu"
 UPROBE_WALKER_SUFFIX = "_uprobe"
 MAX_OBJECT_BYTES = 16 << 20
 LOAD_RETRIES = 5  # a program's load interrupted by a signal
+LOAD_THREADS = max(2, min(4, os.cpu_count() or 2))  # programs verified at once
 INSTALLED_DIR = Path(__file__).resolve().parents[2] / "native" / "build" / "bpf"
 
 
@@ -221,28 +223,48 @@ def load(spec: BpfObject) -> LoadedObject:
             if descriptor < 0:
                 raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(-descriptor)}", -descriptor)
             loaded.map_fds[map_spec.name] = descriptor
-        for program in spec.programs:
-            code = bytearray(program.instructions)
-            for index, map_name in program.map_references:
-                struct.pack_into("<i", code, index * INSTRUCTION.size + 4, loaded.map_fds[map_name])
-            buffer = ctypes.create_string_buffer(bytes(code), len(code))
-            descriptor = _load_program(spec, program, buffer)
-            for _attempt in range(LOAD_RETRIES):
-                # The verifier gives up with EAGAIN when a signal arrives (a
-                # child's exit, a resized terminal, a debugger): libbpf retries too.
-                if descriptor != -errno.EAGAIN:
-                    break
-                descriptor = _load_program(spec, program, buffer)
+        # The verifier works in the loading thread's system call, without the
+        # GIL: programs verified side by side take the longest one's time.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(spec.programs), LOAD_THREADS) or 1) as pool:
+            results = list(pool.map(lambda program: _load_one(spec, program, loaded.map_fds), spec.programs))
+        for program, descriptor in zip(spec.programs, results, strict=True):
+            if descriptor >= 0:
+                loaded.program_fds[program.name] = descriptor
+        for program, descriptor in zip(spec.programs, results, strict=True):
             if descriptor < 0:
-                log = ctypes.create_string_buffer(1 << 20)
-                _load_program(spec, program, buffer, log)  # again, for the verifier's reason
-                last_line = log.value.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no verifier log"]
-                raise BpfLoadError(f"failed to load BPF program {program.name}: {last_line[0]}", -descriptor)
-            loaded.program_fds[program.name] = descriptor
+                raise BpfLoadError(
+                    f"failed to load BPF program {program.name}: {_verifier_reason(spec, program, loaded.map_fds)}", -descriptor
+                )
     except BaseException:
         loaded.close()
         raise
     return loaded
+
+
+def _program_code(program: ProgramSpec, map_fds: dict[str, int]) -> ctypes.Array[ctypes.c_char]:
+    code = bytearray(program.instructions)
+    for index, map_name in program.map_references:
+        struct.pack_into("<i", code, index * INSTRUCTION.size + 4, map_fds[map_name])
+    return ctypes.create_string_buffer(bytes(code), len(code))
+
+
+def _load_one(spec: BpfObject, program: ProgramSpec, map_fds: dict[str, int]) -> int:
+    buffer = _program_code(program, map_fds)
+    descriptor = _load_program(spec, program, buffer)
+    for _attempt in range(LOAD_RETRIES):
+        # The verifier gives up with EAGAIN when a signal arrives (a
+        # child's exit, a resized terminal, a debugger): libbpf retries too.
+        if descriptor != -errno.EAGAIN:
+            break
+        descriptor = _load_program(spec, program, buffer)
+    return descriptor
+
+
+def _verifier_reason(spec: BpfObject, program: ProgramSpec, map_fds: dict[str, int]) -> str:
+    """The program loaded again, for the verifier's last words."""
+    log = ctypes.create_string_buffer(1 << 20)
+    _load_program(spec, program, _program_code(program, map_fds), log)
+    return (log.value.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no verifier log"])[0]
 
 
 def _load_program(

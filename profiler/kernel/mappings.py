@@ -116,21 +116,21 @@ class MappingTracker:
         }
         self._installer.prune_images(held)
 
-    def refresh(self, pid: int, provisional: list[TriePrefix] | None = None, hold_walks: bool = False) -> None:
+    def refresh(self, pid: int, provisional: list[TriePrefix] | None = None, hold_walks: bool = False) -> list[MapEntry]:
         """Bring pid's trie entries in line with /proc/PID/maps; provisional
         prefixes the BPF program added for new executable memory go. Then the
         kernel's walks trust the entries, unless pid exec'd meanwhile (its
         exec count, read before the maps, tells), or hold_walks: until
         release_walks, its samples still carry their stacks (for a runtime's
         frames the kernel cannot record yet), while its code is known at once,
-        even if it exits before then."""
+        even if it exits before then. Returns the executable mappings read."""
         exec_count = self._trie.begin_maps_read(pid)
         read_ns = time.monotonic_ns()
         entries = read_maps(pid, executable_only=True)
         with self._lock:
             spaces = self._spaces.get(pid)
             if not spaces or not entries:
-                return
+                return entries
             space = spaces[-1]
             if exec_count is not None and exec_count > space.exec_count:
                 # Read after an exec whose event is still on its way (a fork
@@ -142,7 +142,7 @@ class MappingTracker:
             space.maps_read_ns = max(space.maps_read_ns, read_ns)
             if pid in self._exited:
                 self._note_exiting_maps(pid, space, entries)
-                return
+                return entries
             seen = {(entry.start, entry.end): entry for entry in entries}
             gone = [key for key, mapping in space.current.items() if seen.get(key) != mapping.entry]
             removed = [space.current.pop(key) for key in gone]
@@ -163,12 +163,13 @@ class MappingTracker:
                     space.retired.append(mapping)
                 self._trie.remove_prefixes([prefix for prefix in provisional or [] if prefix not in in_use])
             if exec_count is None or pid in self._exited:
-                return
+                return entries
             if hold_walks:
                 self._held_walks[pid] = exec_count
-                return
+                return entries
             self._held_walks.pop(pid, None)
             self._trie.mark_maps_read(pid, exec_count)
+        return entries
 
     def release_walks(self, pid: int) -> None:
         """The kernel may walk pid's stacks with the maps a held refresh read."""

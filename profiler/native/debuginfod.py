@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from profiler.native import cache
-from profiler.safety.http_exchange import ExchangeFailed, exchange
 
 KIND = "debuginfod"
 DEADLINE_S = 10.0  # per server, for the whole exchange
@@ -70,6 +69,9 @@ def debug_file(build_id: str, build_id_of: Callable[[BinaryIO], str]) -> Path | 
 
 
 def _download(url: str, destination: Path, build_id: str, build_id_of: Callable[[BinaryIO], str]) -> bool:
+    # Imported when first asked: HTTP and TLS cost every run's start some 40 ms.
+    from profiler.safety.http_exchange import ExchangeFailed, exchange  # noqa: PLC0415
+
     try:
         destination.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         descriptor, temporary = tempfile.mkstemp(dir=destination.parent, prefix=".tmp-")

@@ -195,5 +195,7 @@ class FollowedProcesses:
         for pid in list(self._pending_refresh):
             if now < self._refresh_due_at(pid):
                 continue
-            self._tracker.refresh(pid, self._pending_refresh.pop(pid))
+            entries = self._tracker.refresh(pid, self._pending_refresh.pop(pid))
             self._last_refresh[pid] = now
+            if any(entry.is_jitdump_marker for entry in entries):
+                self._jit_sources.maps_changed(pid, entries)

@@ -653,7 +653,7 @@ class Symbolizer:
             # embedded builtins again from the binary (short builtin calls),
             # and a stripped deno's perf map is all that names them there.
             for named in self.jit_sources:
-                frame = named.resolve(pid, mapping, address)
+                frame = named.resolve_file_code(pid, mapping, address)
                 if frame is not None:
                     return [frame]
             if frames:

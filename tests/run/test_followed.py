@@ -9,6 +9,7 @@ import threading
 import time
 
 from profiler.kernel.events import EventType, ProcessEvent
+from profiler.kernel.procmaps import MapEntry
 from profiler.run.followed import FollowedProcesses
 
 GONE_TID = 4_194_000  # above any pid this machine hands out in a test run
@@ -28,9 +29,11 @@ class Recorder:
         def record(*args, **_kwargs):
             if args and isinstance(args[0], int):
                 self.calls.append((name, args[0]))
-            return None
+            return self.maps if name == "refresh" else None
 
         return record
+
+    maps: list[MapEntry] = []  # what refresh read (the tracker's)
 
 
 def event(kind: EventType, pid: int, tid: int, parent: int = 0) -> ProcessEvent:
@@ -130,3 +133,21 @@ def test_the_loop_waits_no_longer_than_the_next_maps_refresh():
     followed.refresh_changed_maps()
     assert tracker.calls.count(("refresh", os.getpid())) == 2
     assert followed.refresh_due_in_ms(250) == 250
+
+
+def test_a_process_that_maps_its_jitdump_has_it_opened_at_once():
+    """A short process may be gone before its samples are named: its dump is
+    opened as soon as its maps show it, not at the symbolizer's next look."""
+    tracker, sources = Recorder(), Recorder()
+    tracker.maps = [MapEntry(0x1000, 0x2000, True, False, True, 0, "08:01", 7, "/tmp/jit-4242.dump")]
+    followed = FollowedProcesses(Recorder(), tracker, sources, None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    followed.handle(ProcessEvent(EventType.MAPS_CHANGED, os.getpid(), os.getpid(), 0, 0, "", 0x1000, 0x1000))
+    followed.refresh_changed_maps()
+    assert ("maps_changed", os.getpid()) in sources.calls
+    tracker.maps = [MapEntry(0x1000, 0x2000, True, False, True, 0, "08:01", 7, "/usr/lib/libc.so.6")]
+    sources.calls.clear()
+    followed._last_refresh.clear()
+    followed.handle(ProcessEvent(EventType.MAPS_CHANGED, os.getpid(), os.getpid(), 0, 0, "", 0x1000, 0x1000))
+    followed.refresh_changed_maps()
+    assert ("maps_changed", os.getpid()) not in sources.calls  # no dump: nothing to open
