@@ -292,8 +292,9 @@ struct v8_functions_known {
 BPF_PERCPU_ARRAY(v8_functions_known, struct v8_functions_known, 1);
 // The walker tail-calls itself, FRAMES_PER_CALL frames at a time: each call
 // is verified on its own, so the per-frame binary search stays within the
-// verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls stay under the
-// kernel's 33 tail calls.
+// verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls and the copier's
+// stay within the kernel's 33 tail calls. The verifier walks the loop once
+// per frame: 4 frames a call verify in 0.11 s, 8 took 0.27 s of every start.
 BPF_PROG_ARRAY(stack_walkers, 2); // WALKER_PROGRAM, COPIER_PROGRAM
 #ifdef WITH_OFF_CPU
 // The same walker and copier loaded as tracepoint programs, for waits: a

@@ -12,26 +12,20 @@ from typing import IO
 
 from profiler import __version__
 from profiler.errors import JitprofError
-from profiler.native import debuginfod
 from profiler.output import (
     EXTENSIONS,
     FORMATS,
     OutputRequest,
     UnknownFormat,
     WrittenOutput,
-    distinct_names,
     format_for,
-    report,
     write_path,
     write_text,
 )
-from profiler.output.originals import with_originals
-from profiler.push import ingest, otlp
-from profiler.push.apps import LABEL_KEY, RESERVED_LABELS, label_name
 from profiler.push.endpoint import BadEndpoint
 from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 from profiler.run.options import DEFAULT_SHORTEST_WAIT_NS, PushOptions, RecordingOptions
-from profiler.run.recording import Recording
+from profiler.run.program_loading import ProgramLoading
 from profiler.run.summary import report_output_errors
 from profiler.safety import limits
 from profiler.safety.terminal import say
@@ -323,6 +317,10 @@ def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         if given:
             parser.error(f"{', '.join(given)} only go with --push URL or --otlp URL")
         return None
+    # Imported only for a push: they bring the runtimes' registry (0.1 s of every start).
+    from profiler.push import ingest, otlp  # noqa: PLC0415
+    from profiler.push.apps import LABEL_KEY, RESERVED_LABELS, label_name  # noqa: PLC0415
+
     for option, url, endpoint in (("--push", args.push, ingest.endpoint), ("--otlp", args.otlp, otlp.endpoint)):
         if url is not None:
             try:
@@ -415,6 +413,9 @@ def build_diff_parser() -> argparse.ArgumentParser:
 
 
 def run_report(argv: list[str]) -> int:
+    from profiler.native import debuginfod  # noqa: PLC0415
+    from profiler.output import report  # noqa: PLC0415  (a recording imports it as it writes)
+
     parser = build_report_parser()
     args = parser.parse_args(argv)
     try:
@@ -430,6 +431,9 @@ def run_report(argv: list[str]) -> int:
 
 
 def run_diff(argv: list[str]) -> int:
+    from profiler.output import distinct_names, report  # noqa: PLC0415
+    from profiler.output.originals import with_originals  # noqa: PLC0415
+
     parser = build_diff_parser()
     args = parser.parse_args(argv)
     format_name = args.format
@@ -501,7 +505,11 @@ def _main(arguments: list[str]) -> int:
             return 0  # `jitprof report x.jitprof | head`
     options = parse_options(arguments)
     try:
-        return Recording(options).run()
+        # The sampler is verified by the kernel while the rest is imported.
+        loading = ProgramLoading(options)
+        from profiler.run.recording import Recording  # noqa: PLC0415
+
+        return Recording(options, loading=loading).run()
     except JitprofError as error:
         say(error.render())
         return error.exit_code

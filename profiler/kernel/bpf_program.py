@@ -34,7 +34,7 @@ from profiler.safety import limits
 BPF_DIRECTORY = Path(__file__).resolve().parents[2] / "bpf"
 BPF_SOURCE = BPF_DIRECTORY / "sampler.bpf.c"
 
-FRAMES_PER_CALL = 8  # frames per tail call of the walker: 16 calls cover MAX_FRAMES
+FRAMES_PER_CALL = 4  # frames per tail call of the walker: 32 calls cover MAX_FRAMES (the kernel allows 33)
 # The most stack a deferred sample carries (the copy stops where the stack's
 # memory does): node 20's main thread is 5 KiB deep at the median of its
 # samples, 11 KiB at the 99th percentile, 22 KiB at the 99.9th (startup and

@@ -35,7 +35,7 @@ from profiler.output.originals import with_originals
 from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
-from profiler.run.push_session import PushSession
+from profiler.run.program_loading import ProgramLoading
 from profiler.run.summary import WARNING, Summary, report_output_errors, tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
@@ -44,6 +44,7 @@ from profiler.safety.users import RunAs, output_owner, resolve_run_as
 from profiler.symbolize.symbolizer import Symbolizer
 
 if TYPE_CHECKING:
+    from profiler.run.push_session import PushSession
     from profiler.tui.live_view import LiveView, RunCounters
 
 # The ring is read this often while the live view draws (its keys and
@@ -72,8 +73,11 @@ TRIM_HEAP_S = 60.0  # --push: freed memory is handed back to the system this oft
 
 
 class Recording:
-    def __init__(self, options: RecordingOptions, environ: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, options: RecordingOptions, environ: dict[str, str] | None = None, loading: ProgramLoading | None = None
+    ) -> None:
         self.options = options
+        self._loading = loading  # the BPF program, being loaded already
         self.environ = dict(os.environ if environ is None else environ)
         self.profile = Profile(
             RunInfo(
@@ -111,16 +115,25 @@ class Recording:
     # The run -------------------------------------------------------------
 
     def run(self) -> int:
-        preflight.check_all()
-        debuginfod.enabled = self.options.debuginfod
-        run_as = resolve_run_as(self.options.user, self.options.as_root, self.environ) if self.options.command else None
-        if self.options.pids:
-            validate_attach_pids(self.options.pids)
-        if self.options.push is not None:
-            self._push = PushSession(
-                self.options.push, self.environ, self.options.frequency_hz, bool(self.options.outputs), self.profile.build_ids
-            )
-        program = self._set_up(run_as)
+        try:
+            if self._loading is None:
+                preflight.check_all()
+            debuginfod.enabled = self.options.debuginfod
+            run_as = resolve_run_as(self.options.user, self.options.as_root, self.environ) if self.options.command else None
+            if self.options.pids:
+                validate_attach_pids(self.options.pids)
+            if self.options.push is not None:
+                # Imported for a push only: HTTP, TLS and the formats it sends.
+                from profiler.run.push_session import PushSession  # noqa: PLC0415
+
+                self._push = PushSession(
+                    self.options.push, self.environ, self.options.frequency_hz, bool(self.options.outputs), self.profile.build_ids
+                )
+            program = self._set_up(run_as)
+        except BaseException:
+            if self._loading is not None:
+                self._loading.discard()
+            raise
         # Signals only set a flag: an exception raised inside BCC's ring-buffer
         # callback would be swallowed by ctypes.
         previous_handlers = {
@@ -143,9 +156,12 @@ class Recording:
     def _set_up(self, run_as: RunAs | None) -> BpfProgram:
         """The BPF program loaded, and everything that takes its records."""
         self._status("compiling and loading the BPF program")
-        program = BpfProgram(
-            LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf, self.options.off_cpu)
-        )
+        if self._loading is not None:
+            program = self._loading.program()
+        else:
+            program = BpfProgram(
+                LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf, self.options.off_cpu)
+            )
         self._program = program
         if self.options.off_cpu:
             program.maps.set_shortest_wait(self.options.shortest_wait_ns)
