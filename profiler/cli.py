@@ -477,6 +477,7 @@ SUBCOMMANDS = {"report": run_report, "diff": run_diff}
 
 
 def main(argv: list[str] | None = None) -> int:
+    limits.load_thread_exit_library()
     limits.raise_own_limits()
     try:
         return _main(sys.argv[1:] if argv is None else argv)

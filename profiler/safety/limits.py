@@ -10,11 +10,22 @@ below what BCC's compiler libraries map makes loading them fail.
 
 from __future__ import annotations
 
+import ctypes
 import resource
 
 WANTED_OPEN_FILES = 65536
 # (resource, its limits when jitprof started), restored in the spawned command.
 _original: dict[int, tuple[int, int]] = {}
+
+
+def load_thread_exit_library() -> None:
+    """glibc loads libgcc_s when a thread first exits (to unwind it): with
+    every descriptor in use (a low `ulimit -n`) that load fails and the
+    process aborts instead of saying the limit. Loaded now, while it can be."""
+    try:
+        ctypes.CDLL("libgcc_s.so.1")
+    except OSError:
+        pass  # a static build has none to load
 
 
 def raise_own_limits() -> None:
