@@ -14,7 +14,7 @@ from pathlib import Path
 from benchmarks.harness import FIXTURES, JITPROF, NODE, ROOT
 
 SERVER = ROOT / "benchmarks" / "http_server.js"
-LOAD = ROOT / "benchmarks" / "http_load.js"
+LOAD = ROOT / "fixtures" / "js" / "http_load.js"
 LOAD_SECONDS = 6
 FIRST_LOAD_SECONDS = 3  # right after jitprof attaches: it names the server's code for the first time
 CONNECTIONS = 16
@@ -169,7 +169,7 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         "### A node HTTP server under load",
         "",
         f"`node benchmarks/http_server.js` on 127.0.0.1 (pinned to CPU 0; each request about 60 µs of JavaScript), "
-        f"loaded by `node benchmarks/http_load.js` ({CONNECTIONS} keep-alive connections, each sending its next request "
+        f"loaded by `node fixtures/js/http_load.js` ({CONNECTIONS} keep-alive connections, each sending its next request "
         f"when answered; CPU 1), jitprof attached with `--pid` for each round (on CPU 1, beside the load: its own CPU "
         f"is the column apart); medians of {repeats} interleaved rounds. Each round is a first load of "
         f"{FIRST_LOAD_SECONDS} s as jitprof starts (it names the server's code for the first time: *first "

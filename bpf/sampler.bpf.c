@@ -304,7 +304,6 @@ BPF_PROG_ARRAY(off_cpu_walkers, 2);
 BPF_PROG_ARRAY(uprobe_walkers, 2);
 #endif
 
-
 // The next program of a walk, of the caller's type (a constant after
 // inlining: a program refers to its own array only).
 static __always_inline void tail_call_walker(void *ctx, const int walkers, const int index) {

@@ -68,14 +68,14 @@ def stop_jvm(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
-def java_samples(profile: Profile, pid: int) -> list[list]:
+def java_samples(profile: Profile, pid: int, fixture: str = "Inlined") -> list[list]:
     """The frames (root first) of the pid's samples that ran the fixture's Java code."""
     found = []
     for sample in profile.samples:
         if sample.pid != pid:
             continue
         frames = [profile.frames[index] for index in sample.frame_ids]
-        if any(frame.name.startswith("Inlined.") for frame in frames):
+        if any(frame.name.startswith(f"{fixture}.") for frame in frames):
             found.append(frames)
     return found
 
@@ -207,12 +207,7 @@ def test_inlined_code_calling_the_runtime_keeps_its_chain(jitprof, tmp_path, bac
     run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
     assert run.returncode == 0, run.stderr
     stop_jvm(target)
-    profile = read_raw(tmp_path / "out.jitprof")
-    samples = [
-        [profile.frames[index] for index in sample.frame_ids]
-        for sample in profile.samples
-        if sample.pid == target.pid and any(profile.frames[index].name.startswith("RuntimeCalls.") for index in sample.frame_ids)
-    ]
+    samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid, "RuntimeCalls")
     assert len(samples) >= 600, len(samples)
     wrong = wrong_chains(samples, RUNTIME_CHAIN)
     assert wrong == [], wrong[:5]

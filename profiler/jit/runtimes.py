@@ -27,7 +27,8 @@ MAX_EXPORT_NAMES_BYTES = 16 << 20  # node's are 5-8 MB
 MAX_EXPORTS_KNOWN = 4096
 _exports_known: dict[tuple[int, int, int, bytes], bool] = {}
 _found: dict[tuple[int, int, int, int], Runtime | None] = {}
-_last_seen: dict[int, Runtime] = {}  # pid -> the runtime it ran when last asked (bounded)
+MAX_PROCESSES_SEEN = 4096
+_last_seen: dict[int, Runtime] = {}  # pid -> the runtime it ran when last asked
 
 
 def inject_environment(
@@ -70,7 +71,7 @@ def runtime_of(pid: int) -> Runtime | None:
     exports (node's N-API), so a renamed binary is still recognised."""
     found = _runtime_of_live(pid)
     if found is not None:
-        if len(_last_seen) >= MAX_EXPORTS_KNOWN:
+        if len(_last_seen) >= MAX_PROCESSES_SEEN:
             del _last_seen[next(iter(_last_seen))]
         _last_seen[pid] = found
     return found
