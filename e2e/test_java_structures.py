@@ -13,6 +13,7 @@ import re
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -223,6 +224,75 @@ def test_inlined_code_calling_the_runtime_keeps_its_chain(jitprof, tmp_path, bac
         assert sum(
             1 for frames in samples if frames and any(frame.name == INLINED_UNKNOWN.name for frame in frames)
         ) >= 0.5 * len(samples)
+
+
+def flag_on(pid: int) -> bool:
+    """Does the JVM's own -XX:DebugNonSafepoints read on now?"""
+    found = libjvm_of(pid)
+    if found is None:
+        return False
+    path, bias = found
+    memory = ProcessMemory(pid)
+    try:
+        return HotSpotReader(memory, layout_of(memory, path, bias), bias).records_non_safepoints() is True
+    finally:
+        memory.close()
+
+
+@pytest.mark.parametrize("jdk", sorted(JDKS))
+def test_debug_non_safepoints_turned_on_in_a_running_jvm_names_every_chain(jitprof, tmp_path, background, jdk):
+    """A JVM started without -XX:+DebugNonSafepoints, attached with
+    --jvm-debug-nonsafepoints before it compiles its work: jitprof turns the
+    flag on in it, and the methods HotSpot compiles from then on are named
+    whole where, without it, a leaf calling the runtime is unknown."""
+    java = java_of(jdk)
+    if not (CLASSES / "RuntimeCalls.class").exists():
+        pytest.skip("the Java fixtures are not built (javac missing)")
+    go = tmp_path / "go"
+    target = background(
+        java,
+        "-XX:+PreserveFramePointer",
+        "-cp",
+        str(CLASSES),
+        "RuntimeCalls",
+        "drem",
+        "4",
+        str(go),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_line(target, "ready")
+    assert not flag_on(target.pid)
+    started: list[bool] = []
+
+    def start_when_on() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and target.poll() is None:
+            if flag_on(target.pid):
+                started.append(True)
+                go.touch()  # the work starts, and is compiled, once the flag is on
+                return
+            time.sleep(0.05)
+        go.touch()
+
+    watcher = threading.Thread(target=start_when_on)
+    watcher.start()
+    run = jitprof("-F", "499", "--pid", str(target.pid), "--jvm-debug-nonsafepoints", "-o", "out.jitprof")
+    watcher.join()
+    target.wait(timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert started, "the flag never read on in the JVM"
+    assert f"turned -XX:+DebugNonSafepoints on in the JVM (pid {target.pid})" in run.stderr, run.stderr
+    samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid, "RuntimeCalls")
+    assert len(samples) >= 600, len(samples)
+    assert wrong_chains(samples, RUNTIME_CHAIN) == []
+    names = [[frame.name for frame in frames] for frames in samples]
+    whole = sum(1 for frames in names if [name for name in frames if name.startswith("RuntimeCalls.")] == RUNTIME_CHAIN)
+    # As with the flag given at start (the same bound); without it, most are unknown.
+    assert whole / len(samples) >= 0.5, whole / len(samples)
+    unknown = sum(1 for frames in names if INLINED_UNKNOWN.name in frames)
+    assert unknown <= 0.05 * len(samples), (unknown, len(samples))
 
 
 @pytest.mark.parametrize("jdk", sorted(JDKS))

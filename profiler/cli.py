@@ -172,6 +172,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="count inlined code in its caller (JIT and native), as perf without --inline and --cpu-prof do",
     )
     parser.add_argument(
+        "--jvm-debug-nonsafepoints",
+        action="store_true",
+        help="turn -XX:+DebugNonSafepoints on in JVMs running without it (one byte written into each JVM): the "
+        "methods HotSpot compiles from then on name their inlined methods at every instruction; it stays on",
+    )
+    parser.add_argument(
         "--no-v8-heap",
         action="store_true",
         help="do not read V8's objects from node processes' memory: name JavaScript only from perf maps and V8's "
@@ -271,6 +277,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         inject=not args.no_inject,
         keep_jit_files=args.keep_jit_files,
         inline=not args.no_inline,
+        jvm_debug_non_safepoints=args.jvm_debug_nonsafepoints,
         v8_heap=not args.no_v8_heap,
         js_only=args.js_only,
         source_maps=not args.no_source_maps,

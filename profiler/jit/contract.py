@@ -43,6 +43,7 @@ class SourceSettings:
     kernel: Any  # the BPF program's maps, for a source that has the kernel read more of a frame; None: not asked
     perf_maps: PerfMapReader  # the run's generic perf-map source
     runtime_of: Callable[[int], Runtime | None]  # which runtime a live process runs
+    jvm_debug_non_safepoints: bool = False  # turn -XX:+DebugNonSafepoints on in JVMs that run without it
 
 
 @dataclass(frozen=True)

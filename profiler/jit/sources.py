@@ -38,6 +38,7 @@ class JitSources:
         ask_processes: bool = True,
         injected: bool = False,
         kernel: Any = None,
+        jvm_debug_non_safepoints: bool = False,
     ) -> None:
         # owner_uid: the user a spawned command runs as, for files of
         # processes gone before they could be asked who they were;
@@ -45,7 +46,16 @@ class JitSources:
         # files; kernel: the BPF program's maps (None: V8's objects are not read).
         self.perf_maps = PerfMapSymbols(default_owner_uid=owner_uid)
         self.jitdumps = JitdumpSymbols(default_owner_uid=owner_uid, runtime_of=runtimes.runtime_of)
-        settings = SourceSettings(owner_uid, expand_inlining, janitor, ask_processes, kernel, self.perf_maps, runtimes.runtime_of)
+        settings = SourceSettings(
+            owner_uid,
+            expand_inlining,
+            janitor,
+            ask_processes,
+            kernel,
+            self.perf_maps,
+            runtimes.runtime_of,
+            jvm_debug_non_safepoints,
+        )
         own = [source for runtime in runtimes.RUNTIMES if runtime.symbol_sources for source in runtime.symbol_sources(settings)]
         self._sources: list[JitSymbolSource] = [*own, self.jitdumps, self.perf_maps]
         self._injected = injected  # jitprof gave the command's runtimes their JIT-symbol flags

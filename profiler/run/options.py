@@ -39,6 +39,7 @@ class RecordingOptions:
     dwarf: bool = True
     inject: bool = True  # add the runtimes' JIT-symbol flags to a spawned command
     keep_jit_files: bool = False
+    jvm_debug_non_safepoints: bool = False  # turn that flag on in JVMs running without it
     inline: bool = True  # expand inlined JS functions (V8's heap, or its code log)
     v8_heap: bool = True  # name JS frames from V8's objects in the process's memory
     debuginfod: bool = True  # ask DEBUGINFOD_URLS for the debug files of stripped binaries

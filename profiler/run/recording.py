@@ -195,6 +195,7 @@ class Recording:
             ask_processes=not self.options.all_processes,
             injected=self._inject,
             kernel=program.maps if self.options.v8_heap else None,
+            jvm_debug_non_safepoints=self.options.jvm_debug_non_safepoints,
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
         if self.options.source_maps:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from profiler.jit.jvm.hotspot import compressed
+from profiler.jit.jvm.hotspot import compressed, flag_writer
 from profiler.jit.jvm.hotspot.layout import (
     LAYOUT_SETTLE_S,
     BuildRefused,
@@ -137,6 +137,7 @@ class _Jvm:
     next_setup: float = 0.0
     preserves_frame_pointers: bool | None = None
     records_non_safepoints: bool | None = None  # -XX:+DebugNonSafepoints
+    turned_on_non_safepoints: bool | None = None  # jitprof turned it on (True), or could not (False)
     unknown_inlining: int = 0  # frames named without their inlined methods (not recorded)
     walked_by_frame_size: bool = False  # without frame pointers: the kernel steps over compiled frames by their size
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -162,14 +163,22 @@ def frame_size_walk(layout: HotSpotLayout, heaps: tuple[CodeHeap, ...]) -> HotSp
 
 
 class HotSpotStructures(JitSymbolSource):
-    def __init__(self, kernel: HotSpotKernel | None, is_jvm: Callable[[int], bool], expand_inlining: bool = True) -> None:
+    def __init__(
+        self,
+        kernel: HotSpotKernel | None,
+        is_jvm: Callable[[int], bool],
+        expand_inlining: bool = True,
+        turn_on_non_safepoints: bool = False,
+    ) -> None:
         self._kernel = kernel
         self._is_jvm = is_jvm
         self._expand_inlining = expand_inlining
+        self._turn_on_non_safepoints = turn_on_non_safepoints  # the user asked: write the flag in each JVM
         self._jvms: dict[int, _Jvm] = {}
         self._refused: dict[int, str] = {}
         self._refusals: dict[int, str] = {}  # every refusal of the run (they outlive their JVMs), for the end
         self._refusals_said: set[int] = set()
+        self._flag_turned_on: dict[int, bool] = {}  # JVMs whose flag jitprof turned on (or failed to), for the end
         self._lock = threading.Lock()
         self._ahead: queue.SimpleQueue[tuple[int, int, tuple[int, ...], tuple[V8FrameSlots, ...]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -271,6 +280,13 @@ class HotSpotStructures(JitSymbolSource):
         jvm.interpreter = interpreter
         jvm.gc_count_at = gc_count_at
         jvm.preserves_frame_pointers = preserves_frame_pointers
+        if non_safepoints is False and self._turn_on_non_safepoints and jvm.reader is not None and jvm.thread is not None:
+            flag_at = jvm.reader.layout.debug_non_safepoints_at + jvm.reader.bias
+            jvm.turned_on_non_safepoints = bool(jvm.thread.run(lambda: flag_writer.turn_on(jvm.pid, flag_at)))
+            non_safepoints = True if jvm.turned_on_non_safepoints else non_safepoints
+            with self._lock:
+                if len(self._flag_turned_on) < MAX_REFUSALS_SAID:
+                    self._flag_turned_on[jvm.pid] = jvm.turned_on_non_safepoints
         jvm.records_non_safepoints = non_safepoints
         jvm.heaps = tuple((heap.low, heap.high) for heap in heaps)  # last: it says the JVM is ready
         return True
@@ -335,6 +351,7 @@ class HotSpotStructures(JitSymbolSource):
             without = [jvm.pid for jvm in self._jvms.values() if jvm.preserves_frame_pointers is False]
             by_size = {jvm.pid for jvm in self._jvms.values() if jvm.walked_by_frame_size}
             unrecorded = [jvm.pid for jvm in self._jvms.values() if jvm.unknown_inlining]
+            turned_on = dict(self._flag_turned_on)
             unsaid = [(pid, why) for pid, why in self._refusals.items() if pid not in self._refusals_said]
         return (
             [
@@ -347,10 +364,24 @@ class HotSpotStructures(JitSymbolSource):
                 for pid in without
             ]
             + [
-                f"jitprof: note: the JVM (pid {pid}) runs without -XX:+DebugNonSafepoints: where its compiled code "
+                f"jitprof: note: turned -XX:+DebugNonSafepoints on in the JVM (pid {pid}), as asked: the methods "
+                "HotSpot compiled from then on name their inlined methods at every instruction (a larger debug "
+                "record per compiled method, the same code); it stays on after jitprof"
+                if done
+                else f"jitprof: warning: could not turn -XX:+DebugNonSafepoints on in the JVM (pid {pid}): its flag "
+                "was not in libjvm.so's data or its memory could not be written; start it with "
+                "-XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints"
+                for pid, done in turned_on.items()
+            ]
+            + [
+                f"jitprof: note: the JVM (pid {pid}): methods compiled before jitprof turned -XX:+DebugNonSafepoints on "
+                "keep HotSpot's records at safepoints and calls only: where they ran between those, their inlined "
+                f"methods are shown as '{INLINED_UNKNOWN.name}' until HotSpot compiles them again"
+                if turned_on.get(pid)
+                else f"jitprof: note: the JVM (pid {pid}) runs without -XX:+DebugNonSafepoints: where its compiled code "
                 "ran between safepoints and calls, HotSpot did not record which inlined methods it was in, shown as "
                 f"'{INLINED_UNKNOWN.name}'; start it with -XX:+UnlockDiagnosticVMOptions -XX:+DebugNonSafepoints "
-                "(or under jitprof -- java ...) to see them"
+                "(or under jitprof -- java ...), or attach with --jvm-debug-nonsafepoints, to see them"
                 for pid in unrecorded
             ]
             + [
@@ -568,9 +599,9 @@ class HotSpotStructures(JitSymbolSource):
             )
 
         decode = scope_at(caller)
-        if decode is None and caller and jvm.records_non_safepoints:
+        if decode is None and caller and code.records_every_pc:
             decode = scope_at(False)  # a leaf call into the runtime: the instructions' record, dense
-        recorded = jvm.records_non_safepoints or (caller and decode is not None)
+        recorded = code.records_every_pc or (caller and decode is not None)
         if not recorded and self._inlines(blob, code, layout):
             # Where HotSpot recorded nothing, the nearest record is often another inlined method's.
             method = self._method(jvm, code.method, blob.first_seen_ns)

@@ -55,7 +55,7 @@ def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
     def is_java(pid: int) -> bool:
         return settings.runtime_of(pid) is JAVA
 
-    structures = HotSpotStructures(settings.kernel, is_java, settings.expand_inlining)
+    structures = HotSpotStructures(settings.kernel, is_java, settings.expand_inlining, settings.jvm_debug_non_safepoints)
     if not settings.ask_processes:
         return [structures]
     return [structures, JvmPerfMaps(settings.perf_maps, is_java, wanted=lambda pid: not structures.reads(pid))]

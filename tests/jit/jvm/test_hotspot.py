@@ -11,12 +11,13 @@ import struct
 
 import pytest
 
-from profiler.jit.jvm.hotspot import compressed, signatures
+from profiler.jit.jvm.hotspot import compressed, flag_writer, signatures
 from profiler.jit.jvm.hotspot.layout import Field, HotSpotLayout, LayoutError, VMTables, layout_from_tables
 from profiler.jit.jvm.hotspot.objects import CodeHeap, HotSpotReader
 from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, INLINED_UNKNOWN, UNKNOWN_JIT, HotSpotStructures, _Jvm, frame_size_walk
 from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
 from profiler.kernel.kernel_maps import HotSpotCode, KernelMaps
+from profiler.kernel.procmaps import MapEntry
 from profiler.model.profile import FrameKind
 from tests.helpers import LaidOutMemory
 
@@ -216,6 +217,11 @@ LAYOUT = HotSpotLayout(
     concurrent_unloading_flags_at=(0x1011, 0x1012),  # UseZGC, UseShenandoahGC
     collected_heap_at=0x1018,
     heap_total_collections=0x40,
+    blob_oop_maps=0x60,
+    oop_map_set_size=8,
+    oop_map_set_count=0,
+    oop_map_pair_size=8,
+    oop_map_pair_pc=0,
 )
 CODE = 0x7E00_0000_0000  # the code heap
 SEGMENT = 64
@@ -309,8 +315,11 @@ class Jvm:
         metadata: list[int],
         pcs: list[tuple[int, int]],
         data: bytes,
+        safepoints: list[int] | None = None,
     ) -> int:
-        """An nmethod of `segments` segments from first_segment; returns where its code begins."""
+        """An nmethod of `segments` segments from first_segment; returns where
+        its code begins. safepoints: the pcs with an oop map (default: every
+        PcDesc's, as HotSpot compiles without -XX:+DebugNonSafepoints)."""
         for index in range(segments):
             self.segmap[first_segment + index] = index  # hops back to the block's start (HotSpot's template, short blocks)
         block = first_segment * SEGMENT
@@ -328,6 +337,9 @@ class Jvm:
         assert end_offset <= segments * SEGMENT - LAYOUT.heap_block_size
         struct.pack_into("<QiiQQ", header, 0, self.blob_name("nmethod"), segments * SEGMENT - 16, 0, code_begin, code_end)
         struct.pack_into("<Qii", header, LAYOUT.nmethod_method, method, compile_id, -1)
+        mapped = [pc for pc, _scope in pcs] if safepoints is None else safepoints
+        oop_maps = self.allocate(struct.pack("<ii", len(mapped), 0) + b"".join(struct.pack("<ii", pc, 0) for pc in mapped))
+        struct.pack_into("<Q", header, LAYOUT.blob_oop_maps, oop_maps)
         struct.pack_into(
             "<iiQii", header, LAYOUT.nmethod_comp_level.offset, 4, metadata_offset, scopes_at, pcs_offset, end_offset
         )
@@ -384,14 +396,14 @@ def test_a_compiled_pc_names_the_methods_inlined_there():
     jvm = Jvm()
     run, step, leaf = hot_class(jvm)
     data, innermost = scopes([(1, 5), (2, 3), (3, 2)], 0)
-    begin = jvm.nmethod(10, 8, run, 77, [run, step, leaf], [(-1, 0), (64, innermost)], data)
+    # Compiled with -XX:+DebugNonSafepoints: a record at a pc that is neither a safepoint nor a call.
+    begin = jvm.nmethod(10, 8, run, 77, [run, step, leaf], [(-1, 0), (48, innermost), (64, innermost), (96, 0)], data, [64])
     stub_code = jvm.stub(4, "StubRoutines (1)")
     source = HotSpotStructures(None, lambda _pid: True)
     pid = 4242
     ready = _Jvm(
         pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE + 4 * SEGMENT), ((CODE, CODE + len(jvm.code)),)
     )
-    ready.records_non_safepoints = True  # -XX:+DebugNonSafepoints: a pc's record is its own
     source._jvms[pid] = ready
     now = _now()
     frames = source.expand(pid, now, begin + 40)
@@ -435,6 +447,30 @@ def test_without_debug_non_safepoints_inlined_methods_are_named_only_where_recor
     assert [frame.name for frame in source.expand(pid, now, lone + 10)] == ["Hot.step(long)"]
     assert ready.unknown_inlining == 2
     assert any("-XX:+DebugNonSafepoints" in line for line in source.warnings())
+    # The flag turned on since (by jitprof, at the user's word): code compiled before keeps its sparse records.
+    ready.records_non_safepoints = True
+    ready.blobs.clear()
+    ready.starts.clear()
+    assert [frame.name for frame in source.expand(pid, now, begin + 40)] == ["Hot.run(long)", INLINED_UNKNOWN.name]
+
+
+def test_a_flag_is_written_only_inside_libjvm_data():
+    """The flag's address is the target's word: only libjvm.so's writable
+    mappings, or the anonymous .bss right after them, are written."""
+    libjvm = "/usr/lib/jvm/java-17/lib/server/libjvm.so"
+    maps = [
+        MapEntry(0x1000, 0x9000, True, False, True, 0, "08:01", 7, libjvm),
+        MapEntry(0x9000, 0xA000, True, True, False, 0x8000, "08:01", 7, libjvm),
+        MapEntry(0xA000, 0xC000, True, True, False, 0, "00:00", 0, ""),  # its .bss
+        MapEntry(0xD000, 0xE000, True, True, False, 0, "00:00", 0, ""),  # the heap, apart
+        MapEntry(0xE000, 0xF000, True, True, False, 0, "08:01", 9, "/usr/lib/libc.so.6"),
+    ]
+    assert flag_writer.in_libjvm_data(maps, 0x9010)
+    assert flag_writer.in_libjvm_data(maps, 0xB000)
+    assert not flag_writer.in_libjvm_data(maps, 0x2000)  # its code: not writable
+    assert not flag_writer.in_libjvm_data(maps, 0xD010)
+    assert not flag_writer.in_libjvm_data(maps, 0xE010)
+    assert not flag_writer.in_libjvm_data(maps, 0x10_0000)
 
 
 def test_code_replaced_under_the_reader_is_never_named_with_the_old_method():

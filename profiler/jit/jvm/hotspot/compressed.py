@@ -155,6 +155,16 @@ def scope_offset(
     return best_scope if best_pc is not None else None
 
 
+def pc_offsets(scopes_pcs: bytes, pc_desc_size: int, pc_offset_at: int) -> list[int]:
+    """The pcs (relative to the code's start) of a PcDesc table's descriptors, in order."""
+    if pc_desc_size <= 0 or pc_offset_at + 4 > pc_desc_size:
+        return []
+    return [
+        _S32.unpack_from(scopes_pcs, start + pc_offset_at)[0]
+        for start in range(0, len(scopes_pcs) - pc_desc_size + 1, pc_desc_size)
+    ]
+
+
 def has_inlined_scopes(scopes_pcs: bytes, scopes_data: bytes, pc_desc_size: int, decode_at: int, excluded: int) -> bool:
     """Does any PcDesc of the table name a chain of more than one method (a
     method inlined into the compiled one)? Malformed chains count as none."""

@@ -76,6 +76,8 @@ _WANTED_TYPES = frozenset(
         "JVMFlag",
         "Universe",
         "CollectedHeap",
+        "ImmutableOopMapSet",
+        "ImmutableOopMapPair",
     }
 )
 
@@ -209,6 +211,13 @@ class HotSpotLayout:
     blob_frame_size: int = -1  # CodeBlob::_frame_size (words)
     blob_frame_complete: int = -1  # CodeBlob::_frame_complete_offset (bytes from the code)
     blob_frame_complete_bytes: int = 4  # its size: an int16_t from JDK 25
+    # Where an nmethod's safepoints are (-1 unknown): a PcDesc at none of them
+    # is a record only -XX:+DebugNonSafepoints (or a JVMTI agent) makes.
+    blob_oop_maps: int = -1  # CodeBlob::_oop_maps
+    oop_map_set_size: int = -1  # sizeof(ImmutableOopMapSet): its pairs follow it
+    oop_map_set_count: int = -1
+    oop_map_pair_size: int = -1
+    oop_map_pair_pc: int = -1
 
 
 def forget_layout(path: str) -> None:
@@ -402,6 +411,11 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
         blob_frame_size=_optional(tables, blob, "_frame_size"),
         blob_frame_complete=_optional(tables, blob, "_frame_complete_offset"),
         blob_frame_complete_bytes=_field_bytes(tables, blob, "_frame_complete_offset"),
+        blob_oop_maps=_optional(tables, blob, "_oop_maps"),
+        oop_map_set_size=tables.sizes.get("ImmutableOopMapSet", -1),
+        oop_map_set_count=_optional(tables, "ImmutableOopMapSet", "_count"),
+        oop_map_pair_size=tables.sizes.get("ImmutableOopMapPair", -1),
+        oop_map_pair_pc=_optional(tables, "ImmutableOopMapPair", "_pc_offset"),
     )
     _check(layout, tables)
     return layout

@@ -23,6 +23,7 @@ MAX_METHODS_PER_CLASS = 65_535
 MAX_SYMBOL = 65_535
 MAX_NMETHOD_TABLES = 4 << 20  # an nmethod's metadata and scope tables together (a big one has 100 KiB)
 MAX_LINE_TABLE = 256 << 10
+MAX_OOP_MAPS = 1 << 16  # safepoints and calls of one nmethod
 # A real block is reached in a few dozen hops (each up to 254 segments);
 # a map of 0x01s crafted to walk a whole heap stops here (it cost 4 ms a pc).
 MAX_SEGMAP_HOPS = 1 << 10
@@ -86,6 +87,9 @@ class CompiledCode:
     metadata: bytes  # Metadata* words; a scope's method index i is word i - 1
     scopes_data: bytes
     scopes_pcs: bytes
+    # HotSpot recorded the inlined methods at every pc, not only at safepoints
+    # and calls: compiled while -XX:+DebugNonSafepoints was on (or a JVMTI agent asked).
+    records_every_pc: bool = False
 
     def method_at(self, index: int) -> int:
         """The Method* of a scope's metadata index (0: none)."""
@@ -288,8 +292,50 @@ class HotSpotReader:
             return None
         metadata, scopes_data, scopes_pcs = tables
         return CompiledCode(
-            blob, compile_id, method, level, entry_bci != compressed.INVOCATION_ENTRY_BCI, metadata, scopes_data, scopes_pcs
+            blob,
+            compile_id,
+            method,
+            level,
+            entry_bci != compressed.INVOCATION_ENTRY_BCI,
+            metadata,
+            scopes_data,
+            scopes_pcs,
+            self._records_every_pc(blob, scopes_pcs),
         )
+
+    def _records_every_pc(self, blob: CodeBlob, scopes_pcs: bytes) -> bool:
+        """Does the nmethod have a PcDesc at a pc with no oop map (neither a
+        safepoint nor a call)? Only -XX:+DebugNonSafepoints makes those, and
+        HotSpot reads that flag once per compilation: so this, not the flag
+        now, says how a method compiled before or after the flag changed was
+        recorded. The first and the last PcDesc are sentinels, never mapped."""
+        layout = self.layout
+        pcs = compressed.pc_offsets(scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset)
+        if len(pcs) < 3 or layout.blob_oop_maps < 0 or layout.blob_oop_maps + 8 > len(blob.header):
+            return False
+        if not (
+            0 < layout.oop_map_set_size <= 64
+            and 0 <= layout.oop_map_set_count <= layout.oop_map_set_size - 4
+            and 0 < layout.oop_map_pair_size <= 32
+            and 0 <= layout.oop_map_pair_pc <= layout.oop_map_pair_size - 4
+        ):
+            return False
+        maps = _WORD.unpack_from(blob.header, layout.blob_oop_maps)[0]
+        header = self.memory.read(maps, layout.oop_map_set_size) if plausible(maps) else None
+        if header is None:
+            return False
+        count = _S32.unpack_from(header, layout.oop_map_set_count)[0]
+        pairs = (
+            self.memory.read(maps + layout.oop_map_set_size, count * layout.oop_map_pair_size)
+            if 0 < count <= MAX_OOP_MAPS
+            else None
+        )
+        if pairs is None:
+            return False
+        mapped = {
+            _S32.unpack_from(pairs, start + layout.oop_map_pair_pc)[0] for start in range(0, len(pairs), layout.oop_map_pair_size)
+        }
+        return any(pc >= 0 and pc not in mapped for pc in pcs[1:-1])
 
     def _tables(self, address: int, header: bytes) -> tuple[bytes, bytes, bytes] | None:
         layout = self.layout
