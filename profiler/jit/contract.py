@@ -50,7 +50,7 @@ class SourceSettings:
 class ProbePoint:
     """Where a uprobe goes: a function of the runtime's file, by its offset in
     the file, and what the kernel's program there does ("submit", "work",
-    "done": see bpf/sampler.bpf.c, threadpool_*)."""
+    "done": see bpf/threadpool.bpf.h, threadpool_*)."""
 
     function: str
     file_offset: int

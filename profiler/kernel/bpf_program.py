@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,10 +94,30 @@ def bpf_source() -> bytes:
     return b"\0".join([BPF_SOURCE.read_bytes(), *(header.name.encode() + b"\0" + header.read_bytes() for header in headers)])
 
 
+# The program's parts, one concern each (bpf/*.bpf.h), are put into one text
+# for BCC: it rewrites map calls (map.lookup(...)) in its main file only.
+_PART = re.compile(rb'^#include "([a-z0-9_]+\.bpf\.h)"$', re.MULTILINE)
+
+
+def program_text() -> bytes:
+    """bpf/sampler.bpf.c with its parts in place, each marked with #line for the compiler's messages."""
+    main = BPF_SOURCE.read_bytes()
+    pieces: list[bytes] = []
+    position = 0
+    for found in _PART.finditer(main):
+        pieces.append(main[position : found.start()])
+        part = (BPF_DIRECTORY / found.group(1).decode()).read_bytes().replace(b"#pragma once\n", b"\n", 1)
+        line_after = main.count(b"\n", 0, found.end()) + 2
+        pieces.append(b'#line 1 "%s"\n%s\n#line %d "sampler.bpf.c"' % (found.group(1), part, line_after))
+        position = found.end()
+    pieces.append(main[position:])
+    return b"".join(pieces)
+
+
 def compile_object(bcc: Any, cflags: list[str]) -> bpf_object.BpfObject:
     """bpf/sampler.bpf.c compiled by BCC (seconds: clang and LLVM)."""
     try:
-        compiled = bcc.BPF(text=BPF_SOURCE.read_bytes(), cflags=[*cflags, f"-I{BPF_DIRECTORY}"])
+        compiled = bcc.BPF(text=program_text(), cflags=[*cflags, f"-I{BPF_DIRECTORY}"])
     except Exception as error:  # BCC raises bare Exception for compile and load errors
         raise _explain_load_failure(error) from error
     try:
@@ -105,7 +126,7 @@ def compile_object(bcc: Any, cflags: list[str]) -> bpf_object.BpfObject:
         compiled.cleanup()
 
 
-# --off-cpu: where a thread back from a wait is walked (bpf/sampler.bpf.c).
+# --off-cpu: where a thread back from a wait is walked (bpf/off_cpu.bpf.h).
 RSEQ_UPDATE = "rseq_update"
 SYSTEM_CALL_EXIT = "sys_exit"
 PERF_TYPE_SOFTWARE = 1

@@ -52,7 +52,7 @@ MAX_PROVISIONAL_LENGTH = 1 << 30
 
 def covering_prefix(pid: int, start: int, length: int) -> TriePrefix | None:
     """The one aligned block the BPF program covers a new executable range
-    with (bpf/sampler.bpf.c: cover_new_exec_range), so user space can remove it."""
+    with (bpf/process_events.bpf.h: cover_new_exec_range), so user space can remove it."""
     if length <= 0 or length > MAX_PROVISIONAL_LENGTH:
         return None
     bits = (start ^ (start + length - 1)).bit_length()

@@ -76,7 +76,8 @@ def load() -> tuple[Any, Any]:
             if not LIBRARY_PATH.is_file():
                 raise NativeUnavailable(f"jitprof's native library is not built ({LIBRARY_PATH})", "run `make setup`")
             sources = [path for path in NATIVE_DIR.glob("*.[ch]") if not path.name.startswith("fuzz_")]
-            sources += list(ABI_HEADER_PATH.parent.glob("*.h"))  # the headers shared with the BPF program
+            # The headers shared with the BPF program (its own parts, *.bpf.h, are not built in).
+            sources += [path for path in ABI_HEADER_PATH.parent.glob("*.h") if not path.name.endswith(".bpf.h")]
             if LIBRARY_PATH.stat().st_mtime < max(path.stat().st_mtime for path in sources):
                 raise NativeUnavailable(f"jitprof's native library is older than its source ({LIBRARY_PATH})", "run `make setup`")
             ffi = cffi.FFI()

@@ -1,6 +1,6 @@
 """--off-cpu: uprobes on the threadpool of each followed process whose
 runtime has one (node's libuv), attached as its runtime is known and let go
-with it. The kernel's programs there (bpf/sampler.bpf.c, threadpool_*) tell
+with it. The kernel's programs there (bpf/threadpool.bpf.h, threadpool_*) tell
 which work each pool thread runs and which stack queued it."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The kernel sends the stack that submits each work item (with the item whose
 completion submits it, if any), and marks the samples and waits of a pool
-thread with the item it runs (bpf/sampler.bpf.c, threadpool_*). Here a
+thread with the item it runs (bpf/threadpool.bpf.h, threadpool_*). Here a
 submit under the program's own code starts a chain, named after what it
 called ("[threadpool] fs.readFile"); a submit under the runtime's code alone
 continues the chain of the item being completed (readFile's next read). A

@@ -6,6 +6,7 @@ import json
 
 from profiler.kernel import bpf_object
 from profiler.kernel.bpf_object import BpfObject, MapSpec, ProgramSpec
+from profiler.kernel.bpf_program import BPF_DIRECTORY, program_text
 from profiler.native import cache
 
 
@@ -69,3 +70,15 @@ def test_the_cache_key_reads_bcc_version_without_loading_bcc():
     version, imported = result.stdout.split()
     assert imported == "False"
     assert version[0].isdigit() or version == "?"
+
+
+def test_the_program_text_holds_each_part_once_in_place():
+    """BCC compiles one text: every bpf/*.bpf.h part is put in where the
+    program includes it, once, and the compiler's lines name its file."""
+    text = program_text().decode()
+    parts = sorted(path.name for path in BPF_DIRECTORY.glob("*.bpf.h"))
+    assert parts
+    assert '.bpf.h"' not in "\n".join(line for line in text.splitlines() if line.startswith("#include"))
+    for part in parts:
+        assert text.count(f'#line 1 "{part}"') == 1, part
+    assert "int on_cpu_sample(" in text and "RAW_TRACEPOINT_PROBE(sched_switch)" in text

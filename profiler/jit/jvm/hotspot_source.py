@@ -3,7 +3,7 @@
 frames (C1, C2) from the nmethod the pc is in, with the methods it inlined
 there restored from its scope descriptors and each one's line; interpreted
 frames from the Method* and bytecode pointer the kernel reads from the
-frame (bpf/sampler.bpf.c: note_hotspot_frame); stubs by their blob's name.
+frame (bpf/hotspot_frames.bpf.h: note_hotspot_frame); stubs by their blob's name.
 All of it read from /proc/PID/mem (jit/jvm/hotspot/), read-only.
 
 Code moves: the code cache frees an nmethod once no thread runs it, and

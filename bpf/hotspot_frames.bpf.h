@@ -1,0 +1,143 @@
+// HotSpot: an interpreted frame's Method* and bytecode pointer, and, in a JVM
+// whose compiled code keeps no frame pointer, the step over a compiled
+// frame by its size.
+#pragma once
+
+// Followed JVMs whose compiled code keeps no frame pointer: what stepping
+// over such a frame by its size needs (struct hotspot_code).
+BPF_HASH(hotspot_code, u32, struct hotspot_code, HOTSPOT_JVMS);
+
+// A frame of HotSpot's template interpreter: its Method* and bytecode
+// pointer, read with the frame's saved fp and return address (which the
+// frame-pointer step then takes from the reader). User space checks them:
+// a frame caught while it is being built reads as its caller's, or nothing.
+static __always_inline void note_hotspot_frame(struct walk_scratch *scratch, u64 fp, u32 depth, struct walk_reader *reader) {
+    u32 index = scratch->v8_count;
+    if (index >= MAX_V8_FRAMES || fp < HOTSPOT_SLOTS_BYTES) return;
+    u64 slots[HOTSPOT_SLOTS_BYTES / 8 + 2];
+    if (bpf_probe_read_user(slots, sizeof(slots), (void *)(fp - HOTSPOT_SLOTS_BYTES)) != 0) return;
+    reader->frame_fp = fp;
+    reader->saved_fp = slots[HOTSPOT_SLOTS_BYTES / 8];
+    reader->return_address = slots[HOTSPOT_SLOTS_BYTES / 8 + 1];
+    reader->sender_sp = slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_SENDER_SP) / 8];
+    struct v8_frame *frame = &v8_notes(scratch)[index];
+    frame->shared = slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_METHOD) / 8];
+    u32 collections = 0;
+    if (scratch->hotspot_gc_count == 0 && scratch->v8.copy_start != 0 &&
+        bpf_probe_read_user(&collections, sizeof(collections), (void *)scratch->v8.copy_start) == 0)
+        scratch->hotspot_gc_count = (u64)collections + 1; // once a sample: the frames were all there then
+    frame->code = scratch->hotspot_gc_count;
+    frame->bytecode_array =
+        depth == 0 && scratch->leaf_bcp ? scratch->leaf_bcp : slots[(HOTSPOT_SLOTS_BYTES + HOTSPOT_FP_BCP) / 8];
+    frame->bytecode_offset = V8_NO_BYTECODE_OFFSET;
+    frame->flags = V8_FRAME_INTERPRETER;
+    frame->frame_index = depth;
+    scratch->v8_count = index + 1;
+}
+
+// The code bytes at a leaf's pc, as scalars: indexing a stack buffer at an
+// offset the compiler computes would make it or a pointer.
+struct code_bytes {
+    u64 words[3];
+};
+static __always_inline u8 code_byte(const struct code_bytes *code, const u32 at) {
+    return (u8)(code->words[(at >> 3) % 3] >> ((at & 7) * 8));
+}
+
+// Do the instructions at code[at] return? `ret`, or the return's poll of the
+// thread's stack watermark before it: `cmp rsp, [r15 + disp32 or disp8]`
+// and `ja`, or the `ja` alone.
+static __always_inline int hotspot_jumps_then_returns(const struct code_bytes *code, const u32 at) {
+    if (code_byte(code, at) == 0x0f && code_byte(code, at + 1) == 0x87) return code_byte(code, at + 6) == 0xc3; // ja rel32
+    if (code_byte(code, at) == 0x77) return code_byte(code, at + 2) == 0xc3;                                    // ja rel8
+    return 0;
+}
+
+static __always_inline int hotspot_returns(const struct code_bytes *code, const u32 at) {
+    if (code_byte(code, at) == 0xc3) return 1;
+    if (code_byte(code, at) != 0x49 || code_byte(code, at + 1) != 0x3b) return hotspot_jumps_then_returns(code, at);
+    if (code_byte(code, at + 2) == 0xa7) return hotspot_jumps_then_returns(code, at + 7);
+    if (code_byte(code, at + 2) == 0x67) return hotspot_jumps_then_returns(code, at + 4);
+    return 0;
+}
+
+// A leaf caught in a compiled method's epilogue, decoded forward from pc
+// (an instruction's start): 1 when only the return address is left on the
+// stack (at `ret`, or at the return's poll after `pop rbp`), 2 when rbp is
+// too (at `pop rbp`), 0 otherwise (the frame is whole).
+static __always_inline int hotspot_epilogue(u64 pc) {
+    struct code_bytes code;
+    if (bpf_probe_read_user(&code, sizeof(code), (void *)pc) != 0) return 0;
+    if (code_byte(&code, 0) == 0x5d) return hotspot_returns(&code, 1) ? 2 : 0; // pop rbp
+    return hotspot_returns(&code, 0);
+}
+
+// Step over a compiled frame of a JVM without frame pointers by its size:
+// its code blob found through the code heap's segment map, its caller's
+// return address and saved rbp the frame's last two words. STEP_FALLBACK
+// for a pc in no blob or in one without a frame size (stubs that keep rbp),
+// STEP_FAULT for a leaf in a prologue (where the frame is partly built: the
+// walk ends there rather than guess).
+static __always_inline int hotspot_frame_size_step(struct walk_scratch *scratch, u64 lookup_pc, u8 exact_pc, u64 *pc, u64 *sp,
+                                                   u64 *fp) {
+    struct hotspot_code *code = &scratch->hotspot;
+    u64 low = 0, segmap = 0;
+#pragma unroll
+    for (int heap = 0; heap < HOTSPOT_CODE_HEAPS; heap++) {
+        if (lookup_pc >= code->heap_low[heap] && lookup_pc < code->heap_high[heap]) {
+            low = code->heap_low[heap];
+            segmap = code->segmap[heap];
+        }
+    }
+    if (low == 0) return STEP_FALLBACK;
+    u32 shift = code->log2_segment & 31;
+    u64 segment = (lookup_pc - low) >> shift;
+    u8 tag = 0xff;
+    for (int hop = 0; hop < HOTSPOT_SEGMAP_HOPS; hop++) {
+        if (bpf_probe_read_user(&tag, sizeof(tag), (void *)(segmap + segment)) != 0) return STEP_FALLBACK;
+        if (tag == 0 || tag == 0xff || segment < tag) break;
+        segment -= tag;
+    }
+    if (tag != 0) return STEP_FALLBACK; // free, or more hops than a blob has
+    u64 blob = low + (segment << shift) + code->block_header;
+    if (bpf_probe_read_user(scratch->blob, sizeof(scratch->blob), (void *)blob) != 0) return STEP_FALLBACK;
+    s32 frame_words = 0, complete = 0;
+    u64 code_begin = 0;
+    bpf_probe_read_kernel(&frame_words, sizeof(frame_words),
+                          scratch->blob + (code->frame_size_at & (HOTSPOT_BLOB_HEADER_BYTES - 4)));
+    if (code->frame_complete_bytes == 2) {
+        s16 short_complete = 0;
+        bpf_probe_read_kernel(&short_complete, sizeof(short_complete),
+                              scratch->blob + (code->frame_complete_at & (HOTSPOT_BLOB_HEADER_BYTES - 2)));
+        complete = short_complete;
+    } else {
+        bpf_probe_read_kernel(&complete, sizeof(complete),
+                              scratch->blob + (code->frame_complete_at & (HOTSPOT_BLOB_HEADER_BYTES - 4)));
+    }
+    if (code->code_begin_offset) {
+        s32 offset = 0;
+        bpf_probe_read_kernel(&offset, sizeof(offset), scratch->blob + (code->code_begin_at & (HOTSPOT_BLOB_HEADER_BYTES - 4)));
+        code_begin = blob + offset;
+    } else {
+        bpf_probe_read_kernel(&code_begin, sizeof(code_begin),
+                              scratch->blob + (code->code_begin_at & (HOTSPOT_BLOB_HEADER_BYTES - 8)));
+    }
+    if (frame_words < 2 || frame_words > HOTSPOT_MAX_FRAME_WORDS || code_begin < blob || code_begin > lookup_pc)
+        return STEP_FALLBACK;
+    u64 cfa = *sp + (u64)frame_words * 8;
+    u8 rbp_saved = 1;
+    if (exact_pc) {
+        if (complete >= 0 && lookup_pc < code_begin + (u64)complete) return STEP_FAULT;
+        int epilogue = hotspot_epilogue(lookup_pc);
+        if (epilogue) {
+            cfa = *sp + (u64)epilogue * 8;
+            rbp_saved = epilogue == 2;
+        }
+    }
+    u64 words[2];
+    if (bpf_probe_read_user(words, sizeof(words), (void *)(cfa - 16)) != 0) return STEP_FAULT;
+    if (rbp_saved) *fp = words[0];
+    *pc = words[1];
+    *sp = cfa;
+    return STEP_DONE;
+}

@@ -1,0 +1,330 @@
+// The walk of a user stack: frame pointers through JIT code, DWARF rows
+// through native code (chosen per address by the trie), V8's and HotSpot's
+// frames noted on the way; past MAX_FRAMES, or where nothing is known, the
+// stack is copied for user space to walk. The walker programs of each kind
+// (perf event, tracepoint, uprobe) and the event a walk begins and sends.
+#pragma once
+
+// Hand the rest of the walk to user space, from the frame at scratch->depth
+// (pc not recorded yet): the copier program sends the stack from sp up.
+static __always_inline int defer_walk(struct walk_scratch *scratch, u8 exact_pc) {
+    scratch->exact_pc = exact_pc;
+    scratch->event.walk_end = WALK_DEFERRED;
+    return 1;
+}
+
+// One frame: record pc, then step to the caller. Returns 1 when the walk
+// ended (or is deferred).
+static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid) {
+    u32 depth = scratch->depth;
+    if (depth >= MAX_FRAMES) {
+        // User space walks by frame pointers and rows only: a JVM stepped
+        // by frame sizes is cut here rather than walked wrong.
+        if (scratch->by_frame_size) return 1;
+        scratch->deep = 1;
+        return defer_walk(scratch, scratch->exact_pc);
+    }
+    u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp;
+    u8 exact_pc = scratch->exact_pc;
+    // Caller frames hold return addresses: look up pc - 1, inside the call.
+    u64 lookup_pc = exact_pc ? pc : pc - 1;
+    struct mapping_info *mapping = find_mapping(tgid, lookup_pc);
+    // No entry yet (code mapped since the maps were read), a file whose
+    // table is not attached, memory just made executable: user space knows
+    // more later, and says "no mapping" if it still does not know the address.
+    // V8's builtins (the interpreter among them) have no unwind rows: every
+    // address of theirs falls in a gap of node's table, which sends it to the
+    // frame-pointer step. They take that step at once, without the search
+    // through the table, and while the table is not attached yet (a cold
+    // start), so that their JS frames are noted now, while their objects
+    // are where the slots say.
+    u8 builtins = in_v8_builtins(scratch, lookup_pc);
+    if (!mapping || mapping->kind == MAPPING_PROVISIONAL || (mapping->kind == MAPPING_ELF_PENDING && !builtins))
+        return defer_walk(scratch, exact_pc);
+    scratch->event.addresses[depth] = pc;
+    scratch->depth = depth + 1;
+    scratch->exact_pc = 0;
+    struct walk_reader reader = {};
+    note_v8_frame(scratch, mapping, builtins, pc, fp, depth, &reader);
+#ifdef WITH_DWARF
+    if (mapping->kind == MAPPING_ELF && !builtins) {
+        int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
+        if (step == STEP_PENDING) {
+            scratch->depth = depth; // user space records this frame again
+            return defer_walk(scratch, exact_pc);
+        }
+        if (step == STEP_END) {
+            scratch->event.walk_end = WALK_COMPLETE;
+            return 1;
+        }
+        if (step == STEP_FAULT) {
+            scratch->event.walk_end = WALK_READ_FAULT;
+            return 1;
+        }
+        if (step == STEP_DONE || step == STEP_SIGNAL) {
+            if (pc == 0) {
+                scratch->event.walk_end = WALK_COMPLETE;
+                return 1;
+            }
+            scratch->exact_pc = step == STEP_SIGNAL;
+            scratch->pc = pc;
+            scratch->sp = sp;
+            scratch->fp = fp;
+            return 0;
+        }
+    }
+#endif
+    if (scratch->by_frame_size && mapping->kind == MAPPING_JIT && !builtins) {
+        int step = hotspot_frame_size_step(scratch, lookup_pc, exact_pc, &pc, &sp, &fp);
+        if (step == STEP_FAULT) {
+            scratch->event.walk_end = WALK_BAD_FRAME;
+            return 1;
+        }
+        if (step == STEP_DONE) {
+            if (pc == 0) {
+                scratch->event.walk_end = WALK_COMPLETE;
+                return 1;
+            }
+            scratch->pc = pc;
+            scratch->sp = sp;
+            scratch->fp = fp;
+            return 0;
+        }
+    }
+    // Frame-pointer step: JIT code, files without a table, gaps.
+    u64 frame_fp = fp;
+    int end = walk_frame_pointer_step(&pc, &sp, &fp, &reader);
+    if (end >= 0) {
+        scratch->event.walk_end = end;
+        return 1;
+    }
+    // A HotSpot interpreted frame's caller may be compiled code, stepped by
+    // its size from its own sp: the one the interpreter saved (a c2i adapter
+    // moves it from fp + 16).
+    if (scratch->by_frame_size && builtins && reader.frame_fp == frame_fp && reader.sender_sp >= sp &&
+        reader.sender_sp < sp + 65536)
+        sp = reader.sender_sp;
+    scratch->pc = pc;
+    scratch->sp = sp;
+    scratch->fp = fp;
+    return 0;
+}
+
+// The readable prefix of the bytes of stack from sp up, to within 512 bytes
+// of where the stack's mapping ends: the whole in one read, else in halves
+// from first_chunk down. Returns how many bytes it read.
+static __always_inline u32 read_stack_prefix(u8 *copy, u64 sp, const u32 bytes, const u32 first_chunk) {
+    if (bpf_probe_read_user(copy, bytes, (void *)sp) == 0) return bytes;
+    u32 copied = 0;
+#pragma unroll
+    for (u32 chunk = first_chunk; chunk >= 512; chunk /= 2) {
+        if (copied + chunk <= bytes && bpf_probe_read_user(copy + copied, chunk, (void *)(sp + copied)) == 0) copied += chunk;
+    }
+    return copied;
+}
+
+// The record of a stack deeper than the kernel walks: the header, the
+// addresses and V8 frames, where to resume, and the rest of the stack (up to
+// DEEP_COPY_BYTES), read straight into the ring buffer (the per-CPU state
+// holds 32 KiB). A reservation's size is a constant: the smallest of 32, 64,
+// 128 and 256 KiB that holds what is readable above sp.
+#define DEEP_PREFIX_BYTES (SAMPLE_HEADER_BYTES + MAX_FRAMES * 8 + MAX_V8_FRAMES * sizeof(struct v8_frame))
+
+// Returns 0 when the ring buffer has no room for it: the caller sends the
+// ordinary copy instead.
+static __always_inline int send_deep_copy_of(struct walk_scratch *scratch, u32 prefix, const u32 copy_bytes) {
+    if (prefix > DEEP_PREFIX_BYTES) return 0;
+    u8 *record = events.ringbuf_reserve(DEEP_PREFIX_BYTES + sizeof(struct stack_copy) + copy_bytes);
+    if (!record) return 0;
+    u64 sp = scratch->sp;
+    u32 copied = read_stack_prefix(record + prefix + sizeof(struct stack_copy), sp, copy_bytes, copy_bytes / 2);
+    struct stack_copy resume = {
+        .pc = scratch->pc,
+        .sp = sp,
+        .fp = scratch->fp,
+        .copy_length = copied,
+        .flags = (copied < copy_bytes ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0),
+    };
+    if (bpf_probe_read_kernel(record, prefix, &scratch->event) != 0 ||
+        bpf_probe_read_kernel(record + prefix, sizeof(resume), &resume) != 0) {
+        events.ringbuf_discard(record, BPF_RB_NO_WAKEUP);
+        return 1;
+    }
+    // Woken at once: records this big fill the ring between two polls.
+    events.ringbuf_submit(record, BPF_RB_FORCE_WAKEUP);
+    return 1;
+}
+
+static __always_inline u8 readable_at(u64 address) {
+    u64 word;
+    return bpf_probe_read_user(&word, sizeof(word), (void *)(address - sizeof(word))) == 0;
+}
+
+static __always_inline int send_deep_copy(struct walk_scratch *scratch, u32 depth, u32 v8_bytes) {
+    u32 prefix = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes;
+    u64 sp = scratch->sp;
+    if (!readable_at(sp + DEEP_COPY_BYTES / 8)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 8);
+    if (!readable_at(sp + DEEP_COPY_BYTES / 4)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 4);
+    if (!readable_at(sp + DEEP_COPY_BYTES / 2)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 2);
+    return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES);
+}
+
+// A deferred sample: the walked addresses, where to resume, and as much of
+// the stack from the resume sp up as is readable, STACK_COPY_BYTES at most:
+// the whole copy in one read, else the largest readable prefix in halves.
+static __always_inline int copy_user_stack_now(const int walkers) {
+    struct walk_scratch *scratch = scratch_of(walkers);
+    if (!scratch) return 0;
+    u32 depth = scratch->depth;
+    if (depth > MAX_FRAMES) depth = MAX_FRAMES;
+    scratch->event.frame_count = depth;
+    u32 v8_bytes = place_v8_frames(scratch, depth);
+    if (v8_bytes > MAX_V8_FRAMES * sizeof(struct v8_frame)) return 0;
+    if (scratch->deep && send_deep_copy(scratch, depth, v8_bytes)) return 0;
+    u8 *payload = (u8 *)scratch->event.addresses + depth * 8 + v8_bytes;
+    struct stack_copy *resume = (struct stack_copy *)payload;
+    u8 *copy = payload + sizeof(struct stack_copy);
+    u64 sp = scratch->sp;
+    u32 copied = read_stack_prefix(copy, sp, STACK_COPY_BYTES, 16384);
+    if (copied == 0 && user_memory_gone(scratch)) {
+        scratch->event.walk_end = WALK_THREAD_EXITING;
+        submit_sample(scratch);
+        return 0;
+    }
+    resume->pc = scratch->pc;
+    resume->sp = sp;
+    resume->fp = scratch->fp;
+    resume->copy_length = copied;
+    resume->flags = (copied < STACK_COPY_BYTES ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0);
+    u32 size = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes + sizeof(struct stack_copy) + copied;
+    if (size > sizeof(scratch->event)) return 0;
+    if (events.ringbuf_output(&scratch->event, size, BPF_RB_NO_WAKEUP) != 0) count(COUNTER_RINGBUF_FULL);
+    return 0;
+}
+
+int copy_user_stack(struct bpf_perf_event_data *ctx) {
+    return copy_user_stack_now(WALKERS_PERF_EVENT);
+}
+
+// Send a sample whose walk ended, or copy the stack for a deferred one.
+static __always_inline void end_walk(void *ctx, struct walk_scratch *scratch, const int walkers) {
+    if (scratch->event.walk_end == WALK_DEFERRED) {
+        tail_call_walker(ctx, walkers, COPIER_PROGRAM);
+        // The copier is not installed: keep the frames walked.
+        scratch->event.walk_end = WALK_NO_MAPPING;
+    }
+    submit_sample(scratch);
+}
+
+static __always_inline int walk_user_stack_from(void *ctx, const int walkers) {
+    struct walk_scratch *scratch = scratch_of(walkers);
+    if (!scratch) return 0;
+    u32 tgid = scratch->space_tgid;
+    for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
+        if (walk_one_frame(scratch, tgid)) {
+            end_walk(ctx, scratch, walkers);
+            return 0;
+        }
+    }
+    tail_call_walker(ctx, walkers, WALKER_PROGRAM);
+    // Out of tail calls (or the array is empty): keep what we have.
+    scratch->event.walk_end = WALK_TRUNCATED;
+    submit_sample(scratch);
+    return 0;
+}
+
+int walk_user_stack(struct bpf_perf_event_data *ctx) {
+    return walk_user_stack_from(ctx, WALKERS_PERF_EVENT);
+}
+
+#ifdef WITH_OFF_CPU
+int walk_user_stack_off_cpu(void *ctx) {
+    return walk_user_stack_from(ctx, WALKERS_TRACEPOINT);
+}
+
+int copy_user_stack_off_cpu(void *ctx) {
+    return copy_user_stack_now(WALKERS_TRACEPOINT);
+}
+
+int walk_user_stack_uprobe(struct pt_regs *ctx) {
+    return walk_user_stack_from(ctx, WALKERS_UPROBE);
+}
+
+int copy_user_stack_uprobe(struct pt_regs *ctx) {
+    return copy_user_stack_now(WALKERS_UPROBE);
+}
+#endif
+
+// Begin the event of a sample or a wait of the current thread: its header,
+// with no frames yet.
+static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int walkers) {
+    struct walk_scratch *scratch = scratch_of(walkers);
+    if (!scratch) return NULL;
+    struct sample_event *ev = &scratch->event;
+    ev->event_type = EVENT_SAMPLE;
+    ev->pid = pid_tgid >> 32;
+    ev->tid = (u32)pid_tgid;
+    ev->cpu = bpf_get_smp_processor_id();
+    ev->time_ns = bpf_ktime_get_ns();
+    ev->frame_count = 0;
+    ev->walk_end = WALK_TRUNCATED;
+    ev->kernel_stack_id = -1;
+    ev->off_cpu_ns = 0;
+    ev->short_wait_ns = 0;
+    ev->short_waits = 0;
+    ev->off_cpu_flags = 0;
+    ev->work = 0;
+    ev->parent_work = 0;
+    ev->runnable_ns = 0;
+    scratch->leaf_bcp = 0;
+    scratch->hotspot_gc_count = 0;
+    bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
+    return scratch;
+}
+
+// The user registers the current thread entered the kernel with (saved at
+// the top of its kernel stack), or 0s.
+static __always_inline void saved_user_registers(u64 *pc, u64 *sp, u64 *fp) {
+    struct task_struct *task = bpf_get_current_task_btf();
+    struct pt_regs *user_regs = (struct pt_regs *)bpf_task_pt_regs(task);
+    if (user_regs) {
+        bpf_probe_read_kernel(pc, sizeof(*pc), &user_regs->ip);
+        bpf_probe_read_kernel(sp, sizeof(*sp), &user_regs->sp);
+        bpf_probe_read_kernel(fp, sizeof(*fp), &user_regs->bp);
+    }
+}
+
+// Walk the user stack from (pc, sp, fp) into the begun event and send it.
+static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratch, u32 tgid, u64 pc, u64 sp, u64 fp,
+                                          const int walkers) {
+    scratch->depth = 0;
+    scratch->deep = 0;
+    scratch->v8_count = 0;
+    scratch->event.v8_frame_count = 0;
+    struct v8_process *v8 = v8_processes.lookup(&tgid);
+    if (v8) {
+        scratch->v8 = *v8;
+    } else {
+        scratch->v8.builtins_end = 0;
+    }
+    struct hotspot_code *code = v8 && v8->kind == RUNTIME_HOTSPOT ? hotspot_code.lookup(&tgid) : NULL;
+    scratch->by_frame_size = code != NULL;
+    if (code) scratch->hotspot = *code;
+    scratch->pc = pc;
+    scratch->sp = sp;
+    scratch->fp = fp;
+    scratch->exact_pc = 1;
+    scratch->space_tgid = address_space_of(tgid);
+    if (scratch->space_tgid == 0) {
+        // Nothing known of this process's code yet (just exec'd, or
+        // attached): user space walks the whole stack later.
+        defer_walk(scratch, 1);
+        end_walk(ctx, scratch, walkers);
+        return;
+    }
+    tail_call_walker(ctx, walkers, WALKER_PROGRAM);
+    // The walker is not installed: report the leaf alone.
+    scratch->event.addresses[0] = pc;
+    scratch->depth = 1;
+    submit_sample(scratch);
+}
