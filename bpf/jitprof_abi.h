@@ -98,7 +98,12 @@
 #define MAX_STACK_FRAMES 2048
 #define COMM_LEN 16
 #define SAMPLE_HEADER_BYTES                                                                                                      \
-    96 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
+    224 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
+/* The first bytes of an OpenTelemetry thread context record (OTEP 4947: a
+ * 28-byte header, trace id, span id, valid, attributes' size, then the
+ * attributes) sent with a sample of a thread that has one. */
+#define THREAD_CONTEXT_BYTES 120
+#define THREAD_CONTEXT_HEADER_BYTES 28
 
 /* Indexes of the off_cpu_settings array: the shortest wait recorded one by one (ns). */
 #define OFF_CPU_SETTING_SHORTEST_WAIT 0
@@ -307,6 +312,11 @@ struct sample_event {
     /* --off-cpu: the thread's time runnable but not running (preempted,
      * waiting for a CPU) since its last record. */
     __u64 runnable_ns;
+    /* The thread's OpenTelemetry context record as the sample found it
+     * (context_size bytes; 0: none). */
+    __u8 context_size;
+    __u8 reserved[7];
+    __u8 context[THREAD_CONTEXT_BYTES];
     __u64 addresses[MAX_FRAMES + 1];
     __u8 copy_space[MAX_V8_FRAMES * sizeof(struct v8_frame) + sizeof(struct stack_copy) + STACK_COPY_BYTES];
 };

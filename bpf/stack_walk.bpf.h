@@ -278,6 +278,7 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int 
     ev->runnable_ns = 0;
     scratch->leaf_bcp = 0;
     scratch->hotspot_gc_count = 0;
+    read_thread_context(ev);
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
     return scratch;
 }

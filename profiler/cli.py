@@ -50,6 +50,11 @@ exit status: the program's own (128+signal if it was killed); 0 with --pid;
 """
 
 
+GROUP_BY_HELP = (
+    "split the outputs by a label's value: each stack under a root frame KEY=value (e.g. http.route, trace_id, "
+    "service.name, or an attribute the process publishes)"
+)
+LABEL_HELP = "only samples with this label (repeatable: all of them), e.g. --label http.route=/checkout"
 JS_ONLY_HELP = (
     "show the program's JavaScript only, as DevTools does: node's and V8's own frames are hidden and their "
     "time given to the JS function that called them; stacks without JS are (program) or (garbage collector)"
@@ -160,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the perf maps, jitdumps and V8 code logs that the injected flags made the program write (default: removed at the end)",
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP + " (a .jitprof output keeps everything)")
+    parser.add_argument("--group-by", metavar="KEY", help=GROUP_BY_HELP + " (a .jitprof output keeps the labels)")
     parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
     parser.add_argument(
         "--no-debuginfod",
@@ -278,6 +284,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         keep_jit_files=args.keep_jit_files,
         inline=not args.no_inline,
         jvm_debug_non_safepoints=args.jvm_debug_nonsafepoints,
+        group_by=args.group_by or "",
         v8_heap=not args.no_v8_heap,
         js_only=args.js_only,
         source_maps=not args.no_source_maps,
@@ -386,6 +393,8 @@ def build_report_parser() -> argparse.ArgumentParser:
         "--until", type=float, default=None, metavar="SECONDS", help="only samples before this long after the first"
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP)
+    parser.add_argument("--group-by", metavar="KEY", help=GROUP_BY_HELP)
+    parser.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help=LABEL_HELP)
     parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
     parser.add_argument(
         "--no-debuginfod",
@@ -419,6 +428,16 @@ def build_diff_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _label_pairs(parser: argparse.ArgumentParser, given: list[str]) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for text in given:
+        key, equals, value = text.partition("=")
+        if not equals or not key:
+            parser.error(f"--label {text}: give KEY=VALUE (e.g. --label http.route=/checkout)")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
 def run_report(argv: list[str]) -> int:
     from profiler.native import debuginfod  # noqa: PLC0415
     from profiler.output import report  # noqa: PLC0415  (a recording imports it as it writes)
@@ -429,10 +448,18 @@ def run_report(argv: list[str]) -> int:
         outputs = [OutputRequest(path, format_for(path, args.format)) for path in args.output]
     except UnknownFormat as error:
         parser.error(str(error))
-    selection = report.SampleFilter(frozenset(args.pid), frozenset(args.tid), args.since, args.until)
+    selection = report.SampleFilter(
+        frozenset(args.pid), frozenset(args.tid), args.since, args.until, _label_pairs(parser, args.label)
+    )
     debuginfod.enabled = not args.no_debuginfod
     written = report.report(
-        args.profile, outputs, selection, args.format or "folded", js_view=args.js_only, source_maps=not args.no_source_maps
+        args.profile,
+        outputs,
+        selection,
+        args.format or "folded",
+        js_view=args.js_only,
+        source_maps=not args.no_source_maps,
+        group_by=args.group_by or "",
     )
     return _report_written(written)
 

@@ -11,6 +11,7 @@ LAYERS = [
     {"native"},
     {"kernel"},
     {"model"},
+    {"labels"},
     {"jit"},
     {"symbolize"},
     {"output"},

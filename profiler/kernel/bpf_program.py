@@ -16,7 +16,7 @@ from typing import Any
 from profiler.errors import JitprofError
 from profiler.kernel import bpf_calls, bpf_object, preflight
 from profiler.kernel.event_stream import EventStream
-from profiler.kernel.kernel_btf import task_offsets, task_rseq_offset
+from profiler.kernel.kernel_btf import task_offsets, task_rseq_offset, thread_pointer_offset
 from profiler.kernel.kernel_maps import (
     FOLLOWED_ENTRIES,
     KERNEL_STACK_ENTRIES,
@@ -67,6 +67,9 @@ def compile_flags(options: LoadOptions) -> list[str]:
     ]
     if options.kernel_stacks:
         cflags.append("-DWITH_KERNEL_STACKS")
+    thread_pointer_at = thread_pointer_offset()
+    if thread_pointer_at is not None:  # OpenTelemetry thread contexts are read from it
+        cflags.append(f"-DTASK_FSBASE_OFFSET={thread_pointer_at}")
     if options.off_cpu:
         pid_offset, flags_offset = task_offsets()
         cflags += [

@@ -16,6 +16,7 @@ from typing import NamedTuple
 MAX_FRAMES = 127  # walked by the kernel
 MAX_STACK_FRAMES = 2048  # in all, the rest walked from a copy of the stack
 COMM_LEN = 16
+THREAD_CONTEXT_BYTES = 120  # of an OpenTelemetry thread context record, at most, in a sample
 
 
 class EventType(enum.IntEnum):
@@ -90,6 +91,9 @@ class _RawSampleHeader(ctypes.Structure):
         ("work", ctypes.c_uint64),
         ("parent_work", ctypes.c_uint64),
         ("runnable_ns", ctypes.c_uint64),
+        ("context_size", ctypes.c_uint8),
+        ("reserved", ctypes.c_char * 7),
+        ("context", ctypes.c_char * THREAD_CONTEXT_BYTES),
     ]
 
 
@@ -210,6 +214,8 @@ class RawSample:
     work_started: bool = False
     runnable_ns: int = 0  # the thread's time preempted, waiting for a CPU, since its last record
     time_only: bool = False  # no sample or wait of its own: a thread's time not reported yet (its exit, the run's end)
+    thread_context: bytes = b""  # the thread's OpenTelemetry context record at the sample (its first bytes; b"": none)
+    labels: int = 0  # its label set in the profile (set as it is named: Sample.labels)
 
     @property
     def leaf_v8_frame(self) -> V8FrameSlots | None:
@@ -363,6 +369,9 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         work,
         parent_work,
         runnable_ns,
+        context_size,
+        _reserved,
+        context,
     ) = _SAMPLE_HEADER.unpack_from(record)
     addresses_end = _HEADER_SIZE + 8 * count
     if count > MAX_FRAMES or size < addresses_end:
@@ -424,6 +433,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         parent_work=parent_work,
         submits_work=bool(off_cpu_flags & SAMPLE_SUBMITS_WORK),
         runnable_ns=runnable_ns,
+        thread_context=context[: min(context_size, THREAD_CONTEXT_BYTES)] if context_size else b"",
     )
 
 

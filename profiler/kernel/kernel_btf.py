@@ -126,6 +126,16 @@ def task_offsets() -> tuple[int, int]:
     return found["task_struct.pid"], found["task_struct.flags"]
 
 
+def thread_pointer_offset() -> int | None:
+    """Where the running kernel's task_struct keeps the thread's thread
+    pointer (x86-64: thread.fsbase, its TLS base), or None: not known."""
+    try:
+        found = member_offsets({"task_struct": ["thread"], "thread_struct": ["fsbase"]})
+    except BtfError:
+        return None
+    return found["task_struct.thread"] + found["thread_struct.fsbase"]
+
+
 def task_rseq_offset() -> int | None:
     """Where the running kernel's task_struct keeps the thread's rseq area
     (a pointer, or a struct that begins with it), or None: no rseq."""

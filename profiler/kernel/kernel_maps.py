@@ -196,8 +196,24 @@ class KernelMaps:
         self.unfollow(pid)
 
     def unfollow(self, pid: int) -> None:
-        for name in ("followed", "maps_read", "fork_parents", "maps_stale", "v8_processes", "hotspot_code"):
+        for name in (
+            "followed",
+            "maps_read",
+            "fork_parents",
+            "maps_stale",
+            "v8_processes",
+            "hotspot_code",
+            "thread_context_offsets",
+        ):
             self._delete(self._maps[name], ctypes.c_uint32(pid))
+
+    def set_thread_context(self, pid: int, offset: int) -> bool:
+        """pid's threads keep a pointer to their OpenTelemetry context record
+        at offset from their thread pointer: its samples carry the record."""
+        return self._update(self._maps["thread_context_offsets"], ctypes.c_uint32(pid), ctypes.c_int64(offset))
+
+    def clear_thread_context(self, pid: int) -> None:
+        self._delete(self._maps["thread_context_offsets"], ctypes.c_uint32(pid))
 
     def set_v8_process(
         self, pid: int, builtins: list[tuple[int, int]], function_window: int, shared_at: int, code_at: int

@@ -46,6 +46,10 @@ class Frame:
         return self.kind is not FrameKind.UNKNOWN
 
 
+NO_LABELS = 0  # Sample.labels of a sample without any
+MAX_LABEL_SETS = 1 << 18  # distinct label sets of one profile
+
+
 @dataclass(slots=True)  # an hour of a busy machine is millions of these (not frozen: a frozen one is built several times slower)
 class Sample:
     time_ns: int
@@ -55,6 +59,7 @@ class Sample:
     frame_ids: tuple[int, ...]  # root first, leaf last
     walk_end: WalkEnd
     off_cpu_ns: int = 0  # --off-cpu: 0 for a CPU sample, else the nanoseconds the thread waited with this stack
+    labels: int = 0  # its label set: an index into Profile.label_sets (NO_LABELS: none)
 
     @property
     def off_cpu(self) -> bool:
@@ -150,12 +155,39 @@ class Profile:
     build_ids: dict[str, str] = field(default_factory=dict)
     taken_samples: int = 0  # handed on and forgotten (--push): see take_samples
     waits: WaitTotals = field(default_factory=WaitTotals)
+    # The samples' label sets ((key, value) pairs, in the order their source
+    # gave them), interned: a sample's labels index it; the first is none.
+    label_sets: list[tuple[tuple[str, str], ...]] = field(default_factory=lambda: [()])
+    labels_dropped: int = 0  # samples whose new label set came past MAX_LABEL_SETS
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
+    _label_ids: dict[tuple[tuple[str, str], ...], int] = field(default_factory=lambda: {(): NO_LABELS}, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
     _taken_frames: tuple[int, int] = field(default=(0, 0), repr=False)  # _frame_counts of the taken samples
     _counted: tuple[tuple[int, int, bool, bool], Counter[tuple[str, tuple[int, ...]]]] | None = field(default=None, repr=False)
     _distinct: tuple[tuple[int, int, int], dict[StackKey, tuple[tuple[int, ...], int]]] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def intern_labels(self, labels: tuple[tuple[str, str], ...]) -> int:
+        """labels' id; NO_LABELS once MAX_LABEL_SETS are known (a trace id
+        per request: the sets of a long run are bounded, its labels are not kept)."""
+        label_id = self._label_ids.get(labels)
+        if label_id is None:
+            if len(self.label_sets) >= MAX_LABEL_SETS:
+                self.labels_dropped += 1
+                return NO_LABELS
+            with self._lock:
+                label_id = self._label_ids.setdefault(labels, len(self.label_sets))
+                if label_id == len(self.label_sets):
+                    self.label_sets.append(labels)
+        return label_id
+
+    def share_labels(self, source: Profile) -> Profile:
+        """A view of source's samples (a copy of the profile) reads their labels from source's sets."""
+        self.label_sets, self._label_ids = source.label_sets, source._label_ids
+        return self
+
+    def labels_of(self, sample: Sample) -> dict[str, str]:
+        return dict(self.label_sets[sample.labels]) if sample.labels else {}
 
     def intern(self, frame: Frame) -> int:
         frame_id = self._frame_ids.get(frame)

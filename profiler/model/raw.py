@@ -31,11 +31,17 @@ from pathlib import Path
 from typing import IO, Any
 
 from profiler.kernel.events import WalkEnd
-from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
+from profiler.model.profile import MAX_LABEL_SETS, MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFile, Profile, RunInfo, Sample
 from profiler.native.sample_lines import COMM, STACK, SampleLineSplitter
 
 FORMAT = "jitprof"
-VERSION = 2  # written only for a profile with time off the CPU; 1 otherwise, so older readers read it
+# A file says the oldest version that reads it: 1, 2 with time off the CPU,
+# 3 with labels (a sample's eighth field, and the label sets before the samples).
+OFF_CPU_VERSION = 2
+LABELS_VERSION = 3
+VERSION = LABELS_VERSION
+MAX_LABELS = 64  # in one set
+MAX_LABEL_CHARS = 512
 MAX_LINE_BYTES = 64 << 20
 READ_CHUNK = 4 << 20
 # jitprof's own files unpack to about 11 times their size (up to 40 where
@@ -74,7 +80,7 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
             }
         header = {
             "format": FORMAT,
-            "version": VERSION if profile.info.off_cpu else 1,
+            "version": LABELS_VERSION if len(profile.label_sets) > 1 else OFF_CPU_VERSION if profile.info.off_cpu else 1,
             "info": info,
             "losses": vars(profile.losses),
             "traffic": vars(profile.traffic),
@@ -109,6 +115,8 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
                     "function_column": original.function_column,
                 }
             compressed.write(_line(record))
+        for label_id, labels in enumerate(profile.label_sets[1:], 1):
+            compressed.write(_line({"labels": label_id, "set": [list(pair) for pair in labels]}))
         # Samples are most of the file: a distinct stack or name is formatted once.
         stacks: dict[tuple[int, ...], str] = {}
         names: dict[str, str] = {}
@@ -120,7 +128,9 @@ def write_raw(profile: Profile, stream: IO[bytes]) -> None:
             comm = names.get(sample.comm)
             if comm is None:
                 comm = names[sample.comm] = json.dumps(sample.comm, ensure_ascii=False)
-            waited = f",{sample.off_cpu_ns}" if sample.off_cpu_ns else ""
+            waited = (
+                f",{sample.off_cpu_ns},{sample.labels}" if sample.labels else f",{sample.off_cpu_ns}" if sample.off_cpu_ns else ""
+            )
             batch.append(f'[{sample.time_ns},{sample.pid},{sample.tid},{comm},{stack},"{sample.walk_end.name}"{waited}]\n')
             if len(batch) >= 8192:
                 compressed.write("".join(batch).encode("utf-8", "surrogatepass"))
@@ -273,6 +283,16 @@ def _read(lines: Iterator[tuple[int, Any]], path: Path) -> Profile:
             samples.add_lines(number, record)
             continue
         try:
+            if isinstance(record, dict) and "labels" in record:
+                if record["labels"] != len(profile.label_sets) or len(profile.label_sets) >= MAX_LABEL_SETS:
+                    raise ValueError("label sets out of order, or too many")
+                pairs = _sequence(record, "set")
+                if len(pairs) > MAX_LABELS or not all(
+                    isinstance(pair, list) and len(pair) == 2 and all(isinstance(part, str) for part in pair) for pair in pairs
+                ):
+                    raise ValueError("a label set that is not (key, value) texts")
+                profile.intern_labels(tuple((key[:MAX_LABEL_CHARS], value[:MAX_LABEL_CHARS]) for key, value in pairs))
+                continue
             if isinstance(record, dict):
                 if record["frame"] != len(profile.frames):
                     raise ValueError("frames out of order")
@@ -385,16 +405,19 @@ class _SampleReader:
 
     def add_decoded(self, record: Any) -> None:
         time_ns, pid, tid, comm, frame_ids, walk_end, *rest = record
-        off_cpu_ns = 0
+        off_cpu_ns = labels = 0
         if rest:
-            if len(rest) > 1:
+            if len(rest) > 2:
                 raise ValueError("a sample with fields it cannot have")
             off_cpu_ns = rest[0]
-            if type(off_cpu_ns) is not int or off_cpu_ns <= 0:
+            labels = rest[1] if len(rest) == 2 else 0
+            if type(off_cpu_ns) is not int or off_cpu_ns < 0 or off_cpu_ns == 0 and len(rest) == 1:
                 raise ValueError("off-CPU time out of range")
+            if type(labels) is not int or not 0 <= labels < len(self._profile.label_sets):
+                raise ValueError("label set out of range")
         if type(time_ns) is not int or type(pid) is not int or type(tid) is not int or type(comm) is not str:
             raise ValueError("bad sample fields")
-        self._append(time_ns, pid, tid, comm, self._stack(frame_ids), self._walk_ends[walk_end], off_cpu_ns)
+        self._append(time_ns, pid, tid, comm, self._stack(frame_ids), self._walk_ends[walk_end], off_cpu_ns, labels)
 
     def _stack(self, frame_ids: Any) -> tuple[int, ...]:
         ids = tuple(frame_ids)
@@ -409,7 +432,15 @@ class _SampleReader:
         return known
 
     def _append(
-        self, time_ns: int, pid: int, tid: int, comm: str, ids: tuple[int, ...], walk_end: WalkEnd, off_cpu_ns: int
+        self,
+        time_ns: int,
+        pid: int,
+        tid: int,
+        comm: str,
+        ids: tuple[int, ...],
+        walk_end: WalkEnd,
+        off_cpu_ns: int,
+        labels: int = 0,
     ) -> None:
         if not 0 <= time_ns < MAX_INT:
             raise ValueError("time out of range")
@@ -418,7 +449,7 @@ class _SampleReader:
                 raise ValueError("a sample with fields it cannot have")
             if off_cpu_ns >= MAX_INT:
                 raise ValueError("off-CPU time out of range")
-        self._profile.samples.append(Sample(time_ns, pid, tid, comm, ids, walk_end, off_cpu_ns))
+        self._profile.samples.append(Sample(time_ns, pid, tid, comm, ids, walk_end, off_cpu_ns, labels))
 
 
 def _mapping(record: dict[str, Any], name: str) -> dict[str, Any]:

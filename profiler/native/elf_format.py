@@ -150,6 +150,15 @@ def read_load_segments_and_build_id(handle: BinaryIO) -> tuple[list[LoadSegment]
     return segments, build_id
 
 
+def load_bias(start: int, file_offset: int, segments: list[LoadSegment]) -> int:
+    """What to add to a file address for the process's, from one of its
+    mappings (where it starts, and at which offset of the file)."""
+    for segment in segments:
+        if segment.file_offset <= file_offset < segment.file_offset + max(segment.file_size, 1):
+            return start - (segment.vaddr + file_offset - segment.file_offset)
+    raise ValueError("the mapping is in none of the file's segments")
+
+
 def _program_headers(handle: BinaryIO, header: ElfHeader) -> list[tuple[int, int, int, int, int]]:
     """(type, file offset, vaddr, file size, alignment) of each program header."""
     if header.program_count == 0 or header.program_offset == 0:

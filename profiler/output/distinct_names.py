@@ -49,7 +49,9 @@ def with_distinct_names(profile: Profile, shared: set[str] | None = None) -> Pro
     frames = distinct_frames(profile.frames, shared_names(profile.frames) if shared is None else shared)
     if frames is profile.frames:
         return profile
-    view = Profile(profile.info, frames, profile.samples, profile.losses, profile.traffic, profile.modules, profile.walk_ends)
+    view = Profile(
+        profile.info, frames, profile.samples, profile.losses, profile.traffic, profile.modules, profile.walk_ends
+    ).share_labels(profile)
     view.taken_samples = profile.taken_samples
     view.reindex_frames()
     return view

@@ -15,7 +15,9 @@ def with_originals(profile: Profile) -> Profile:
     if not profile.originals:
         return profile
     frames = [profile.originals.get(frame, frame) for frame in profile.frames]
-    view = Profile(profile.info, frames, profile.samples, profile.losses, profile.traffic, profile.modules, profile.walk_ends)
+    view = Profile(
+        profile.info, frames, profile.samples, profile.losses, profile.traffic, profile.modules, profile.walk_ends
+    ).share_labels(profile)
     view.taken_samples = profile.taken_samples
     view.reindex_frames()
     return view

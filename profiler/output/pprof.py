@@ -65,6 +65,18 @@ def function_name(frame: Frame) -> str:
     return frame.name + (" [kernel]" if frame.kind is FrameKind.KERNEL else "")
 
 
+# What a store that makes a series of each label set keeps of a sample's
+# labels (Pyroscope's span profiles: the span, not the trace nor the route).
+SPAN_LABELS = ("span_id", "span_name")
+
+
+def _kept_label_sets(profile: Profile, all_labels: bool) -> list[tuple[tuple[str, str], ...]]:
+    """Each label set as written: all of it, or its span labels alone."""
+    if all_labels:
+        return list(profile.label_sets)
+    return [tuple((key, value) for key, value in labels if key in SPAN_LABELS) for labels in list(profile.label_sets)]
+
+
 def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True, time_nanos: int = 0) -> None:
     """sample_labels: pid, tid and comm on every sample (a store that makes a
     series of each label set wants none); time_nanos: when the profile began
@@ -114,9 +126,15 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
         return found
 
     # (samples and waits, CPU samples, nanoseconds off the CPU) per stack and thread
-    stacks: dict[tuple[int, int, str, tuple[int, ...]], list[int]] = {}
+    stacks: dict[tuple[int, int, str, tuple[int, ...], tuple[tuple[str, str], ...]], list[int]] = {}
+    kept_labels = _kept_label_sets(profile, sample_labels)
     for sample in profile.samples:
-        key = (sample.pid, sample.tid, sample.comm, sample.frame_ids) if sample_labels else (0, 0, "", sample.frame_ids)
+        labelled = kept_labels[sample.labels]
+        key = (
+            (sample.pid, sample.tid, sample.comm, sample.frame_ids, labelled)
+            if sample_labels
+            else (0, 0, "", sample.frame_ids, labelled)
+        )
         totals = stacks.get(key)
         if totals is None:
             totals = stacks[key] = [0, 0, 0]
@@ -132,7 +150,7 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
     out += _bytes(PROFILE_SAMPLE_TYPE, sample_type) + _bytes(PROFILE_SAMPLE_TYPE, cpu_type)
     if off_cpu:
         out += _bytes(PROFILE_SAMPLE_TYPE, _int(1, strings("off_cpu")) + _int(2, strings("nanoseconds")))
-    for (pid, tid, comm, frame_ids), (count, cpu_samples, waited_ns) in stacks.items():
+    for (pid, tid, comm, frame_ids, sample_label_set), (count, cpu_samples, waited_ns) in stacks.items():
         location_ids = [location_id(group) for group in reversed(location_groups(profile.frames, frame_ids))]  # leaf first
         labels = (
             (
@@ -143,6 +161,7 @@ def write_pprof(profile: Profile, stream: IO[bytes], sample_labels: bool = True,
             if sample_labels
             else b""
         )
+        labels += b"".join(_bytes(3, _int(1, strings(key)) + _int(2, strings(value))) for key, value in sample_label_set)
         values = [count, cpu_samples * period_ns, waited_ns] if off_cpu else [count, count * period_ns]
         out += _bytes(PROFILE_SAMPLE, _packed(1, location_ids) + _packed(2, values) + labels)
     for record in mapping_records:

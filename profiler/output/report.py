@@ -13,6 +13,7 @@ from typing import IO, TextIO
 
 from profiler.errors import JitprofError
 from profiler.jit import registry
+from profiler.labels.grouping import grouped_by, with_labels
 from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.model.raw import RawProfileError, read_raw
 from profiler.native import elf
@@ -30,6 +31,7 @@ class SampleFilter:
     tids: frozenset[int] = frozenset()
     since_s: float | None = None  # from the first sample
     until_s: float | None = None
+    labels: tuple[tuple[str, str], ...] = ()  # (key, value) every sample shown has
 
 
 def load(path: Path) -> Profile:
@@ -57,9 +59,12 @@ def filtered(profile: Profile, selection: SampleFilter) -> Profile:
         traffic=profile.traffic,
         modules=profile.modules,
         originals=profile.originals,
-    )
+    ).share_labels(profile)
     result.reindex_frames()
+    labelled = with_labels(profile, selection.labels) if selection.labels else None
     for sample in profile.samples:
+        if labelled is not None and sample.labels not in labelled:
+            continue
         if selection.pids and sample.pid not in selection.pids:
             continue
         if selection.tids and sample.tid not in selection.tids:
@@ -103,12 +108,15 @@ def report(
     stdout_format: str = "folded",
     js_view: bool = False,
     source_maps: bool = True,
+    group_by: str = "",
 ) -> list[WrittenOutput]:
     profile = filtered(load(path), selection)
     name_unnamed(profile)
     shown = with_originals(profile) if source_maps else profile
     if js_view:
         shown = registry.language_view(shown)
+    if group_by:
+        shown = grouped_by(shown, group_by)
     if not requests:
         write_to(sys.stdout.buffer, shown if stdout_format != "jitprof" else profile, stdout_format)
         sys.stdout.buffer.flush()

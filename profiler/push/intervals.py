@@ -4,7 +4,7 @@ application process: the store's series name and query, and the pprof."""
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from profiler.model.profile import Frame, Profile, RunInfo, Sample
 from profiler.output.distinct_names import with_distinct_names
@@ -26,6 +26,7 @@ class Interval:
     end_s: float
     frames: list[Frame]  # the run's frame table when it was cut (ids in the samples index it)
     series: dict[SeriesKey, list[Sample]]
+    label_sets: list[tuple[tuple[str, str], ...]] = field(default_factory=lambda: [()])  # the run's: samples' labels index it
 
 
 def group_samples(samples: list[Sample], registry: AppRegistry) -> dict[SeriesKey, list[Sample]]:
@@ -70,7 +71,9 @@ def encode(interval: Interval, key: SeriesKey, frequency_hz: int) -> bytes:
     info.ended_ns = round((interval.end_s - interval.start_s) * 1e9)
     # The series is the CPU's (app.cpu): time off the CPU goes over OTLP only.
     cpu_samples = [sample for sample in interval.series[key] if not sample.off_cpu_ns]
-    profile = with_distinct_names(Profile(info, frames=interval.frames, samples=cpu_samples))
+    source = Profile(info, frames=interval.frames, samples=cpu_samples)
+    source.label_sets = interval.label_sets
+    profile = with_distinct_names(source)
     stream = io.BytesIO()
     write_pprof(profile, stream, sample_labels=False, time_nanos=round(interval.start_s * 1e9))
     return stream.getvalue()

@@ -15,6 +15,7 @@ from profiler.kernel.kernel_maps import KernelMaps
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import descendants, parent_of, process_alive, start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
+from profiler.labels.label_sources import LabelSources
 
 MIN_REFRESH_INTERVAL_S = 0.05
 SWEEP_KERNEL_S = 10.0
@@ -29,6 +30,7 @@ class FollowedProcesses:
         jit_files: JitFileJanitor | None,
         on_new_process: Callable[[int, str], None] | None = None,
         on_runtime_known: Callable[[int], None] | None = None,
+        labels: LabelSources | None = None,
     ) -> None:
         self._maps = maps
         self._tracker = tracker
@@ -36,6 +38,7 @@ class FollowedProcesses:
         self._jit_files = jit_files  # set when jitprof injected flags: their files are noted at exec
         self._on_new_process = on_new_process  # a process is followed, or has exec'd
         self._on_runtime_known = on_runtime_known  # its maps are read (--off-cpu: its threadpool is probed)
+        self._labels = labels  # what processes publish for their samples' labels
         self.live: set[int] = set()
         self.seen: set[int] = set()  # when jitprof made them write JIT files: to remove them at the end
         self.ignored: set[int] = set()  # --all: jitprof's own processes
@@ -69,6 +72,8 @@ class FollowedProcesses:
         the first time takes 0.1 s, a short process's whole life), then the
         kernel walks its stacks, recording what the runtime needs."""
         self._jit_sources.watch(pid)
+        if self._labels is not None:
+            self._labels.watch(pid)
         if self._on_runtime_known is not None:
             self._on_runtime_known(pid)
         self._tracker.release_walks(pid)
@@ -97,6 +102,8 @@ class FollowedProcesses:
         """An exited process is retired: nothing of it is kept."""
         self._start_times.pop(pid, None)
         self.ignored.discard(pid)
+        if self._labels is not None:
+            self._labels.forget(pid)
 
     def handle(self, event: ProcessEvent) -> None:
         if event.event_type is EventType.MAPS_CHANGED:
@@ -197,5 +204,7 @@ class FollowedProcesses:
                 continue
             entries = self._tracker.refresh(pid, self._pending_refresh.pop(pid))
             self._last_refresh[pid] = now
+            if self._labels is not None:
+                self._labels.watch(pid)  # a module loaded may publish a context
             if any(entry.is_jitdump_marker for entry in entries):
                 self._jit_sources.maps_changed(pid, entries)

@@ -44,6 +44,7 @@ class RecordingOptions:
     v8_heap: bool = True  # name JS frames from V8's objects in the process's memory
     debuginfod: bool = True  # ask DEBUGINFOD_URLS for the debug files of stripped binaries
     source_maps: bool = True  # JS frames shown as the sources their scripts' maps name
+    group_by: str = ""  # outputs split by this label: a root frame KEY=value
     js_only: bool = False  # outputs show the language view (profiler/jit/registry.py: the JS view)
     live_view: bool = False  # the terminal view (the caller checks for a TTY)
     user: str | None = None

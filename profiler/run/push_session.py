@@ -89,7 +89,7 @@ class PushSession:
             samples = profile.take_samples()
         # Source-mapped frames as known now (a frame first seen in the last half second may not be yet).
         frames = [profile.originals.get(frame, frame) for frame in profile.frames] if profile.originals else profile.frames
-        interval = Interval(self._interval_start, until, frames, group_samples(samples, self.apps))
+        interval = Interval(self._interval_start, until, frames, group_samples(samples, self.apps), profile.label_sets)
         self._interval_start = until
         self.apps.drop_leaving()
         if not self._keep_samples and len(profile.frames) > FRAME_TABLE_LIMIT:

@@ -25,6 +25,8 @@ from profiler.kernel.kernel_maps import UNWIND_ROWS, UNWIND_TABLES
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import comm_of
+from profiler.labels.grouping import grouped_by
+from profiler.labels.label_sources import LabelSources
 from profiler.model.profile import Profile, RunInfo
 from profiler.native import debuginfod, library
 from profiler.native.heap import give_back_freed_memory
@@ -92,6 +94,7 @@ class Recording:
         )
         self._program: BpfProgram | None = None
         self._jit_sources: JitSources | None = None
+        self._labels: LabelSources | None = None  # what processes publish for their samples' labels
         self._jit_files = JitFileJanitor()
         self._run_as_uid: int | None = None
         self._unwind_tables: UnwindTableStore | None = None
@@ -204,6 +207,8 @@ class Recording:
             self._symbolizer.on_new_frames = self._originals.note_frames
         self._late_walks.recorder = self._jit_sources
         self._mode = self._mode_for(run_as)
+        self._labels = LabelSources(self.profile, program.maps)
+        self._symbolizer.labels = self._labels
         self._followed = FollowedProcesses(
             program.maps,
             self._tracker,
@@ -211,6 +216,7 @@ class Recording:
             self._jit_files if self._inject else None,
             on_new_process=self._push.apps.note if self._push is not None else None,
             on_runtime_known=self._threadpools.attach if self._threadpools is not None else None,
+            labels=self._labels,
         )
         program.events.on_event(self._handle_event)
         return program
@@ -291,6 +297,8 @@ class Recording:
         self._mode.end(0.0)
         self._remove_jit_files()
         self._jit_sources.close()
+        if self._labels is not None:
+            self._labels.close()
         self._jit_files.close()
         if self._originals is not None:
             self._originals.close()
@@ -502,6 +510,8 @@ class Recording:
         shown = with_originals(self.profile)
         if self.options.js_only:
             shown = registry.language_view(shown)
+        if self.options.group_by:
+            shown = grouped_by(shown, self.options.group_by)
         return Summary.of(self.profile, write_outputs(self.profile, requests, output_owner(self.environ), shown), processes)
 
     def _forget(self, pid: int) -> None:
@@ -542,6 +552,7 @@ class Recording:
         refused, code unnamed, stacks cut short, each with what to do."""
         assert self._tracker is not None and self._symbolizer is not None
         lines = self._jit_sources.end_messages(self.profile) if self._jit_sources is not None else []
+        lines += self._labels.warnings() if self._labels is not None else []
         if self._originals is not None:
             lines += [f"{WARNING}{problem}" for problem in self._originals.problems]
         return lines + tracking_problems(

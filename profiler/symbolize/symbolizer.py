@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from profiler.jit import registry
 from profiler.jit.sources import JitSources
@@ -48,6 +49,12 @@ MAX_MEMO = 1_000_000  # named addresses remembered
 MAX_FUNCTION_LINES = 100_000
 MAX_NAMED_AHEAD = 65_536  # addresses named ahead and not yet taken (a stack that never came back)
 MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
+
+
+class SampleLabels(Protocol):
+    """Each sample's labels (profiler/labels/label_sources.py)."""
+
+    def label_id(self, pid: int, record: bytes) -> int: ...
 
 
 class _NotNamedYet(Exception):
@@ -253,6 +260,7 @@ class Symbolizer:
         # --off-cpu: wait records become samples there
         self.waits = WaitRecorder(profile, registry.waits_for_work) if profile.info.off_cpu else None
         self.work = WorkCharges(profile) if profile.info.off_cpu else None  # threadpool work charged to who queued it
+        self.labels: SampleLabels | None = None  # each sample's labels, where processes publish them
         self.jit_sources: list[JitSymbolSource] = []
         # By process, so that a process's entries go with it: (generation, address) -> frame ids
         self._memo: dict[int, dict[tuple[int, int], tuple[int, ...]]] = {}
@@ -419,6 +427,8 @@ class Symbolizer:
         try:
             if raw.stack_copy is not None:
                 raw = self._finish_walk(raw, may_park)
+            if self.labels is not None:
+                raw.labels = self.labels.label_id(raw.pid, raw.thread_context)
             work = self.work
             if work is not None and raw.submits_work:
                 work.submitted(raw, self.resolve_sample(raw))
@@ -526,7 +536,7 @@ class Symbolizer:
         stack = (*caller_ids, *leaf_ids, *kernel_ids)
         if len(stack) > MAX_SAMPLE_FRAMES:
             stack = stack[-MAX_SAMPLE_FRAMES:]
-        return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(stack), raw.walk_end)
+        return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(stack), raw.walk_end, labels=raw.labels)
 
     def _epochs(self, pid: int) -> tuple[tuple[tuple[int, int], ...], int]:
         """What each JIT source knows of pid's code, and the time of the

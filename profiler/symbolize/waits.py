@@ -113,4 +113,4 @@ class WaitRecorder:
     ) -> None:
         """comm: whose the stack is shown as (a pool thread's wait is its submitter's)."""
         stack = self._profile.intern_stack(frame_ids)
-        self._profile.add(Sample(raw.time_ns, raw.pid, raw.tid, comm or raw.comm, stack, walk_end, nanoseconds))
+        self._profile.add(Sample(raw.time_ns, raw.pid, raw.tid, comm or raw.comm, stack, walk_end, nanoseconds, raw.labels))

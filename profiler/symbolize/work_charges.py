@@ -63,7 +63,9 @@ class WorkCharges:
         if chain is None:  # submitted before the run, or its submit was not seen
             return
         stack = self._profile.intern_stack((*chain.frame_ids, self._queued_id))
-        self._profile.add(Sample(raw.time_ns, raw.pid, chain.tid, chain.comm, stack, WalkEnd.COMPLETE, raw.off_cpu_ns))
+        self._profile.add(
+            Sample(raw.time_ns, raw.pid, chain.tid, chain.comm, stack, WalkEnd.COMPLETE, raw.off_cpu_ns, raw.labels)
+        )
 
     def charged(self, raw: RawSample, named: Sample) -> Sample:
         """A pool thread's sample or wait in an item, under the item's chain."""
@@ -77,4 +79,4 @@ class WorkCharges:
         if begins is None:
             return named  # between items: the pool thread's own loop
         stack = self._profile.intern_stack((*chain.frame_ids, *named.frame_ids[begins:]))
-        return Sample(named.time_ns, named.pid, named.tid, chain.comm, stack, named.walk_end, named.off_cpu_ns)
+        return Sample(named.time_ns, named.pid, named.tid, chain.comm, stack, named.walk_end, named.off_cpu_ns, named.labels)

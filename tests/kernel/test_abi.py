@@ -63,6 +63,8 @@ CONSTANTS = [
     "DEEP_COPY_BYTES",
     "COMM_LEN",
     "SAMPLE_HEADER_BYTES",
+    "THREAD_CONTEXT_BYTES",
+    "THREAD_CONTEXT_HEADER_BYTES",
     "V8_FP_CONTEXT",
     "V8_FP_FUNCTION",
     "V8_FP_BYTECODE_ARRAY",
@@ -104,6 +106,9 @@ STRUCTS = {
         "work",
         "parent_work",
         "runnable_ns",
+        "context_size",
+        "reserved",
+        "context",
         "addresses",
         "copy_space",
     ],
@@ -220,6 +225,7 @@ def test_codes_are_the_headers(abi):
 def test_limits_are_the_headers(abi):
     assert events.MAX_FRAMES == abi["MAX_FRAMES"]
     assert events.COMM_LEN == abi["COMM_LEN"]
+    assert events.THREAD_CONTEXT_BYTES == abi["THREAD_CONTEXT_BYTES"]
     assert bpf_program.STACK_COPY_BYTES == abi["STACK_COPY_BYTES"]
     assert abi["sample_event.addresses"] == [abi["SAMPLE_HEADER_BYTES"], 8 * (abi["MAX_FRAMES"] + 1)]
     assert abi["sample_event.copy_space"][1] == (

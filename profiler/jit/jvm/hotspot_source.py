@@ -53,7 +53,7 @@ from profiler.kernel.events import (
 from profiler.kernel.kernel_maps import HotSpotCode
 from profiler.kernel.late_walks import WalkedFrame
 from profiler.kernel.process_memory import MemoryThread, ProcessMemory
-from profiler.kernel.procmaps import MapEntry, read_maps
+from profiler.kernel.procmaps import read_maps
 from profiler.model.profile import Frame, FrameKind
 from profiler.native import elf_format
 from profiler.native.elf import MAX_ELF_BYTES
@@ -793,11 +793,4 @@ def libjvm_of(pid: int) -> tuple[str, int] | None:
     path = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
     with files.open_regular(path, MAX_ELF_BYTES) as handle:
         segments, _build_id = elf_format.read_load_segments_and_build_id(handle)
-    return path, _bias(entry, segments)
-
-
-def _bias(entry: MapEntry, segments: list[elf_format.LoadSegment]) -> int:
-    for segment in segments:
-        if segment.file_offset <= entry.offset < segment.file_offset + max(segment.file_size, 1):
-            return entry.start - (segment.vaddr + entry.offset - segment.file_offset)
-    raise ValueError("its libjvm.so mapping is in none of the file's segments")
+    return path, elf_format.load_bias(entry.start, entry.offset, segments)

@@ -123,7 +123,7 @@ def _shown(frames: list[Frame]) -> list[Frame]:
 
 def js_only(profile: Profile) -> Profile:
     """A copy of the profile in the JS view (the frames list grows by three)."""
-    view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic, modules=profile.modules)
+    view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic, modules=profile.modules).share_labels(profile)
     view.frames = list(profile.frames)
     view.reindex_frames()
     stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -133,5 +133,7 @@ def js_only(profile: Profile) -> Profile:
             shown = shown_in_js_view([profile.frames[frame_id] for frame_id in sample.frame_ids])
             ids = tuple(view.intern(frame) for frame in shown)
             stacks[sample.frame_ids] = ids
-        view.add(Sample(sample.time_ns, sample.pid, sample.tid, sample.comm, ids, sample.walk_end, sample.off_cpu_ns))
+        view.add(
+            Sample(sample.time_ns, sample.pid, sample.tid, sample.comm, ids, sample.walk_end, sample.off_cpu_ns, sample.labels)
+        )
     return view

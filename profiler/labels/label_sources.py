@@ -1,0 +1,220 @@
+"""What labels each sample carries, and where they are read: the one
+interface the sampling path and the outputs know.
+
+Per followed process, a thread of its own (never the sampling thread: the
+files and memory read are the target's) finds what it publishes: the
+OpenTelemetry process context (its resource attributes label all its
+samples, and name its thread records' keys) and thread context (the kernel
+reads each sample's record; here it is decoded). A sample's labels are
+interned in the profile: Sample.labels is an index into profile.label_sets."""
+
+from __future__ import annotations
+
+import functools
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from profiler.kernel.process_memory import MemoryThread, ProcessMemory
+from profiler.kernel.procmaps import MapEntry, read_maps
+from profiler.labels import otel_process_context, otel_thread_context
+from profiler.model.profile import NO_LABELS, Profile
+from profiler.native import elf_format
+from profiler.safety import files
+
+MAX_PROCESSES = 4096
+MAX_FILES_SCANNED = 256  # modules of one process looked at for a thread context pointer
+MAX_MODULE_BYTES = 1 << 30
+MAX_DECODED = 1 << 16  # (process, record bytes) -> label set, remembered
+MAX_NOTED = 5  # processes named in the closing note
+# An SDK publishes when the program sets it up, after jitprof first reads a
+# process it starts: a process with nothing found is read again this often,
+# for a while.
+RESCAN_S = 0.5
+RESCAN_FOR_S = 10.0
+TRACE_ID, SPAN_ID = "trace_id", "span_id"
+
+
+class ThreadContextKernel(Protocol):
+    def set_thread_context(self, pid: int, offset: int) -> bool: ...
+
+    def clear_thread_context(self, pid: int) -> None: ...
+
+
+@dataclass
+class _Published:
+    """What one process publishes."""
+
+    process: otel_process_context.ProcessContext | None = None
+    thread_offset: int | None = None  # of its context pointer from the thread pointer; None: none read
+    dynamic_tls: bool = False  # it exports a context pointer jitprof cannot reach (TLS outside the static area)
+
+
+class LabelSources:
+    def __init__(self, profile: Profile, kernel: ThreadContextKernel | None) -> None:
+        self._profile = profile
+        self._kernel = kernel
+        self._published: dict[int, _Published] = {}
+        self._decoded: dict[tuple[int, bytes], int] = {}
+        self._module_descriptors: dict[tuple[int, int, int], int | None] = {}  # by file identity
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._labelled: dict[int, str] = {}  # processes whose samples carried labels, with their service name
+        self._watched_at: dict[int, float] = {}  # (this thread's) when each process was first watched
+
+    # Which processes (the sampling thread's calls: they only queue) -----
+
+    def watch(self, pid: int) -> None:
+        """A followed process, or one whose maps changed: read what it publishes."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="jitprof-labels", daemon=True)
+            self._thread.start()
+        self._queue.put(pid)
+
+    def forget(self, pid: int) -> None:
+        with self._lock:
+            self._published.pop(pid, None)
+        if self._kernel is not None:
+            self._kernel.clear_thread_context(pid)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                pid = self._queue.get(timeout=RESCAN_S)
+            except queue.Empty:
+                for young in self._young():
+                    self._scan(young)
+                continue
+            if pid is None:
+                return
+            if len(self._watched_at) >= MAX_PROCESSES:
+                self._watched_at.clear()
+            self._watched_at.setdefault(pid, time.monotonic())
+            self._scan(pid)
+
+    def _young(self) -> list[int]:
+        """Processes watched a short while ago that have published nothing yet."""
+        now = time.monotonic()
+        with self._lock:
+            return [
+                pid
+                for pid, since in self._watched_at.items()
+                if now - since < RESCAN_FOR_S and not _publishes(self._published.get(pid))
+            ]
+
+    def _scan(self, pid: int) -> None:
+        try:
+            found = self._read(pid, read_maps(pid))
+        except (OSError, ValueError):
+            return
+        with self._lock:
+            if len(self._published) >= MAX_PROCESSES and pid not in self._published:
+                return
+            self._published[pid] = found
+        if self._kernel is not None and found.thread_offset is not None:
+            self._kernel.set_thread_context(pid, found.thread_offset)
+
+    def _read(self, pid: int, entries: Sequence[MapEntry]) -> _Published:
+        found = _Published()
+        context_at = otel_process_context.context_address(entries)
+        descriptors = self._descriptors(pid, entries)
+        if context_at is None and not descriptors:
+            return found
+        memory = ProcessMemory(pid)
+        reader = MemoryThread(memory)
+        try:
+            if context_at is not None:
+                found.process = reader.run(lambda: otel_process_context.read_process_context(memory, context_at))
+            for descriptor_at in descriptors:
+                offset = reader.run(functools.partial(otel_thread_context.thread_pointer_offset, memory, descriptor_at))
+                if offset is not None:
+                    found.thread_offset = offset
+                    break
+                found.dynamic_tls = True
+        finally:
+            reader.close()
+        return found
+
+    def _descriptors(self, pid: int, entries: Sequence[MapEntry]) -> list[int]:
+        """The process's addresses of the TLSDESC descriptors of modules that export a context pointer."""
+        found: list[int] = []
+        seen: set[tuple[int, int, int]] = set()
+        for entry in entries:
+            if not entry.is_file_backed or entry.offset != 0 or len(seen) >= MAX_FILES_SCANNED:
+                continue
+            path = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
+            try:
+                with files.open_regular(path, MAX_MODULE_BYTES) as handle:
+                    status = os.fstat(handle.fileno())
+                    identity = (status.st_dev, status.st_ino, status.st_mtime_ns)
+                    if identity in seen:
+                        continue
+                    seen.add(identity)
+                    if identity not in self._module_descriptors:
+                        if len(self._module_descriptors) >= MAX_PROCESSES:
+                            self._module_descriptors.clear()
+                        self._module_descriptors[identity] = otel_thread_context.descriptor_address(handle)
+                    descriptor = self._module_descriptors[identity]
+                    if descriptor is None:
+                        continue
+                    segments, _build_id = elf_format.read_load_segments_and_build_id(handle)
+                    found.append(elf_format.load_bias(entry.start, entry.offset, segments) + descriptor)
+            except (OSError, ValueError):
+                continue
+        return found
+
+    # Labelling samples (the symbolizer's thread) -------------------------
+
+    def label_id(self, pid: int, record: bytes) -> int:
+        """The label set of a sample of pid whose thread's context record the kernel read (b"": none)."""
+        published = self._published.get(pid)
+        if published is None or published.process is None and not record:
+            return NO_LABELS
+        key = (pid, record)
+        known = self._decoded.get(key)
+        if known is not None:
+            return known
+        process = published.process
+        labels: list[tuple[str, str]] = list(process.resource) if process is not None else []
+        context = otel_thread_context.decode_record(record, process.thread_keys if process is not None else ())
+        if context is not None and context.trace_id:
+            labels += [(TRACE_ID, context.trace_id), (SPAN_ID, context.span_id)]
+        if context is not None:
+            labels += context.attributes
+        label_id = self._profile.intern_labels(tuple(labels))
+        if len(self._decoded) >= MAX_DECODED:
+            self._decoded.clear()
+        self._decoded[key] = label_id
+        if label_id != NO_LABELS and pid not in self._labelled and len(self._labelled) < MAX_PROCESSES:
+            self._labelled[pid] = dict(labels).get("service.name", "")
+        return label_id
+
+    def warnings(self) -> list[str]:
+        with self._lock:
+            unreachable = [pid for pid, found in self._published.items() if found.dynamic_tls and found.thread_offset is None]
+        notes = []
+        if self._labelled:
+            named = ", ".join(
+                f"{pid} ({service})" if service else str(pid) for pid, service in list(self._labelled.items())[:MAX_NOTED]
+            )
+            more = f" and {len(self._labelled) - MAX_NOTED} more" if len(self._labelled) > MAX_NOTED else ""
+            notes.append(f"jitprof: note: samples labelled with the OpenTelemetry context of process {named}{more}")
+        notes += [
+            f"jitprof: note: process {pid} publishes an OpenTelemetry thread context in a module loaded after its start "
+            "(its thread-local storage is not in the static area): its threads' records were not read"
+            for pid in unreachable[:MAX_NOTED]
+        ]
+        return notes
+
+
+def _publishes(found: _Published | None) -> bool:
+    return found is not None and (found.process is not None or found.thread_offset is not None)
