@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -202,3 +203,46 @@ def nobody_dir():
     os.chown(directory, NOBODY, NOBODY)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def jitprof_sampling(symbol_cache: Path, workdir: Path, *args: str) -> subprocess.Popen:
+    """jitprof running in the background, returned once it samples (its
+    perf events are open, one per CPU at least): what it records from then
+    on is what the test's program does next."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "profiler", *args],
+        cwd=workdir,
+        env=jitprof_environment(symbol_cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            events = sum(1 for link in Path(f"/proc/{process.pid}/fd").iterdir() if "perf_event" in os.readlink(link))
+        except OSError:
+            events = 0
+        if events >= (os.cpu_count() or 1):
+            return process
+        time.sleep(0.05)
+    process.kill()
+    _stdout, stderr = process.communicate()
+    raise AssertionError(f"jitprof never began sampling: {stderr[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def unattacked_seconds(symbol_cache, tmp_path_factory):
+    """How long `jitprof --all -d N` takes here with no attack (start-up and
+    the final naming included), once per module and N: an attacked run is
+    judged against it, on a CPU of any speed."""
+    from e2e.test_hostile import run_all  # noqa: PLC0415  (the hostile tests' way to run --all)
+
+    measured: dict[int, float] = {}
+
+    def seconds(duration: int) -> float:
+        if duration not in measured:
+            _result, measured[duration], _peak = run_all(symbol_cache, tmp_path_factory.mktemp("unattacked"), duration)
+        return measured[duration]
+
+    return seconds
