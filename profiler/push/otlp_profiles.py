@@ -33,6 +33,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from profiler import __version__
 from profiler.jit import registry
+from profiler.labels.label_sources import SPAN_ID, TRACE_ID
 from profiler.model.profile import Frame, FrameKind
 from profiler.output.pprof import location_groups
 from profiler.push.apps import RESERVED_LABELS
@@ -48,6 +49,7 @@ class _SampleKey:
     frame_ids: tuple[int, ...]
     tid: int
     comm: str
+    labels: int = 0  # the sample's label set in the interval's
 
 
 class _Dictionary:
@@ -63,6 +65,7 @@ class _Dictionary:
         self._mappings: dict[str, int] = {}
         self._locations: dict[tuple[tuple[int, ...], str], int] = {}
         self._stacks: dict[tuple[int, ...], int] = {}
+        self._links: dict[tuple[bytes, bytes], int] = {}
         self.string("")
         self.message.attribute_table.add()
         self.message.function_table.add()
@@ -87,6 +90,20 @@ class _Dictionary:
                 item.value.int_value = value
             else:
                 item.value.string_value = value
+        return index
+
+    def link(self, trace_id: str, span_id: str) -> int:
+        """The link to a span (hex ids, as labels carry them); 0: none (not ids)."""
+        try:
+            key = (bytes.fromhex(trace_id), bytes.fromhex(span_id))
+        except ValueError:
+            return 0
+        if len(key[0]) != 16 or len(key[1]) != 8:
+            return 0
+        index = self._links.get(key)
+        if index is None:
+            index = self._links[key] = len(self.message.link_table)
+            self.message.link_table.add(trace_id=key[0], span_id=key[1])
         return index
 
     def function(self, frame: Frame) -> int:
@@ -182,11 +199,13 @@ def export_request(
             times: dict[_SampleKey, list[tuple[int, int]]] = {}
             for sample in selected:
                 value = 1 if unit == "count" else sample.off_cpu_ns or period_ns
-                times.setdefault(_SampleKey(sample.frame_ids, sample.tid, sample.comm), []).append(
+                times.setdefault(_SampleKey(sample.frame_ids, sample.tid, sample.comm, sample.labels), []).append(
                     (sample.time_ns + wall_offset_ns, value)
                 )
             for sample_key, stamped in times.items():
                 stamped.sort()
+                label_set = dict(interval.label_sets[sample_key.labels]) if sample_key.labels < len(interval.label_sets) else {}
+                trace_id, span_id = label_set.pop(TRACE_ID, ""), label_set.pop(SPAN_ID, "")
                 profile.samples.append(
                     Sample(
                         stack_index=dictionary.stack(sample_key.frame_ids, jit_frame_type),
@@ -195,7 +214,9 @@ def export_request(
                         attribute_indices=[
                             dictionary.attribute("thread.id", sample_key.tid),
                             dictionary.attribute("thread.name", sample_key.comm),
+                            *(dictionary.attribute(key, value) for key, value in label_set.items()),
                         ],
+                        link_index=dictionary.link(trace_id, span_id) if trace_id and span_id else 0,
                     )
                 )
             scope.profiles.append(profile)

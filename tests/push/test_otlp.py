@@ -15,6 +15,7 @@ from profiler.push.apps import App, AppRegistry
 from profiler.push.endpoint import BadEndpoint, Result
 from profiler.push.intervals import Interval, Labels, group_samples
 from profiler.push.otlp import OtlpExport
+from profiler.push.otlp_profiles import export_request
 from profiler.push.pusher import Pusher
 from profiler.push.spool import Spool
 from profiler.run.options import PushOptions
@@ -206,3 +207,34 @@ def test_off_cpu_time_goes_as_a_second_profile_of_nanoseconds():
     assert sorted(value for sample in waits.samples for value in sample.values) == [50_000_000, 200_000_000]
     assert all(sample.stack[0].lines[0].function == OFF_CPU.name for sample in waits.samples)  # leaf first
     assert cpu.resource == waits.resource and cpu.resource["service.name"] == "worker"
+
+
+def test_a_labelled_sample_links_to_its_span_and_carries_its_attributes():
+    """A sample labelled with a trace and span (the OpenTelemetry thread
+    context) links to that span; its other labels are its attributes."""
+    profile = sample_profile()
+    labelled = profile.intern_labels((("trace_id", "ab" * 16), ("span_id", "cd" * 8), ("http.route", "/checkout")))
+    profile.samples[0].labels = labelled
+    registry = AppRegistry()
+    registry._apps = {100: App("checkout", "node", "node"), 200: App("billing", "node", "node")}
+    sent = Interval(NOW, NOW + 15.0, profile.frames, group_samples(profile.samples, registry), profile.label_sets)
+    request = export_request(sent, LABELS, 99, 0, {})
+    links = request.dictionary.link_table
+    assert len(links) == 2 and links[1].trace_id == bytes.fromhex("ab" * 16) and links[1].span_id == bytes.fromhex("cd" * 8)
+    samples = [
+        sample
+        for resource in request.resource_profiles
+        for scope in resource.scope_profiles
+        for profile in scope.profiles
+        for sample in profile.samples
+    ]
+    linked = [sample for sample in samples if sample.link_index]
+    assert len(linked) == 1 and sum(len(sample.timestamps_unix_nano) for sample in linked) == 1
+    strings = request.dictionary.string_table
+    attributes = {
+        strings[request.dictionary.attribute_table[index].key_strindex]: request.dictionary.attribute_table[
+            index
+        ].value.string_value
+        for index in linked[0].attribute_indices
+    }
+    assert attributes["http.route"] == "/checkout" and "trace_id" not in attributes
