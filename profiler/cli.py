@@ -166,6 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--js-only", action="store_true", help=JS_ONLY_HELP + " (a .jitprof output keeps everything)")
     parser.add_argument("--group-by", metavar="KEY", help=GROUP_BY_HELP + " (a .jitprof output keeps the labels)")
+    parser.add_argument(
+        "--no-labels",
+        action="store_true",
+        help="do not label samples with the OpenTelemetry context processes publish (trace, span, route)",
+    )
     parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
     parser.add_argument(
         "--no-debuginfod",
@@ -285,6 +290,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         inline=not args.no_inline,
         jvm_debug_non_safepoints=args.jvm_debug_nonsafepoints,
         group_by=args.group_by or "",
+        labels=not args.no_labels,
         v8_heap=not args.no_v8_heap,
         js_only=args.js_only,
         source_maps=not args.no_source_maps,

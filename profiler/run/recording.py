@@ -207,8 +207,9 @@ class Recording:
             self._symbolizer.on_new_frames = self._originals.note_frames
         self._late_walks.recorder = self._jit_sources
         self._mode = self._mode_for(run_as)
-        self._labels = LabelSources(self.profile, program.maps)
-        self._symbolizer.labels = self._labels
+        if self.options.labels:
+            self._labels = LabelSources(self.profile, program.maps)
+            self._symbolizer.labels = self._labels
         self._followed = FollowedProcesses(
             program.maps,
             self._tracker,
