@@ -17,6 +17,7 @@ from profiler.model.profile import Frame, FrameKind
 
 DEFAULT_WINDOW_S = 5.0
 MAX_CACHED_STACKS = 200_000
+MAX_ROUTES = 64  # per row: past that, a new route's samples are not told apart
 
 
 class SortColumn(enum.IntEnum):
@@ -43,6 +44,7 @@ class Row:
     total_seconds: float
     tier: str
     off_cpu_seconds: float = 0.0  # cumulative, under this function (its callees' waits included)
+    route: str = ""  # the request route most of its labelled CPU samples served, with its share
 
     @property
     def location(self) -> str:
@@ -124,6 +126,8 @@ class LiveTable:
         self._keys: dict[Frame, tuple[RowKey, RowKey]] = {}
         self._stacks: dict[tuple[int, ...], _StackParts] = {}  # by frame ids
         self._off_cpu_ns: tuple[Counter[RowKey], Counter[RowKey]] = (Counter(), Counter())  # per function, per line
+        # CPU samples per route under each row (labels' http.route), cumulative.
+        self._routes: tuple[dict[RowKey, Counter[str]], dict[RowKey, Counter[str]]] = ({}, {})
 
     def _frame_keys(self, frame: Frame) -> tuple[RowKey, RowKey]:
         keys = self._keys.get(frame)
@@ -160,9 +164,12 @@ class LiveTable:
         """The frames' names changed (their originals found): stacks are named anew."""
         self._stacks.clear()
 
-    def add_ids(self, time_ns: int, frame_ids: tuple[int, ...], frames: Sequence[Frame], off_cpu_ns: int = 0) -> None:
+    def add_ids(
+        self, time_ns: int, frame_ids: tuple[int, ...], frames: Sequence[Frame], off_cpu_ns: int = 0, route: str = ""
+    ) -> None:
         """One sample by frame ids (a stack seen before costs one lookup); a
-        wait's off_cpu_ns go to the off-CPU column, not the CPU's."""
+        wait's off_cpu_ns go to the off-CPU column, not the CPU's; route:
+        the request route it served (its http.route label), if any."""
         parts = self._stacks.get(frame_ids)
         if parts is None:
             if len(self._stacks) >= MAX_CACHED_STACKS:
@@ -175,6 +182,23 @@ class LiveTable:
                     counter[key] += off_cpu_ns
             return
         self._count(time_ns, parts)
+        if route:
+            for routes, keys in zip(self._routes, (parts.total_functions, parts.total_lines)):
+                for key in keys:
+                    counts = routes.setdefault(key, Counter())
+                    if route in counts or len(counts) < MAX_ROUTES:
+                        counts[route] += 1
+
+    @property
+    def has_routes(self) -> bool:
+        return bool(self._routes[0])
+
+    def _route(self, index: int, key: RowKey) -> str:
+        counts = self._routes[index].get(key)
+        if not counts:
+            return ""
+        route, count = counts.most_common(1)[0]
+        return f"{route} {100 * count / sum(counts.values()):.0f}%"
 
     def _count(self, time_ns: int, parts: _StackParts) -> None:
         self.samples += 1
@@ -258,6 +282,7 @@ class LiveTable:
                 cumulative.total.get(key, 0) * self.seconds_per_sample,
                 self._tiers.get(key, ""),
                 off_cpu.get(key, 0) / 1e9,
+                self._route(index, key),
             )
             for key in chosen
         ]

@@ -32,6 +32,8 @@ from profiler.tui.child_output import CapturedOutput
 from profiler.tui.live_table import LiveTable, Row, SortColumn
 
 REFRESH_S = 1.0
+ROUTE_LABEL = "http.route"  # the column of request routes (labels from the context processes publish)
+MAX_ROUTE_SETS = 1 << 16
 HEADER_LINES = 3
 FOOTER_LINES = 1
 PANE_LINES = 6
@@ -103,6 +105,7 @@ class LiveView:
         self._paused = False
         self._help = False
         self._seen = 0
+        self._routes: dict[int, str] = {}  # each label set's http.route
         self._originals_known = 0
         self._started = self._window_reset = time.monotonic()
         self._last_draw = 0.0
@@ -152,7 +155,7 @@ class LiveView:
             self._originals_known = len(self._profile.originals)
             self.table.forget_stacks()
         for sample in self._profile.samples_since(self._seen):
-            self.table.add_ids(sample.time_ns, sample.frame_ids, frames, sample.off_cpu_ns)
+            self.table.add_ids(sample.time_ns, sample.frame_ids, frames, sample.off_cpu_ns, self._route_of(sample.labels))
             self._seen += 1
         now = time.monotonic()
         due = now - self._last_draw >= REFRESH_S
@@ -219,7 +222,7 @@ class LiveView:
         samples = self._profile.snapshot()
         frames = self._frames()
         for sample in samples:
-            table.add_ids(sample.time_ns, sample.frame_ids, frames, sample.off_cpu_ns)
+            table.add_ids(sample.time_ns, sample.frame_ids, frames, sample.off_cpu_ns, self._route_of(sample.labels))
         table.expire(time.monotonic_ns())
         self.table, self._seen = table, len(samples)
         self._frozen = None
@@ -294,10 +297,24 @@ class LiveView:
         table.add_column("Tier", no_wrap=True, width=11)
         table.add_column("Function", no_wrap=True, overflow="ellipsis", ratio=3)
         table.add_column("File:Line", no_wrap=True, overflow="ellipsis", ratio=2)
+        routes = self.table.has_routes
+        if routes:
+            table.add_column("Route", no_wrap=True, overflow="ellipsis", ratio=1)
         active_filter = self._typing_filter if self._typing_filter is not None else self._filter
         for row in self.table.rows(self._by_line, self._sort, active_filter, limit):
-            table.add_row(*_cells(row, self._profile.info.off_cpu))
+            table.add_row(*_cells(row, self._profile.info.off_cpu), *((Text(printable(row.route)),) if routes else ()))
         return table
+
+    def _route_of(self, label_id: int) -> str:
+        """A label set's http.route (read once per set)."""
+        if not label_id:
+            return ""
+        route = self._routes.get(label_id)
+        if route is None:
+            if len(self._routes) >= MAX_ROUTE_SETS:
+                self._routes.clear()
+            route = self._routes[label_id] = dict(self._profile.label_sets[label_id]).get(ROUTE_LABEL, "")
+        return route
 
     def _help_panel(self) -> Panel:
         return Panel(Text(HELP), title="keys", border_style="cyan")

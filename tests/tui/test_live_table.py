@@ -236,3 +236,23 @@ def test_the_view_shows_an_off_cpu_column_with_off_cpu():
     read_row = next(line for line in table_rows(screen) if " read " in line)
     assert read_row.split()[4] == "3.00s"  # the fifth column, after CPU's four
     assert "Off-CPU" not in render_text(*_view_with_samples())
+
+
+def test_a_route_column_says_which_request_route_a_function_served():
+    """Samples labelled with their request's http.route: each row names the
+    route most of its samples served, with its share; no labels, no column."""
+    profile = Profile(RunInfo(["node", "app.js"], [42], 99))
+    checkout = profile.intern_labels((("trace_id", "ab" * 16), ("http.route", "/checkout")))
+    search = profile.intern_labels((("trace_id", "cd" * 16), ("http.route", "/search")))
+    stacks = [([MAIN, WORK, HOT], checkout)] * 6 + [([MAIN, WORK, HOT], search)] * 2 + [([MAIN, LEAF], search)] * 2
+    for index, (stack, labels) in enumerate(stacks):
+        ids = tuple(profile.intern(frame) for frame in stack)
+        profile.add(Sample(index, 42, 42, "node", ids, WalkEnd.COMPLETE, 0, labels))
+    console = Console(file=io.StringIO(), width=160, height=30, force_terminal=False, color_system=None)
+    view = LiveView(profile, None, lambda: RunCounters(0, 0), lambda: [], console=console)
+    view.tick()
+    rows = {row.key.function: row.route for row in view.table.rows(False, SortColumn.TOTAL_PERCENT)}
+    assert rows["hot app.js:10"] == "/checkout 75%" and rows["memcpy"] == "/search 100%" and rows["main"] == "/checkout 60%"
+    assert "Route" in render_text(view, console)
+    plain, plain_console = _view_with_samples()
+    assert "Route" not in render_text(plain, plain_console)
