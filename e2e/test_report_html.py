@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from e2e.conftest import ROOT
 from e2e.test_formats import chromium, record_base_and_new
 from e2e.test_node import JS, start_node
 from profiler.kernel.events import WalkEnd
@@ -245,3 +246,21 @@ def test_a_page_of_ten_thousand_stacks(jitprof, tmp_path):
     assert rows and all("work12" in row for row in rows)
     assert "svc7 (pid 1007)" in dom
     assert boxes_drawn(dom) >= 100
+
+
+def test_a_page_filters_by_request_route_and_trace(jitprof, tmp_path):
+    """Samples labelled with their request (the OpenTelemetry context the
+    program publishes): the page keeps a route's, or one trace's, alone."""
+    program = ROOT / "fixtures" / "build" / "otel_context"
+    run = jitprof("--no-tui", "-F", "499", "-o", "page.html", "--", str(program), "2", "2")
+    assert run.returncode == 0, run.stderr
+    page = tmp_path / "page.html"
+    dom, _ = open_page(page, "route=/search", tmp_path)
+    rows = " ".join(table_rows(dom))
+    assert "search_work" in rows and "checkout_work" not in rows
+    # The program's last checkout request (its first ones ran before jitprof read what it publishes).
+    checkout = [line.split() for line in run.stdout.splitlines() if line.startswith("span ") and "/checkout" in line]
+    checkout_trace = max(checkout, key=lambda fields: int(fields[5]))[1]
+    dom, _ = open_page(page, f"trace={checkout_trace[:12]}", tmp_path)
+    rows = " ".join(table_rows(dom))
+    assert "checkout_work" in rows and "search_work" not in rows and "between_requests" not in rows

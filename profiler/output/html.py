@@ -59,6 +59,10 @@ def tier_category(frame: Frame) -> str:
     return "jit"
 
 
+ROUTE_LABEL, TRACE_LABEL = "http.route", "trace_id"  # the requests the page filters by
+MAX_REQUESTS = 20_000  # traces on one page; past that, samples are told apart by route alone
+
+
 @dataclass
 class _PageData:
     """What the page is given, as lists the script indexes."""
@@ -68,7 +72,25 @@ class _PageData:
     frame_function: dict[int, int] = field(default_factory=dict)  # the profile being added's frame id -> function index
     threads: list[list[Any]] = field(default_factory=list)  # [pid, tid, comm]
     thread_index: dict[tuple[int, int, str], int] = field(default_factory=dict)
-    stacks: dict[tuple[int, tuple[int, ...]], list[float]] = field(default_factory=dict)  # -> [weight a, weight b]
+    stacks: dict[tuple[int, tuple[int, ...], int], list[float]] = field(default_factory=dict)  # -> [weight a, weight b]
+    # The requests samples served (their labels' route and trace; 0: none), for the page's filters.
+    requests: list[list[str]] = field(default_factory=lambda: [["", ""]])  # [route, trace id]
+    request_index: dict[tuple[str, str], int] = field(default_factory=lambda: {("", ""): 0})
+    request_of_labels: dict[int, int] = field(default_factory=dict)  # the profile being added's label set -> request
+
+    def request_of(self, profile: Profile, label_id: int) -> int:
+        found = self.request_of_labels.get(label_id)
+        if found is None:
+            labels = dict(profile.label_sets[label_id]) if label_id else {}
+            key = (labels.get(ROUTE_LABEL, ""), labels.get(TRACE_LABEL, ""))
+            if key not in self.request_index and len(self.requests) >= MAX_REQUESTS:
+                key = (key[0], "")  # past the page's bound, by route alone
+            found = self.request_index.get(key)
+            if found is None:
+                found = self.request_index[key] = len(self.requests)
+                self.requests.append(list(key))
+            self.request_of_labels[label_id] = found
+        return found
 
     def function_of(self, profile: Profile, frame_id: int) -> int:
         found = self.frame_function.get(frame_id)
@@ -85,7 +107,14 @@ class _PageData:
         return found
 
     def add(
-        self, profile: Profile, pid: int, tid: int, comm: str, frame_ids: tuple[int, ...], weights: tuple[float, float]
+        self,
+        profile: Profile,
+        pid: int,
+        tid: int,
+        comm: str,
+        frame_ids: tuple[int, ...],
+        weights: tuple[float, float],
+        labels: int = 0,
     ) -> None:
         thread_key = (pid, tid, comm)
         thread = self.thread_index.get(thread_key)
@@ -93,7 +122,7 @@ class _PageData:
             thread = self.thread_index[thread_key] = len(self.threads)
             self.threads.append([pid, tid, comm])
         functions = tuple(self.function_of(profile, frame_id) for frame_id in frame_ids)
-        totals = self.stacks.setdefault((thread, functions), [0.0, 0.0])
+        totals = self.stacks.setdefault((thread, functions, self.request_of(profile, labels)), [0.0, 0.0])
         totals[0] += weights[0]
         totals[1] += weights[1]
 
@@ -103,13 +132,14 @@ def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: 
     with --off-cpu), or for a diff [new, base scaled]."""
     period_us = profile.info.sample_period_ns / 1000
     data.frame_function.clear()  # frame ids are a profile's own: a diff's two number their frames apart
+    data.request_of_labels.clear()
     # Keyed by the stack tuple's identity (samples share one per distinct
     # stack), so no stack is hashed per sample.
-    weights: dict[tuple[int, int, str, int], list[int]] = {}
+    weights: dict[tuple[int, int, str, int, int], list[int]] = {}
     stacks: dict[int, tuple[int, ...]] = {}
-    if profile.info.off_cpu:
+    if profile.info.off_cpu or len(profile.label_sets) > 1:
         for sample in profile.samples:
-            key = (sample.pid, sample.tid, sample.comm, id(sample.frame_ids))
+            key = (sample.pid, sample.tid, sample.comm, id(sample.frame_ids), sample.labels)
             totals = weights.get(key)
             if totals is None:
                 totals = weights[key] = [0, 0]
@@ -120,17 +150,17 @@ def _collect(data: _PageData, profile: Profile, base_side: bool = False, scale: 
                 totals[0] += 1
     else:
         distinct = Profile.distinct_stacks(profile.samples, by=(SAMPLE_PID, SAMPLE_TID, SAMPLE_COMM))
-        weights = {key: [count, 0] for key, (_frame_ids, count) in distinct.items()}
+        weights = {(*key, 0): [count, 0] for key, (_frame_ids, count) in distinct.items()}
         stacks = {key[3]: frame_ids for key, (frame_ids, _count) in distinct.items()}
-    for (pid, tid, comm, stack_id), (cpu, off_cpu_ns) in weights.items():
+    for (pid, tid, comm, stack_id, labels), (cpu, off_cpu_ns) in weights.items():
         frame_ids = stacks[stack_id]
         if base_side:
             weight = cpu * period_us + off_cpu_ns / 1000 if profile.info.off_cpu else cpu
-            data.add(profile, pid, tid, comm, frame_ids, (0, round(weight * scale, 3)))
+            data.add(profile, pid, tid, comm, frame_ids, (0, round(weight * scale, 3)), labels)
         elif profile.info.off_cpu:
-            data.add(profile, pid, tid, comm, frame_ids, (round(cpu * period_us), round(off_cpu_ns / 1000)))
+            data.add(profile, pid, tid, comm, frame_ids, (round(cpu * period_us), round(off_cpu_ns / 1000)), labels)
         else:
-            data.add(profile, pid, tid, comm, frame_ids, (cpu, 0))
+            data.add(profile, pid, tid, comm, frame_ids, (cpu, 0), labels)
 
 
 def _summary(profile: Profile, title: str) -> dict[str, Any]:
@@ -182,9 +212,10 @@ def _write_page(stream: TextIO, data: _PageData, summary: dict[str, Any], mode: 
         "summary": summary,
         "functions": data.functions,
         "threads": data.threads,
+        "requests": data.requests,
         "stacks": [
-            [thread, _compact(weights[0]), _compact(weights[1]), list(functions)]
-            for (thread, functions), weights in data.stacks.items()
+            [thread, _compact(weights[0]), _compact(weights[1]), list(functions), request]
+            for (thread, functions, request), weights in data.stacks.items()
         ],
     }
     # ASCII JSON with < escaped: nothing in it can end the script element or

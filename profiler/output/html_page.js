@@ -8,7 +8,8 @@
   const summary = data.summary;
   const functions = data.functions; // [name, file, line, module, category, kind]
   const threads = data.threads; // [pid, tid, comm]
-  const stacks = data.stacks; // [thread, weight a, weight b, [function...]]
+  const stacks = data.stacks; // [thread, weight a, weight b, [function...], request]
+  const requests = data.requests || [['', '']]; // [route, trace id] of the requests samples served
   const mode = data.mode; // cpu, offcpu, diff
   const ROW = 18;
   const COLORS = {
@@ -100,6 +101,22 @@
   const matched = element('span', { id: 'matched' });
   const reset = element('button', { id: 'reset', type: 'button' }, 'reset zoom');
   controls.append(selection, search, matched, reset);
+  // Requests (samples' labels): by route, and by trace id (its first characters).
+  const routes = [...new Set(requests.map((request) => request[0]).filter(Boolean))].sort();
+  let routeSelect = null;
+  let traceInput = null;
+  if (routes.length) {
+    routeSelect = element('select', { id: 'route', 'aria-label': 'request route' }, element('option', { value: '*' }, 'all routes'));
+    for (const route of routes) routeSelect.append(element('option', { value: route }, route));
+    routeSelect.append(element('option', { value: '' }, '(no route)'));
+    routeSelect.addEventListener('change', rebuild);
+    controls.append(routeSelect);
+  }
+  if (requests.some((request) => request[1])) {
+    traceInput = element('input', { id: 'trace', type: 'search', placeholder: 'trace id', 'aria-label': 'trace id' });
+    traceInput.addEventListener('input', rebuild);
+    controls.append(traceInput);
+  }
 
   const legend = element('div', { id: 'legend' });
   if (mode === 'diff') {
@@ -135,6 +152,13 @@
     const only = Number(value.slice(1));
     return (thread) => thread === only;
   }
+  function requestKept() {
+    const route = routeSelect ? routeSelect.value : '*';
+    const trace = traceInput ? traceInput.value.trim().toLowerCase() : '';
+    if (route === '*' && !trace) return () => true;
+    const kept = requests.map(([of, id]) => (route === '*' || of === route) && (!trace || id.startsWith(trace)));
+    return (request) => kept[request || 0];
+  }
   function weightOf(stack) {
     if (mode === 'cpu' || mode === 'diff') return stack[1];
     if (view === 'cpu') return stack[1];
@@ -148,9 +172,10 @@
   let focus = null;
   function build() {
     const keep = selected();
+    const keepRequest = requestKept();
     const tree = newNode(-1, 'all', null);
     for (const stack of stacks) {
-      if (!keep(stack[0])) continue;
+      if (!keep(stack[0]) || !keepRequest(stack[4])) continue;
       const value = weightOf(stack);
       const base = mode === 'diff' ? stack[2] : 0;
       if (!value && !base) continue;
@@ -330,12 +355,13 @@
   let rows = [];
   function tally() {
     const keep = selected();
+    const keepRequest = requestKept();
     const self = new Float64Array(functions.length);
     const total = new Float64Array(functions.length);
     const base = new Float64Array(functions.length);
     const stamp = new Int32Array(functions.length).fill(-1);
     stacks.forEach((stack, index) => {
-      if (!keep(stack[0])) return;
+      if (!keep(stack[0]) || !keepRequest(stack[4])) return;
       const value = weightOf(stack);
       const baseValue = mode === 'diff' ? stack[2] : 0;
       if (!value && !baseValue) return;
@@ -400,8 +426,12 @@
   }
   window.addEventListener('resize', redraw);
   // A link can open the page on a selection, a search and the table's
-  // functions: #select=p1234&search=leaf&code=jit
+  // functions, a route and a trace: #select=p1234&search=leaf&code=jit&route=/checkout&trace=4bf9
   const wanted = new URLSearchParams(location.hash.slice(1));
+  if (routeSelect && wanted.has('route') && [...routeSelect.options].some((option) => option.value === wanted.get('route'))) {
+    routeSelect.value = wanted.get('route');
+  }
+  if (traceInput && wanted.has('trace')) traceInput.value = wanted.get('trace');
   if (wanted.get('code') === 'jit') codeFilter.value = 'jit';
   if (wanted.has('select') && [...selection.options].some((option) => option.value === wanted.get('select'))) {
     selection.value = wanted.get('select');

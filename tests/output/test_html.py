@@ -126,3 +126,16 @@ def test_an_off_cpu_page_says_how_much_idle_time_it_leaves_out():
     assert payload(render(profile, "html").decode())["summary"]["idle_left_out_s"] == 50.9
     profile.info.idle_kept = True  # --idle: in the stacks, nothing left out
     assert payload(render(profile, "html").decode())["summary"]["idle_left_out_s"] == 0
+
+
+def test_the_page_tells_each_stack_s_request_apart():
+    """Samples with request labels: the page lists the requests (route,
+    trace id) and each stack names its own, for the page's filters."""
+    profile = sample_profile()
+    checkout = profile.intern_labels((("trace_id", "ab" * 16), ("span_id", "cd" * 8), ("http.route", "/checkout")))
+    for sample in profile.samples[:10]:
+        sample.labels = checkout
+    data = payload(render(profile, "html").decode())
+    assert data["requests"] == [["", ""], ["/checkout", "ab" * 16]]
+    assert sum(stack[1] for stack in data["stacks"] if stack[4] == 1) == 10
+    assert sum(stack[1] for stack in data["stacks"]) == 60
