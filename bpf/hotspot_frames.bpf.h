@@ -81,6 +81,7 @@ static __always_inline int hotspot_epilogue(u64 pc) {
 static __always_inline int hotspot_frame_size_step(struct walk_scratch *scratch, u64 lookup_pc, u8 exact_pc, u64 *pc, u64 *sp,
                                                    u64 *fp) {
     struct hotspot_code *code = &scratch->hotspot;
+    if (code->frame_pointers && !exact_pc) return STEP_FALLBACK; // a caller's frame is whole: its rbp chain holds
     u64 low = 0, segmap = 0;
 #pragma unroll
     for (int heap = 0; heap < HOTSPOT_CODE_HEAPS; heap++) {
@@ -132,6 +133,8 @@ static __always_inline int hotspot_frame_size_step(struct walk_scratch *scratch,
         if (epilogue) {
             cfa = *sp + (u64)epilogue * 8;
             rbp_saved = epilogue == 2;
+        } else if (code->frame_pointers) {
+            return STEP_FALLBACK; // the frame is whole: the frame-pointer step
         }
     }
     u64 words[2];

@@ -164,7 +164,11 @@ struct hotspot_code {
     __u8 code_begin_at;        /* CodeBlob::_code_begin (a pointer) or _code_offset (int, from the blob) */
     __u8 code_begin_offset;    /* 1: _code_offset */
     __u8 frame_complete_bytes; /* 2 (JDK 25: an int16_t) or 4 */
-    __u8 reserved[5];
+    /* 1: the JVM keeps frame pointers; only a leaf caught in a prologue or an
+     * epilogue is stepped by what its blob says (its rbp is not its own yet, or
+     * any more: the frame-pointer step would skip its caller). */
+    __u8 frame_pointers;
+    __u8 reserved[4];
 };
 
 /* JS frames sent per sample, leaf first: one for every frame the kernel can

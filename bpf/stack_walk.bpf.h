@@ -74,7 +74,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         }
     }
 #endif
-    if (scratch->by_frame_size && mapping->kind == MAPPING_JIT && !builtins) {
+    if ((scratch->by_frame_size || (scratch->hotspot_leaf && exact_pc)) && mapping->kind == MAPPING_JIT && !builtins) {
         int step = hotspot_frame_size_step(scratch, lookup_pc, exact_pc, &pc, &sp, &fp);
         if (step == STEP_FAULT) {
             scratch->event.walk_end = WALK_BAD_FRAME;
@@ -309,7 +309,8 @@ static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratc
         scratch->v8.builtins_end = 0;
     }
     struct hotspot_code *code = v8 && v8->kind == RUNTIME_HOTSPOT ? hotspot_code.lookup(&tgid) : NULL;
-    scratch->by_frame_size = code != NULL;
+    scratch->by_frame_size = code != NULL && !code->frame_pointers;
+    scratch->hotspot_leaf = code != NULL && code->frame_pointers;
     if (code) scratch->hotspot = *code;
     scratch->pc = pc;
     scratch->sp = sp;

@@ -17,6 +17,7 @@ struct walk_scratch {
     u64 leaf_bcp;         // a CPU sample's r13: HotSpot's bytecode pointer, if the leaf is interpreted
     u64 hotspot_gc_count; // the JVM's GC count + 1, read at its first interpreted frame (0: not yet)
     u8 by_frame_size;     // a JVM without frame pointers: hotspot says how to step over its compiled frames
+    u8 hotspot_leaf;      // a JVM with them: hotspot says how to step over a leaf in a prologue or epilogue
     struct hotspot_code hotspot;
     u8 blob[HOTSPOT_BLOB_HEADER_BYTES];
     struct sample_event event;

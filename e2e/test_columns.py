@@ -5,12 +5,11 @@ names JS frames (V8's objects attached and spawned, the code log)."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
-from e2e.conftest import read_folded
+from e2e.conftest import read_folded, wait_for_cpu
 from e2e.test_node import JS, node_binary
 from e2e.test_v8_heap import MAJORS, flagless
 
@@ -46,7 +45,7 @@ def assert_same_functions(tmp_path: Path) -> None:
 @pytest.mark.parametrize("major", MAJORS)
 def test_attached_columns_are_cpu_profs(jitprof, tmp_path, background, major):
     target = flagless(background, node_binary(major), "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(SCRIPT), "5", cwd=tmp_path)
-    time.sleep(1.0)
+    wait_for_cpu(target.pid, 0.8)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "ours.cpuprofile", "-o", "ours.folded")
     target.wait(timeout=60)
     assert run.returncode == 0, run.stderr

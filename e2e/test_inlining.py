@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import time
 from html import unescape
 from pathlib import Path
 
 import pytest
 
-from e2e.conftest import FoldedLine, read_folded, total
+from e2e.conftest import FoldedLine, read_folded, total, wait_for_cpu
 from e2e.test_node import JS, no_stray_perf_maps, node_binary
 
 
@@ -145,7 +144,7 @@ def test_attach_reads_the_log_of_a_node_started_with_log_code(jitprof, tmp_path,
         "12",
         cwd=tmp_path,
     )
-    time.sleep(1.5)
+    wait_for_cpu(target.pid, 1.2)
     try:
         run = jitprof("-F", "499", "--no-v8-heap", "--pid", str(target.pid), "-d", "3", "-o", "out.folded")
     finally:
@@ -168,7 +167,7 @@ def test_attach_without_code_log_says_how(jitprof, tmp_path, background):
         "10",
         cwd=tmp_path,
     )
-    time.sleep(1.0)
+    wait_for_cpu(target.pid, 0.8)
     # Without V8's heap (read by default, which names inlined frames) the
     # perf map names no inlined functions: the hint says how to get them.
     try:

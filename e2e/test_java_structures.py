@@ -69,11 +69,13 @@ def stop_jvm(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
-def java_samples(profile: Profile, pid: int, fixture: str = "Inlined") -> list[list]:
-    """The frames (root first) of the pid's samples that ran the fixture's Java code."""
+def java_samples(profile: Profile, pid: int, fixture: str = "Inlined", cut: bool = False) -> list[list]:
+    """The frames (root first) of the pid's samples that ran the fixture's
+    Java code, whole stacks (cut: those the walk cut short, and says so: a
+    leaf caught in a compiled method's prologue)."""
     found = []
     for sample in profile.samples:
-        if sample.pid != pid:
+        if sample.pid != pid or sample.walk_end.cut_short != cut:
             continue
         frames = [profile.frames[index] for index in sample.frame_ids]
         if any(frame.name.startswith(f"{fixture}.") for frame in frames):
@@ -293,6 +295,12 @@ def test_debug_non_safepoints_turned_on_in_a_running_jvm_names_every_chain(jitpr
     assert whole / len(samples) >= 0.5, whole / len(samples)
     unknown = sum(1 for frames in names if INLINED_UNKNOWN.name in frames)
     assert unknown <= 0.05 * len(samples), (unknown, len(samples))
+    # A stack cut short (a leaf in a method's prologue, where its caller
+    # cannot be told) shows the leaf's end of a true chain, never another.
+    slices = {tuple(RUNTIME_CHAIN[start:end]) for start in range(4) for end in range(start + 1, 5)}
+    for frames in java_samples(read_raw(tmp_path / "out.jitprof"), target.pid, "RuntimeCalls", cut=True):
+        shown = tuple(frame.name for frame in frames if frame.name.startswith("RuntimeCalls."))
+        assert shown in slices, shown
 
 
 @pytest.mark.parametrize("jdk", sorted(JDKS))

@@ -6,12 +6,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from e2e.conftest import ROOT, read_folded, total
+from e2e.conftest import ROOT, read_folded, total, wait_for_cpu
 
 JS = ROOT / "fixtures" / "js"
 NODES = {
@@ -172,7 +171,7 @@ def start_node(background, workdir: Path, *flags: str) -> subprocess.Popen:
     environment = {key: value for key, value in os.environ.items() if key != "NODE_OPTIONS"}
     # In tmp_path: --perf-basic-prof makes V8 write a log into the working directory.
     process = background("node", *flags, str(JS / "chain.js"), "60", env=environment, cwd=workdir)
-    time.sleep(1.0)  # past start-up, into the hot loop
+    wait_for_cpu(process.pid, 0.8)  # past start-up, into the hot loop
     return process
 
 

@@ -4,12 +4,11 @@ for over the attach socket), MoarVM (its perf map), V8's jitdump."""
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from e2e.conftest import ROOT, read_folded, total
+from e2e.conftest import ROOT, read_folded, total, wait_for_cpu
 
 JAVA_CLASSES = ROOT / "fixtures" / "build" / "java"
 RAKU = ROOT / "fixtures" / "raku" / "fib.raku"
@@ -66,7 +65,7 @@ def test_java_spawned(jitprof, tmp_path):
 def test_java_attached(jitprof, tmp_path, background):
     java = needs("java")
     process = background(java, "-XX:+PreserveFramePointer", *JAVA_ARGS, "20", cwd=tmp_path)
-    time.sleep(1.0)
+    wait_for_cpu(process.pid, 1.0, main_thread=False)
     run = jitprof("-d", "5", "-o", "attached.folded", "--pid", str(process.pid))
     assert run.returncode == 0, run.stderr
     assert process.poll() is None  # asking it for its map left it running
@@ -81,7 +80,7 @@ def test_java_attached(jitprof, tmp_path, background):
 def test_java_attached_without_frame_pointers_is_explained(jitprof, tmp_path, background):
     java = needs("java")
     process = background(java, *JAVA_ARGS, "20", cwd=tmp_path)
-    time.sleep(1.0)
+    wait_for_cpu(process.pid, 1.0, main_thread=False)
     run = jitprof("-d", "2", "-o", "nofp.folded", "--pid", str(process.pid))
     stop_jvm(process)
     assert run.returncode == 0, run.stderr

@@ -10,12 +10,11 @@ import json
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from e2e.conftest import read_folded
+from e2e.conftest import read_folded, wait_for_cpu
 from e2e.test_node import node_binary
 from e2e.test_v8_heap import flagless
 
@@ -109,7 +108,7 @@ def test_spawned_builds_are_shown_as_written(jitprof, tmp_path, builds, build):
 def test_attached_bundle_is_shown_as_written_and_js_only_too(jitprof, tmp_path, background, builds):
     script = builds["esbuild external"]
     target = flagless(background, node_binary("20"), str(script), "8", cwd=tmp_path)
-    time.sleep(1.0)
+    wait_for_cpu(target.pid, 0.8)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "out.folded")
     assert run.returncode == 0, run.stderr
     assert_as_written(tmp_path / "out.folded")

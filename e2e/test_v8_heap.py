@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import Run, jitprof_sampling, read_folded, total
+from e2e.conftest import Run, jitprof_sampling, read_folded, total, wait_for_cpu
 from e2e.test_inlining import chain_share, inclusive_share, own_share, phase_share, svg_titles
 from e2e.test_node import JS, js_chain, node_binary
 from profiler.model.profile import Frame, Profile
@@ -50,7 +50,7 @@ def hottest_line(svg: Path, function: str) -> int:
 def test_attach_names_inlined_chain_without_flags(jitprof, tmp_path, background, major):
     node = node_binary(major)
     target = flagless(background, node, str(JS / "inline_chain.js"), "30", cwd=tmp_path)
-    time.sleep(1.5)  # past start-up: top is optimized with mid and leaf inlined
+    wait_for_cpu(target.pid, 1.2)  # past start-up: top is optimized with mid and leaf inlined
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "out.folded", "-o", "out.svg")
     assert run.returncode == 0, run.stderr
     assert "perf map" not in run.stderr and "restart" not in run.stderr, run.stderr  # nothing to fix
@@ -125,7 +125,7 @@ def test_function_lines_are_cpu_profs(jitprof, tmp_path, background, major):
     target = flagless(
         background, node_binary(major), "--cpu-prof", f"--cpu-prof-dir={tmp_path}", str(JS / "chain.js"), "4", cwd=tmp_path
     )
-    time.sleep(1.0)
+    wait_for_cpu(target.pid, 0.8)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-o", "out.jitprof", "-o", "out.svg")
     target.wait(timeout=60)
     assert run.returncode == 0, run.stderr
@@ -148,7 +148,7 @@ def test_function_lines_are_cpu_profs(jitprof, tmp_path, background, major):
 @pytest.mark.parametrize("major", MAJORS)
 def test_jitless_interpreter_frames_named_with_lines(jitprof, tmp_path, background, major):
     target = flagless(background, node_binary(major), "--jitless", str(JS / "chain.js"), "30", cwd=tmp_path)
-    time.sleep(1.0)
+    wait_for_cpu(target.pid, 0.8)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "out.folded", "-o", "out.jitprof")
     assert run.returncode == 0, run.stderr
     lines = read_folded(tmp_path / "out.folded")
@@ -236,21 +236,6 @@ def test_spawned_tsc_pays_little_for_being_profiled(jitprof, tmp_path):
     assert checker / total(lines) >= 0.1  # the type checker's work is where it is
 
 
-def wait_for_main_thread_cpu(pid: int, seconds: float, deadline: float = 60.0) -> None:
-    """Until the process's main thread has run `seconds` of CPU: a phase of a
-    real program starts at a point of its own work, not of wall time, which a
-    loaded machine stretches."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        stat = Path(f"/proc/{pid}/task/{pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if (int(fields[11]) + int(fields[12])) / ticks >= seconds:
-            return
-        time.sleep(0.05)
-    pytest.fail(f"pid {pid} did not run {seconds} s of CPU in {deadline} s")
-
-
 def js_frame_counts(lines) -> tuple[int, int]:  # noqa: ANN001
     """(named, unnamed) JavaScript frames over all samples."""
     named = sum(line.count * sum(1 for frame in line.frames if ".js:" in frame) for line in lines)
@@ -270,7 +255,7 @@ def test_attached_real_program_with_deep_stacks_is_named(jitprof, tmp_path, back
     source = APPS / "typescript" / "lib" / "typescript.js"
     arguments = ["--noEmit", "--allowJs", "--checkJs", "--target", "es2020", "--skipLibCheck", str(source)]
     target = flagless(background, node_binary(major), str(tsc), *arguments, cwd=tmp_path)
-    wait_for_main_thread_cpu(target.pid, 3.6)  # into the type checker (program 2.0 s, binder 0.9 s on Node 20)
+    wait_for_cpu(target.pid, 3.6)  # into the type checker (program 2.0 s, binder 0.9 s on Node 20)
     environment = {"JITPROF_CACHE_DIR": str(tmp_path / "empty-cache")} if cache == "cold" else None
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "2", "-o", "out.folded", env=environment)
     assert run.returncode == 0, run.stderr

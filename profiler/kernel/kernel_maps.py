@@ -89,7 +89,8 @@ class _HotSpotCode(ctypes.Structure):
         ("code_begin_at", ctypes.c_uint8),
         ("code_begin_offset", ctypes.c_uint8),
         ("frame_complete_bytes", ctypes.c_uint8),
-        ("reserved", ctypes.c_uint8 * 5),
+        ("frame_pointers", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 4),
     ]
 
 
@@ -107,6 +108,7 @@ class HotSpotCode:
     frame_complete_bytes: int  # 2 or 4
     code_begin_at: int
     code_begin_is_offset: bool
+    frame_pointers: bool = False  # the JVM keeps them: only a leaf in a prologue or epilogue is stepped by its blob
 
 
 class _OffCpuThread(ctypes.Structure):
@@ -255,6 +257,7 @@ class KernelMaps:
         value.frame_size_at, value.frame_complete_at, value.code_begin_at = fields
         value.code_begin_offset = int(code.code_begin_is_offset)
         value.frame_complete_bytes = code.frame_complete_bytes
+        value.frame_pointers = int(code.frame_pointers)
         return self._update(self._maps["hotspot_code"], ctypes.c_uint32(pid), value)
 
     def begin_maps_read(self, pid: int) -> int | None:

@@ -1,8 +1,9 @@
 """What labels each sample carries, and where they are read: the one
 interface the sampling path and the outputs know.
 
-Per followed process, a thread of its own (never the sampling thread: the
-files and memory read are the target's) finds what it publishes: the
+Per followed process, the symbolizer's thread (never the sampling thread:
+the files and memory read are the target's; and no thread of its own, which
+would cost the run 8 MiB of address space and more) finds what it publishes: the
 OpenTelemetry process context (its resource attributes label all its
 samples, and name its thread records' keys) and thread context (the kernel
 reads each sample's record; here it is decoded). A sample's labels are
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import functools
 import os
-import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -32,8 +32,8 @@ MAX_MODULE_BYTES = 1 << 30
 MAX_DECODED = 1 << 16  # (process, record bytes) -> label set, remembered
 MAX_NOTED = 5  # processes named in the closing note
 # An SDK publishes when the program sets it up, after jitprof first reads a
-# process it starts: a process with nothing found is read again this often,
-# for a while.
+# process it starts: a process with nothing found is read again, as its
+# samples come, this often, for a while.
 RESCAN_S = 0.5
 RESCAN_FOR_S = 10.0
 TRACE_ID, SPAN_ID = "trace_id", "span_id"
@@ -55,73 +55,68 @@ class _Published:
 
 
 class LabelSources:
-    def __init__(self, profile: Profile, kernel: ThreadContextKernel | None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        kernel: ThreadContextKernel | None,
+        run_later: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
+        # run_later: call on the thread that labels samples, after the samples
+        # submitted so far (None: at once, on the caller's).
         self._profile = profile
         self._kernel = kernel
+        self._run_later = run_later
         self._published: dict[int, _Published] = {}
         self._decoded: dict[tuple[int, bytes], int] = {}
         self._module_descriptors: dict[tuple[int, int, int], int | None] = {}  # by file identity
         self._lock = threading.Lock()
-        self._queue: queue.SimpleQueue[int | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
         self._labelled: dict[int, str] = {}  # processes whose samples carried labels, with their service name
-        self._watched_at: dict[int, float] = {}  # (this thread's) when each process was first watched
+        self._watched_at: dict[int, float] = {}  # when each process was first watched
+        self._scanned_at: dict[int, float] = {}  # and last read
 
-    # Which processes (the sampling thread's calls: they only queue) -----
+    # Which processes ------------------------------------------------------
 
     def watch(self, pid: int) -> None:
-        """A followed process, or one whose maps changed: read what it publishes."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="jitprof-labels", daemon=True)
-            self._thread.start()
-        self._queue.put(pid)
+        """(The sampling thread's call: it only queues.) A followed process,
+        or one whose maps changed: read what it publishes."""
+        if self._run_later is None:
+            self._scan(pid)
+        else:
+            self._run_later(functools.partial(self._scan, pid))
 
     def forget(self, pid: int) -> None:
         with self._lock:
             self._published.pop(pid, None)
+            self._watched_at.pop(pid, None)
+            self._scanned_at.pop(pid, None)
         if self._kernel is not None:
             self._kernel.clear_thread_context(pid)
 
-    def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-
-    def _run(self) -> None:
-        while True:
-            try:
-                pid = self._queue.get(timeout=RESCAN_S)
-            except queue.Empty:
-                for young in self._young():
-                    self._scan(young)
-                continue
-            if pid is None:
-                return
-            if len(self._watched_at) >= MAX_PROCESSES:
-                self._watched_at.clear()
-            self._watched_at.setdefault(pid, time.monotonic())
-            self._scan(pid)
-
-    def _young(self) -> list[int]:
-        """Processes watched a short while ago that have published nothing yet."""
+    def _scan(self, pid: int) -> None:
         now = time.monotonic()
         with self._lock:
-            return [
-                pid
-                for pid, since in self._watched_at.items()
-                if now - since < RESCAN_FOR_S and not _publishes(self._published.get(pid))
-            ]
-
-    def _scan(self, pid: int) -> None:
+            if len(self._watched_at) >= MAX_PROCESSES and pid not in self._watched_at:
+                return
+            self._watched_at.setdefault(pid, now)
+            self._scanned_at[pid] = now
         try:
             found = self._read(pid, read_maps(pid))
         except (OSError, ValueError):
             return
         with self._lock:
-            if len(self._published) >= MAX_PROCESSES and pid not in self._published:
-                return
             self._published[pid] = found
         if self._kernel is not None and found.thread_offset is not None:
             self._kernel.set_thread_context(pid, found.thread_offset)
+
+    def _due_again(self, pid: int, now: float) -> bool:
+        """Has pid published nothing yet, while young, and not been read for RESCAN_S?"""
+        since = self._watched_at.get(pid)
+        return (
+            since is not None
+            and now - since < RESCAN_FOR_S
+            and now - self._scanned_at.get(pid, 0.0) >= RESCAN_S
+            and not _publishes(self._published.get(pid))
+        )
 
     def _read(self, pid: int, entries: Sequence[MapEntry]) -> _Published:
         found = _Published()
@@ -176,6 +171,8 @@ class LabelSources:
 
     def label_id(self, pid: int, record: bytes) -> int:
         """The label set of a sample of pid whose thread's context record the kernel read (b"": none)."""
+        if self._due_again(pid, time.monotonic()):
+            self._scan(pid)
         published = self._published.get(pid)
         if published is None or published.process is None and not record:
             return NO_LABELS

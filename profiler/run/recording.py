@@ -208,7 +208,7 @@ class Recording:
         self._late_walks.recorder = self._jit_sources
         self._mode = self._mode_for(run_as)
         if self.options.labels:
-            self._labels = LabelSources(self.profile, program.maps)
+            self._labels = LabelSources(self.profile, program.maps, self._symbolizer.call_in_order)
             self._symbolizer.labels = self._labels
         self._followed = FollowedProcesses(
             program.maps,
@@ -298,8 +298,6 @@ class Recording:
         self._mode.end(0.0)
         self._remove_jit_files()
         self._jit_sources.close()
-        if self._labels is not None:
-            self._labels.close()
         self._jit_files.close()
         if self._originals is not None:
             self._originals.close()

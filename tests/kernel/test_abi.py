@@ -150,6 +150,7 @@ STRUCTS = {
         "code_begin_at",
         "code_begin_offset",
         "frame_complete_bytes",
+        "frame_pointers",
         "reserved",
     ],
     "process_event": ["event_type", "pid", "tid", "parent_pid", "time_ns", "comm", "address", "length"],

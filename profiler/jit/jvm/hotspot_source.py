@@ -148,8 +148,9 @@ class _Jvm:
         return any(low <= address < high for low, high in self.heaps)
 
 
-def frame_size_walk(layout: HotSpotLayout, heaps: tuple[CodeHeap, ...]) -> HotSpotCode:
-    """What the kernel needs to step over this JVM's compiled frames by their size."""
+def frame_size_walk(layout: HotSpotLayout, heaps: tuple[CodeHeap, ...], frame_pointers: bool = False) -> HotSpotCode:
+    """What the kernel needs to step over this JVM's compiled frames by their
+    size (frame_pointers: only a leaf caught in a prologue or epilogue)."""
     return HotSpotCode(
         heaps=tuple((heap.low, heap.high, heap.segmap) for heap in heaps),
         log2_segment=heaps[0].log2_segment if heaps else 0,
@@ -159,6 +160,7 @@ def frame_size_walk(layout: HotSpotLayout, heaps: tuple[CodeHeap, ...]) -> HotSp
         frame_complete_bytes=layout.blob_frame_complete_bytes,
         code_begin_at=layout.blob_code_begin,
         code_begin_is_offset=layout.blob_offsets,
+        frame_pointers=frame_pointers,
     )
 
 
@@ -277,6 +279,10 @@ class HotSpotStructures(JitSymbolSource):
             return False
         if preserves_frame_pointers is False and self._kernel is not None and jvm.reader is not None:
             jvm.walked_by_frame_size = self._kernel.set_hotspot_code(jvm.pid, frame_size_walk(jvm.reader.layout, heaps))
+        elif preserves_frame_pointers and self._kernel is not None and jvm.reader is not None:
+            # A leaf in a compiled method's prologue or epilogue: its rbp is its
+            # caller's, and the frame-pointer step would skip that caller.
+            self._kernel.set_hotspot_code(jvm.pid, frame_size_walk(jvm.reader.layout, heaps, frame_pointers=True))
         jvm.interpreter = interpreter
         jvm.gc_count_at = gc_count_at
         jvm.preserves_frame_pointers = preserves_frame_pointers
