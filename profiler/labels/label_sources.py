@@ -69,6 +69,7 @@ class LabelSources:
         self._published: dict[int, _Published] = {}
         self._decoded: dict[tuple[int, bytes], int] = {}
         self._module_descriptors: dict[tuple[int, int, int], int | None] = {}  # by file identity
+        self._mappings_seen: dict[int, dict[tuple[int, int, int, str], int | None]] = {}  # per process: its descriptor
         self._lock = threading.Lock()
         self._labelled: dict[int, str] = {}  # processes whose samples carried labels, with their service name
         self._watched_at: dict[int, float] = {}  # when each process was first watched
@@ -89,6 +90,7 @@ class LabelSources:
             self._published.pop(pid, None)
             self._watched_at.pop(pid, None)
             self._scanned_at.pop(pid, None)
+            self._mappings_seen.pop(pid, None)
         if self._kernel is not None:
             self._kernel.clear_thread_context(pid)
 
@@ -140,32 +142,46 @@ class LabelSources:
         return found
 
     def _descriptors(self, pid: int, entries: Sequence[MapEntry]) -> list[int]:
-        """The process's addresses of the TLSDESC descriptors of modules that export a context pointer."""
+        """The process's addresses of the TLSDESC descriptors of modules that
+        export a context pointer. A mapping looked at before (its range, file
+        and device as the maps say) is not opened again."""
         found: list[int] = []
-        seen: set[tuple[int, int, int]] = set()
+        known = self._mappings_seen.setdefault(pid, {})
+        opened = 0
         for entry in entries:
-            if not entry.is_file_backed or entry.offset != 0 or len(seen) >= MAX_FILES_SCANNED:
+            if not entry.is_file_backed or entry.offset != 0:
                 continue
-            path = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
-            try:
-                with files.open_regular(path, MAX_MODULE_BYTES) as handle:
-                    status = os.fstat(handle.fileno())
-                    identity = (status.st_dev, status.st_ino, status.st_mtime_ns)
-                    if identity in seen:
-                        continue
-                    seen.add(identity)
-                    if identity not in self._module_descriptors:
-                        if len(self._module_descriptors) >= MAX_PROCESSES:
-                            self._module_descriptors.clear()
-                        self._module_descriptors[identity] = otel_thread_context.descriptor_address(handle)
-                    descriptor = self._module_descriptors[identity]
-                    if descriptor is None:
-                        continue
-                    segments, _build_id = elf_format.read_load_segments_and_build_id(handle)
-                    found.append(elf_format.load_bias(entry.start, entry.offset, segments) + descriptor)
-            except (OSError, ValueError):
+            key = (entry.start, entry.end, entry.inode, entry.device)
+            if key in known:
+                remembered = known[key]
+                if remembered is not None:
+                    found.append(remembered)
                 continue
+            if opened >= MAX_FILES_SCANNED or len(known) >= MAX_FILES_SCANNED:
+                break
+            opened += 1
+            known[key] = address = self._descriptor_of(pid, entry)
+            if address is not None:
+                found.append(address)
         return found
+
+    def _descriptor_of(self, pid: int, entry: MapEntry) -> int | None:
+        path = f"/proc/{pid}/map_files/{entry.start:x}-{entry.end:x}"
+        try:
+            with files.open_regular(path, MAX_MODULE_BYTES) as handle:
+                status = os.fstat(handle.fileno())
+                identity = (status.st_dev, status.st_ino, status.st_mtime_ns)
+                if identity not in self._module_descriptors:
+                    if len(self._module_descriptors) >= MAX_PROCESSES:
+                        self._module_descriptors.clear()
+                    self._module_descriptors[identity] = otel_thread_context.descriptor_address(handle)
+                descriptor = self._module_descriptors[identity]
+                if descriptor is None:
+                    return None
+                segments, _build_id = elf_format.read_load_segments_and_build_id(handle)
+                return elf_format.load_bias(entry.start, entry.offset, segments) + descriptor
+        except (OSError, ValueError):
+            return None
 
     # Labelling samples (the symbolizer's thread) -------------------------
 
