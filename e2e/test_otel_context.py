@@ -118,7 +118,7 @@ def test_a_spawned_program_s_samples_carry_its_requests_on_and_off_the_cpu(jitpr
 
 
 def test_an_attached_program_s_samples_carry_its_requests(jitprof, tmp_path, program, background):
-    target = background(str(program), "4", "2", cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    target = background(str(program), "6", "2", cwd=tmp_path, stdout=subprocess.PIPE, text=True)
     assert target.stdout.readline().strip() == "ready"
     run = jitprof("--no-tui", "-F", "499", "--pid", str(target.pid), "-o", "out.jitprof")
     assert run.returncode == 0, run.stderr
