@@ -123,14 +123,16 @@ class LabelSources:
     def _read(self, pid: int, entries: Sequence[MapEntry]) -> _Published:
         found = _Published()
         context_at = otel_process_context.context_address(entries)
-        descriptors = self._descriptors(pid, entries)
-        if context_at is None and not descriptors:
+        if context_at is None:
+            # A thread context's keys are named by the process context (the
+            # specification reads that first): without one, no module of the
+            # process is opened (a process forking without end costs its maps).
             return found
+        descriptors = self._descriptors(pid, entries)
         memory = ProcessMemory(pid)
         reader = MemoryThread(memory)
         try:
-            if context_at is not None:
-                found.process = reader.run(lambda: otel_process_context.read_process_context(memory, context_at))
+            found.process = reader.run(lambda: otel_process_context.read_process_context(memory, context_at))
             for descriptor_at in descriptors:
                 offset = reader.run(functools.partial(otel_thread_context.thread_pointer_offset, memory, descriptor_at))
                 if offset is not None:
