@@ -73,12 +73,18 @@ def test_all_processes_names_nodes_started_without_flags(symbol_cache, tmp_path,
     output = tmp_path / "phases.txt"
     go = tmp_path / "go"
     with output.open("w") as stdout:
-        phases = flagless(background, node, str(JS / "identical.js"), "1", str(go), cwd=tmp_path, stdout=stdout)
+        done = tmp_path / "done"
+        phases = flagless(background, node, str(JS / "identical.js"), "1", str(go), str(done), cwd=tmp_path, stdout=stdout)
         jitprof_run = jitprof_sampling(symbol_cache, tmp_path, "--all", "--by-pid", "-F", "499", "-o", "out.folded")
         go.touch()
-        phases.wait(timeout=120)
+        deadline = time.monotonic() + 120
+        while "main-thread CPU" not in output.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Stopped while node is there: its last samples are named from its memory.
         jitprof_run.send_signal(signal.SIGINT)
         _stdout, stderr = jitprof_run.communicate(timeout=120)
+        done.touch()
+        phases.wait(timeout=60)
     run = Run(jitprof_run.returncode, "", stderr)
     assert run.returncode == 0, run.stderr
     lines = read_folded(tmp_path / "out.folded")
