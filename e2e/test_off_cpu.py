@@ -257,11 +257,15 @@ def pool_time(profile: dict, pid: int) -> PoolTime:
 
 
 def spent_truth(stdout: str) -> dict[str, float]:
-    """Each handler function's share of the time its work took, from its
-    call to its callback, as the server measured it."""
-    line = next(line for line in stdout.splitlines() if line.startswith("spent "))
-    spent = {name: int(value) for name, value in (pair.split("=") for pair in line.split()[1:])}
-    return {name: spent[name] / sum(spent.values()) for name in HANDLERS}
+    """Each handler function's share of the time its work took, as the
+    server measured it: from its call to its callback, less the event loop's
+    mean delay before each of its callbacks (after the item left the pool)."""
+    lines = {line.split()[0]: line.split()[1:] for line in stdout.splitlines() if line}
+    spent = {name: int(value) for name, value in (pair.split("=") for pair in lines["spent"])}
+    callbacks = {name: int(value) for name, value in (pair.split("=") for pair in lines["callbacks"])}
+    delay_ns = int(lines["loop_delay_mean_ns"][0])
+    in_pool = {name: max(spent[name] - callbacks[name] * delay_ns, 0) for name in HANDLERS}
+    return {name: in_pool[name] / sum(in_pool.values()) for name in HANDLERS}
 
 
 def assert_pool_charged(pool: PoolTime, truth: dict[str, float]) -> None:

@@ -47,6 +47,11 @@ class Frame:
 
 
 NO_LABELS = 0  # Sample.labels of a sample without any
+# Waits kept one by one (each with its moment, about 200 bytes in memory).
+# Past them, a wait with the same thread, stack and labels as an earlier one
+# is added into it: a storm of waits (100,000 a second: a server's threads in
+# timed waits) keeps jitprof's memory bounded by its distinct stacks.
+MAX_SEPARATE_WAITS = 100_000
 MAX_LABEL_SETS = 1 << 18  # distinct label sets of one profile
 
 
@@ -159,13 +164,18 @@ class Profile:
     # gave them), interned: a sample's labels index it; the first is none.
     label_sets: list[tuple[tuple[str, str], ...]] = field(default_factory=lambda: [()])
     labels_dropped: int = 0  # samples whose new label set came past MAX_LABEL_SETS
+    waits_summed: int = 0  # waits added into an earlier sample (past MAX_SEPARATE_WAITS)
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _label_ids: dict[tuple[tuple[str, str], ...], int] = field(default_factory=lambda: {(): NO_LABELS}, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
     _taken_frames: tuple[int, int] = field(default=(0, 0), repr=False)  # _frame_counts of the taken samples
-    _counted: tuple[tuple[int, int, bool, bool], Counter[tuple[str, tuple[int, ...]]]] | None = field(default=None, repr=False)
+    _counted: tuple[tuple[int, int, int, bool, bool], Counter[tuple[str, tuple[int, ...]]]] | None = field(
+        default=None, repr=False
+    )
     _distinct: tuple[tuple[int, int, int], dict[StackKey, tuple[tuple[int, ...], int]]] | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _separate_waits: int = field(default=0, repr=False)
+    _summed_into: dict[tuple[Any, ...], Sample] = field(default_factory=dict, repr=False)
 
     def intern_labels(self, labels: tuple[tuple[str, str], ...]) -> int:
         """labels' id; NO_LABELS once MAX_LABEL_SETS are known (a trace id
@@ -204,8 +214,18 @@ class Profile:
 
     def add(self, sample: Sample) -> None:
         with self._lock:
-            self.samples.append(sample)
             self.walk_ends[sample.walk_end] += 1
+            if sample.off_cpu_ns:
+                if self._separate_waits < MAX_SEPARATE_WAITS:
+                    self._separate_waits += 1
+                else:
+                    key = (sample.pid, sample.tid, sample.comm, sample.frame_ids, sample.walk_end, sample.labels)
+                    earlier = self._summed_into.setdefault(key, sample)
+                    if earlier is not sample:
+                        earlier.off_cpu_ns += sample.off_cpu_ns
+                        self.waits_summed += 1
+                        return
+            self.samples.append(sample)
 
     def reindex_frames(self) -> None:
         """After frames were loaded into the list directly (a saved profile)."""
@@ -224,6 +244,7 @@ class Profile:
             taken, self.samples = self.samples, []
             self.taken_samples += len(taken)
             self._stacks = {}
+            self._summed_into = {}
             total, unknown = _frame_counts(self.frames, self.distinct_stacks(taken))
             self._taken_frames = (self._taken_frames[0] + total, self._taken_frames[1] + unknown)
         return taken
@@ -258,7 +279,7 @@ class Profile:
         many samples share it."""
         # Every format asks (six for one `jitprof report`): counted once for
         # the samples so far (they are only ever appended, or all taken).
-        key = (self.taken_samples, len(self.samples), self.info.root_by_pid, self.info.off_cpu)
+        key = (self.taken_samples, len(self.samples), self.waits_summed, self.info.root_by_pid, self.info.off_cpu)
         if self._counted is not None and self._counted[0] == key:
             return Counter(self._counted[1])
         counts: Counter[tuple[str, tuple[int, ...]]] = Counter()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.kernel.mappings import MappingTracker
-from profiler.model.profile import Profile
+from profiler.model.profile import MAX_SEPARATE_WAITS, Profile
 from profiler.native.unwind_tables import TableStats
 from profiler.output import WrittenOutput
 from profiler.safety.terminal import say
@@ -70,6 +70,11 @@ def off_cpu_text(profile: Profile) -> str:
         text += f", {totals.idle_ns / 1e9:,.2f} s idle left out (--idle keeps it)"
     if totals.untracked:
         text += f", {totals.untracked:,} waits not timed (the thread table was full)"
+    if profile.waits_summed:
+        text += (
+            f", {profile.waits_summed:,} waits past the first {MAX_SEPARATE_WAITS:,} added into earlier ones of the same thread "
+            "and stack (their time kept, not their moments)"
+        )
     return text + "; "
 
 

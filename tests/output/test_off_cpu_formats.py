@@ -208,3 +208,23 @@ def test_diff_refuses_a_cpu_profile_against_an_off_cpu_one():
     cpu_only.info.off_cpu = False
     with pytest.raises(JitprofError, match="time off the CPU and the other not"):
         write_diff_folded(cpu_only, off_cpu_profile(), io.StringIO(), normalize=False)
+
+
+def test_a_storm_of_waits_is_summed_past_the_separate_ones(monkeypatch):
+    """Past MAX_SEPARATE_WAITS, a wait of a thread and stack already seen is
+    added into that sample: the time stays whole, the memory bounded."""
+    import profiler.model.profile as profile_module
+    from profiler.run.summary import off_cpu_text
+
+    monkeypatch.setattr(profile_module, "MAX_SEPARATE_WAITS", 3)
+    monkeypatch.setattr("profiler.run.summary.MAX_SEPARATE_WAITS", 3)
+    profile = off_cpu_profile(cpu_samples=2, waits=[5_000_000] * 10)
+    other_thread = profile.samples[-1]
+    profile.add(Sample(other_thread.time_ns, 7, 8, "prog", other_thread.frame_ids, WalkEnd.COMPLETE, 7_000_000))
+    waits = [sample for sample in profile.samples if sample.off_cpu_ns]
+    assert len(waits) == 5  # three separate, then one for each thread
+    assert sum(sample.off_cpu_ns for sample in waits) == 57_000_000
+    assert profile.waits_summed == 6
+    stacks = {";".join(stack.frames): stack.count for stack in fold(profile)}
+    assert stacks["prog;main;wait_here;read;(off-CPU)"] == 57_000
+    assert "6 waits past the first 3 added into earlier ones" in off_cpu_text(profile)
