@@ -72,6 +72,36 @@ static __always_inline int hotspot_epilogue(u64 pc) {
     return hotspot_returns(&code, 0);
 }
 
+// A leaf caught in a compiled method's prologue (before its frame is
+// complete), from the bytes at pc and the three before it. The prologue is
+// HotSpot's own (C1 and C2 alike): stack bangs `mov [rsp - N], eax`, then
+// `push rbp` (`mov rbp, rsp` with frame pointers) and `sub rsp, size`; or,
+// for a small frame without a bang, `sub rsp, size` then `mov [rsp + d], rbp`;
+// then a compare and branch of the nmethod entry barrier.
+#define PROLOGUE_UNKNOWN 0     // the unverified entry, or code not recognised: no step
+#define PROLOGUE_RETURN_ONLY 1 // nothing but the return address pushed yet
+#define PROLOGUE_RBP_PUSHED 2  // the return address and the caller's rbp
+#define PROLOGUE_RBP_UNSAVED 3 // the frame allocated, the caller's rbp still in rbp
+#define PROLOGUE_FRAME_BUILT 4 // the frame whole (the entry barrier follows)
+static __always_inline int hotspot_prologue(u64 pc) {
+    struct code_bytes code; // code_byte(&code, 3) is the byte at pc
+    if (bpf_probe_read_user(&code, sizeof(code), (void *)(pc - 3)) != 0) return PROLOGUE_UNKNOWN;
+    u8 first = code_byte(&code, 3), second = code_byte(&code, 4), third = code_byte(&code, 5);
+    // After `push rbp`, alone or followed by `mov rbp, rsp`.
+    u8 pushed = code_byte(&code, 2) == 0x55 ||
+                (code_byte(&code, 0) == 0x48 && code_byte(&code, 1) == 0x89 && code_byte(&code, 2) == 0xe5);
+    if (first == 0x89 && second == 0x84 && third == 0x24) return PROLOGUE_RETURN_ONLY; // mov [rsp + disp32], eax
+    if (first == 0x55) return PROLOGUE_RETURN_ONLY;                                    // push rbp
+    if (first == 0x48 && second == 0x89 && third == 0xe5) return PROLOGUE_RBP_PUSHED;  // mov rbp, rsp
+    if (first == 0x48 && (second == 0x83 || second == 0x81) && third == 0xec)          // sub rsp, imm
+        return pushed ? PROLOGUE_RBP_PUSHED : PROLOGUE_RETURN_ONLY;
+    if (first == 0x48 && second == 0x89 && (third == 0x6c || third == 0xac) && code_byte(&code, 6) == 0x24)
+        return PROLOGUE_RBP_UNSAVED; // mov [rsp + disp], rbp
+    if (first == 0x41 && (second == 0x81 || second == 0x83) && third == 0x7f)
+        return PROLOGUE_FRAME_BUILT; // cmp dword [r15 + disp8], imm: the entry barrier
+    return PROLOGUE_UNKNOWN;
+}
+
 // Step over a compiled frame of a JVM without frame pointers by its size:
 // its code blob found through the code heap's segment map, its caller's
 // return address and saved rbp the frame's last two words. STEP_FALLBACK
@@ -127,8 +157,12 @@ static __always_inline int hotspot_frame_size_step(struct walk_scratch *scratch,
         return STEP_FALLBACK;
     u64 cfa = *sp + (u64)frame_words * 8;
     u8 rbp_saved = 1;
-    if (exact_pc) {
-        if (complete >= 0 && lookup_pc < code_begin + (u64)complete) return STEP_FAULT;
+    if (exact_pc && complete >= 0 && lookup_pc < code_begin + (u64)complete) {
+        int prologue = hotspot_prologue(lookup_pc);
+        if (prologue == PROLOGUE_UNKNOWN) return STEP_FAULT;
+        if (prologue == PROLOGUE_RETURN_ONLY || prologue == PROLOGUE_RBP_PUSHED) cfa = *sp + (u64)prologue * 8;
+        rbp_saved = prologue == PROLOGUE_RBP_PUSHED || prologue == PROLOGUE_FRAME_BUILT;
+    } else if (exact_pc) {
         int epilogue = hotspot_epilogue(lookup_pc);
         if (epilogue) {
             cfa = *sp + (u64)epilogue * 8;
