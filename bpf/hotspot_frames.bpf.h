@@ -102,6 +102,17 @@ static __always_inline int hotspot_prologue(u64 pc) {
     return PROLOGUE_UNKNOWN;
 }
 
+// Is the blob whose name pointer is at name_field one of vtable and itable
+// stubs ("vtable chunks"), which dispatch by a jump and keep no frame? The
+// name is HotSpot's own string in libjvm.so.
+static __always_inline int hotspot_frameless_stub(u64 name_field) {
+    u64 name = 0, text[2] = {};
+    if (bpf_probe_read_user(&name, sizeof(name), (void *)name_field) != 0 || name == 0) return 0;
+    if (bpf_probe_read_user(text, sizeof(text), (void *)name) != 0) return 0;
+    // "vtable c" and "hunks\0", little-endian
+    return text[0] == 0x6320656c62617476ULL && (text[1] & 0xffffffffffffULL) == 0x0000736b6e7568ULL;
+}
+
 // Step over a compiled frame of a JVM without frame pointers by its size:
 // its code blob found through the code heap's segment map, its caller's
 // return address and saved rbp the frame's last two words. STEP_FALLBACK
@@ -152,6 +163,15 @@ static __always_inline int hotspot_frame_size_step(struct walk_scratch *scratch,
     } else {
         bpf_probe_read_kernel(&code_begin, sizeof(code_begin),
                               scratch->blob + (code->code_begin_at & (HOTSPOT_BLOB_HEADER_BYTES - 8)));
+    }
+    if (frame_words == 0 && exact_pc && code->name_at && hotspot_frameless_stub(blob + (code->name_at & 1023))) {
+        // It jumps to its target without a frame: the caller's return
+        // address on top, rbp the caller's.
+        u64 return_address = 0;
+        if (bpf_probe_read_user(&return_address, sizeof(return_address), (void *)*sp) != 0) return STEP_FAULT;
+        *pc = return_address;
+        *sp += 8;
+        return STEP_DONE;
     }
     if (frame_words < 2 || frame_words > HOTSPOT_MAX_FRAME_WORDS || code_begin < blob || code_begin > lookup_pc)
         return STEP_FALLBACK;

@@ -168,7 +168,10 @@ struct hotspot_code {
      * epilogue is stepped by what its blob says (its rbp is not its own yet, or
      * any more: the frame-pointer step would skip its caller). */
     __u8 frame_pointers;
-    __u8 reserved[4];
+    /* CodeBlob::_name (a pointer to a string in libjvm.so): the blobs of
+     * vtable and itable stubs ("vtable chunks") keep no frame; 0: not read */
+    __u16 name_at;
+    __u8 reserved[2];
 };
 
 /* JS frames sent per sample, leaf first: one for every frame the kernel can

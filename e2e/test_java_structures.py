@@ -474,3 +474,54 @@ def test_structures_and_perf_map_name_the_same_methods(background, tmp_path, jdk
     finally:
         perf_map.unlink(missing_ok=True)
         stop_jvm(target)
+
+
+@pytest.mark.parametrize("jdk", sorted(JDKS))
+@pytest.mark.parametrize("frame_pointers", [False, True], ids=["no-flags", "frame-pointers"])
+def test_a_leaf_in_a_dispatch_stub_keeps_its_caller(jitprof, tmp_path, background, jdk, frame_pointers):
+    """A virtual or interface call that has seen four classes goes through a
+    vtable or itable stub ("vtable chunks"): a jump, with no frame. A leaf
+    sampled there has only its caller's return address on the stack. With
+    frame pointers the frame-pointer step skipped that caller (main >
+    [stub], run lost); without, the walk ended there (closure-compiler: 3.5 %
+    of its compiling thread's samples a lone stub). Now the kernel tells
+    such a blob by its name and steps by the return address: run is the
+    stub's caller, and the stack reaches main."""
+    java = java_of(jdk)
+    flags = ("-XX:+PreserveFramePointer",) if frame_pointers else ()
+    target = background(
+        java,
+        *flags,
+        "-XX:CompileCommand=quiet",
+        "-XX:CompileCommand=dontinline,Dispatch*::*",
+        "-cp",
+        str(CLASSES),
+        "Dispatch",
+        "60",
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_line(target, "warm")
+    run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
+    stop_jvm(target)
+    assert run.returncode == 0, run.stderr
+    profile = read_raw(tmp_path / "out.jitprof")
+    in_stub = [
+        [profile.frames[index].name for index in sample.frame_ids]
+        for sample in profile.samples
+        if sample.pid == target.pid and sample.frame_ids and profile.frames[sample.frame_ids[-1]].name == "[stub] vtable chunks"
+    ]
+    in_dispatch = sum(
+        1
+        for sample in profile.samples
+        if sample.pid == target.pid and any(profile.frames[index].name.startswith("Dispatch.run(") for index in sample.frame_ids)
+    )
+    # The stubs' share is the program's own; a few percent of its samples are plenty to judge.
+    assert len(in_stub) >= 0.02 * in_dispatch and len(in_stub) >= 20, (len(in_stub), in_dispatch)
+    shown = [[name for name in names if name.startswith("Dispatch.")] for names in in_stub]
+    # Never another chain: main > run, or (cut short) nothing of the program's.
+    wrong = [names for names in shown if names and [name.split("(")[0] for name in names] != ["Dispatch.main", "Dispatch.run"]]
+    assert wrong == [], wrong[:3]
+    whole = sum(1 for names in shown if names)
+    assert whole >= 0.9 * len(in_stub), (whole, len(in_stub), in_stub[:3])

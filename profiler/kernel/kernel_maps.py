@@ -90,7 +90,8 @@ class _HotSpotCode(ctypes.Structure):
         ("code_begin_offset", ctypes.c_uint8),
         ("frame_complete_bytes", ctypes.c_uint8),
         ("frame_pointers", ctypes.c_uint8),
-        ("reserved", ctypes.c_uint8 * 4),
+        ("name_at", ctypes.c_uint16),
+        ("reserved", ctypes.c_uint8 * 2),
     ]
 
 
@@ -109,6 +110,7 @@ class HotSpotCode:
     code_begin_at: int
     code_begin_is_offset: bool
     frame_pointers: bool = False  # the JVM keeps them: only a leaf in a prologue or epilogue is stepped by its blob
+    name_at: int = 0  # CodeBlob::_name: the kernel tells the stubs that keep no frame by their name; 0: not read
 
 
 class _OffCpuThread(ctypes.Structure):
@@ -258,6 +260,8 @@ class KernelMaps:
         value.code_begin_offset = int(code.code_begin_is_offset)
         value.frame_complete_bytes = code.frame_complete_bytes
         value.frame_pointers = int(code.frame_pointers)
+        if 0 < code.name_at <= 1024 - 8:
+            value.name_at = code.name_at
         return self._update(self._maps["hotspot_code"], ctypes.c_uint32(pid), value)
 
     def begin_maps_read(self, pid: int) -> int | None:

@@ -34,7 +34,8 @@ from profiler.safety.terminal import say
 MAGIC = b"JPSYMS01"
 HEADER = struct.Struct("<8sQQ")
 UNWIND_MAGIC = b"JPUNW001"
-_KEY_PATTERN = re.compile(r"^[bf]-[0-9a-f]{1,80}(-d)?$")
+# b-: by build id, f-: by file identity, k-: by kernel (its BTF's offsets)
+_KEY_PATTERN = re.compile(r"^[bfk]-[0-9a-f]{1,80}(-d)?$")
 MAX_ENTRY_BYTES = 256 << 20
 MAX_ENTRIES_PER_KIND = 512  # then the least recently used go
 MAX_KIND_BYTES = 1 << 30

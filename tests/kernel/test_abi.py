@@ -151,6 +151,7 @@ STRUCTS = {
         "code_begin_offset",
         "frame_complete_bytes",
         "frame_pointers",
+        "name_at",
         "reserved",
     ],
     "process_event": ["event_type", "pid", "tid", "parent_pid", "time_ns", "comm", "address", "length"],

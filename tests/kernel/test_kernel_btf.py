@@ -61,3 +61,44 @@ def test_the_running_kernels_task_struct():
     found = kernel_btf._read({"task_struct": ["pid", "tgid", "flags"]})
     assert found["task_struct.tgid"] == found["task_struct.pid"] + 4  # pid_t pid; pid_t tgid;
     assert 0 < found["task_struct.flags"] < found["task_struct.pid"]
+
+
+def test_the_btf_is_parsed_once_a_run_for_every_field(tmp_path, monkeypatch):
+    """The thread pointer, the task's pid and flags, and rseq: one parse of
+    the BTF (0.15 s each), even where no cache is kept; a field the kernel
+    lacks is None or an error, the others still found."""
+    path = tmp_path / "vmlinux"
+    path.write_bytes(btf_blob())
+    monkeypatch.setattr(kernel_btf, "VMLINUX_BTF", str(path))
+    monkeypatch.setattr(kernel_btf.cache, "entry_path", lambda *_args: None)
+    kernel_btf._kernel_fields.cache_clear()
+    parses: list[int] = []
+    real_read = kernel_btf._read
+    monkeypatch.setattr(kernel_btf, "_read", lambda wanted, partial=False: parses.append(1) or real_read(wanted, partial))
+    try:
+        assert kernel_btf.task_offsets() == (12, 16)
+        assert kernel_btf.thread_pointer_offset() is None  # this task_struct has no thread
+        assert kernel_btf.task_rseq_offset() is None
+        assert len(parses) == 1
+    finally:
+        kernel_btf._kernel_fields.cache_clear()
+
+
+def test_the_running_kernel_s_offsets_are_kept_in_the_cache(tmp_path, monkeypatch):
+    """Read once a kernel: the next run reads them from the cache, no parse
+    (its key was once refused as not the cache's, and every run parsed)."""
+    cache_directory = tmp_path / "cache"
+    cache_directory.mkdir(mode=0o700)
+    monkeypatch.setattr(kernel_btf.cache, "cache_dir", lambda: cache_directory)
+    path = tmp_path / "vmlinux"
+    path.write_bytes(btf_blob())
+    monkeypatch.setattr(kernel_btf, "VMLINUX_BTF", str(path))
+    kernel_btf._kernel_fields.cache_clear()
+    try:
+        assert kernel_btf.task_offsets() == (12, 16)
+        assert list((cache_directory / "btf").iterdir())
+        kernel_btf._kernel_fields.cache_clear()
+        monkeypatch.setattr(kernel_btf, "_read", lambda *_args, **_kwargs: pytest.fail("parsed again"))
+        assert kernel_btf.task_offsets() == (12, 16)
+    finally:
+        kernel_btf._kernel_fields.cache_clear()

@@ -161,6 +161,7 @@ def frame_size_walk(layout: HotSpotLayout, heaps: tuple[CodeHeap, ...], frame_po
         code_begin_at=layout.blob_code_begin,
         code_begin_is_offset=layout.blob_offsets,
         frame_pointers=frame_pointers,
+        name_at=layout.blob_name if layout.blob_name > 0 else 0,
     )
 
 

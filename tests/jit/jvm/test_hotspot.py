@@ -694,6 +694,8 @@ def test_a_jvm_without_frame_pointers_gives_the_kernel_its_frame_sizes():
         code_begin_at=16,
         code_begin_is_offset=False,
     )
+    # The blob's name: the kernel tells the stubs that keep no frame by it.
+    assert frame_size_walk(dataclasses.replace(layout, blob_name=96), heaps).name_at == 96
     kernel = KernelMaps({}, {}, 1)  # refusals are decided before any map is touched
     assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_size_at=60))
     assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_size_at=-1))  # not in the tables
