@@ -248,18 +248,23 @@ def unattacked_seconds(symbol_cache, tmp_path_factory):
     return seconds
 
 
+def cpu_seconds_of(pid: int, main_thread: bool = True) -> float:
+    """The CPU time the process's main thread (main_thread False: the whole
+    process) has run, user and system."""
+    path = Path(f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat")
+    stat = path.read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_for_cpu(pid: int, seconds: float, main_thread: bool = True, deadline: float = 60.0) -> None:
     """Until the process's main thread (or, main_thread False, the whole
     process: a JVM's work is not on its first thread) has run `seconds` of
     CPU: a phase of a program starts at a point of its own work, not of wall
     time, which a loaded or slower machine stretches."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    path = Path(f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat")
     end = time.monotonic() + deadline
     while time.monotonic() < end:
-        stat = path.read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if (int(fields[11]) + int(fields[12])) / ticks >= seconds:
+        if cpu_seconds_of(pid, main_thread) >= seconds:
             return
         time.sleep(0.05)
     pytest.fail(f"pid {pid} did not run {seconds} s of CPU in {deadline} s")

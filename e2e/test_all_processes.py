@@ -4,28 +4,20 @@ tables are attached when a walk first needs them."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import signal
 
-from e2e.conftest import FIXTURES, has_chain, jitprof_environment, read_folded, total
+from e2e.conftest import FIXTURES, has_chain, jitprof_sampling, read_folded, total
 
 
 def test_short_native_processes_started_later_are_whole(symbol_cache, tmp_path, background, fixtures_built):
     """Programs built -O2 -fomit-frame-pointer that live 0.2 s, one after
     another, none running when jitprof starts: stacks reach main. jitprof's
     own process is left out."""
-    loop = background(
-        "sh", "-c", f"sleep 1.5; for i in 1 2 3 4 5 6 7 8 9 10; do {FIXTURES / 'dwarf_cases'} recursion 0.2 now; done"
-    )
-    jitprof = subprocess.Popen(
-        [sys.executable, "-m", "profiler", "--all", "-F", "499", "-d", "6", "--by-pid", "-o", "all.folded"],
-        cwd=tmp_path,
-        env=jitprof_environment(symbol_cache),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    jitprof = jitprof_sampling(symbol_cache, tmp_path, "--all", "-F", "499", "--by-pid", "-o", "all.folded")
+    loop = background("sh", "-c", f"for i in 1 2 3 4 5 6 7 8 9 10; do {FIXTURES / 'dwarf_cases'} recursion 0.2 now; done")
+    loop.wait(timeout=120)
+    jitprof.send_signal(signal.SIGINT)
     _, stderr = jitprof.communicate(timeout=120)
-    loop.wait()
     assert jitprof.returncode == 0, stderr
     lines = [line for line in read_folded(tmp_path / "all.folded") if line.frames[0].startswith("dwarf_cases-")]
     assert len({line.frames[0] for line in lines}) >= 8  # every one of them, as its own process

@@ -284,7 +284,11 @@ def test_a_fake_jvm_forking_children_costs_jitprof_one_refusal(symbol_cache, tmp
     result, elapsed, _peak = run_all(symbol_cache, tmp_path, seconds)
     assert result.returncode == 0, result.stderr
     refused = [line for line in result.stderr.splitlines() if "introspection tables" in line or "libjvm" in line]
-    assert result.cpu_seconds < baseline.cpu_seconds + 2, (result.cpu_seconds, baseline.cpu_seconds, refused[:3])
+    # Old: a re-read per child, 0.6 s each (9.2 s against 0.9 s at full speed).
+    # The baseline's own spread (a helper past its deadline on a slow CPU,
+    # and read again) is a quarter of it at most.
+    bound = baseline.cpu_seconds * 1.25 + 2
+    assert result.cpu_seconds < bound, (result.cpu_seconds, baseline.cpu_seconds, refused[:3])
 
 
 def test_a_storm_of_waits_keeps_off_cpu_memory_bounded(symbol_cache, tmp_path, background, fixtures_built):

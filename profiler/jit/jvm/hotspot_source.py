@@ -537,12 +537,24 @@ class HotSpotStructures(JitSymbolSource):
         return None
 
     def _still_there(self, jvm: _Jvm, blob: _Blob) -> bool:
-        """Is the blob still the one read (its header's identity unchanged)? Then it was there until now."""
+        """Is the blob still the one read (its heap block in use, its header's
+        identity unchanged)? Then it was there until now. A freed blob's
+        bytes stay as they were: HotSpot carves new code from the end of a
+        free block, so a blob's header outlives it in free space at the
+        block's start, while other code runs at its pcs; only the block's
+        used flag says it is gone."""
         assert jvm.thread is not None and jvm.reader is not None
         reader = jvm.reader
+        layout = reader.layout
         now = time.monotonic_ns()
-        header = jvm.thread.run(lambda: reader.memory.read(blob.address, _identity_bytes(reader)))
-        if header is None or blob.identity is None or _identity(reader, header) != blob.identity:
+        block = blob.address - layout.heap_block_size
+        read = jvm.thread.run(lambda: reader.memory.read(block, layout.heap_block_size + _identity_bytes(reader)))
+        if read is None or blob.identity is None:
+            return False
+        if 0 <= layout.heap_block_used < layout.heap_block_size and read[layout.heap_block_used] != 1:
+            return False
+        header = read[layout.heap_block_size :]
+        if _identity(reader, header) != blob.identity:
             return False
         blob.confirmed_ns = max(blob.confirmed_ns, now)
         return True

@@ -316,6 +316,7 @@ class Jvm:
         pcs: list[tuple[int, int]],
         data: bytes,
         safepoints: list[int] | None = None,
+        code_size: int = 128,
     ) -> int:
         """An nmethod of `segments` segments from first_segment; returns where
         its code begins. safepoints: the pcs with an oop map (default: every
@@ -327,7 +328,7 @@ class Jvm:
         struct.pack_into("<Q?", self.code, block, segments, True)
         header = bytearray(LAYOUT.nmethod_size)
         code_begin = address + LAYOUT.nmethod_size
-        code_end = code_begin + 128
+        code_end = code_begin + code_size
         tables = b"".join(struct.pack("<Q", entry) for entry in metadata)
         metadata_offset = code_end - address
         scopes_at = code_end + len(tables)
@@ -343,7 +344,7 @@ class Jvm:
         struct.pack_into(
             "<iiQii", header, LAYOUT.nmethod_comp_level.offset, 4, metadata_offset, scopes_at, pcs_offset, end_offset
         )
-        blob = bytes(header) + bytes(128) + tables + data + pcs_table
+        blob = bytes(header) + bytes(code_size) + tables + data + pcs_table
         self.code[block + 16 : block + 16 + len(blob)] = blob
         self.publish()
         return code_begin
@@ -358,8 +359,10 @@ class Jvm:
         return address + 32
 
     def free(self, first_segment: int, segments: int) -> None:
+        """As HotSpot frees a block: marked free, its bytes left as they were."""
         for index in range(segments):
             self.segmap[first_segment + index] = 0xFF
+        struct.pack_into("<?", self.code, first_segment * SEGMENT + LAYOUT.heap_block_used, False)
         self.publish()
 
 
@@ -503,6 +506,32 @@ def test_code_replaced_under_the_reader_is_never_named_with_the_old_method():
     assert source.expand(pid, last_seen + 1, begin + 8) == (UNKNOWN_JIT,)
     # A sample from before the new one was read, beyond the slack: not known.
     assert source.expand(pid, after - 2 * EARLY_SLACK_NS, begin + 8) == (UNKNOWN_JIT,)
+
+
+def test_code_carved_from_the_end_of_a_freed_blob_is_never_named_with_the_old_method():
+    """HotSpot carves new code from the end of a free block: a freed blob's
+    header stays at the block's start, word for word, while other code runs
+    at its pcs (a churning JVM at half speed once had a phase's samples
+    named with a method seven phases gone). Its block's used flag says it
+    is gone."""
+    jvm = Jvm()
+    run, _step, _leaf = hot_class(jvm)
+    other = jvm.klass("Other", "Other.java", [("spin", "(J)J", [(0, 7)])])[0]
+    begin = jvm.nmethod(10, 14, run, 77, [run], [(64, 0)], b"", code_size=512)
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
+    )
+    pc = begin + 200
+    assert source.expand(pid, _now(), pc)[0].name == "Hot.run(long)"
+    jvm.free(10, 14)
+    carved = jvm.nmethod(12, 7, other, 78, [other], [(64, 0)], b"")
+    assert carved <= pc < carved + 128
+    # Not the old method: when the new code came is not known, so the sample
+    # that finds it is nobody's; the ones after its first read are its.
+    assert source.expand(pid, _now(), pc) == (UNKNOWN_JIT,)
+    assert source.expand(pid, _now(), pc)[0].name == "Other.spin(long)"
 
 
 def test_interpreted_frames_are_named_from_the_method_and_bytecode_pointer():
