@@ -609,8 +609,16 @@ class HotSpotStructures(JitSymbolSource):
         reader = jvm.reader
         assert reader is not None
         layout = reader.layout
-        # A caller's descriptor is at its return address, or it has none.
-        relative = address - blob.start + (1 if caller else 0)
+        # A caller's descriptor is at its return address (address + 1), or it
+        # has none. A leaf's is the first after its pc: HotSpot records where
+        # a scope's instructions end, so one at the leaf's own pc is the end
+        # of the instruction before it, maybe another inlined method's (as
+        # HotSpot's own sampler looks it up: pc_desc_near(pc + 1)); but a
+        # safepoint poll's is at the poll itself (where it faults; a call's
+        # oop map is at its return address, the next instruction's start).
+        relative = address - blob.start
+        if caller or relative not in code.safepoints or not self._polls_at(jvm, address):
+            relative += 1
 
         def scope_at(exact: bool) -> int | None:
             return compressed.scope_offset(
@@ -644,6 +652,16 @@ class HotSpotStructures(JitSymbolSource):
         if not self._expand_inlining:
             return (frames[0],)
         return tuple(frames)
+
+    @staticmethod
+    def _polls_at(jvm: _Jvm, address: int) -> bool:
+        """Is the instruction at address a safepoint poll, `test` of the
+        polling page (x86-64: 85, after a REX prefix or not)?"""
+        reader = jvm.reader
+        if jvm.thread is None or reader is None:
+            return False
+        code = jvm.thread.run(lambda: reader.memory.read(address, 2))
+        return code is not None and (code[0] == 0x85 or (0x40 <= code[0] <= 0x4F and code[1] == 0x85))
 
     @staticmethod
     def _inlines(blob: _Blob, code: CompiledCode, layout: HotSpotLayout) -> bool:

@@ -422,6 +422,39 @@ def test_a_compiled_pc_names_the_methods_inlined_there():
     assert source.expand(pid, now, 0x1000) is None  # not the code cache: another source's
 
 
+def test_a_leaf_at_a_descriptor_is_named_by_the_next_one():
+    """HotSpot records a scope where its instructions end: a descriptor at
+    the leaf's own pc ends the instruction before it (here step's), and the
+    leaf's instruction is the next one's (leaf inlined), as HotSpot's own
+    sampler reads it (pc_desc_near(pc + 1)). Taken at the pc, a churning
+    JVM's sample was once named with the method inlined just before."""
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    data, innermost = scopes([(1, 5), (2, 3), (3, 2)], 0)
+    _prefix, middle = scopes([(1, 5), (2, 3)], 0)
+    pcs = [(-1, 0), (48, middle), (64, innermost), (96, 0)]
+    begin = jvm.nmethod(10, 8, run, 77, [run, step, leaf], pcs, data, [96])
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE + 4 * SEGMENT), ((CODE, CODE + len(jvm.code)),)
+    )
+    now = _now()
+    assert [frame.name for frame in source.expand(pid, now, begin + 47)] == ["Hot.run(long)", "Hot.step(long)"]
+    assert [frame.name for frame in source.expand(pid, now, begin + 48)] == ["Hot.run(long)", "Hot.step(long)", "Hot.leaf(long)"]
+    # A caller's return address is its call's own descriptor.
+    called = source.expand(pid, now, begin + 47, caller=True)
+    assert [frame.name for frame in called] == ["Hot.run(long)", "Hot.step(long)"]
+    # A safepoint poll's descriptor is at the poll itself (where it faults).
+    polled = jvm.nmethod(30, 8, run, 78, [run, step, leaf], pcs, data, [64, 96])
+    jvm.code[polled + 64 - CODE : polled + 67 - CODE] = bytes([0x41, 0x85, 0x02])  # test [r10], eax
+    jvm.publish()
+    at_poll = source.expand(pid, now, polled + 64)
+    assert [frame.name for frame in at_poll] == ["Hot.run(long)", "Hot.step(long)", "Hot.leaf(long)"]
+    # A call's oop map is at its return address: the instruction there is the next record's.
+    assert [frame.name for frame in source.expand(pid, now, polled + 48)] == ["Hot.run(long)", "Hot.step(long)", "Hot.leaf(long)"]
+
+
 def test_without_debug_non_safepoints_inlined_methods_are_named_only_where_recorded():
     """HotSpot records which methods are inlined at a pc only at safepoints
     and calls unless -XX:+DebugNonSafepoints: a leaf pc elsewhere, or a call

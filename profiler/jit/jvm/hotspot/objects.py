@@ -90,6 +90,9 @@ class CompiledCode:
     # HotSpot recorded the inlined methods at every pc, not only at safepoints
     # and calls: compiled while -XX:+DebugNonSafepoints was on (or a JVMTI agent asked).
     records_every_pc: bool = False
+    # The pcs (from the code's start) with an oop map: calls' return addresses,
+    # and safepoint polls, whose record is at the poll instruction itself.
+    safepoints: frozenset[int] = frozenset()
 
     def method_at(self, index: int) -> int:
         """The Method* of a scope's metadata index (0: none)."""
@@ -300,30 +303,38 @@ class HotSpotReader:
             metadata,
             scopes_data,
             scopes_pcs,
-            self._records_every_pc(blob, scopes_pcs),
+            *self._safepoints(blob, scopes_pcs),
         )
 
-    def _records_every_pc(self, blob: CodeBlob, scopes_pcs: bytes) -> bool:
+    def _safepoints(self, blob: CodeBlob, scopes_pcs: bytes) -> tuple[bool, frozenset[int]]:
         """Does the nmethod have a PcDesc at a pc with no oop map (neither a
         safepoint nor a call)? Only -XX:+DebugNonSafepoints makes those, and
         HotSpot reads that flag once per compilation: so this, not the flag
         now, says how a method compiled before or after the flag changed was
-        recorded. The first and the last PcDesc are sentinels, never mapped."""
+        recorded. The first and the last PcDesc are sentinels, never mapped.
+        And the pcs with an oop map."""
+        mapped = self._oop_map_pcs(blob)
+        pcs = compressed.pc_offsets(scopes_pcs, self.layout.pc_desc_size, self.layout.pc_desc_pc_offset)
+        if mapped is None or len(pcs) < 3:
+            return False, frozenset(mapped or ())
+        return any(pc >= 0 and pc not in mapped for pc in pcs[1:-1]), frozenset(mapped)
+
+    def _oop_map_pcs(self, blob: CodeBlob) -> set[int] | None:
+        """The pcs of the nmethod's oop maps (None: not readable)."""
         layout = self.layout
-        pcs = compressed.pc_offsets(scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset)
-        if len(pcs) < 3 or layout.blob_oop_maps < 0 or layout.blob_oop_maps + 8 > len(blob.header):
-            return False
+        if layout.blob_oop_maps < 0 or layout.blob_oop_maps + 8 > len(blob.header):
+            return None
         if not (
             0 < layout.oop_map_set_size <= 64
             and 0 <= layout.oop_map_set_count <= layout.oop_map_set_size - 4
             and 0 < layout.oop_map_pair_size <= 32
             and 0 <= layout.oop_map_pair_pc <= layout.oop_map_pair_size - 4
         ):
-            return False
+            return None
         maps = _WORD.unpack_from(blob.header, layout.blob_oop_maps)[0]
         header = self.memory.read(maps, layout.oop_map_set_size) if plausible(maps) else None
         if header is None:
-            return False
+            return None
         count = _S32.unpack_from(header, layout.oop_map_set_count)[0]
         pairs = (
             self.memory.read(maps + layout.oop_map_set_size, count * layout.oop_map_pair_size)
@@ -331,11 +342,10 @@ class HotSpotReader:
             else None
         )
         if pairs is None:
-            return False
-        mapped = {
+            return None
+        return {
             _S32.unpack_from(pairs, start + layout.oop_map_pair_pc)[0] for start in range(0, len(pairs), layout.oop_map_pair_size)
         }
-        return any(pc >= 0 and pc not in mapped for pc in pcs[1:-1])
 
     def _tables(self, address: int, header: bytes) -> tuple[bytes, bytes, bytes] | None:
         layout = self.layout
