@@ -17,11 +17,10 @@ def group_frame(key: str, value: str | None) -> Frame:
 def grouped_by(profile: Profile, key: str) -> Profile:
     """A copy of the profile whose stacks start with the sample's value of key."""
     view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic, modules=profile.modules)
-    view.share_labels(profile)
+    view.keep_totals_of(profile)
     view.frames = list(profile.frames)
     view.reindex_frames()
     view.originals = profile.originals
-    view.waits = profile.waits
     roots = {label_id: view.intern(group_frame(key, dict(labels).get(key))) for label_id, labels in enumerate(profile.label_sets)}
     stacks: dict[tuple[int, tuple[int, ...]], tuple[int, ...]] = {}
     for sample in profile.samples:

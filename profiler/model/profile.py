@@ -164,7 +164,10 @@ class Profile:
     # gave them), interned: a sample's labels index it; the first is none.
     label_sets: list[tuple[tuple[str, str], ...]] = field(default_factory=lambda: [()])
     labels_dropped: int = 0  # samples whose new label set came past MAX_LABEL_SETS
-    waits_summed: int = 0  # waits added into an earlier sample (past MAX_SEPARATE_WAITS)
+    # Waits kept one by one before the next are summed into earlier ones
+    # (0: never; a recording sets MAX_SEPARATE_WAITS, views never sum).
+    separate_waits: int = 0
+    waits_summed: int = 0  # waits added into an earlier sample (past separate_waits)
     _frame_ids: dict[Frame, int] = field(default_factory=dict, repr=False)
     _label_ids: dict[tuple[tuple[str, str], ...], int] = field(default_factory=lambda: {(): NO_LABELS}, repr=False)
     _stacks: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict, repr=False)
@@ -191,6 +194,16 @@ class Profile:
                     self.label_sets.append(labels)
         return label_id
 
+    def keep_totals_of(self, source: Profile) -> Profile:
+        """A view of source (its samples, or copies of them) says what source
+        counted beside its samples: the waits left out or summed, the build
+        ids, the labels dropped."""
+        self.waits = source.waits
+        self.build_ids = source.build_ids
+        self.waits_summed = source.waits_summed  # a view adds nothing into its samples (separate_waits 0)
+        self.labels_dropped = source.labels_dropped
+        return self.share_labels(source)
+
     def share_labels(self, source: Profile) -> Profile:
         """A view of source's samples (a copy of the profile) reads their labels from source's sets."""
         self.label_sets, self._label_ids = source.label_sets, source._label_ids
@@ -215,8 +228,8 @@ class Profile:
     def add(self, sample: Sample) -> None:
         with self._lock:
             self.walk_ends[sample.walk_end] += 1
-            if sample.off_cpu_ns:
-                if self._separate_waits < MAX_SEPARATE_WAITS:
+            if sample.off_cpu_ns and self.separate_waits:
+                if self._separate_waits < self.separate_waits:
                     self._separate_waits += 1
                 else:
                     key = (sample.pid, sample.tid, sample.comm, sample.frame_ids, sample.walk_end, sample.labels)

@@ -51,7 +51,7 @@ def with_distinct_names(profile: Profile, shared: set[str] | None = None) -> Pro
         return profile
     view = Profile(
         profile.info, frames, profile.samples, profile.losses, profile.traffic, profile.modules, profile.walk_ends
-    ).share_labels(profile)
+    ).keep_totals_of(profile)
     view.taken_samples = profile.taken_samples
     view.reindex_frames()
     return view

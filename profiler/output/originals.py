@@ -17,7 +17,7 @@ def with_originals(profile: Profile) -> Profile:
     frames = [profile.originals.get(frame, frame) for frame in profile.frames]
     view = Profile(
         profile.info, frames, profile.samples, profile.losses, profile.traffic, profile.modules, profile.walk_ends
-    ).share_labels(profile)
+    ).keep_totals_of(profile)
     view.taken_samples = profile.taken_samples
     view.reindex_frames()
     return view

@@ -27,7 +27,7 @@ from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import comm_of
 from profiler.labels.grouping import grouped_by
 from profiler.labels.label_sources import LabelSources
-from profiler.model.profile import Profile, RunInfo
+from profiler.model.profile import MAX_SEPARATE_WAITS, Profile, RunInfo
 from profiler.native import debuginfod, library
 from profiler.native.heap import give_back_freed_memory
 from profiler.native.locator_process import CodeLocator
@@ -90,7 +90,8 @@ class Recording:
                 off_cpu=options.off_cpu,
                 idle_kept=options.keep_idle,
                 shortest_wait_ns=options.shortest_wait_ns if options.off_cpu else 0,
-            )
+            ),
+            separate_waits=MAX_SEPARATE_WAITS,
         )
         self._program: BpfProgram | None = None
         self._jit_sources: JitSources | None = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.kernel.mappings import MappingTracker
-from profiler.model.profile import MAX_SEPARATE_WAITS, Profile
+from profiler.model.profile import Profile
 from profiler.native.unwind_tables import TableStats
 from profiler.output import WrittenOutput
 from profiler.safety.terminal import say
@@ -72,7 +72,7 @@ def off_cpu_text(profile: Profile) -> str:
         text += f", {totals.untracked:,} waits not timed (the thread table was full)"
     if profile.waits_summed:
         text += (
-            f", {profile.waits_summed:,} waits past the first {MAX_SEPARATE_WAITS:,} added into earlier ones of the same thread "
+            f", {profile.waits_summed:,} waits past the first {profile.separate_waits:,} added into earlier ones of the same thread "
             "and stack (their time kept, not their moments)"
         )
     return text + "; "

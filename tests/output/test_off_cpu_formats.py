@@ -28,9 +28,9 @@ MAIN = [native("main"), native("work")]
 WAIT = [native("main"), native("wait_here"), native("read")]
 
 
-def off_cpu_profile(cpu_samples: int = 30, waits: list[int] | None = None) -> Profile:
+def off_cpu_profile(cpu_samples: int = 30, waits: list[int] | None = None, separate_waits: int = 0) -> Profile:
     """cpu_samples CPU samples in work(), and waits (ns each) in wait_here()."""
-    profile = Profile(RunInfo(["prog"], [7], 99, off_cpu=True, shortest_wait_ns=1_000_000))
+    profile = Profile(RunInfo(["prog"], [7], 99, off_cpu=True, shortest_wait_ns=1_000_000), separate_waits=separate_waits)
     cpu_ids = tuple(profile.intern(frame) for frame in MAIN)
     wait_ids = tuple(profile.intern(frame) for frame in [*WAIT, OFF_CPU])
     time_ns = 0
@@ -210,15 +210,15 @@ def test_diff_refuses_a_cpu_profile_against_an_off_cpu_one():
         write_diff_folded(cpu_only, off_cpu_profile(), io.StringIO(), normalize=False)
 
 
-def test_a_storm_of_waits_is_summed_past_the_separate_ones(monkeypatch):
+def test_a_storm_of_waits_is_summed_past_the_separate_ones():
     """Past MAX_SEPARATE_WAITS, a wait of a thread and stack already seen is
     added into that sample: the time stays whole, the memory bounded."""
-    import profiler.model.profile as profile_module
     from profiler.run.summary import off_cpu_text
 
-    monkeypatch.setattr(profile_module, "MAX_SEPARATE_WAITS", 3)
-    monkeypatch.setattr("profiler.run.summary.MAX_SEPARATE_WAITS", 3)
-    profile = off_cpu_profile(cpu_samples=2, waits=[5_000_000] * 10)
+    profile = off_cpu_profile(cpu_samples=2, waits=[], separate_waits=3)
+    wait_ids = tuple(profile.intern(frame) for frame in [*WAIT, OFF_CPU])
+    for index in range(10):
+        profile.add(Sample(index, 7, 7, "prog", wait_ids, WalkEnd.COMPLETE, 5_000_000))
     other_thread = profile.samples[-1]
     profile.add(Sample(other_thread.time_ns, 7, 8, "prog", other_thread.frame_ids, WalkEnd.COMPLETE, 7_000_000))
     waits = [sample for sample in profile.samples if sample.off_cpu_ns]
@@ -228,3 +228,13 @@ def test_a_storm_of_waits_is_summed_past_the_separate_ones(monkeypatch):
     stacks = {";".join(stack.frames): stack.count for stack in fold(profile)}
     assert stacks["prog;main;wait_here;read;(off-CPU)"] == 57_000
     assert "6 waits past the first 3 added into earlier ones" in off_cpu_text(profile)
+    # A view of it (source maps' originals, the JS view, a grouping) keeps the
+    # totals it does not hold as samples, and sums nothing more.
+    from profiler.jit.v8.js_view import js_only
+    from profiler.output.originals import with_originals
+
+    profile.waits.idle_ns = 14_700_000_000
+    profile.originals[profile.frames[0]] = native("main_original")
+    for view in (with_originals(profile), js_only(profile)):
+        assert view.waits.idle_ns == 14_700_000_000 and view.waits_summed == 6
+        assert sum(sample.off_cpu_ns for sample in view.samples) == 57_000_000

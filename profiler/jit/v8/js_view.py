@@ -123,7 +123,7 @@ def _shown(frames: list[Frame]) -> list[Frame]:
 
 def js_only(profile: Profile) -> Profile:
     """A copy of the profile in the JS view (the frames list grows by three)."""
-    view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic, modules=profile.modules).share_labels(profile)
+    view = Profile(profile.info, losses=profile.losses, traffic=profile.traffic, modules=profile.modules).keep_totals_of(profile)
     view.frames = list(profile.frames)
     view.reindex_frames()
     stacks: dict[tuple[int, ...], tuple[int, ...]] = {}
