@@ -64,6 +64,15 @@ def wait_for_line(process: subprocess.Popen, wanted: str, timeout: float = 60.0)
     raise AssertionError(f"the program never printed {wanted!r}: {lines[-5:]}")
 
 
+def warm_jvm(background, tmp_path: Path, java: str, *arguments: str) -> subprocess.Popen:
+    """A fixture JVM (java arguments..., its class path given), returned once it prints "warm"."""
+    target = background(
+        java, *arguments[:-2], "-cp", str(CLASSES), *arguments[-2:], cwd=tmp_path, stdout=subprocess.PIPE, text=True
+    )
+    wait_for_line(target, "warm")
+    return target
+
+
 def stop_jvm(process: subprocess.Popen) -> None:
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=30)
@@ -340,19 +349,7 @@ def test_a_jvm_without_frame_pointers_is_walked_whole_by_frame_sizes(jitprof, tm
 @pytest.mark.parametrize("jdk", sorted(JDKS))
 def test_interpreted_java_every_frame_named(jitprof, tmp_path, background, jdk):
     java = java_of(jdk)
-    target = background(
-        java,
-        "-XX:+PreserveFramePointer",
-        "-Xint",
-        "-cp",
-        str(CLASSES),
-        "Inlined",
-        "60",
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    wait_for_line(target, "warm")
+    target = warm_jvm(background, tmp_path, java, "-XX:+PreserveFramePointer", "-Xint", "Inlined", "60")
     run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
     assert run.returncode == 0, run.stderr
     asked_nothing(target.pid)
@@ -489,20 +486,16 @@ def test_a_leaf_in_a_dispatch_stub_keeps_its_caller(jitprof, tmp_path, backgroun
     stub's caller, and the stack reaches main."""
     java = java_of(jdk)
     flags = ("-XX:+PreserveFramePointer",) if frame_pointers else ()
-    target = background(
+    target = warm_jvm(
+        background,
+        tmp_path,
         java,
         *flags,
         "-XX:CompileCommand=quiet",
         "-XX:CompileCommand=dontinline,Dispatch*::*",
-        "-cp",
-        str(CLASSES),
         "Dispatch",
         "60",
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        text=True,
     )
-    wait_for_line(target, "warm")
     run = jitprof("-F", "499", "-d", "3", "--pid", str(target.pid), "-o", "out.jitprof")
     stop_jvm(target)
     assert run.returncode == 0, run.stderr
