@@ -17,6 +17,7 @@ import pytest
 
 from e2e.conftest import ROOT, FoldedLine, read_folded, total
 from e2e.test_inlining import chain_share
+from profiler.jit.bun.functions import MIN_FUNCTIONS_JUDGED
 from profiler.jit.jitdump_files import spawned_dump_directory
 
 RUNTIMES = ROOT / ".nodes" / "runtimes" / "node_modules"
@@ -157,9 +158,16 @@ def test_bun_says_when_its_functions_are_not_in_the_scripts_it_was_given(jitprof
         pytest.skip("bun or prettier is not installed (make setup-tests)")
     run = jitprof("-F", "499", "-o", "out.folded", "--", str(BUN), str(prettier), "--check", str(ROOT / "fixtures" / "js"))
     assert run.returncode in (0, 1), run.stderr  # 1: prettier found files to format
+    lines = read_folded(tmp_path / "out.folded")
     said = [line for line in run.stderr.splitlines() if "JavaScript functions sampled are in the scripts" in line]
-    assert said, run.stderr
-    named = sum(1 for line in read_folded(tmp_path / "out.folded") for frame in line.frames if frame.endswith("_[j]"))
+    functions = {frame for line in lines for frame in line.frames if frame.endswith("_[j]") and not frame.startswith("[")}
+    if not said and len(functions) < MIN_FUNCTIONS_JUDGED:
+        # JavaScriptCore writes its dump from a queue: a bun that exits with
+        # most records still queued leaves too few functions named to judge
+        # (seen once in CI), and the run must say so instead.
+        said = [line for line in run.stderr.splitlines() if "never described" in line]
+    assert said, (run.stderr, len(functions), sorted(lines, key=lambda line: -line.count)[:3])
+    named = sum(1 for line in lines for frame in line.frames if frame.endswith("_[j]"))
     assert named > 0
 
 

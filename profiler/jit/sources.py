@@ -26,6 +26,12 @@ from profiler.model.profile import FrameKind, Profile
 from profiler.safety.terminal import say
 
 MAX_UNNAMED_HINTS = 5  # the processes with the most such samples
+# A process with a symbol source that left this share of its samples' JIT
+# code unnamed is told of: its runtime made code it never recorded (bun's
+# first trampolines), or recorded too late (JavaScriptCore writes its dump
+# from a queue: what is queued when the process exits is lost).
+UNDESCRIBED_SHARE = 0.05
+UNDESCRIBED_MIN_SAMPLES = 10
 MAX_HAD_SOURCE = 1 << 16  # processes gone whose JIT source is remembered for the hints
 
 
@@ -123,7 +129,9 @@ class JitSources:
         lines = list(self._warnings)
         for source in self._sources:
             lines += source.warnings()
-        unnamed = {pid: count for pid, count in _unnamed_jit_samples(profile).items() if not self.has_source(pid)}
+        every_unnamed = _unnamed_jit_samples(profile)
+        lines += _undescribed_notes({pid: count for pid, count in every_unnamed.items() if self.has_source(pid)}, profile)
+        unnamed = {pid: count for pid, count in every_unnamed.items() if not self.has_source(pid)}
         if self._injected:
             # Processes given the flags that were gone before their perf map
             # was read: nothing for the user to fix, so no per-process hint.
@@ -163,6 +171,26 @@ class JitSources:
     def close(self) -> None:
         for source in self._sources:
             source.close()
+
+
+def _undescribed_notes(unnamed: dict[int, int], profile: Profile) -> list[str]:
+    """Processes whose symbol sources left many of their JIT samples unnamed."""
+    if not unnamed:
+        return []
+    totals: dict[int, int] = {}
+    for sample in profile.samples:
+        if sample.pid in unnamed:
+            totals[sample.pid] = totals.get(sample.pid, 0) + 1
+    notes = []
+    for pid, count in sorted(unnamed.items(), key=lambda item: -item[1])[:MAX_UNNAMED_HINTS]:
+        if count < UNDESCRIBED_MIN_SAMPLES or count < UNDESCRIBED_SHARE * totals.get(pid, 0):
+            continue
+        runtime = runtimes.runtime_seen(pid) or runtimes.UNKNOWN
+        notes.append(
+            f"jitprof: note: {count:,} of the {totals[pid]:,} samples of pid {pid} ({runtime.name}) ran JIT code "
+            "that its symbol files never described (made without a record, or recorded only after it exited)"
+        )
+    return notes
 
 
 def _unnamed_jit_samples(profile: Profile) -> dict[int, int]:

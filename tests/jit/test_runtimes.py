@@ -183,3 +183,25 @@ def test_a_runtime_that_exited_is_still_named_at_the_end_of_the_run():
         process.wait()
     assert runtimes.runtime_of(process.pid) is None
     assert runtimes.runtime_seen(process.pid) is PYTHON
+
+
+def test_a_process_whose_dump_left_its_jit_code_unnamed_is_told_of():
+    """bun's JavaScriptCore writes its jitdump from a queue: a process that
+    exits with records queued leaves code no source names, and the run says
+    how much, instead of only counting it unsymbolised."""
+    from profiler.jit.sources import _undescribed_notes  # noqa: PLC0415
+    from profiler.kernel.address_spaces import JIT_MODULE  # noqa: PLC0415
+    from profiler.kernel.events import WalkEnd  # noqa: PLC0415
+    from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample  # noqa: PLC0415
+
+    profile = Profile(RunInfo(["bun", "app.js"], [4242], 99))
+    unnamed = profile.intern(Frame("0x7f0000001000", JIT_MODULE, FrameKind.UNKNOWN))
+    named = profile.intern(Frame("leaf", JIT_MODULE, FrameKind.JIT))
+    for index in range(100):
+        frame = unnamed if index < 40 else named
+        profile.add(Sample(index, 4242, 4242, "bun", profile.intern_stack((frame,)), WalkEnd.COMPLETE))
+    for index in range(100):  # another process: 2 in 100 unnamed, under the share told of
+        frame = unnamed if index < 2 else named
+        profile.add(Sample(index, 4343, 4343, "bun", profile.intern_stack((frame,)), WalkEnd.COMPLETE))
+    notes = _undescribed_notes({4242: 40, 4343: 2}, profile)
+    assert len(notes) == 1 and "40 of the 100 samples of pid 4242" in notes[0]
