@@ -20,6 +20,7 @@ struct walk_scratch {
     u8 hotspot_leaf;      // a JVM with them: hotspot says how to step over a leaf in a prologue or epilogue
     struct hotspot_code hotspot;
     u8 blob[HOTSPOT_BLOB_HEADER_BYTES];
+    u32 readable; // read_stack_prefix: the bytes copied so far
     struct sample_event event;
 };
 
