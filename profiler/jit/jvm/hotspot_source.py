@@ -62,6 +62,7 @@ from profiler.safety import files
 # A blob read this long after a sample still names it (samples come up the
 # ring buffer four times a second), unless other code was seen there before.
 EARLY_SLACK_NS = 600_000_000
+MAX_CONFIRMED_TOGETHER = 512
 SETUP_RETRY_S = 0.2  # a JVM still starting (no code heaps yet) is looked at again after this
 SETUP_GIVE_UP_S = 120.0
 AHEAD_PAUSE_S = 0.05  # the reader takes the samples queued meanwhile together: one check of a blob for all
@@ -115,6 +116,7 @@ class _MethodEntry:
     method: JavaMethod | None
     confirmed_ns: int  # it was there from valid_from_ns to confirmed_ns
     valid_from_ns: int
+    collections: int | None = None  # the JVM's GC count when it was read or confirmed (None: unknown)
 
 
 @dataclass
@@ -126,6 +128,7 @@ class _Jvm:
     interpreter: tuple[int, int] = (0, 0)
     heaps: tuple[tuple[int, int], ...] = ()
     gc_count_at: int = 0  # where the JVM counts its collections (0: unknown)
+    gc_seen: tuple[int, int] | None = None  # (its GC count, when read): one read serves a batch's Methods
     starts: list[int] = field(default_factory=list)  # of blobs, sorted
     blobs: list[_Blob] = field(default_factory=list)
     retired: collections.deque[_Blob] = field(default_factory=lambda: collections.deque(maxlen=MAX_RETIRED))
@@ -697,13 +700,23 @@ class HotSpotStructures(JitSymbolSource):
         if sampled_ns is not None and entry is not None and sampled_ns < entry.valid_from_ns:
             return self._retired_method(jvm, address, sampled_ns)
         now = time.monotonic_ns()
+        if entry is not None and entry.confirmed_ns < alive_since_ns and entry.collections is not None:
+            # Methods are freed only when a collection unloads their class:
+            # with no collection since it was read, it is still there (one
+            # read of the count, not of the Method, a whole stack's worth a
+            # sample on a busy JVM).
+            seen = self._collections_seen(jvm, alive_since_ns)
+            if seen is not None and seen[0] == entry.collections:
+                entry.confirmed_ns = seen[1]
         if entry is not None and entry.confirmed_ns < alive_since_ns:
             # Read again whole: a class made from the same bytes, in the
             # memory an unloaded one freed, has the same layout at the same
             # addresses, down to its name's Symbol; only what it says differs.
-            again = jvm.thread.run(lambda: reader.method(address))
+            found_again = jvm.thread.run(lambda: (self._gc_count(jvm), reader.method(address)))
+            collections_then, again = found_again if found_again is not None else (None, None)
             if again is not None and again == entry.method:
                 entry.confirmed_ns = now
+                entry.collections = collections_then
             else:
                 with jvm.lock:
                     jvm.retired_methods.setdefault(address, collections.deque(maxlen=8)).append(entry)
@@ -722,12 +735,26 @@ class HotSpotStructures(JitSymbolSource):
             with jvm.lock:
                 for old in jvm.retired_methods.get(address, ()):
                     valid_from = max(valid_from, old.confirmed_ns + 1)
-            entry = _MethodEntry(method, now, valid_from)
+            entry = _MethodEntry(method, now, valid_from, gc_count)
             with jvm.lock:
                 jvm.methods[address] = entry
         if sampled_ns is not None and sampled_ns < entry.valid_from_ns:
             return self._retired_method(jvm, address, sampled_ns)
         return entry.method
+
+    @staticmethod
+    def _collections_seen(jvm: _Jvm, since_ns: int) -> tuple[int, int] | None:
+        """(The JVM's GC count, when it was read), read at or after since_ns:
+        one read serves the samples of a batch, all taken before it."""
+        seen = jvm.gc_seen
+        if seen is not None and seen[1] >= since_ns:
+            return seen
+        assert jvm.thread is not None
+        count = jvm.thread.run(lambda: HotSpotStructures._gc_count(jvm))
+        if count is None:
+            return None
+        jvm.gc_seen = (count, time.monotonic_ns())
+        return jvm.gc_seen
 
     @staticmethod
     def _gc_count(jvm: _Jvm) -> int | None:

@@ -815,3 +815,33 @@ def test_a_segment_map_of_ones_is_walked_a_bounded_number_of_hops():
     heap = CodeHeap(CODE, CODE + segments * SEGMENT, CODE + 0x100_0000, 6)
     assert reader._block_start(heap, segments - 1) is None
     assert MAX_SEGMAP_HOPS <= SEGMAP_WINDOW and memory.reads == 1
+
+
+def test_a_method_is_vouched_for_by_the_gc_count_until_a_collection(monkeypatch):
+    """A class is freed only in a collection: a Method read before a sample,
+    with the count unchanged since, is not read again (a deep stack's worth
+    of Methods per sample on a busy JVM); after a collection it is."""
+    jvm = Jvm()
+    _run, step, _leaf = hot_class(jvm)
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, reader, _Thread(), (CODE, CODE + 256), ((CODE, CODE + len(jvm.code)),), reader.gc_count_address()
+    )
+    bytecodes = jvm.memory.word(step + 8) + LAYOUT.const_method_size
+    reads = []
+    method = HotSpotReader.method
+    monkeypatch.setattr(HotSpotReader, "method", lambda self, address: reads.append(address) or method(self, address))
+
+    def name(collections: int) -> str | None:
+        slots = V8FrameSlots(0, step, collections + 1, bytecodes + 3, V8_NO_BYTECODE_OFFSET, True)
+        named = source.expand_recorded(pid, CODE + 8, slots, True, _now())
+        return named.frames[0].name if named is not None else None
+
+    jvm.collections(3)
+    assert name(3) == "Hot.step(long)" and len(reads) == 1
+    assert name(3) == "Hot.step(long)" and name(3) == "Hot.step(long)"
+    assert len(reads) == 1  # the count, not the Method, read again
+    jvm.collections(4)
+    assert name(4) == "Hot.step(long)" and len(reads) == 2  # a collection since: read again whole
