@@ -27,6 +27,8 @@ from profiler.native.unwind_tables import RowsState, TableRows
 class RowSource(Protocol):
     def rows_for_walk(self, cache_key: str) -> TableRows: ...
 
+    def building(self) -> bool: ...
+
 
 @dataclass(frozen=True)
 class WalkedFrame:
@@ -106,6 +108,10 @@ class LateWalks:
             v8_frames=records,
             caller_words=b"",
         )
+
+    def tables_building(self) -> bool:
+        """Are unwind tables still being built (walks waiting for them may yet finish whole)?"""
+        return self._tables is not None and self._tables.building()
 
     def _want_table_at(self, pid: int, mappings: list[KnownMapping], address: int) -> None:
         """The walk waits for the file at address (a return address: the call is

@@ -38,6 +38,8 @@ from profiler.symbolize.waits import WaitRecorder, is_wait_record, needs_stack
 from profiler.symbolize.work_charges import WorkCharges
 
 KERNEL_SUFFIX_MODULE = "[kernel]"
+FINAL_TABLES_WAIT_S = 2.0  # at the end, how long walks wait for unwind tables still being built
+FINAL_TABLES_POLL_S = 0.02
 PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
 PARK_RETRY_S = 0.2
 MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
@@ -471,12 +473,24 @@ class Symbolizer:
 
     def _final_pass(self) -> None:
         """The run is over and the runtimes have flushed: read every source
-        to its end, then name what waited, or give up on it."""
+        to its end, then name what waited, or give up on it. Walks waiting
+        for a file's unwind table wait for the builds under way, a while: a
+        short program's first samples (the loader's, whose code has no frame
+        pointers) were walked without it at a cold start on a slow CPU."""
         for source in self.jit_sources:
             try:
                 source.read_all()
             except Exception as error:  # a bug here must not lose the run
                 self.errors.append(f"{type(error).__name__}: {error}")
+        tables_by = time.monotonic() + FINAL_TABLES_WAIT_S
+        while (
+            self._parked
+            and self._late_walks is not None
+            and self._late_walks.tables_building()
+            and time.monotonic() < tables_by
+            and not self._abandoned.is_set()
+        ):
+            time.sleep(FINAL_TABLES_POLL_S)
         self._retry_parked(time.monotonic(), final=True)
 
     def _finish_walk(self, raw: RawSample, may_park: bool) -> RawSample:

@@ -37,6 +37,9 @@ class TableStates:
     def rows_for_walk(self, cache_key):
         return TableRows(self.state)
 
+    def building(self):
+        return self.state is RowsState.PENDING
+
 
 def libc_text(pid):
     with open(f"/proc/{pid}/maps") as maps:

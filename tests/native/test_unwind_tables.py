@@ -103,8 +103,10 @@ def test_tables_are_pending_until_built_and_their_rows_outlive_their_users(chain
         # Published at once as pending: the kernel defers walks through the file.
         assert published[table_id] == (TABLE_PENDING, 0)
         assert store.rows_for_walk(image.cache_key).state is RowsState.PENDING
+        assert store.building()  # the end of a run waits a while for it
         store.start()
         assert wait_for(lambda: published[table_id][1] > 0)
+        assert wait_for(lambda: not store.building())
         rows = store.rows_for_walk(image.cache_key)
         assert rows.state is RowsState.LIVE and len(rows.packed) == published[table_id][1] * unwind_rows.ROW_SIZE
         store.release(table_id)  # the last process mapping it exited...
