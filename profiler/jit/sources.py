@@ -129,8 +129,8 @@ class JitSources:
         lines = list(self._warnings)
         for source in self._sources:
             lines += source.warnings()
-        every_unnamed = _unnamed_jit_samples(profile)
-        lines += _undescribed_notes({pid: count for pid, count in every_unnamed.items() if self.has_source(pid)}, profile)
+        every_unnamed, totals = _unnamed_jit_samples(profile)
+        lines += _undescribed_notes({pid: count for pid, count in every_unnamed.items() if self.has_source(pid)}, totals)
         unnamed = {pid: count for pid, count in every_unnamed.items() if not self.has_source(pid)}
         if self._injected:
             # Processes given the flags that were gone before their perf map
@@ -173,14 +173,8 @@ class JitSources:
             source.close()
 
 
-def _undescribed_notes(unnamed: dict[int, int], profile: Profile) -> list[str]:
-    """Processes whose symbol sources left many of their JIT samples unnamed."""
-    if not unnamed:
-        return []
-    totals: dict[int, int] = {}
-    for sample in profile.samples:
-        if sample.pid in unnamed:
-            totals[sample.pid] = totals.get(sample.pid, 0) + 1
+def _undescribed_notes(unnamed: dict[int, int], totals: dict[int, int]) -> list[str]:
+    """Processes whose symbol sources left many of their samples' JIT code unnamed (totals: each one's samples)."""
     notes = []
     for pid, count in sorted(unnamed.items(), key=lambda item: -item[1])[:MAX_UNNAMED_HINTS]:
         if count < UNDESCRIBED_MIN_SAMPLES or count < UNDESCRIBED_SHARE * totals.get(pid, 0):
@@ -193,12 +187,15 @@ def _undescribed_notes(unnamed: dict[int, int], profile: Profile) -> list[str]:
     return notes
 
 
-def _unnamed_jit_samples(profile: Profile) -> dict[int, int]:
+def _unnamed_jit_samples(profile: Profile) -> tuple[dict[int, int], dict[int, int]]:
+    """Per process: its samples with JIT code no source named, and all its samples."""
     unnamed: dict[int, int] = {}
+    totals: dict[int, int] = {}
     for sample in profile.samples:
+        totals[sample.pid] = totals.get(sample.pid, 0) + 1
         for frame_id in sample.frame_ids:
             frame = profile.frames[frame_id]
             if frame.kind is FrameKind.UNKNOWN and frame.module == JIT_MODULE:
                 unnamed[sample.pid] = unnamed.get(sample.pid, 0) + 1
                 break
-    return unnamed
+    return unnamed, totals

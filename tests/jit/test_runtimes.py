@@ -189,7 +189,7 @@ def test_a_process_whose_dump_left_its_jit_code_unnamed_is_told_of():
     """bun's JavaScriptCore writes its jitdump from a queue: a process that
     exits with records queued leaves code no source names, and the run says
     how much, instead of only counting it unsymbolised."""
-    from profiler.jit.sources import _undescribed_notes  # noqa: PLC0415
+    from profiler.jit.sources import _undescribed_notes, _unnamed_jit_samples  # noqa: PLC0415
     from profiler.kernel.address_spaces import JIT_MODULE  # noqa: PLC0415
     from profiler.kernel.events import WalkEnd  # noqa: PLC0415
     from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample  # noqa: PLC0415
@@ -203,5 +203,7 @@ def test_a_process_whose_dump_left_its_jit_code_unnamed_is_told_of():
     for index in range(100):  # another process: 2 in 100 unnamed, under the share told of
         frame = unnamed if index < 2 else named
         profile.add(Sample(index, 4343, 4343, "bun", profile.intern_stack((frame,)), WalkEnd.COMPLETE))
-    notes = _undescribed_notes({4242: 40, 4343: 2}, profile)
+    unnamed, totals = _unnamed_jit_samples(profile)
+    assert unnamed == {4242: 40, 4343: 2}
+    notes = _undescribed_notes(unnamed, totals)
     assert len(notes) == 1 and "40 of the 100 samples of pid 4242" in notes[0]

@@ -62,7 +62,6 @@ from profiler.safety import files
 # A blob read this long after a sample still names it (samples come up the
 # ring buffer four times a second), unless other code was seen there before.
 EARLY_SLACK_NS = 600_000_000
-MAX_CONFIRMED_TOGETHER = 512
 SETUP_RETRY_S = 0.2  # a JVM still starting (no code heaps yet) is looked at again after this
 SETUP_GIVE_UP_S = 120.0
 AHEAD_PAUSE_S = 0.05  # the reader takes the samples queued meanwhile together: one check of a blob for all

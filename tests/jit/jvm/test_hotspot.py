@@ -567,15 +567,21 @@ def test_code_carved_from_the_end_of_a_freed_blob_is_never_named_with_the_old_me
     assert source.expand(pid, _now(), pc)[0].name == "Other.spin(long)"
 
 
-def test_interpreted_frames_are_named_from_the_method_and_bytecode_pointer():
-    jvm = Jvm()
-    run, step, leaf = hot_class(jvm)
+def interpreting_source(jvm: Jvm) -> tuple[HotSpotStructures, int]:
+    """A source reading the fake JVM's interpreted frames (its GC count known), and its pid."""
     source = HotSpotStructures(None, lambda _pid: True)
     pid = 4242
     reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
     source._jvms[pid] = _Jvm(
         pid, 0.0, reader, _Thread(), (CODE, CODE + 256), ((CODE, CODE + len(jvm.code)),), reader.gc_count_address()
     )
+    return source, pid
+
+
+def test_interpreted_frames_are_named_from_the_method_and_bytecode_pointer():
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    source, pid = interpreting_source(jvm)
     const_at = jvm.memory.word(step + 8)
     bytecodes = const_at + LAYOUT.const_method_size
 
@@ -823,12 +829,7 @@ def test_a_method_is_vouched_for_by_the_gc_count_until_a_collection(monkeypatch)
     of Methods per sample on a busy JVM); after a collection it is."""
     jvm = Jvm()
     _run, step, _leaf = hot_class(jvm)
-    source = HotSpotStructures(None, lambda _pid: True)
-    pid = 4242
-    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
-    source._jvms[pid] = _Jvm(
-        pid, 0.0, reader, _Thread(), (CODE, CODE + 256), ((CODE, CODE + len(jvm.code)),), reader.gc_count_address()
-    )
+    source, pid = interpreting_source(jvm)
     bytecodes = jvm.memory.word(step + 8) + LAYOUT.const_method_size
     reads = []
     method = HotSpotReader.method
