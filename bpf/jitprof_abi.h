@@ -98,11 +98,11 @@
 #define MAX_STACK_FRAMES 2048
 #define COMM_LEN 16
 #define SAMPLE_HEADER_BYTES                                                                                                      \
-    224 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
+    248 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
 /* The first bytes of an OpenTelemetry thread context record (OTEP 4947: a
  * 28-byte header, trace id, span id, valid, attributes' size, then the
  * attributes) sent with a sample of a thread that has one. */
-#define THREAD_CONTEXT_BYTES 120
+#define THREAD_CONTEXT_BYTES 144 /* the first bytes of an OpenTelemetry record, or a struct v8_context_record */
 #define THREAD_CONTEXT_HEADER_BYTES 28
 
 /* Indexes of the off_cpu_settings array: the shortest wait recorded one by one (ns). */
@@ -260,6 +260,91 @@ struct v8_process {
 #define RUNTIME_V8 0
 #define RUNTIME_HOTSPOT 1
 
+/* A node process's AsyncLocalStorage, read at each sample (the
+ * v8_context_settings map, by tgid): the thread's isolate (a static TLS
+ * pointer), its continuation-preserved embedder data (node 24 on, and 22
+ * with --experimental-async-context-frame: the current AsyncContextFrame, a
+ * JSMap from each AsyncLocalStorage to its store), and in the OpenTelemetry
+ * context manager's store the active span's ids. Keys and maps are the
+ * objects user space learned from the process's heap; every object is read
+ * only where its map is one of them, so a moved or other object ends the
+ * read (no label), never gives another's. */
+#define V8_CONTEXT_MAPS 4       /* known maps (hidden classes) per object read */
+#define V8_CONTEXT_ENTRIES 8    /* of a JSMap's table looked at (live and deleted) */
+#define V8_OUT_OF_OBJECT 0x8000 /* a field offset: a slot of the properties array, not in the object */
+#define V8_STORE_FIELDS 3       /* of a labelled store read */
+#define V8_STORE_TEXT 18        /* characters of a field's string read */
+#define V8_FIELD_NONE 0
+#define V8_FIELD_STRING 1 /* one-byte characters, length the string's (text has its first V8_STORE_TEXT) */
+#define V8_FIELD_SMI 2    /* a small integer: text has its s32 */
+#define V8_FIELD_DOUBLE 3 /* a HeapNumber: text has its f64 */
+struct v8_store_field {
+    __u8 kind;
+    __u8 length;
+    char text[V8_STORE_TEXT];
+};
+struct v8_context_config {
+    __s64 isolate_tls; /* g_current_isolate_ from the thread pointer */
+    __u32 cped_offset; /* the embedder data in the Isolate */
+    __u16 js_map_type; /* instance types */
+    __u16 first_nonstring_type;
+    __u8 map_type_at;     /* a Map's instance_type */
+    __u8 string_tag_mask; /* representation and encoding bits of a string's type */
+    __u8 seq_one_byte_tag;
+    __u8 sliced_one_byte_tag;
+    __u8 string_length_at;
+    __u8 string_chars_at;
+    __u8 sliced_parent_at;
+    __u8 sliced_offset_at;
+    __u64 store_key;                     /* the OpenTelemetry context manager's AsyncLocalStorage (0: not known yet) */
+    __u64 span_key;                      /* the context's key of the active span (a Symbol; 0: not known yet) */
+    __u64 context_maps[V8_CONTEXT_MAPS]; /* a Context object's map, and where it keeps its JSMap */
+    __u16 context_map_at[V8_CONTEXT_MAPS];
+    __u64 span_maps[V8_CONTEXT_MAPS]; /* a span's map, and where it keeps its span context */
+    __u16 span_context_at[V8_CONTEXT_MAPS];
+    __u64 span_context_maps[V8_CONTEXT_MAPS]; /* a span context's map, where it keeps its ids */
+    __u16 trace_id_at[V8_CONTEXT_MAPS];
+    __u16 span_id_at[V8_CONTEXT_MAPS];
+    __u16 attributes_at[V8_CONTEXT_MAPS];   /* by span map: where a span keeps its attributes (0: not known) */
+    __u64 attributes_maps[V8_CONTEXT_MAPS]; /* an attributes object's map, and where it keeps http.route (0: none) */
+    __u16 route_at[V8_CONTEXT_MAPS];
+    /* --label-store: the AsyncLocalStorage whose store's fields label samples */
+    __u64 label_store_key; /* 0: none (not asked, or not known yet) */
+    __u64 label_store_maps[V8_CONTEXT_MAPS];
+    __u16 label_store_at[V8_CONTEXT_MAPS][V8_STORE_FIELDS]; /* its fields (0: none) */
+    __u16 heap_number_type;
+    __u8 learning;          /* user space learns this process's objects: a record that stops short wakes it at once */
+    __u8 thin_one_byte_tag; /* a ThinString (an internalized string's forwarder, as a Map key leaves it) */
+    __u8 thin_actual_at;
+    __u8 reserved[3];
+};
+/* What a sample's read of it found (struct sample_event.context, with
+ * context_kind CONTEXT_V8). */
+#define V8_REACHED_FRAME 1   /* a frame, with no store known in it */
+#define V8_REACHED_STORE 2   /* the context manager's store, of a map not known */
+#define V8_REACHED_CONTEXT 3 /* its context, with no span in it */
+#define V8_REACHED_SPAN 4    /* a span of a map not known, or its span context's */
+#define V8_REACHED_IDS 5     /* the span's trace and span id, read whole */
+#define TRACE_ID_CHARS 32
+#define SPAN_ID_CHARS 16
+#define V8_ROUTE_CHARS 28
+#define V8_ROUTE_UNKNOWN 255
+struct v8_context_record {
+    __u8 reached;
+    __u8 route_length; /* of the span's http.route (0: none; V8_ROUTE_UNKNOWN: its attributes' map not known) */
+    __u8 reserved[6];
+    __u64 frame;                       /* the AsyncContextFrame (tagged); V8_REACHED_SPAN, V8_ROUTE_UNKNOWN: the map not known */
+    __u64 object;                      /* where the read stopped (V8_REACHED_IDS: the span) */
+    __u8 trace_id[TRACE_ID_CHARS / 2]; /* the ids' hex, as bytes */
+    __u8 span_id[SPAN_ID_CHARS / 2];
+    __u64 store_map; /* the labelled store's map (0: no store read) */
+    struct v8_store_field store_fields[V8_STORE_FIELDS];
+    char route[V8_ROUTE_CHARS]; /* its first characters */
+};
+#define CONTEXT_OTEL 0    /* sample_event.context_kind: an OpenTelemetry thread context record */
+#define CONTEXT_V8 1      /* a struct v8_context_record */
+#define CONTEXT_WAKE 0x80 /* with CONTEXT_V8: the read stopped short while user space learns; the sample woke it */
+
 /* --off-cpu: a timed thread (the off_cpu_threads map, by thread id). */
 struct off_cpu_thread {
     __u64 left_ns;       /* when it left the CPU to wait; 0 while it runs */
@@ -322,7 +407,8 @@ struct sample_event {
     /* The thread's OpenTelemetry context record as the sample found it
      * (context_size bytes; 0: none). */
     __u8 context_size;
-    __u8 reserved[7];
+    __u8 context_kind; /* CONTEXT_OTEL, CONTEXT_V8 */
+    __u8 reserved[6];
     __u8 context[THREAD_CONTEXT_BYTES];
     __u64 addresses[MAX_FRAMES + 1];
     __u8 copy_space[MAX_V8_FRAMES * sizeof(struct v8_frame) + sizeof(struct stack_copy) + STACK_COPY_BYTES];

@@ -10,6 +10,7 @@ BPF_HASH(thread_context_offsets, u32, s64, FOLLOWED_ENTRIES);
 
 static __always_inline void read_thread_context(struct sample_event *ev) {
     ev->context_size = 0;
+    ev->context_kind = CONTEXT_OTEL;
 #ifdef TASK_FSBASE_OFFSET
     u32 tgid = ev->pid;
     s64 *offset = thread_context_offsets.lookup(&tgid);

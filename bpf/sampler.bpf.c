@@ -56,6 +56,7 @@ _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->
 
 #include "process_state.bpf.h"
 #include "dwarf_unwind.bpf.h"
+#include "v8_context.bpf.h"
 #include "walk_state.bpf.h"
 #include "otel_context.bpf.h"
 #include "hotspot_frames.bpf.h"

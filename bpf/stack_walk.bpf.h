@@ -210,7 +210,7 @@ static __always_inline int copy_user_stack_now(const int walkers) {
     u32 size = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes + sizeof(struct stack_copy) + copied;
     if (size > sizeof(scratch->event)) return 0;
     asm volatile("" : "+r"(size)); // the bound checked on the register passed
-    if (events.ringbuf_output(&scratch->event, size, BPF_RB_NO_WAKEUP) != 0) count(COUNTER_RINGBUF_FULL);
+    if (events.ringbuf_output(&scratch->event, size, v8_context_wakeup(&scratch->event)) != 0) count(COUNTER_RINGBUF_FULL);
     return 0;
 }
 
@@ -291,6 +291,7 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int 
     scratch->leaf_bcp = 0;
     scratch->hotspot_gc_count = 0;
     read_thread_context(ev);
+    if (ev->context_size == 0) read_v8_context(ev, (u64 *)ev->copy_space); // free until the walk notes frames
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
     return scratch;
 }

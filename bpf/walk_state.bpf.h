@@ -106,6 +106,7 @@ static __always_inline void submit_sample(struct walk_scratch *scratch) {
     if (depth > MAX_FRAMES) depth = MAX_FRAMES;
     scratch->event.frame_count = depth;
     u32 v8_bytes = place_v8_frames(scratch, depth);
-    if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes, BPF_RB_NO_WAKEUP) != 0)
+    if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes, v8_context_wakeup(&scratch->event)) !=
+        0)
         count(COUNTER_RINGBUF_FULL);
 }

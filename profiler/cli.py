@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not label samples with the OpenTelemetry context processes publish (trace, span, route)",
     )
+    parser.add_argument(
+        "--label-store",
+        metavar="FIELD",
+        default="",
+        help="label node samples with the AsyncLocalStorage store that has this field (e.g. tenant): its first "
+        "three string and number fields, by name (node 24 on; 22 with --experimental-async-context-frame)",
+    )
     parser.add_argument("--no-source-maps", action="store_true", help=NO_SOURCE_MAPS_HELP)
     parser.add_argument(
         "--no-debuginfod",
@@ -291,6 +298,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         jvm_debug_non_safepoints=args.jvm_debug_nonsafepoints,
         group_by=args.group_by or "",
         labels=not args.no_labels,
+        label_store=args.label_store,
         v8_heap=not args.no_v8_heap,
         js_only=args.js_only,
         source_maps=not args.no_source_maps,

@@ -71,6 +71,14 @@ if [ ! -d .nodes/apps/node_modules/typescript ] || [ ! -d .nodes/apps/node_modul
     npm_install .nodes/apps "and benchmarks on real programs" typescript@5.9.3 eslint@9.9.1 prettier@3.6.2 esbuild@0.25.12
 fi
 
+# --- The OpenTelemetry JS SDK, as published: the e2e tests of request labels ---
+# A node HTTP server traced by the SDK's HTTP instrumentation, labelled from
+# its AsyncLocalStorage with no change to it. Each at a fixed version.
+if [ ! -d .nodes/otel/node_modules/@opentelemetry/sdk-node ] || [ ! -d .nodes/otel/node_modules/@opentelemetry/instrumentation-http ]; then
+    npm_install .nodes/otel "the OpenTelemetry JS SDK (request labels)" --ignore-scripts @opentelemetry/sdk-node@0.223.0 \
+        @opentelemetry/instrumentation-http@0.223.0 @opentelemetry/sdk-trace-base@2.12.1 @opentelemetry/api@1.9.1
+fi
+
 # --- The OpenTelemetry Collector, for the e2e tests of --otlp -----------------
 # Built from the Go module proxy with the Collector's builder (about 2 minutes
 # the first time); rebuilt only when its manifest changes.

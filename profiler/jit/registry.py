@@ -17,6 +17,7 @@ from profiler.jit import runtimes
 from profiler.jit.contract import Threadpool
 from profiler.jit.jitdump_files import dump_file_pid, make_spawned_dump_directory
 from profiler.jit.v8 import js_view, preload
+from profiler.jit.v8.async_context import NodeContexts
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames
 from profiler.kernel.proc_status import process_alive
@@ -24,6 +25,12 @@ from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.safety import files
 
 PERF_MAP_DIRECTORY = "/tmp"  # fixed, in node, deno and MoarVM
+
+
+def runtime_contexts(kernel: object, label_store: str) -> NodeContexts:
+    """The runtimes' own request contexts samples are labelled from: node's
+    AsyncLocalStorage (label_store: a field naming a store to label by)."""
+    return NodeContexts(kernel, label_store)
 
 
 def spawn_environment(

@@ -16,7 +16,8 @@ from typing import NamedTuple
 MAX_FRAMES = 127  # walked by the kernel
 MAX_STACK_FRAMES = 2048  # in all, the rest walked from a copy of the stack
 COMM_LEN = 16
-THREAD_CONTEXT_BYTES = 120  # of an OpenTelemetry thread context record, at most, in a sample
+CONTEXT_WAKE = 0x80  # a sample's context_kind: its read stopped short and it woke the ring's reader
+THREAD_CONTEXT_BYTES = 144  # of an OpenTelemetry thread context record, at most, in a sample
 
 
 class EventType(enum.IntEnum):
@@ -92,7 +93,8 @@ class _RawSampleHeader(ctypes.Structure):
         ("parent_work", ctypes.c_uint64),
         ("runnable_ns", ctypes.c_uint64),
         ("context_size", ctypes.c_uint8),
-        ("reserved", ctypes.c_char * 7),
+        ("context_kind", ctypes.c_uint8),
+        ("reserved", ctypes.c_char * 6),
         ("context", ctypes.c_char * THREAD_CONTEXT_BYTES),
     ]
 
@@ -214,7 +216,8 @@ class RawSample:
     work_started: bool = False
     runnable_ns: int = 0  # the thread's time preempted, waiting for a CPU, since its last record
     time_only: bool = False  # no sample or wait of its own: a thread's time not reported yet (its exit, the run's end)
-    thread_context: bytes = b""  # the thread's OpenTelemetry context record at the sample (its first bytes; b"": none)
+    thread_context: bytes = b""  # the thread's context record at the sample (its first bytes; b"": none)
+    context_kind: int = 0  # whose: an OpenTelemetry thread context's (0) or node's AsyncLocalStorage (1)
     labels: int = 0  # its label set in the profile (set as it is named: Sample.labels)
 
     @property
@@ -370,6 +373,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         parent_work,
         runnable_ns,
         context_size,
+        context_kind,
         _reserved,
         context,
     ) = _SAMPLE_HEADER.unpack_from(record)
@@ -434,6 +438,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         submits_work=bool(off_cpu_flags & SAMPLE_SUBMITS_WORK),
         runnable_ns=runnable_ns,
         thread_context=context[: min(context_size, THREAD_CONTEXT_BYTES)] if context_size else b"",
+        context_kind=context_kind & ~CONTEXT_WAKE,
     )
 
 

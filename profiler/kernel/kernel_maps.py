@@ -71,6 +71,47 @@ class _V8Process(ctypes.Structure):
     ]
 
 
+V8_CONTEXT_MAPS = 4
+V8_STORE_FIELDS = 3
+
+
+class _V8ContextConfig(ctypes.Structure):
+    _fields_ = [
+        ("isolate_tls", ctypes.c_int64),
+        ("cped_offset", ctypes.c_uint32),
+        ("js_map_type", ctypes.c_uint16),
+        ("first_nonstring_type", ctypes.c_uint16),
+        ("map_type_at", ctypes.c_uint8),
+        ("string_tag_mask", ctypes.c_uint8),
+        ("seq_one_byte_tag", ctypes.c_uint8),
+        ("sliced_one_byte_tag", ctypes.c_uint8),
+        ("string_length_at", ctypes.c_uint8),
+        ("string_chars_at", ctypes.c_uint8),
+        ("sliced_parent_at", ctypes.c_uint8),
+        ("sliced_offset_at", ctypes.c_uint8),
+        ("store_key", ctypes.c_uint64),
+        ("span_key", ctypes.c_uint64),
+        ("context_maps", ctypes.c_uint64 * V8_CONTEXT_MAPS),
+        ("context_map_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
+        ("span_maps", ctypes.c_uint64 * V8_CONTEXT_MAPS),
+        ("span_context_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
+        ("span_context_maps", ctypes.c_uint64 * V8_CONTEXT_MAPS),
+        ("trace_id_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
+        ("span_id_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
+        ("attributes_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
+        ("attributes_maps", ctypes.c_uint64 * V8_CONTEXT_MAPS),
+        ("route_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
+        ("label_store_key", ctypes.c_uint64),
+        ("label_store_maps", ctypes.c_uint64 * V8_CONTEXT_MAPS),
+        ("label_store_at", (ctypes.c_uint16 * V8_STORE_FIELDS) * V8_CONTEXT_MAPS),
+        ("heap_number_type", ctypes.c_uint16),
+        ("learning", ctypes.c_uint8),
+        ("thin_one_byte_tag", ctypes.c_uint8),
+        ("thin_actual_at", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 3),
+    ]
+
+
 RUNTIME_V8 = 0
 RUNTIME_HOTSPOT = 1
 HOTSPOT_CODE_HEAPS = 3
@@ -208,6 +249,7 @@ class KernelMaps:
             "v8_processes",
             "hotspot_code",
             "thread_context_offsets",
+            "v8_context_settings",
         ):
             self._delete(self._maps[name], ctypes.c_uint32(pid))
 
@@ -218,6 +260,27 @@ class KernelMaps:
 
     def clear_thread_context(self, pid: int) -> None:
         self._delete(self._maps["thread_context_offsets"], ctypes.c_uint32(pid))
+
+    def set_v8_context(self, pid: int, config: dict[str, object]) -> bool:
+        """pid's node threads have their AsyncLocalStorage read at each
+        sample as config says (struct v8_context_config's fields by name;
+        the arrays as sequences of V8_CONTEXT_MAPS)."""
+        value = _V8ContextConfig()
+        for name, given in config.items():
+            field = getattr(value, name)
+            if isinstance(field, ctypes.Array):
+                for index, item in enumerate(list(given)[:V8_CONTEXT_MAPS]):  # type: ignore[call-overload]
+                    if isinstance(field[index], ctypes.Array):  # a row of label_store_at
+                        for column, slot in enumerate(list(item)[:V8_STORE_FIELDS]):
+                            field[index][column] = slot
+                    else:
+                        field[index] = item
+            else:
+                setattr(value, name, given)
+        return self._update(self._maps["v8_context_settings"], ctypes.c_uint32(pid), value)
+
+    def clear_v8_context(self, pid: int) -> None:
+        self._delete(self._maps["v8_context_settings"], ctypes.c_uint32(pid))
 
     def set_v8_process(
         self, pid: int, builtins: list[tuple[int, int]], function_window: int, shared_at: int, code_at: int

@@ -37,12 +37,29 @@ MAX_NOTED = 5  # processes named in the closing note
 RESCAN_S = 0.5
 RESCAN_FOR_S = 10.0
 TRACE_ID, SPAN_ID = "trace_id", "span_id"
+CONTEXT_OTEL, CONTEXT_V8 = 0, 1  # a sample's record: an OpenTelemetry thread context's, or node's (bpf/jitprof_abi.h)
 
 
 class ThreadContextKernel(Protocol):
     def set_thread_context(self, pid: int, offset: int) -> bool: ...
 
     def clear_thread_context(self, pid: int) -> None: ...
+
+
+class RuntimeContexts(Protocol):
+    """A runtime's own request context, read at the sample by the kernel
+    (node's AsyncLocalStorage: profiler/jit/v8/async_context.py): records of
+    kind CONTEXT_V8 are its to label."""
+
+    def watch_soon(self, pid: int) -> None: ...
+
+    def note(self, pid: int, data: bytes) -> None: ...
+
+    def labels(self, pid: int, data: bytes) -> tuple[tuple[tuple[str, str], ...], bool]: ...
+
+    def forget(self, pid: int) -> None: ...
+
+    def warnings(self) -> list[str]: ...
 
 
 @dataclass
@@ -60,6 +77,7 @@ class LabelSources:
         profile: Profile,
         kernel: ThreadContextKernel | None,
         run_later: Callable[[Callable[[], None]], None] | None = None,
+        runtime_contexts: RuntimeContexts | None = None,
     ) -> None:
         # run_later: call on the thread that labels samples, after the samples
         # submitted so far (None: at once, on the caller's).
@@ -67,23 +85,33 @@ class LabelSources:
         self._kernel = kernel
         self._run_later = run_later
         self._published: dict[int, _Published] = {}
-        self._decoded: dict[tuple[int, bytes], int] = {}
+        self._decoded: dict[tuple[int, int, bytes], int] = {}
         self._module_descriptors: dict[tuple[int, int, int], int | None] = {}  # by file identity
         self._mappings_seen: dict[int, dict[tuple[int, int, int, str], int | None]] = {}  # per process: its descriptor
         self._lock = threading.Lock()
         self._labelled: dict[int, str] = {}  # processes whose samples carried labels, with their service name
+        self._labelled_by_node: set[int] = set()  # ... read from their AsyncLocalStorage
         self._watched_at: dict[int, float] = {}  # when each process was first watched
         self._scanned_at: dict[int, float] = {}  # and last read
+        self._node = runtime_contexts
 
     # Which processes ------------------------------------------------------
 
     def watch(self, pid: int) -> None:
         """(The sampling thread's call: it only queues.) A followed process,
         or one whose maps changed: read what it publishes."""
+        if self._node is not None:
+            self._node.watch_soon(pid)  # (already known: nothing more)
         if self._run_later is None:
             self._scan(pid)
         else:
             self._run_later(functools.partial(self._scan, pid))
+
+    def discovered(self, pid: int) -> None:
+        """(The sampling thread's call: it only queues.) A process found,
+        before its maps are read: a node's async context is read from then on."""
+        if self._node is not None:
+            self._node.watch_soon(pid)
 
     def forget(self, pid: int) -> None:
         with self._lock:
@@ -93,6 +121,8 @@ class LabelSources:
             self._mappings_seen.pop(pid, None)
         if self._kernel is not None:
             self._kernel.clear_thread_context(pid)
+        if self._node is not None:
+            self._node.forget(pid)
 
     def _scan(self, pid: int) -> None:
         now = time.monotonic()
@@ -187,42 +217,59 @@ class LabelSources:
 
     # Labelling samples (the symbolizer's thread) -------------------------
 
-    def label_id(self, pid: int, record: bytes) -> int:
-        """The label set of a sample of pid whose thread's context record the kernel read (b"": none)."""
+    def note_sample(self, pid: int, record: bytes, kind: int) -> None:
+        """(The sampling thread's call: it only queues.) A sample as it comes up."""
+        if kind == CONTEXT_V8 and self._node is not None:
+            self._node.note(pid, record)
+
+    def label_id(self, pid: int, record: bytes, kind: int = CONTEXT_OTEL) -> int:
+        """The label set of a sample of pid whose thread's context record
+        (of kind) the kernel read (b"": none)."""
         if self._due_again(pid, time.monotonic()):
             self._scan(pid)
         published = self._published.get(pid)
         if published is None or published.process is None and not record:
             return NO_LABELS
-        key = (pid, record)
+        key = (pid, kind, record)
         known = self._decoded.get(key)
         if known is not None:
             return known
         process = published.process
         labels: list[tuple[str, str]] = list(process.resource) if process is not None else []
-        context = otel_thread_context.decode_record(record, process.thread_keys if process is not None else ())
-        if context is not None and context.trace_id:
-            labels += [(TRACE_ID, context.trace_id), (SPAN_ID, context.span_id)]
-        if context is not None:
-            labels += context.attributes
+        if kind == CONTEXT_V8:
+            found, cache = self._node.labels(pid, record) if self._node is not None else ((), True)
+            labels += found
+        else:
+            context = otel_thread_context.decode_record(record, process.thread_keys if process is not None else ())
+            if context is not None and context.trace_id:
+                labels += [(TRACE_ID, context.trace_id), (SPAN_ID, context.span_id)]
+            if context is not None:
+                labels += context.attributes
+            cache = True
         label_id = self._profile.intern_labels(tuple(labels))
         if len(self._decoded) >= MAX_DECODED:
             self._decoded.clear()
-        self._decoded[key] = label_id
+        if cache:
+            self._decoded[key] = label_id
         if label_id != NO_LABELS and pid not in self._labelled and len(self._labelled) < MAX_PROCESSES:
             self._labelled[pid] = dict(labels).get("service.name", "")
+            if kind == CONTEXT_V8:
+                self._labelled_by_node.add(pid)
         return label_id
 
     def warnings(self) -> list[str]:
         with self._lock:
             unreachable = [pid for pid, found in self._published.items() if found.dynamic_tls and found.thread_offset is None]
-        notes = []
-        if self._labelled:
-            named = ", ".join(
-                f"{pid} ({service})" if service else str(pid) for pid, service in list(self._labelled.items())[:MAX_NOTED]
-            )
-            more = f" and {len(self._labelled) - MAX_NOTED} more" if len(self._labelled) > MAX_NOTED else ""
-            notes.append(f"jitprof: note: samples labelled with the OpenTelemetry context of process {named}{more}")
+        notes = self._node.warnings() if self._node is not None else []
+        for source, pids in (
+            ("the OpenTelemetry context", [pid for pid in self._labelled if pid not in self._labelled_by_node]),
+            ("the AsyncLocalStorage", [pid for pid in self._labelled if pid in self._labelled_by_node]),
+        ):
+            if not pids:
+                continue
+            named = ", ".join(f"{pid} ({self._labelled[pid]})" if self._labelled[pid] else str(pid) for pid in pids[:MAX_NOTED])
+            more = f" and {len(pids) - MAX_NOTED} more" if len(pids) > MAX_NOTED else ""
+            notes.append(f"jitprof: note: samples labelled with {source} of process {named}{more}")
         notes += [
             f"jitprof: note: process {pid} publishes an OpenTelemetry thread context in a module loaded after its start "
             "(its thread-local storage is not in the static area): its threads' records were not read"

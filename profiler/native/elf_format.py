@@ -21,6 +21,7 @@ ELFDATA2LSB = 1
 PT_LOAD = 1
 PT_INTERP = 3
 PT_NOTE = 4
+PT_TLS = 7
 ET_EXEC = 2
 NT_GNU_BUILD_ID = 3
 SHT_SYMTAB = 2
@@ -179,6 +180,20 @@ def _program_headers(handle: BinaryIO, header: ElfHeader) -> list[tuple[int, int
     return result
 
 
+def tls_segment(handle: BinaryIO, header: ElfHeader) -> tuple[int, int, int] | None:
+    """The PT_TLS segment's (vaddr, memory size, alignment), or None."""
+    if header.elf_class != ELFCLASS64 or header.program_count == 0 or header.program_offset == 0:
+        return None
+    layout = _PROGRAM[ELFCLASS64]
+    if header.program_entry_size != layout.size or header.program_count > MAX_PROGRAM_HEADERS:
+        raise ElfFormatError("unexpected program headers")
+    data = read_exact(handle, header.program_offset, layout.size * header.program_count, header.file_size)
+    for kind, _flags, _offset, vaddr, _paddr, _file_size, memory_size, align in layout.iter_unpack(data):
+        if kind == PT_TLS:
+            return vaddr, memory_size, align
+    return None
+
+
 def program_header_types(handle: BinaryIO, header: ElfHeader) -> set[int]:
     """Which kinds of program header the file has (PT_INTERP: a program)."""
     return {kind for kind, *_rest in _program_headers(handle, header)}
@@ -321,3 +336,19 @@ def symbol_bytes(handle: BinaryIO, symbol: NamedSymbol, sections: list[SectionHe
     if start < 0 or start + symbol.size > section.size:
         return None
     return read_exact(handle, section.offset + start, symbol.size, header.file_size)
+
+
+def symbol_prefix(
+    handle: BinaryIO, symbol: NamedSymbol, sections: list[SectionHeader], header: ElfHeader, length: int
+) -> bytes | None:
+    """The first length bytes (fewer if the symbol is shorter) of a symbol with file bytes (a function's code)."""
+    if not 0 < symbol.section_index < len(sections) or symbol.size <= 0 or not 0 < length <= 4096:
+        return None
+    section = sections[symbol.section_index]
+    if section.kind == SHT_NOBITS:
+        return None
+    start = symbol.value - section.address
+    wanted = min(length, symbol.size)
+    if start < 0 or start + wanted > section.size:
+        return None
+    return read_exact(handle, section.offset + start, wanted, header.file_size)

@@ -60,6 +60,8 @@ class FollowedProcesses:
         self.live.add(pid)
         if self._jit_files is not None:
             self.seen.add(pid)
+        if self._labels is not None and pid not in self.awaiting_exec:
+            self._labels.discovered(pid)  # it only queues: its requests are labelled as soon as can be
         self._tracker.add_process(pid, parent, read_maps_now, hold_walks=True)
         if read_maps_now:
             self._know_runtime(pid)

@@ -46,6 +46,7 @@ class RecordingOptions:
     source_maps: bool = True  # JS frames shown as the sources their scripts' maps name
     group_by: str = ""  # outputs split by this label: a root frame KEY=value
     labels: bool = True  # read the context processes publish (profiler/labels/)
+    label_store: str = ""  # a field name: node's AsyncLocalStorage store that has it labels samples
     js_only: bool = False  # outputs show the language view (profiler/jit/registry.py: the JS view)
     live_view: bool = False  # the terminal view (the caller checks for a TTY)
     user: str | None = None

@@ -209,7 +209,12 @@ class Recording:
         self._late_walks.recorder = self._jit_sources
         self._mode = self._mode_for(run_as)
         if self.options.labels:
-            self._labels = LabelSources(self.profile, program.maps, self._symbolizer.call_in_order)
+            self._labels = LabelSources(
+                self.profile,
+                program.maps,
+                self._symbolizer.call_in_order,
+                runtime_contexts=registry.runtime_contexts(program.maps, self.options.label_store),
+            )
             self._symbolizer.labels = self._labels
         self._followed = FollowedProcesses(
             program.maps,

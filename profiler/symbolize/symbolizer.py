@@ -56,7 +56,9 @@ MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
 class SampleLabels(Protocol):
     """Each sample's labels (profiler/labels/label_sources.py)."""
 
-    def label_id(self, pid: int, record: bytes) -> int: ...
+    def label_id(self, pid: int, record: bytes, kind: int = 0) -> int: ...
+
+    def note_sample(self, pid: int, record: bytes, kind: int) -> None: ...
 
 
 class _NotNamedYet(Exception):
@@ -302,6 +304,8 @@ class Symbolizer:
         what it needs (reading a process's memory before it changes)."""
         for source in self.jit_sources:
             source.note_sample(sample)
+        if self.labels is not None and sample.thread_context:
+            self.labels.note_sample(sample.pid, sample.thread_context, sample.context_kind)
 
     def submit(self, samples: list[RawSample]) -> None:
         """Samples in the order taken, each noted already, as one item: the
@@ -430,7 +434,7 @@ class Symbolizer:
             if raw.stack_copy is not None:
                 raw = self._finish_walk(raw, may_park)
             if self.labels is not None:
-                raw.labels = self.labels.label_id(raw.pid, raw.thread_context)
+                raw.labels = self.labels.label_id(raw.pid, raw.thread_context, raw.context_kind)
             work = self.work
             if work is not None and raw.submits_work:
                 work.submitted(raw, self.resolve_sample(raw))

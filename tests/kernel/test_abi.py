@@ -12,11 +12,24 @@ import subprocess
 
 import pytest
 
+from profiler.jit.v8 import async_context as node_async_context
+from profiler.jit.v8.heap import properties
 from profiler.kernel import address_spaces, bpf_program, events, kernel_maps
+from profiler.labels import label_sources
 from profiler.native import library, ring_batch, unwind_rows, unwind_tables
 from tests.helpers import ROOT
 
 CONSTANTS = [
+    "V8_REACHED_IDS",
+    "V8_CONTEXT_MAPS",
+    "V8_CONTEXT_ENTRIES",
+    "V8_OUT_OF_OBJECT",
+    "V8_STORE_FIELDS",
+    "V8_STORE_TEXT",
+    "V8_ROUTE_CHARS",
+    "CONTEXT_OTEL",
+    "CONTEXT_V8",
+    "CONTEXT_WAKE",
     "EVENT_SAMPLE",
     "EVENT_FORK",
     "EVENT_EXEC",
@@ -107,6 +120,7 @@ STRUCTS = {
         "parent_work",
         "runnable_ns",
         "context_size",
+        "context_kind",
         "reserved",
         "context",
         "addresses",
@@ -139,6 +153,53 @@ STRUCTS = {
         "code_at",
         "kind",
     ],
+    "v8_context_config": [
+        "isolate_tls",
+        "cped_offset",
+        "js_map_type",
+        "first_nonstring_type",
+        "map_type_at",
+        "string_tag_mask",
+        "seq_one_byte_tag",
+        "sliced_one_byte_tag",
+        "string_length_at",
+        "string_chars_at",
+        "sliced_parent_at",
+        "sliced_offset_at",
+        "store_key",
+        "span_key",
+        "context_maps",
+        "context_map_at",
+        "span_maps",
+        "span_context_at",
+        "span_context_maps",
+        "trace_id_at",
+        "span_id_at",
+        "attributes_at",
+        "attributes_maps",
+        "route_at",
+        "label_store_key",
+        "label_store_maps",
+        "label_store_at",
+        "heap_number_type",
+        "learning",
+        "thin_one_byte_tag",
+        "thin_actual_at",
+        "reserved",
+    ],
+    "v8_context_record": [
+        "reached",
+        "route_length",
+        "reserved",
+        "frame",
+        "object",
+        "trace_id",
+        "span_id",
+        "store_map",
+        "store_fields",
+        "route",
+    ],
+    "v8_store_field": ["kind", "length", "text"],
     "hotspot_code": [
         "heap_low",
         "heap_high",
@@ -258,6 +319,7 @@ def test_records_are_laid_out_as_the_header_says(abi):
         (events._RawStackCopy, "stack_copy"),
         (events._RawV8Frame, "v8_frame"),
         (kernel_maps._V8Process, "v8_process"),
+        (kernel_maps._V8ContextConfig, "v8_context_config"),
         (kernel_maps._HotSpotCode, "hotspot_code"),
         (events._RawProcessEvent, "process_event"),
         (kernel_maps._TrieKey, "trie_key"),
@@ -281,6 +343,27 @@ def test_the_native_library_sees_the_same_row():
         pytest.skip("native/ is built by make setup")
     assert ffi.sizeof("struct unwind_row") == unwind_rows.ROW_FORMAT.size
     assert ffi.offsetof("struct unwind_row", "cfa_offset") == 8
+
+
+def test_node_context_records_are_read_as_the_header_lays_them(abi):
+    fields = STRUCTS["v8_context_record"]
+    assert [abi[f"v8_context_record.{field}"][0] for field in fields] == [0, 1, 2, 8, 16, 24, 40, 48, 56, 116]
+    assert [abi[f"v8_store_field.{field}"][0] for field in STRUCTS["v8_store_field"]] == [0, 1, 2]
+    assert abi["sizeof v8_store_field"] == 2 + node_async_context.STORE_TEXT == 2 + abi["V8_STORE_TEXT"]
+    assert abi["V8_STORE_FIELDS"] == node_async_context.STORE_FIELDS
+    assert node_async_context.RECORD.size == abi["sizeof v8_context_record"] <= abi["THREAD_CONTEXT_BYTES"]
+    assert abi["V8_ROUTE_CHARS"] == node_async_context.ROUTE_CHARS
+    assert (abi["V8_REACHED_IDS"], abi["V8_CONTEXT_MAPS"], abi["V8_CONTEXT_ENTRIES"]) == (
+        node_async_context.REACHED_IDS,
+        node_async_context.MAPS_KNOWN,
+        node_async_context.FRAME_ENTRIES,
+    )
+    assert abi["V8_OUT_OF_OBJECT"] == properties.OUT_OF_OBJECT
+    assert (abi["CONTEXT_OTEL"], abi["CONTEXT_V8"], abi["CONTEXT_WAKE"]) == (
+        label_sources.CONTEXT_OTEL,
+        label_sources.CONTEXT_V8,
+        events.CONTEXT_WAKE,
+    )
 
 
 def test_the_largest_record_fits_a_ring_batch(abi):

@@ -11,11 +11,13 @@ are named as before (perf map, code log) or not at all.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from dataclasses import dataclass
 from typing import BinaryIO
 
+from profiler.jit.v8.heap import isolate
 from profiler.native import elf_format
 from profiler.native.elf import MAX_ELF_BYTES, PARSE_ERRORS
 from profiler.safety import files
@@ -34,6 +36,33 @@ KERNEL_FRAME_SLOTS = {"off_fp_context": -8, "off_fp_function": -16, "off_fp_byte
 
 class LayoutError(Exception):
     """This binary's V8 cannot be read; the message says why, for the user."""
+
+
+@dataclass(frozen=True)
+class ObjectLayout:
+    """How a JS object keeps its named properties (its Map's descriptors),
+    and JSMaps and Symbols: what AsyncLocalStorage's stores are read with."""
+
+    js_map_type: int
+    heap_number_type: int
+    symbol_type: int
+    symbol_description: int
+    properties: int  # a JSObject's out-of-object properties (or hash)
+    map_instance_size_words: int
+    map_inobject_start: int
+    map_bit_field3: int
+    map_descriptors: int
+    own_descriptors_mask: int
+    own_descriptors_shift: int
+    dictionary_map_bit: int
+    descriptors_header: int
+    descriptor_words: int  # key, details, value
+    descriptor_key: int
+    descriptor_details: int
+    location_mask: int
+    location_field: int
+    index_mask: int
+    index_shift: int
 
 
 @dataclass(frozen=True)
@@ -102,6 +131,9 @@ class V8Layout:
     deopt_inlined_count: int
     deopt_literals: int
     deopt_inlining_positions: int
+    objects: ObjectLayout | None = None  # None: the metadata lacks some of it
+    # Where a sample finds AsyncLocalStorage's stores, or why it cannot.
+    async_context: isolate.IsolateLocations | isolate.IsolateError | None = None
 
     @property
     def code_kind_maglev(self) -> int:
@@ -124,7 +156,9 @@ def read_layout(handle: BinaryIO) -> V8Layout:
     try:
         header = elf_format.read_header(handle)
         sections = elf_format.section_headers(handle, header)
-        symbols = elf_format.symbols_named(handle, (b"v8dbg_", b"Builtins_", b"_ZN2v88internal7Version"), MAX_SYMBOLS)
+        symbols = elf_format.symbols_named(
+            handle, (b"v8dbg_", b"Builtins_", b"_ZN2v88internal7Version", *isolate.SYMBOL_PREFIXES), MAX_SYMBOLS
+        )
     except PARSE_ERRORS as error:
         raise LayoutError(f"its symbol table cannot be read ({error})") from error
     values: dict[str, int] = {}
@@ -137,7 +171,7 @@ def read_layout(handle: BinaryIO) -> V8Layout:
                 if symbol.name == "Builtins_InterpreterEntryTrampoline":
                     interpreter_entry = (symbol.value, symbol.value + symbol.size)
             continue
-        if symbol.size not in (1, 2, 4, 8):
+        if symbol.size not in (1, 2, 4, 8) or not symbol.name.startswith(("v8dbg_", "_ZN2v88internal7Version")):
             continue
         try:
             raw = elf_format.symbol_bytes(handle, symbol, sections, header)
@@ -159,7 +193,13 @@ def read_layout(handle: BinaryIO) -> V8Layout:
         if values.get(name) != expected:
             raise LayoutError(f"its V8 frames keep {name.removeprefix('off_fp_')} at {values.get(name)}, not {expected}")
     builtins = (min(start for start, _ in builtin_ranges), max(end for _, end in builtin_ranges))
-    return _layout(values, version, builtins, interpreter_entry)
+    try:
+        async_context: isolate.IsolateLocations | isolate.IsolateError = isolate.locations_from_symbols(
+            handle, header, sections, symbols
+        )
+    except isolate.IsolateError as error:
+        async_context = error
+    return dataclasses.replace(_layout(values, version, builtins, interpreter_entry), async_context=async_context)
 
 
 class _Metadata:
@@ -296,7 +336,36 @@ def _layout(
         deopt_inlined_count=meta.get("DeoptimizationDataInlinedFunctionCountIndex") or 1,
         deopt_literals=meta.get("DeoptimizationDataLiteralArrayIndex") or 2,
         deopt_inlining_positions=meta.get("DeoptimizationDataInliningPositionsIndex") or shared_index + 1,
+        objects=_object_layout(meta),
     )
+
+
+def _object_layout(meta: _Metadata) -> ObjectLayout | None:
+    try:
+        return ObjectLayout(
+            js_map_type=meta.need("type_JSMap__"),
+            heap_number_type=meta.need("type_HeapNumber__"),
+            symbol_type=meta.need("type_Symbol__"),
+            symbol_description=meta.need("class_Symbol__name__"),
+            properties=meta.get("class_JSReceiver__raw_properties_or_hash__") or POINTER,
+            map_instance_size_words=meta.need("class_Map__instance_size_in_words__"),
+            map_inobject_start=meta.need("class_Map__inobject_properties_start_or_constructor_function_index__"),
+            map_bit_field3=meta.need("class_Map__bit_field3__"),
+            map_descriptors=meta.need("class_Map__instance_descriptors__"),
+            own_descriptors_mask=meta.need("bit_field3_number_of_own_descriptors_mask"),
+            own_descriptors_shift=meta.need("bit_field3_number_of_own_descriptors_shift"),
+            dictionary_map_bit=1 << meta.need("bit_field3_is_dictionary_map_shift"),
+            descriptors_header=meta.need("class_DescriptorArray__header_size__"),
+            descriptor_words=meta.need("prop_desc_size"),
+            descriptor_key=meta.need("prop_desc_key"),
+            descriptor_details=meta.need("prop_desc_details"),
+            location_mask=meta.need("prop_location_mask"),
+            location_field=meta.need("prop_location_Field") << meta.need("prop_location_shift"),
+            index_mask=meta.need("prop_index_mask"),
+            index_shift=meta.need("prop_index_shift"),
+        )
+    except LayoutError:
+        return None
 
 
 _layouts: dict[tuple[int, int, int], V8Layout | LayoutError] = {}

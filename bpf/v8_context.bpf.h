@@ -1,0 +1,304 @@
+// V8: the request a sample serves. A node thread's current AsyncContextFrame
+// (AsyncLocalStorage's stores, node 24 on) is read at the sample, and in it
+// the OpenTelemetry context manager's store down to the active span's trace
+// and span ids: the objects move in V8's heap, so they are read here, at
+// the instant, or not at all. User space names the span from its address
+// only where the span still holds the ids read here.
+#pragma once
+
+BPF_HASH(v8_context_settings, u32, struct v8_context_config, FOLLOWED_ENTRIES);
+
+#define V8_TAG_MASK 7
+#define V8_HEAP_OBJECT_TAG 1
+#define V8_JS_MAP_TABLE_AT 24   /* JSCollection: map, properties, elements, table */
+#define V8_ARRAY_DATA_AT 16     /* a FixedArray's first element, after its map and length */
+#define V8_PROPERTIES_AT 8      /* a JSObject's out-of-object properties */
+#define V8_TABLE_HEADER_WORDS 3 /* an OrderedHashMap: elements, deleted, buckets, then the buckets */
+#define V8_TABLE_ENTRY_WORDS 3  /* key, value, chain */
+#define V8_MAX_BUCKETS 1024
+#define V8_USER_END (1ULL << 47)
+
+static __always_inline int v8_is_object(u64 word) {
+    return (word & V8_TAG_MASK) == V8_HEAP_OBJECT_TAG && word > 0xffff && word < V8_USER_END;
+}
+
+static __always_inline u64 v8_word(u64 object, u32 offset) {
+    u64 word = 0;
+    if (bpf_probe_read_user(&word, sizeof(word), (void *)(object - V8_HEAP_OBJECT_TAG + offset)) != 0) return 0;
+    return word;
+}
+
+// An object's map (0: not an object, or unreadable).
+static __always_inline u64 v8_map_of(u64 object) {
+    if (!v8_is_object(object)) return 0;
+    u64 map = v8_word(object, 0);
+    return v8_is_object(map) ? map : 0;
+}
+
+static __always_inline u16 v8_type_of(const struct v8_context_config *config, u64 map) {
+    u16 type = 0xffff;
+    bpf_probe_read_user(&type, sizeof(type), (void *)(map - V8_HEAP_OBJECT_TAG + config->map_type_at));
+    return type;
+}
+
+// Read a JSMap's table, up to V8_CONTEXT_ENTRIES entries, into entries:
+// how many it has (live and deleted), 0 if it is none or too big.
+static __always_inline u32 v8_table_read(const struct v8_context_config *config, u64 js_map, u64 *entries) {
+    u64 map = v8_map_of(js_map);
+    if (map == 0 || v8_type_of(config, map) != config->js_map_type) return 0;
+    u64 table = v8_word(js_map, V8_JS_MAP_TABLE_AT);
+    if (!v8_is_object(table)) return 0;
+    u64 header[V8_TABLE_HEADER_WORDS];
+    if (bpf_probe_read_user(header, sizeof(header), (void *)(table - V8_HEAP_OBJECT_TAG + V8_ARRAY_DATA_AT)) != 0) return 0;
+    // Smis: the value in the upper half.
+    u64 used = (header[0] >> 32) + (header[1] >> 32);
+    u64 buckets = header[2] >> 32;
+    if (used == 0 || used > V8_CONTEXT_ENTRIES || buckets > V8_MAX_BUCKETS) return 0;
+    u64 first = table - V8_HEAP_OBJECT_TAG + V8_ARRAY_DATA_AT + (V8_TABLE_HEADER_WORDS + buckets) * 8;
+    u32 bytes = (u32)used * V8_TABLE_ENTRY_WORDS * 8;
+    if (bytes > V8_CONTEXT_ENTRIES * V8_TABLE_ENTRY_WORDS * 8) return 0;
+    if (bpf_probe_read_user(entries, bytes, (void *)first) != 0) return 0;
+    return used;
+}
+
+// The value a table read by v8_table_read holds for key (a tagged pointer
+// compared as is; 0: none).
+static __always_inline u64 v8_table_find(const u64 *entries, u32 used, u64 key) {
+    u64 found = 0;
+    if (key == 0) return 0;
+#pragma unroll
+    for (int entry = 0; entry < V8_CONTEXT_ENTRIES; entry++) {
+        if (found == 0 && entry < used && entries[entry * V8_TABLE_ENTRY_WORDS] == key)
+            found = entries[entry * V8_TABLE_ENTRY_WORDS + 1];
+    }
+    return found;
+}
+
+// The field at offset of an object: in it, or (V8_OUT_OF_OBJECT) in its properties array.
+static __always_inline u64 v8_slot(u64 object, u16 offset) {
+    if (!(offset & V8_OUT_OF_OBJECT)) return v8_word(object, offset);
+    u64 properties = v8_word(object, V8_PROPERTIES_AT);
+    if (!v8_is_object(properties)) return 0;
+    return v8_word(properties, V8_ARRAY_DATA_AT + (u32)(offset & ~V8_OUT_OF_OBJECT) * 8);
+}
+
+// A field of object at the offset its map has (one of maps); which map
+// matched in *which (-1: none; *map_out the object's map).
+static __always_inline u64 v8_field_by_map(u64 object, const u64 *maps, const u16 *offsets, int *which, u64 *map_out) {
+    u64 map = v8_map_of(object);
+    *map_out = map;
+    *which = -1;
+    if (map == 0) return 0;
+#pragma unroll
+    for (int known = 0; known < V8_CONTEXT_MAPS; known++) {
+        if (maps[known] != map) continue;
+        *which = known;
+        return v8_slot(object, offsets[known]);
+    }
+    return 0;
+}
+
+// Copy a string's first characters (up to max; one-byte, sequential, a
+// slice of a sequential one (an id parsed from a traceparent header), or a
+// thin string forwarding to one) into
+// out; its length (-1: not such a string).
+static __always_inline s64 v8_copy_string(const struct v8_context_config *config, u64 string, char *out, u32 max) {
+    u64 map = v8_map_of(string);
+    if (map == 0) return -1;
+    u16 type = v8_type_of(config, map);
+    if (type >= config->first_nonstring_type) return -1;
+    if ((type & config->string_tag_mask) == config->thin_one_byte_tag) {
+        string = v8_word(string, config->thin_actual_at);
+        map = v8_map_of(string);
+        if (map == 0) return -1;
+        type = v8_type_of(config, map);
+        if (type >= config->first_nonstring_type) return -1;
+    }
+    u32 length = 0;
+    if (bpf_probe_read_user(&length, sizeof(length), (void *)(string - V8_HEAP_OBJECT_TAG + config->string_length_at)) != 0)
+        return -1;
+    u64 chars = string - V8_HEAP_OBJECT_TAG + config->string_chars_at;
+    if ((type & config->string_tag_mask) == config->sliced_one_byte_tag) {
+        u64 parent = v8_word(string, config->sliced_parent_at);
+        u64 offset = v8_word(string, config->sliced_offset_at) >> 32;
+        u64 parent_map = v8_map_of(parent);
+        if (parent_map == 0) return -1;
+        u16 parent_type = v8_type_of(config, parent_map);
+        if (parent_type >= config->first_nonstring_type || (parent_type & config->string_tag_mask) != config->seq_one_byte_tag)
+            return -1;
+        u32 parent_length = 0;
+        if (bpf_probe_read_user(&parent_length, sizeof(parent_length),
+                                (void *)(parent - V8_HEAP_OBJECT_TAG + config->string_length_at)) != 0 ||
+            offset + length > parent_length)
+            return -1;
+        chars = parent - V8_HEAP_OBJECT_TAG + config->string_chars_at + offset;
+    } else if ((type & config->string_tag_mask) != config->seq_one_byte_tag) {
+        return -1;
+    }
+    u32 copied = length < max ? length : max;
+    if (copied > V8_ROUTE_CHARS + TRACE_ID_CHARS) return -1;
+    if (copied != 0 && bpf_probe_read_user(out, copied, (void *)chars) != 0) return -1;
+    return length;
+}
+
+static __always_inline int v8_nibble(char digit) {
+    if (digit >= '0' && digit <= '9') return digit - '0';
+    if (digit >= 'a' && digit <= 'f') return digit - 'a' + 10;
+    return -1;
+}
+
+// An id string of exactly 2 * bytes lowercase hex digits, as bytes.
+static __always_inline int v8_read_hex_id(const struct v8_context_config *config, u64 string, u8 *out, u32 bytes, char *digits) {
+    if (v8_copy_string(config, string, digits, bytes * 2) != bytes * 2) return -1;
+    int bad = 0;
+#pragma unroll
+    for (int index = 0; index < TRACE_ID_CHARS / 2; index++) {
+        if (index < bytes) {
+            int high = v8_nibble(digits[2 * index]), low = v8_nibble(digits[2 * index + 1]);
+            bad |= high | low;
+            out[index] = (u8)((high << 4) | (low & 0xf));
+        }
+    }
+    return bad < 0 ? -1 : 0;
+}
+
+// A labelled store's field: a Smi, a HeapNumber's double, or a one-byte
+// sequential string's first V8_STORE_TEXT characters.
+static __always_inline void v8_copy_field(const struct v8_context_config *config, u64 value, struct v8_store_field *field) {
+    field->kind = V8_FIELD_NONE;
+    if ((value & 1) == 0) { // a Smi
+        s32 number = (s32)(value >> 32);
+        __builtin_memcpy(field->text, &number, sizeof(number));
+        field->kind = V8_FIELD_SMI;
+        return;
+    }
+    u64 map = v8_map_of(value);
+    if (map == 0) return;
+    u16 type = v8_type_of(config, map);
+    if (type == config->heap_number_type) {
+        if (bpf_probe_read_user(field->text, 8, (void *)(value - V8_HEAP_OBJECT_TAG + 8)) == 0) field->kind = V8_FIELD_DOUBLE;
+        return;
+    }
+    if (type >= config->first_nonstring_type || (type & config->string_tag_mask) != config->seq_one_byte_tag) return;
+    u32 length = 0;
+    if (bpf_probe_read_user(&length, sizeof(length), (void *)(value - V8_HEAP_OBJECT_TAG + config->string_length_at)) != 0)
+        return;
+    u32 copied = length < V8_STORE_TEXT ? length : V8_STORE_TEXT;
+    if (copied == 0 ||
+        bpf_probe_read_user(field->text, copied & 0x1f, (void *)(value - V8_HEAP_OBJECT_TAG + config->string_chars_at)) == 0) {
+        field->length = length > 255 ? 255 : length;
+        field->kind = V8_FIELD_STRING;
+    }
+}
+
+// --label-store: the named store's fields, by its map's slots.
+static __always_inline void read_label_store(const struct v8_context_config *config, u64 store,
+                                             struct v8_context_record *record) {
+    record->store_map = v8_map_of(store);
+#pragma unroll
+    for (int known = 0; known < V8_CONTEXT_MAPS; known++) {
+        if (config->label_store_maps[known] != record->store_map || record->store_map == 0) continue;
+#pragma unroll
+        for (int index = 0; index < V8_STORE_FIELDS; index++) {
+            u16 offset = config->label_store_at[known][index];
+            if (offset != 0) v8_copy_field(config, v8_slot(store, offset), &record->store_fields[index]);
+        }
+    }
+}
+
+// Read the current thread's async context into ev (context_size 0: none).
+// entries: scratch for a JSMap's table.
+static __always_inline void read_v8_context(struct sample_event *ev, u64 *entries) {
+#ifdef TASK_FSBASE_OFFSET
+    u32 tgid = ev->pid;
+    const struct v8_context_config *config = v8_context_settings.lookup(&tgid);
+    if (!config) return;
+    u64 thread_pointer = 0;
+    bpf_probe_read_kernel(&thread_pointer, sizeof(thread_pointer), (void *)(bpf_get_current_task() + TASK_FSBASE_OFFSET));
+    if (thread_pointer == 0) return;
+    u64 isolate = 0;
+    if (bpf_probe_read_user(&isolate, sizeof(isolate), (void *)(thread_pointer + config->isolate_tls)) != 0 || isolate == 0)
+        return;
+    u64 frame = 0;
+    if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(isolate + config->cped_offset)) != 0 || !v8_is_object(frame)) return;
+    struct v8_context_record *record = (struct v8_context_record *)ev->context;
+    _Static_assert(sizeof(struct v8_context_record) <= THREAD_CONTEXT_BYTES, "a record fits the event");
+    ev->context_kind = CONTEXT_V8;
+    ev->context_size = sizeof(struct v8_context_record);
+    record->frame = frame;
+    record->object = frame;
+    record->reached = V8_REACHED_FRAME;
+    record->route_length = 0;
+    record->store_map = 0;
+#pragma unroll
+    for (int index = 0; index < V8_STORE_FIELDS; index++) record->store_fields[index].kind = V8_FIELD_NONE;
+    u32 used = v8_table_read(config, frame, entries);
+    if (config->label_store_key != 0) {
+        u64 labelled = v8_table_find(entries, used, config->label_store_key);
+        if (labelled != 0) read_label_store(config, labelled, record);
+    }
+    u64 store = v8_table_find(entries, used, config->store_key);
+    if (store == 0) return;
+    record->reached = V8_REACHED_STORE;
+    record->object = store;
+    int which = -1;
+    u64 map = 0;
+    u64 context = v8_field_by_map(store, config->context_maps, config->context_map_at, &which, &map);
+    if (which < 0) return;
+    record->reached = V8_REACHED_CONTEXT;
+    u64 span = v8_table_find(entries, v8_table_read(config, context, entries), config->span_key);
+    if (span == 0) return;
+    record->reached = V8_REACHED_SPAN;
+    record->object = span;
+    // Past the context, a map not known is sent in place of the frame:
+    // user space learns a span's, its span context's and its attributes'
+    // maps from the maps themselves (old objects, still there when it reads).
+    u64 span_context = v8_field_by_map(span, config->span_maps, config->span_context_at, &which, &map);
+    if (which < 0 || which >= V8_CONTEXT_MAPS) {
+        record->frame = map;
+        return;
+    }
+    int span_map_index = which;
+    record->object = span_context;
+    u64 trace_id = v8_field_by_map(span_context, config->span_context_maps, config->trace_id_at, &which, &map);
+    if (which < 0 || which >= V8_CONTEXT_MAPS) {
+        record->frame = map;
+        return;
+    }
+    u64 span_id = v8_slot(span_context, config->span_id_at[which]);
+    char *digits = (char *)entries; // the tables are read: their scratch holds the ids' digits
+    if (v8_read_hex_id(config, trace_id, record->trace_id, TRACE_ID_CHARS / 2, digits) != 0 ||
+        v8_read_hex_id(config, span_id, record->span_id, SPAN_ID_CHARS / 2, digits) != 0)
+        return;
+    record->reached = V8_REACHED_IDS;
+    record->object = span;
+    // The span's http.route, where its attributes' map is known.
+    record->route_length = V8_ROUTE_UNKNOWN;
+    u16 attributes_at = config->attributes_at[span_map_index];
+    if (attributes_at == 0) return;
+    u64 attributes = v8_slot(span, attributes_at);
+    u64 route = v8_field_by_map(attributes, config->attributes_maps, config->route_at, &which, &map);
+    if (which < 0 || which >= V8_CONTEXT_MAPS) {
+        record->frame = map;
+        return;
+    }
+    record->route_length = 0;
+    if (config->route_at[which] == 0) return; // attributes without a route
+    s64 length = v8_copy_string(config, route, record->route, V8_ROUTE_CHARS);
+    if (length > 0) record->route_length = length > 254 ? 254 : length;
+#endif
+}
+
+// Was the read of a context cut short while user space learns its process?
+// Then its sample wakes the reader of the ring at once: the frame it names
+// is learned from before a scavenge moves it.
+static __always_inline u64 v8_context_wakeup(struct sample_event *ev) {
+    if (ev->context_kind != CONTEXT_V8) return BPF_RB_NO_WAKEUP;
+    struct v8_context_record *record = (struct v8_context_record *)ev->context;
+    if (record->reached >= V8_REACHED_SPAN) return BPF_RB_NO_WAKEUP; // what it lacks is learned from a map
+    u32 tgid = ev->pid;
+    const struct v8_context_config *config = v8_context_settings.lookup(&tgid);
+    if (!config || !config->learning) return BPF_RB_NO_WAKEUP;
+    ev->context_kind |= CONTEXT_WAKE;
+    return BPF_RB_FORCE_WAKEUP;
+}
