@@ -22,6 +22,7 @@ from benchmarks.java_cost import java_cost
 from benchmarks.java_structures_cost import java_structures_cost
 from benchmarks.javascript_runtimes_cost import javascript_runtimes_cost
 from benchmarks.kernel_cost import kernel_costs
+from benchmarks.labels_cost import labels_cost
 from benchmarks.live_view_cost import live_view_cost
 from benchmarks.load import load
 from benchmarks.long_runs import long_runs
@@ -52,6 +53,7 @@ SECTIONS = {
     "format_conversion": lambda repeats, perf, workdir: format_conversion(workdir),
     "live_view_cost": lambda repeats, perf, workdir: live_view_cost(3, workdir),
     "kernel_costs": lambda repeats, perf, workdir: kernel_costs(workdir),
+    "labels_cost": lambda repeats, perf, workdir: labels_cost(max(repeats, 5), workdir),
     "completeness": lambda repeats, perf, workdir: completeness(perf, workdir),
     "first_samples": lambda repeats, perf, workdir: first_samples(3, perf, workdir),
     "load": lambda repeats, perf, workdir: load(workdir),

@@ -24,10 +24,13 @@ from profiler.native import library
 from profiler.native.unwind_tables import RowsState, TableRows
 
 
+MAX_WAITED_FOR = 4096  # files remembered as waited for (a run's end waits for their builds)
+
+
 class RowSource(Protocol):
     def rows_for_walk(self, cache_key: str) -> TableRows: ...
 
-    def building(self) -> bool: ...
+    def building(self, cache_keys: set[str] | None = None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class LateWalks:
     def __init__(self, tracker: MappingTracker, tables: RowSource | None) -> None:
         self._tracker = tracker
         self._tables = tables  # None: frame pointers only (--no-dwarf)
+        self._waited_for: set[str] = set()  # files whose tables a walk waited for
         self.stats = LateWalkStats()
         self.recorder: FrameRecorder | None = None  # the runtimes' frame records, for frames walked here
 
@@ -87,6 +91,7 @@ class LateWalks:
         if result.end == library.WALK_PENDING or (may_wait and newer_maps_due):
             if result.pending_address is not None and view is not None:
                 self._want_table_at(view.pid, view.mappings, result.pending_address)
+                self._note_waited_for(view.mappings, result.pending_address)
             self.stats.waited += 1
             return None
         end = WalkEnd(result.end)
@@ -110,8 +115,9 @@ class LateWalks:
         )
 
     def tables_building(self) -> bool:
-        """Are unwind tables still being built (walks waiting for them may yet finish whole)?"""
-        return self._tables is not None and self._tables.building()
+        """Are tables that walks waited for still being built (those walks
+        may yet finish whole)? Other files' builds (--all: many) do not count."""
+        return self._tables is not None and bool(self._waited_for) and self._tables.building(self._waited_for)
 
     def _want_table_at(self, pid: int, mappings: list[KnownMapping], address: int) -> None:
         """The walk waits for the file at address (a return address: the call is
@@ -120,6 +126,14 @@ class LateWalks:
         for mapping in mappings:
             if not mapping.attached and any(mapping.entry.start <= at < mapping.entry.end for at in (address, address - 1)):
                 self._tracker.want_table(pid, mapping)
+                return
+
+    def _note_waited_for(self, mappings: list[KnownMapping], address: int) -> None:
+        """The walk stopped at address for its file's table: the run's end waits for that build."""
+        for mapping in mappings:
+            if mapping.image is not None and any(mapping.entry.start <= at < mapping.entry.end for at in (address, address - 1)):
+                if len(self._waited_for) < MAX_WAITED_FOR:
+                    self._waited_for.add(mapping.image.cache_key)
                 return
 
     def _walk_mapping(self, mapping: KnownMapping, final: bool) -> library.WalkMapping:

@@ -134,10 +134,11 @@ class UnwindTableStore:
         with self._lock:
             return cache_key in self._by_key or cache_key in self._pending_keys
 
-    def building(self) -> bool:
-        """Are builds queued or under way (for late walks that may wait for them)?"""
+    def building(self, cache_keys: set[str] | None = None) -> bool:
+        """Are builds queued or under way (of these files; None: of any), for
+        late walks that may wait for them?"""
         with self._lock:
-            return bool(self._pending_keys)
+            return bool(self._pending_keys) if cache_keys is None else any(key in self._pending_keys for key in cache_keys)
 
     def rows_for_walk(self, cache_key: str) -> TableRows:
         """The rows of a file for a walk finished in user space (any thread)."""

@@ -37,8 +37,9 @@ class TableStates:
     def rows_for_walk(self, cache_key):
         return TableRows(self.state)
 
-    def building(self):
-        return self.state is RowsState.PENDING
+    def building(self, cache_keys=None):
+        self.asked_for = cache_keys
+        return self.state is RowsState.PENDING and cache_keys != set()
 
 
 def libc_text(pid):
@@ -104,7 +105,10 @@ def test_a_table_being_built_is_waited_for_unless_the_run_ends(space):
     assert any(path.endswith("libc.so.6") for path in tables.acquired)
     libc = libc_text(pid)
     sample = deferred(pid, {0x20: STACK + 0x40, 0x28: libc + 0x101, 0x40: 0, 0x48: 0})
+    # The end of a run waits only for the tables walks waited for: none yet.
+    assert not late.tables_building()
     assert late.finish(sample, final=False) is None  # libc's table is pending
+    assert late.tables_building() and len(tables.asked_for) == 1  # libc's
     final = late.finish(sample, final=True)
     assert final is not None and final.addresses == (JIT + 0x100, libc + 0x101)  # frame pointers after all
     tables.state = RowsState.NONE  # built without rows: frame-pointer steps, no wait

