@@ -23,7 +23,6 @@ from profiler.kernel.mappings import MappingTracker
 from profiler.native import library
 from profiler.native.unwind_tables import RowsState, TableRows
 
-
 MAX_WAITED_FOR = 4096  # files remembered as waited for (a run's end waits for their builds)
 
 
