@@ -16,6 +16,9 @@ BPF_HASH(v8_context_settings, u32, struct v8_context_config, FOLLOWED_ENTRIES);
 #define V8_TABLE_HEADER_WORDS 3 /* an OrderedHashMap: elements, deleted, buckets, then the buckets */
 #define V8_TABLE_ENTRY_WORDS 3  /* key, value, chain */
 #define V8_MAX_BUCKETS 1024
+#define V8_SMALL_BUCKETS 2
+#define V8_SMALL_TABLE_WORDS (V8_TABLE_HEADER_WORDS + V8_SMALL_BUCKETS + V8_CONTEXT_ENTRIES * V8_TABLE_ENTRY_WORDS)
+#define V8_WINDOW_WORDS 8 /* of an object read at once: its map and first fields */
 #define V8_USER_END (1ULL << 47)
 
 static __always_inline int v8_is_object(u64 word) {
@@ -44,17 +47,29 @@ static __always_inline u16 v8_type_of(const struct v8_context_config *config, u6
 // Read a JSMap's table, up to V8_CONTEXT_ENTRIES entries, into entries:
 // how many it has (live and deleted), 0 if it is none or too big.
 static __always_inline u32 v8_table_read(const struct v8_context_config *config, u64 js_map, u64 *entries) {
-    u64 map = v8_map_of(js_map);
-    if (map == 0 || v8_type_of(config, map) != config->js_map_type) return 0;
-    u64 table = v8_word(js_map, V8_JS_MAP_TABLE_AT);
-    if (!v8_is_object(table)) return 0;
+    if (!v8_is_object(js_map)) return 0;
+    u64 head[4]; // map, properties, elements, table: one read
+    if (bpf_probe_read_user(head, sizeof(head), (void *)(js_map - V8_HEAP_OBJECT_TAG)) != 0) return 0;
+    u64 map = head[0], table = head[V8_JS_MAP_TABLE_AT / 8];
+    if (!v8_is_object(map) || v8_type_of(config, map) != config->js_map_type || !v8_is_object(table)) return 0;
+    u64 start = table - V8_HEAP_OBJECT_TAG + V8_ARRAY_DATA_AT;
+    // A small table (2 buckets: up to 4 entries before it grows) in one read,
+    // its header, buckets and entries; else the header, then the entries.
+    if (bpf_probe_read_user(entries, V8_SMALL_TABLE_WORDS * 8, (void *)start) == 0 && (entries[2] >> 32) == V8_SMALL_BUCKETS) {
+        u64 used = (entries[0] >> 32) + (entries[1] >> 32);
+        if (used == 0 || used > V8_CONTEXT_ENTRIES) return 0;
+#pragma unroll
+        for (int word = 0; word < V8_CONTEXT_ENTRIES * V8_TABLE_ENTRY_WORDS; word++)
+            entries[word] = entries[word + V8_TABLE_HEADER_WORDS + V8_SMALL_BUCKETS];
+        return used;
+    }
     u64 header[V8_TABLE_HEADER_WORDS];
-    if (bpf_probe_read_user(header, sizeof(header), (void *)(table - V8_HEAP_OBJECT_TAG + V8_ARRAY_DATA_AT)) != 0) return 0;
+    if (bpf_probe_read_user(header, sizeof(header), (void *)start) != 0) return 0;
     // Smis: the value in the upper half.
     u64 used = (header[0] >> 32) + (header[1] >> 32);
     u64 buckets = header[2] >> 32;
     if (used == 0 || used > V8_CONTEXT_ENTRIES || buckets > V8_MAX_BUCKETS) return 0;
-    u64 first = table - V8_HEAP_OBJECT_TAG + V8_ARRAY_DATA_AT + (V8_TABLE_HEADER_WORDS + buckets) * 8;
+    u64 first = start + (V8_TABLE_HEADER_WORDS + buckets) * 8;
     u32 bytes = (u32)used * V8_TABLE_ENTRY_WORDS * 8;
     if (bytes > V8_CONTEXT_ENTRIES * V8_TABLE_ENTRY_WORDS * 8) return 0;
     if (bpf_probe_read_user(entries, bytes, (void *)first) != 0) return 0;
@@ -82,18 +97,43 @@ static __always_inline u64 v8_slot(u64 object, u16 offset) {
     return v8_word(properties, V8_ARRAY_DATA_AT + (u32)(offset & ~V8_OUT_OF_OBJECT) * 8);
 }
 
+// The field at offset of an object whose first words window holds (a word
+// of the window, read again only where it is not: 0 there, or past it).
+static __always_inline u64 v8_window_slot(u64 object, u16 offset, const u64 *window) {
+    if (!(offset & V8_OUT_OF_OBJECT) && offset < V8_WINDOW_WORDS * 8) {
+        u64 word = window[(offset >> 3) & (V8_WINDOW_WORDS - 1)];
+        if (word != 0) return word;
+    }
+    if (!(offset & V8_OUT_OF_OBJECT)) return v8_word(object, offset);
+    u64 properties = window[V8_PROPERTIES_AT / 8];
+    if (!v8_is_object(properties)) properties = v8_word(object, V8_PROPERTIES_AT);
+    if (!v8_is_object(properties)) return 0;
+    return v8_word(properties, V8_ARRAY_DATA_AT + (u32)(offset & ~V8_OUT_OF_OBJECT) * 8);
+}
+
 // A field of object at the offset its map has (one of maps); which map
-// matched in *which (-1: none; *map_out the object's map).
-static __always_inline u64 v8_field_by_map(u64 object, const u64 *maps, const u16 *offsets, int *which, u64 *map_out) {
-    u64 map = v8_map_of(object);
-    *map_out = map;
+// matched in *which (-1: none; *map_out the object's map). The object's
+// first V8_WINDOW_WORDS words are read at once into window: its map and the
+// fields a reader takes next.
+static __always_inline u64 v8_field_by_map(u64 object, const u64 *maps, const u16 *offsets, int *which, u64 *map_out,
+                                           u64 *window) {
+    *map_out = 0;
     *which = -1;
-    if (map == 0) return 0;
+    if (!v8_is_object(object)) return 0;
+    if (bpf_probe_read_user(window, V8_WINDOW_WORDS * 8, (void *)(object - V8_HEAP_OBJECT_TAG)) != 0) {
+        // Near the end of its memory: the map alone.
+        window[0] = v8_word(object, 0);
+#pragma unroll
+        for (int word = 1; word < V8_WINDOW_WORDS; word++) window[word] = 0;
+    }
+    u64 map = window[0];
+    if (!v8_is_object(map)) return 0;
+    *map_out = map;
 #pragma unroll
     for (int known = 0; known < V8_CONTEXT_MAPS; known++) {
         if (maps[known] != map) continue;
         *which = known;
-        return v8_slot(object, offsets[known]);
+        return v8_window_slot(object, offsets[known], window);
     }
     return 0;
 }
@@ -102,21 +142,34 @@ static __always_inline u64 v8_field_by_map(u64 object, const u64 *maps, const u1
 // slice of a sequential one (an id parsed from a traceparent header), or a
 // thin string forwarding to one) into
 // out; its length (-1: not such a string).
+// A string's map and length: its first 16 bytes in one read (V8 keeps the
+// length at 12); -1 if it is not an object.
+static __always_inline int v8_string_head(const struct v8_context_config *config, u64 string, u64 *map, u32 *length) {
+    u64 head[2];
+    if (!v8_is_object(string) || bpf_probe_read_user(head, sizeof(head), (void *)(string - V8_HEAP_OBJECT_TAG)) != 0) return -1;
+    *map = head[0];
+    if (!v8_is_object(*map)) return -1;
+    if (config->string_length_at == 12) {
+        *length = (u32)(head[1] >> 32);
+        return 0;
+    }
+    return bpf_probe_read_user(length, sizeof(*length), (void *)(string - V8_HEAP_OBJECT_TAG + config->string_length_at)) != 0
+               ? -1
+               : 0;
+}
+
 static __always_inline s64 v8_copy_string(const struct v8_context_config *config, u64 string, char *out, u32 max) {
-    u64 map = v8_map_of(string);
-    if (map == 0) return -1;
+    u64 map = 0;
+    u32 length = 0;
+    if (v8_string_head(config, string, &map, &length) != 0) return -1;
     u16 type = v8_type_of(config, map);
     if (type >= config->first_nonstring_type) return -1;
     if ((type & config->string_tag_mask) == config->thin_one_byte_tag) {
         string = v8_word(string, config->thin_actual_at);
-        map = v8_map_of(string);
-        if (map == 0) return -1;
+        if (v8_string_head(config, string, &map, &length) != 0) return -1;
         type = v8_type_of(config, map);
         if (type >= config->first_nonstring_type) return -1;
     }
-    u32 length = 0;
-    if (bpf_probe_read_user(&length, sizeof(length), (void *)(string - V8_HEAP_OBJECT_TAG + config->string_length_at)) != 0)
-        return -1;
     u64 chars = string - V8_HEAP_OBJECT_TAG + config->string_chars_at;
     if ((type & config->string_tag_mask) == config->sliced_one_byte_tag) {
         u64 parent = v8_word(string, config->sliced_parent_at);
@@ -207,7 +260,7 @@ static __always_inline void read_label_store(const struct v8_context_config *con
 }
 
 // Read the current thread's async context into ev (context_size 0: none).
-// entries: scratch for a JSMap's table.
+// entries: scratch (64 words) for a JSMap's table (its first 29 words), then objects' windows.
 static __always_inline void read_v8_context(struct sample_event *ev, u64 *entries) {
 #ifdef TASK_FSBASE_OFFSET
     u32 tgid = ev->pid;
@@ -243,7 +296,7 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     record->object = store;
     int which = -1;
     u64 map = 0;
-    u64 context = v8_field_by_map(store, config->context_maps, config->context_map_at, &which, &map);
+    u64 context = v8_field_by_map(store, config->context_maps, config->context_map_at, &which, &map, entries + 32);
     if (which < 0) return;
     record->reached = V8_REACHED_CONTEXT;
     u64 span = v8_table_find(entries, v8_table_read(config, context, entries), config->span_key);
@@ -253,19 +306,21 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     // Past the context, a map not known is sent in place of the frame:
     // user space learns a span's, its span context's and its attributes'
     // maps from the maps themselves (old objects, still there when it reads).
-    u64 span_context = v8_field_by_map(span, config->span_maps, config->span_context_at, &which, &map);
+    u64 *span_window = entries + 40;
+    u64 span_context = v8_field_by_map(span, config->span_maps, config->span_context_at, &which, &map, span_window);
     if (which < 0 || which >= V8_CONTEXT_MAPS) {
         record->frame = map;
         return;
     }
     int span_map_index = which;
     record->object = span_context;
-    u64 trace_id = v8_field_by_map(span_context, config->span_context_maps, config->trace_id_at, &which, &map);
+    u64 *context_window = entries + 48;
+    u64 trace_id = v8_field_by_map(span_context, config->span_context_maps, config->trace_id_at, &which, &map, context_window);
     if (which < 0 || which >= V8_CONTEXT_MAPS) {
         record->frame = map;
         return;
     }
-    u64 span_id = v8_slot(span_context, config->span_id_at[which]);
+    u64 span_id = v8_window_slot(span_context, config->span_id_at[which], context_window);
     char *digits = (char *)entries; // the tables are read: their scratch holds the ids' digits
     if (v8_read_hex_id(config, trace_id, record->trace_id, TRACE_ID_CHARS / 2, digits) != 0 ||
         v8_read_hex_id(config, span_id, record->span_id, SPAN_ID_CHARS / 2, digits) != 0)
@@ -276,8 +331,8 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     record->route_length = V8_ROUTE_UNKNOWN;
     u16 attributes_at = config->attributes_at[span_map_index];
     if (attributes_at == 0) return;
-    u64 attributes = v8_slot(span, attributes_at);
-    u64 route = v8_field_by_map(attributes, config->attributes_maps, config->route_at, &which, &map);
+    u64 attributes = v8_window_slot(span, attributes_at, span_window);
+    u64 route = v8_field_by_map(attributes, config->attributes_maps, config->route_at, &which, &map, entries + 56);
     if (which < 0 || which >= V8_CONTEXT_MAPS) {
         record->frame = map;
         return;
