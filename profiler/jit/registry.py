@@ -12,17 +12,20 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from profiler.jit import runtimes
 from profiler.jit.contract import Threadpool
 from profiler.jit.jitdump_files import dump_file_pid, make_spawned_dump_directory
 from profiler.jit.v8 import js_view, preload
-from profiler.jit.v8.async_context import NodeContexts
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames
 from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.safety import files
+
+if TYPE_CHECKING:
+    from profiler.jit.v8.async_context import NodeContexts
 
 PERF_MAP_DIRECTORY = "/tmp"  # fixed, in node, deno and MoarVM
 
@@ -30,7 +33,13 @@ PERF_MAP_DIRECTORY = "/tmp"  # fixed, in node, deno and MoarVM
 def runtime_contexts(kernel: object, label_store: str) -> NodeContexts:
     """The runtimes' own request contexts samples are labelled from: node's
     AsyncLocalStorage (label_store: a field naming a store to label by)."""
-    return NodeContexts(kernel, label_store)
+    from profiler.jit.v8.async_context import NodeContexts  # noqa: PLC0415  (a labelling run's only)
+
+    def runs_node(pid: int) -> bool:
+        runtime = runtimes.runtime_of(pid)
+        return runtime is not None and runtime.name == "Node.js"
+
+    return NodeContexts(kernel, label_store, runs_node)
 
 
 def spawn_environment(

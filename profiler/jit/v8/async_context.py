@@ -22,6 +22,7 @@ import queue
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from profiler.jit.v8.heap.isolate import IsolateLocations
@@ -37,6 +38,7 @@ MAX_LEARNS = 2000  # per process
 MAX_HINTS = 64  # frames queued for learning (past this, new ones are dropped)
 MAX_MAPS_TRIED = 1024  # per process
 HINT_FRAME, HINT_MAP, HINT_WATCH = 0, 1, 2  # what the learner's thread is asked
+LEARNER_STACK_BYTES = 512 << 10
 # The kernel wakes the ring's reader with a sample whose read stopped short
 # while learning is on: until all is learned, or this many learns in a row
 # taught nothing (a process whose stores are not the SDK's).
@@ -157,10 +159,12 @@ class NodeContexts:
     symbolizer's thread; note() and watch_soon() on the sampling thread,
     where they only queue; watching and learning on a thread of its own."""
 
-    def __init__(self, kernel: object, label_store: str = "") -> None:
+    def __init__(self, kernel: object, label_store: str = "", runs_node: Callable[[int], bool] = lambda _pid: True) -> None:
         # label_store: a field name; the AsyncLocalStorage store that has it labels samples with its fields.
+        # runs_node: is a live process a node (by its executable's name first)? Others are not read.
         self._kernel = kernel
         self._label_store = label_store
+        self._runs_node = runs_node
         self._processes: dict[int, _Process] = {}
         self._refused: dict[int, str] = {}
         self._lock = threading.Lock()
@@ -178,6 +182,8 @@ class NodeContexts:
                 return True
             if len(self._processes) >= MAX_PROCESSES:
                 return False
+        if not self._runs_node(pid):
+            return False
         path = f"/proc/{pid}/exe"
         try:
             layout = layout_of_file(path)
@@ -297,8 +303,17 @@ class NodeContexts:
         if self._learner is None:
             with self._lock:
                 if self._learner is None:
-                    self._learner = threading.Thread(target=self._learn_loop, name="jitprof-node-context", daemon=True)
-                    self._learner.start()
+                    # A small stack: a run's address space is capped (a thread's
+                    # default stack is 8 MiB), and this one parses and reads only.
+                    previous = threading.stack_size(LEARNER_STACK_BYTES)
+                    learner = threading.Thread(target=self._learn_loop, name="jitprof-node-context", daemon=True)
+                    try:
+                        learner.start()
+                    except RuntimeError:  # no thread can start (ulimit -v): no node labels, the run goes on
+                        return False
+                    finally:
+                        threading.stack_size(previous)
+                    self._learner = learner
         try:
             self._hints.put_nowait((pid, address, kind))
         except queue.Full:
