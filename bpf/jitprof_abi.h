@@ -239,6 +239,77 @@ struct v8_frame {
 };
 #define V8_FRAME_INTERPRETER 1 /* the pc is in V8's builtins (the interpreter among them), or HotSpot's interpreter */
 
+/* V8's async callers of a sample (node 22 on): from the isolate's current
+ * microtask, the promise the running async function will settle, then each
+ * promise's one reaction: an await's closure names the async function (its
+ * suspended generator) awaiting it, Promise.all/allSettled/any's element
+ * closures the combinator, and each gives the next promise, as V8's
+ * CaptureAsyncStackTrace does for Error().stack. Read at the sample: every
+ * object's instance type and every closure's builtin are checked; a chain
+ * not understood is cut, never guessed. */
+#define MAX_ASYNC_FRAMES 64
+#define V8_ASYNC_BUILTINS 16
+struct v8_async_frame {
+    __u64 shared;   /* the awaiting function's SharedFunctionInfo (tagged); 0 for a combinator */
+    __s32 position; /* its generator's bytecode offset where it waits; a combinator's element index (-1: not known) */
+    __u16 kind;     /* V8_ASYNC_* */
+    __u16 reserved;
+};
+#define V8_ASYNC_FUNCTION 1
+#define V8_ASYNC_GENERATOR 2
+#define V8_ASYNC_ALL 3
+#define V8_ASYNC_ALL_SETTLED 4
+#define V8_ASYNC_ANY 5
+/* struct sample_event.async_flags */
+#define V8_ASYNC_CUT 1 /* more callers than MAX_ASYNC_FRAMES (or than the tail calls left): the outermost are missing */
+/* What a builtin closure is (struct v8_async_config.builtin_roles). */
+#define V8_ROLE_AWAIT 1           /* an await's (or async generator yield's) fulfill closure */
+#define V8_ROLE_AWAIT_REJECT 2    /* its reject closure */
+#define V8_ROLE_ALL 3             /* Promise.all's resolve element closure */
+#define V8_ROLE_ALL_SETTLED 4     /* Promise.allSettled's */
+#define V8_ROLE_ANY 5             /* Promise.any's reject element closure */
+#define V8_ROLE_DEFAULT_RESOLVE 6 /* a promise capability's resolve function */
+struct v8_async_config {
+    __s64 isolate_tls;       /* g_current_isolate_ from the thread pointer */
+    __u32 microtask_at;      /* the isolate's current microtask (a root) */
+    __u16 function_types[2]; /* first, last JSFunction instance type */
+    __u16 fulfill_job_type;  /* instance types */
+    __u16 reject_job_type;
+    __u16 promise_type;
+    __u16 reaction_type;
+    __u16 async_function_type;
+    __u16 async_generator_type;
+    __u16 request_type; /* AsyncGeneratorRequest */
+    __u16 capability_type;
+    __u16 native_context_type;
+    __u16 builtin_ids[V8_ASYNC_BUILTINS];  /* builtins by id (a builtin closure's shared info holds its id) */
+    __u8 builtin_roles[V8_ASYNC_BUILTINS]; /* V8_ROLE_* (0: unused) */
+    __u8 map_type_at;                      /* a Map's instance_type */
+    __u8 function_shared_at;               /* a JSFunction's shared info and context (within its first 64 bytes) */
+    __u8 function_context_at;
+    __u8 shared_builtin_at; /* a SharedFunctionInfo's function data: a builtin's id as a Smi */
+    __u8 task_handler_at;   /* a PromiseReactionJobTask's handler and promise_or_capability (within 64 bytes) */
+    __u8 task_promise_at;
+    __u8 reaction_next_at; /* a PromiseReaction's next, handlers, promise_or_capability (within 64 bytes) */
+    __u8 reaction_reject_at;
+    __u8 reaction_fulfill_at;
+    __u8 reaction_promise_at;
+    __u8 promise_reactions_at; /* a JSPromise's reactions_or_result and flags (within 64 bytes) */
+    __u8 promise_flags_at;
+    __u8 generator_function_at; /* a JSGeneratorObject's function, position, continuation (within 128 bytes) */
+    __u8 generator_position_at;
+    __u8 generator_continuation_at;
+    __u8 generator_promise_at;     /* a JSAsyncFunctionObject's promise */
+    __u8 generator_queue_at;       /* a JSAsyncGeneratorObject's queue */
+    __u8 request_promise_at;       /* an AsyncGeneratorRequest's promise */
+    __u8 capability_promise_at;    /* a PromiseCapability's promise */
+    __u8 context_extension_at;     /* an await closure's context: the generator */
+    __u8 combinator_capability_at; /* an element closure's context: the combinator's capability */
+    __u8 resolve_promise_at;       /* a resolve function's context: its promise */
+    __u8 properties_at;            /* a JSObject's properties or hash (an element closure's index + 1) */
+    __u8 reserved[3];
+};
+
 /* A followed V8 process (the v8_processes map): where its builtins are (the
  * interpreter among them: V8 may map them twice, the copy near its JIT code
  * for short calls), and where a JSFunction keeps its shared info and code,
@@ -408,7 +479,11 @@ struct sample_event {
      * (context_size bytes; 0: none). */
     __u8 context_size;
     __u8 context_kind; /* CONTEXT_OTEL, CONTEXT_V8 */
-    __u8 reserved[6];
+    /* The async functions awaiting the running one (struct v8_async_frame,
+     * after the V8 frames), and V8_ASYNC_* flags. */
+    __u8 async_count;
+    __u8 async_flags;
+    __u8 reserved[4];
     __u8 context[THREAD_CONTEXT_BYTES];
     __u64 addresses[MAX_FRAMES + 1];
     __u8 copy_space[MAX_V8_FRAMES * sizeof(struct v8_frame) + sizeof(struct stack_copy) + STACK_COPY_BYTES];

@@ -53,6 +53,7 @@ _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->
 // bpf_tail_call indexes of stack_walkers.
 #define WALKER_PROGRAM 0
 #define COPIER_PROGRAM 1
+#define ASYNC_PROGRAM 2
 
 #include "process_state.bpf.h"
 #include "dwarf_unwind.bpf.h"
@@ -61,6 +62,7 @@ _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->
 #include "otel_context.bpf.h"
 #include "hotspot_frames.bpf.h"
 #include "v8_frames.bpf.h"
+#include "v8_async.bpf.h"
 #include "stack_walk.bpf.h"
 #include "threadpool.bpf.h"
 #include "off_cpu.bpf.h"

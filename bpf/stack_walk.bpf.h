@@ -224,6 +224,14 @@ static __always_inline void end_walk(void *ctx, struct walk_scratch *scratch, co
         tail_call_walker(ctx, walkers, COPIER_PROGRAM);
         // The copier is not installed: keep the frames walked.
         scratch->event.walk_end = WALK_NO_MAPPING;
+    } else if (wants_async_callers(scratch)) {
+        struct v8_async_walk *walk = async_walk_of(scratch);
+        walk->promise = 0;
+        walk->hops = 0;
+        walk->count = 0;
+        walk->cut = 0;
+        tail_call_walker(ctx, walkers, ASYNC_PROGRAM);
+        // The reader is not installed: the sample without its async callers.
     }
     submit_sample(scratch);
 }
@@ -288,6 +296,8 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int 
     ev->work = 0;
     ev->parent_work = 0;
     ev->runnable_ns = 0;
+    ev->async_count = 0;
+    ev->async_flags = 0;
     scratch->leaf_bcp = 0;
     scratch->hotspot_gc_count = 0;
     read_thread_context(ev);

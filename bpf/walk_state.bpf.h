@@ -53,13 +53,13 @@ static __always_inline struct walk_scratch *scratch_of(const int walkers) {
 // verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls and the copier's
 // stay within the kernel's 33 tail calls. The verifier walks the loop once
 // per frame: 4 frames a call verify in 0.11 s, 8 took 0.27 s of every start.
-BPF_PROG_ARRAY(stack_walkers, 2); // WALKER_PROGRAM, COPIER_PROGRAM
+BPF_PROG_ARRAY(stack_walkers, 3); // WALKER_PROGRAM, COPIER_PROGRAM, ASYNC_PROGRAM
 #ifdef WITH_OFF_CPU
 // The same walker and copier loaded as tracepoint programs, for waits: a
 // tail call stays within one program type, and an array serves one.
-BPF_PROG_ARRAY(off_cpu_walkers, 2);
+BPF_PROG_ARRAY(off_cpu_walkers, 3);
 // And as uprobe (kprobe-type) programs, for the threadpool's submitters.
-BPF_PROG_ARRAY(uprobe_walkers, 2);
+BPF_PROG_ARRAY(uprobe_walkers, 3);
 #endif
 
 // The next program of a walk, of the caller's type (a constant after
@@ -99,14 +99,55 @@ static __always_inline u32 place_v8_frames(struct walk_scratch *scratch, u32 dep
     return size;
 }
 
-// The header, the walked addresses and the V8 frames only: most samples are small.
+// The reader's state between its tail calls, in the event's copy space
+// before the V8 frames' notes, with the frames it found.
+struct v8_async_walk {
+    u64 promise; // the next promise to follow (0: none)
+    u16 hops;
+    u16 count;
+    u8 cut;
+    u8 reserved[3];
+};
+#define ASYNC_NOTES_OFFSET (V8_NOTES_OFFSET - MAX_ASYNC_FRAMES * sizeof(struct v8_async_frame))
+#define ASYNC_WALK_OFFSET (ASYNC_NOTES_OFFSET - sizeof(struct v8_async_walk))
+_Static_assert(ASYNC_WALK_OFFSET > (MAX_FRAMES + 1) * 8 + MAX_V8_FRAMES * sizeof(struct v8_frame) +
+                                       MAX_ASYNC_FRAMES * sizeof(struct v8_async_frame),
+               "the notes stay clear of where the frames are placed when sent");
+
+static __always_inline struct v8_async_walk *async_walk_of(struct walk_scratch *scratch) {
+    return (struct v8_async_walk *)(scratch->event.copy_space + ASYNC_WALK_OFFSET);
+}
+
+static __always_inline struct v8_async_frame *async_notes(struct walk_scratch *scratch) {
+    return (struct v8_async_frame *)(scratch->event.copy_space + ASYNC_NOTES_OFFSET);
+}
+
+// The async callers' frames go right after the V8 frames: their bytes.
+static __always_inline u32 place_async_frames(struct walk_scratch *scratch, u32 offset) {
+    u32 count = scratch->event.async_count;
+    if (count == 0) return 0;
+    if (count > MAX_ASYNC_FRAMES || offset > MAX_FRAMES * 8 + MAX_V8_FRAMES * sizeof(struct v8_frame)) {
+        scratch->event.async_count = 0;
+        return 0;
+    }
+    u32 size = count * sizeof(struct v8_async_frame);
+    if (size > MAX_ASYNC_FRAMES * sizeof(struct v8_async_frame)) return 0;
+    if (bpf_probe_read_kernel((u8 *)scratch->event.addresses + offset, size, async_notes(scratch)) != 0) {
+        scratch->event.async_count = 0;
+        return 0;
+    }
+    return size;
+}
+
+// The header, the walked addresses, the V8 frames and async callers only: most samples are small.
 static __always_inline void submit_sample(struct walk_scratch *scratch) {
     if (scratch->event.walk_end == WALK_READ_FAULT && user_memory_gone(scratch)) scratch->event.walk_end = WALK_THREAD_EXITING;
     u32 depth = scratch->depth;
     if (depth > MAX_FRAMES) depth = MAX_FRAMES;
     scratch->event.frame_count = depth;
     u32 v8_bytes = place_v8_frames(scratch, depth);
-    if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes, v8_context_wakeup(&scratch->event)) !=
-        0)
+    u32 async_bytes = place_async_frames(scratch, depth * 8 + v8_bytes);
+    if (events.ringbuf_output(&scratch->event, SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes + async_bytes,
+                              v8_context_wakeup(&scratch->event)) != 0)
         count(COUNTER_RINGBUF_FULL);
 }

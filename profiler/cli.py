@@ -196,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
         "methods HotSpot compiles from then on name their inlined methods at every instruction; it stays on",
     )
     parser.add_argument(
+        "--no-async",
+        action="store_true",
+        help="do not show the async functions awaiting a node sample's code ([async] frames; node 22 on)",
+    )
+    parser.add_argument(
         "--no-v8-heap",
         action="store_true",
         help="do not read V8's objects from node processes' memory: name JavaScript only from perf maps and V8's "
@@ -300,6 +305,7 @@ def parse_options(argv: list[str]) -> RecordingOptions:
         labels=not args.no_labels,
         label_store=args.label_store,
         v8_heap=not args.no_v8_heap,
+        async_callers=not args.no_async,
         js_only=args.js_only,
         source_maps=not args.no_source_maps,
         debuginfod=not args.no_debuginfod,

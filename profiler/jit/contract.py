@@ -44,6 +44,7 @@ class SourceSettings:
     perf_maps: PerfMapReader  # the run's generic perf-map source
     runtime_of: Callable[[int], Runtime | None]  # which runtime a live process runs
     jvm_debug_non_safepoints: bool = False  # turn -XX:+DebugNonSafepoints on in JVMs that run without it
+    async_callers: bool = True  # have the kernel read the async functions awaiting a sample's code
 
 
 @dataclass(frozen=True)

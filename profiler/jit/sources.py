@@ -45,6 +45,7 @@ class JitSources:
         injected: bool = False,
         kernel: Any = None,
         jvm_debug_non_safepoints: bool = False,
+        async_callers: bool = True,
     ) -> None:
         # owner_uid: the user a spawned command runs as, for files of
         # processes gone before they could be asked who they were;
@@ -61,6 +62,7 @@ class JitSources:
             self.perf_maps,
             runtimes.runtime_of,
             jvm_debug_non_safepoints,
+            async_callers,
         )
         own = [source for runtime in runtimes.RUNTIMES if runtime.symbol_sources for source in runtime.symbol_sources(settings)]
         self._sources: list[JitSymbolSource] = [*own, self.jitdumps, self.perf_maps]

@@ -29,6 +29,12 @@ class RecordedFrames:
 
 
 class JitSymbolSource:
+    def async_callers(self, sample: RawSample) -> tuple[Frame, ...] | None:
+        """The async functions awaiting a sample's code, as the kernel read
+        them (sample.async_frames), named and outermost first; None: not
+        known here (or a chain that cannot be named whole from its start)."""
+        return None
+
     def expand(self, pid: int, time_ns: int, address: int, caller: bool = False) -> tuple[Frame, ...] | None:
         """The JIT code at an address at a sample time (a caller's: its return
         address - 1), as its source frames (inlined functions included),

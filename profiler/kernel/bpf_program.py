@@ -44,6 +44,7 @@ FRAMES_PER_CALL = 4  # frames per tail call of the walker: 32 calls cover MAX_FR
 STACK_COPY_BYTES = 27136  # 26.5 KiB (jitprof_abi.h)
 WALKER_PROGRAM = 0
 COPIER_PROGRAM = 1
+ASYNC_PROGRAM = 2  # reads a V8 sample's async callers, then sends it
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,11 @@ class BpfProgram:
     def attach(self) -> None:
         """Install the stack walker, then attach the sampler on every online CPU."""
         self.maps.install_walkers(
-            {WALKER_PROGRAM: self._programs["walk_user_stack"], COPIER_PROGRAM: self._programs["copy_user_stack"]}
+            {
+                WALKER_PROGRAM: self._programs["walk_user_stack"],
+                COPIER_PROGRAM: self._programs["copy_user_stack"],
+                ASYNC_PROGRAM: self._programs["read_async_callers"],
+            }
         )
         if self.options.off_cpu:
             for suffix in ("off_cpu", "uprobe"):
@@ -243,6 +248,7 @@ class BpfProgram:
                     {
                         WALKER_PROGRAM: self._programs[f"walk_user_stack_{suffix}"],
                         COPIER_PROGRAM: self._programs[f"copy_user_stack_{suffix}"],
+                        ASYNC_PROGRAM: self._programs[f"read_async_callers_{suffix}"],
                     },
                     f"{suffix}_walkers",
                 )

@@ -94,7 +94,9 @@ class _RawSampleHeader(ctypes.Structure):
         ("runnable_ns", ctypes.c_uint64),
         ("context_size", ctypes.c_uint8),
         ("context_kind", ctypes.c_uint8),
-        ("reserved", ctypes.c_char * 6),
+        ("async_count", ctypes.c_uint8),
+        ("async_flags", ctypes.c_uint8),
+        ("reserved", ctypes.c_char * 4),
         ("context", ctypes.c_char * THREAD_CONTEXT_BYTES),
     ]
 
@@ -112,6 +114,39 @@ class _RawV8Frame(ctypes.Structure):
         ("frame_index", ctypes.c_uint16),
         ("flags", ctypes.c_uint16),
     ]
+
+
+class _RawAsyncFrame(ctypes.Structure):
+    _fields_ = [
+        ("shared", ctypes.c_uint64),
+        ("position", ctypes.c_int32),
+        ("kind", ctypes.c_uint16),
+        ("reserved", ctypes.c_uint16),
+    ]
+
+
+MAX_ASYNC_FRAMES = 64
+V8_ASYNC_CUT = 1  # struct sample_event.async_flags: the chain went on past what was read
+
+
+class AsyncKind(enum.IntEnum):
+    """What awaits: struct v8_async_frame.kind."""
+
+    FUNCTION = 1
+    GENERATOR = 2
+    ALL = 3
+    ALL_SETTLED = 4
+    ANY = 5
+
+
+class AsyncFrameSlots(NamedTuple):
+    """One async caller as the kernel read it (the target's words, unchecked):
+    the awaiting function's SharedFunctionInfo and its generator's bytecode
+    offset, or a combinator (shared 0) and its element's index."""
+
+    kind: int  # AsyncKind
+    shared: int
+    position: int
 
 
 V8_NO_BYTECODE_OFFSET = -1
@@ -219,6 +254,10 @@ class RawSample:
     thread_context: bytes = b""  # the thread's context record at the sample (its first bytes; b"": none)
     context_kind: int = 0  # whose: an OpenTelemetry thread context's (0) or node's AsyncLocalStorage (1)
     labels: int = 0  # its label set in the profile (set as it is named: Sample.labels)
+    # The async functions awaiting the running one, innermost first, and
+    # whether the chain went on past them.
+    async_frames: tuple[AsyncFrameSlots, ...] = ()
+    async_cut: bool = False
 
     @property
     def leaf_v8_frame(self) -> V8FrameSlots | None:
@@ -318,6 +357,7 @@ def _struct_of(layout: type[ctypes.Structure]) -> struct.Struct:
 _EVENT_TYPE = struct.Struct("<I")
 _SAMPLE_HEADER = _struct_of(_RawSampleHeader)
 _V8_FRAME = _struct_of(_RawV8Frame)
+_ASYNC_FRAME = _struct_of(_RawAsyncFrame)
 _STACK_COPY = _struct_of(_RawStackCopy)
 _PROCESS_EVENT = _struct_of(_RawProcessEvent)
 _ADDRESSES = [struct.Struct(f"<{count}Q") for count in range(MAX_FRAMES + 1)]
@@ -374,6 +414,8 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         runnable_ns,
         context_size,
         context_kind,
+        async_count,
+        async_flags,
         _reserved,
         context,
     ) = _SAMPLE_HEADER.unpack_from(record)
@@ -398,6 +440,16 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         leaf_slots = _V8_FRAME_SIZE if leaf_v8_frame(v8_frames) is not None else 0
         caller_words += record[addresses_end + leaf_slots : v8_end]
         addresses_end = v8_end
+    async_frames: tuple[AsyncFrameSlots, ...] = ()
+    if async_count:
+        async_end = addresses_end + async_count * _ASYNC_FRAME.size
+        if async_count > MAX_ASYNC_FRAMES or size < async_end:
+            raise MalformedEvent(f"sample of {size} bytes with {async_count} async frames")
+        async_frames = tuple(
+            AsyncFrameSlots(kind, shared, position)
+            for shared, position, kind, _ in _ASYNC_FRAME.iter_unpack(record[addresses_end:async_end])
+        )
+        addresses_end = async_end
     stack_copy = None
     if walk_end is WalkEnd.DEFERRED:
         if size < addresses_end + _COPY_SIZE:
@@ -429,6 +481,8 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         stack_copy=stack_copy,
         v8_frames=v8_frames,
         caller_words=caller_words,
+        async_frames=async_frames,
+        async_cut=bool(async_flags & V8_ASYNC_CUT),
         off_cpu_ns=off_cpu_ns,
         short_wait_ns=short_wait_ns,
         short_waits=short_waits,

@@ -112,6 +112,52 @@ class _V8ContextConfig(ctypes.Structure):
     ]
 
 
+V8_ASYNC_BUILTINS = 16
+
+
+class _V8AsyncConfig(ctypes.Structure):
+    _fields_ = [
+        ("isolate_tls", ctypes.c_int64),
+        ("microtask_at", ctypes.c_uint32),
+        ("function_types", ctypes.c_uint16 * 2),
+        ("fulfill_job_type", ctypes.c_uint16),
+        ("reject_job_type", ctypes.c_uint16),
+        ("promise_type", ctypes.c_uint16),
+        ("reaction_type", ctypes.c_uint16),
+        ("async_function_type", ctypes.c_uint16),
+        ("async_generator_type", ctypes.c_uint16),
+        ("request_type", ctypes.c_uint16),
+        ("capability_type", ctypes.c_uint16),
+        ("native_context_type", ctypes.c_uint16),
+        ("builtin_ids", ctypes.c_uint16 * V8_ASYNC_BUILTINS),
+        ("builtin_roles", ctypes.c_uint8 * V8_ASYNC_BUILTINS),
+        ("map_type_at", ctypes.c_uint8),
+        ("function_shared_at", ctypes.c_uint8),
+        ("function_context_at", ctypes.c_uint8),
+        ("shared_builtin_at", ctypes.c_uint8),
+        ("task_handler_at", ctypes.c_uint8),
+        ("task_promise_at", ctypes.c_uint8),
+        ("reaction_next_at", ctypes.c_uint8),
+        ("reaction_reject_at", ctypes.c_uint8),
+        ("reaction_fulfill_at", ctypes.c_uint8),
+        ("reaction_promise_at", ctypes.c_uint8),
+        ("promise_reactions_at", ctypes.c_uint8),
+        ("promise_flags_at", ctypes.c_uint8),
+        ("generator_function_at", ctypes.c_uint8),
+        ("generator_position_at", ctypes.c_uint8),
+        ("generator_continuation_at", ctypes.c_uint8),
+        ("generator_promise_at", ctypes.c_uint8),
+        ("generator_queue_at", ctypes.c_uint8),
+        ("request_promise_at", ctypes.c_uint8),
+        ("capability_promise_at", ctypes.c_uint8),
+        ("context_extension_at", ctypes.c_uint8),
+        ("combinator_capability_at", ctypes.c_uint8),
+        ("resolve_promise_at", ctypes.c_uint8),
+        ("properties_at", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 3),
+    ]
+
+
 RUNTIME_V8 = 0
 RUNTIME_HOTSPOT = 1
 HOTSPOT_CODE_HEAPS = 3
@@ -281,6 +327,23 @@ class KernelMaps:
 
     def clear_v8_context(self, pid: int) -> None:
         self._delete(self._maps["v8_context_settings"], ctypes.c_uint32(pid))
+
+    def set_v8_async(self, pid: int, config: dict[str, int | tuple[int, ...]]) -> bool:
+        """pid's samples carry the async functions awaiting the running one,
+        read as config says (struct v8_async_config's fields by name)."""
+        value = _V8AsyncConfig()
+        for name, given in config.items():
+            field = getattr(value, name)
+            if isinstance(field, ctypes.Array):
+                assert isinstance(given, tuple) and len(given) <= len(field), name
+                for index, item in enumerate(given):
+                    field[index] = item
+            else:
+                setattr(value, name, given)
+        return self._update(self._maps["v8_async_settings"], ctypes.c_uint32(pid), value)
+
+    def clear_v8_async(self, pid: int) -> None:
+        self._delete(self._maps["v8_async_settings"], ctypes.c_uint32(pid))
 
     def set_v8_process(
         self, pid: int, builtins: list[tuple[int, int]], function_window: int, shared_at: int, code_at: int

@@ -24,6 +24,7 @@ class FrameKind(str, enum.Enum):
     JIT = "jit"
     WAIT = "wait"  # --off-cpu: what the thread did off the CPU ("(off-CPU)", "(idle)", ...), not code
     WORK = "work"  # --off-cpu: a threadpool's work, queued by the frames above ("[threadpool] fs.readFile")
+    ASYNC = "async"  # an async function awaiting the frames above ("[async] handler app.js:4"), not on the stack
     UNKNOWN = "unknown"
 
 

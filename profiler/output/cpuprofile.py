@@ -3,7 +3,9 @@ and `node --cpu-prof` read it: a call tree of nodes, the node of each sample
 in time order, the gaps between samples, and per-node line ticks.
 
 A node is a function in a calling context, so frames of one function at
-different lines share a node; their exact lines become positionTicks.
+different lines share a node; their exact lines become positionTicks. The
+async functions awaiting a sample's code are left out: the format's tree is
+the stack, and DevTools reads every node as a call.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def write_cpuprofile(profile: Profile, stream: IO[bytes]) -> None:
         label = profile.process_label(comm, pid)
         node = _child(root, CallFrame(label, "", -1, -1), nodes)
         for frame_id in frame_ids:
+            if profile.frames[frame_id].kind is FrameKind.ASYNC:
+                continue  # a .cpuprofile's tree is the stack: it has no place for the functions awaiting it
             node = _child(node, call_frames[frame_id], nodes)
         node.hit_count += count
         if frame_ids:

@@ -35,11 +35,14 @@ def tier_category(frame: Frame) -> str:
     """interpreted, baseline, optimized, inlined, runtime (a JIT runtime's
     builtins and stubs), jit (compiled code of unknown tier), native,
     kernel, unknown, and with --off-cpu wait ("(off-CPU)", "(queued)",
-    "(runnable, ...)": not code) and work ("[threadpool] fs.readFile")."""
+    "(runnable, ...)": not code) and work ("[threadpool] fs.readFile"), and
+    async ("[async] handler": awaiting the frames above it, not on the stack)."""
     if frame.kind is FrameKind.WAIT:
         return "wait"
     if frame.kind is FrameKind.WORK:
         return "work"
+    if frame.kind is FrameKind.ASYNC:
+        return "async"
     if frame.kind is FrameKind.KERNEL:
         return "kernel"
     if frame.kind is FrameKind.UNKNOWN:

@@ -15,11 +15,12 @@
   const COLORS = {
     interpreted: '#a6cee3', baseline: '#b2df8a', optimized: '#33a02c', inlined: '#1f9e89', jit: '#66c2a5',
     runtime: '#cab2d6', native: '#fdbf6f', kernel: '#ff7f00', unknown: '#cccccc', wait: '#eeeeee', work: '#f4a6b7',
+    async: '#c3a6e8',
   };
   const TIER_NAMES = {
     interpreted: 'interpreted', baseline: 'baseline', optimized: 'optimized', inlined: 'inlined',
     jit: 'JIT (tier unknown)', runtime: 'runtime builtins, stubs', native: 'native', kernel: 'kernel', unknown: 'unnamed',
-    wait: 'waiting (not code)', work: 'threadpool work',
+    wait: 'waiting (not code)', work: 'threadpool work', async: 'async callers (awaiting, not on the stack)',
   };
   // Pseudo-frames of --off-cpu: their self time is the code's that waits.
   function isCode(fn) { return functions[fn][4] !== 'wait'; }
@@ -126,7 +127,7 @@
   } else {
     const present = new Set(functions.map((fn) => fn[4]));
     for (const [category, colour] of Object.entries(COLORS)) {
-      if (!present.has(category) && (category === 'wait' || category === 'work')) continue;
+      if (!present.has(category) && (category === 'wait' || category === 'work' || category === 'async')) continue;
       legend.append(element('span', { class: 'swatch', style: 'background:' + colour }), TIER_NAMES[category] + ' ');
     }
   }

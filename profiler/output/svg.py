@@ -62,6 +62,8 @@ def _colour(label: str, frame: Frame | None) -> str:
         return f"rgb({int(170 + 30 * vary[0])},{int(170 + 30 * vary[0])},{int(170 + 30 * vary[0])})"
     if frame.kind is FrameKind.KERNEL:
         return f"rgb({int(200 + 55 * vary[0])},{int(120 + 50 * vary[1])},40)"
+    if frame.kind is FrameKind.ASYNC:  # violet: awaiting, not on the stack
+        return f"rgb({int(170 + 40 * vary[0])},{int(130 + 40 * vary[1])},{int(210 + 40 * vary[0])})"
     if frame.kind is FrameKind.JIT and frame.inlined:  # teal apart from the green of compiled functions
         return f"rgb({int(40 + 40 * vary[0])},{int(160 + 50 * vary[1])},{int(190 + 50 * vary[0])})"
     if frame.kind is FrameKind.JIT:

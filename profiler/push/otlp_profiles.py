@@ -134,7 +134,7 @@ class _Dictionary:
             index = self._locations[key] = len(self.message.location_table)
             outer = self._frames[group[0]]
             module = KERNEL_MODULE if outer.kind is FrameKind.KERNEL else outer.module or outer.file or "[unknown]"
-            frame_type = jit_frame_type if outer.kind is FrameKind.JIT else _FRAME_TYPES.get(outer.kind, "")
+            frame_type = jit_frame_type if outer.kind in (FrameKind.JIT, FrameKind.ASYNC) else _FRAME_TYPES.get(outer.kind, "")
             lines = []
             for frame_id in reversed(group):  # innermost first
                 frame = self._frames[frame_id]

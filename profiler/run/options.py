@@ -42,6 +42,7 @@ class RecordingOptions:
     jvm_debug_non_safepoints: bool = False  # turn that flag on in JVMs running without it
     inline: bool = True  # expand inlined JS functions (V8's heap, or its code log)
     v8_heap: bool = True  # name JS frames from V8's objects in the process's memory
+    async_callers: bool = True  # node samples carry the async functions awaiting them (read from V8's objects)
     debuginfod: bool = True  # ask DEBUGINFOD_URLS for the debug files of stripped binaries
     source_maps: bool = True  # JS frames shown as the sources their scripts' maps name
     group_by: str = ""  # outputs split by this label: a root frame KEY=value

@@ -200,6 +200,7 @@ class Recording:
             injected=self._inject,
             kernel=program.maps if self.options.v8_heap else None,
             jvm_debug_non_safepoints=self.options.jvm_debug_non_safepoints,
+            async_callers=self.options.async_callers,
         )
         self._symbolizer.add_jit_sources(self._jit_sources)
         if self.options.source_maps:

@@ -520,8 +520,10 @@ class Symbolizer:
         known = (revision, epochs)
         addresses = raw.addresses
         leaf_ids = self._resolve_frame(raw, generation, 0, raw.leaf_v8_frame, may_park)[0] if addresses else []
+        async_ids = self._async_callers(raw) if raw.async_frames else ()
         stacks = self._stacks.setdefault(raw.pid, {})
-        stack_key = (generation, raw.caller_words or (addresses[1:], raw.v8_frames))
+        callers_key: object = raw.caller_words or (addresses[1:], raw.v8_frames)
+        stack_key = (generation, (callers_key, raw.async_frames, async_ids) if raw.async_frames else callers_key)
         settled = raw.time_ns >= latest
         remembered = stacks.get(stack_key) if settled else None
         if remembered is not None and remembered[0] == known:
@@ -534,10 +536,15 @@ class Symbolizer:
             collected: list[int] = []
             records = {record.frame_index: record for record in raw.v8_frames}
             self._name_callers_ahead(raw, generation, records)
+            frames_at: dict[int, list[int]] = {0: leaf_ids}
             for depth in range(len(addresses) - 1, 0, -1):  # root first
                 frame_ids, read = self._resolve_frame(raw, generation, depth, records.get(depth), may_park)
                 collected.extend(frame_ids)
+                if async_ids:
+                    frames_at[depth] = frame_ids
                 all_read = all_read and read
+            if async_ids and addresses:
+                collected = self._with_async_callers([frames_at[depth] for depth in range(len(addresses))], async_ids)
             caller_ids = tuple(collected)
             if settled and all_read:
                 if self._stack_entries >= MAX_STACKS:
@@ -555,6 +562,41 @@ class Symbolizer:
         if len(stack) > MAX_SAMPLE_FRAMES:
             stack = stack[-MAX_SAMPLE_FRAMES:]
         return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(stack), raw.walk_end, labels=raw.labels)
+
+    def _async_callers(self, raw: RawSample) -> tuple[int, ...]:
+        """The ids of the async functions awaiting the sample's code, outermost first."""
+        for source in self.jit_sources:
+            frames = source.async_callers(raw)
+            if frames:
+                return tuple(self._profile.intern(frame) for frame in frames)
+        return ()
+
+    def _with_async_callers(self, by_depth: list[list[int]], async_ids: tuple[int, ...]) -> list[int]:
+        """The callers' frame ids (by_depth: the frames at each depth, leaf
+        first) with the async functions awaiting the running task's code
+        put right below its outermost JS frame: past it the stack is the
+        microtask runner, V8's builtins then native code (the async callers
+        are who wait for the task, not who run it)."""
+        frames = self._profile.frames
+        outermost_js = None
+        for depth, frame_ids in enumerate(by_depth):
+            kinds = [frames[frame_id] for frame_id in frame_ids]
+            if any(frame.kind is FrameKind.JIT for frame in kinds):
+                outermost_js = depth
+            elif outermost_js is not None and any(
+                frame.kind is FrameKind.KERNEL or (frame.kind is FrameKind.NATIVE and not frame.tier) for frame in kinds
+            ):
+                break  # native code: the task's JS ends here
+        if outermost_js is None:
+            return [frame_id for frame_ids in by_depth[:0:-1] for frame_id in frame_ids]
+        callers: list[int] = []
+        for depth in range(len(by_depth) - 1, 0, -1):  # root first, the leaf's own frames apart
+            if depth == outermost_js:
+                callers.extend(async_ids)
+            callers.extend(by_depth[depth])
+        if outermost_js == 0:
+            callers.extend(async_ids)
+        return callers
 
     def _epochs(self, pid: int) -> tuple[tuple[tuple[int, int], ...], int]:
         """What each JIT source knows of pid's code, and the time of the

@@ -97,6 +97,8 @@ def tier_label(frame: Frame) -> str:
         return "kernel"
     if frame.kind is FrameKind.UNKNOWN:
         return "unknown"
+    if frame.kind is FrameKind.ASYNC:
+        return "async"
     labels = {"maglev": "Maglev", "turbofan": "TurboFan", "unoptimized": "JIT"}
     if frame.tier:
         return labels.get(frame.tier, frame.tier)

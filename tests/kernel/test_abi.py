@@ -13,13 +13,27 @@ import subprocess
 import pytest
 
 from profiler.jit.v8 import async_context as node_async_context
-from profiler.jit.v8.heap import properties
+from profiler.jit.v8.heap import async_chain, properties
 from profiler.kernel import address_spaces, bpf_program, events, kernel_maps
 from profiler.labels import label_sources
 from profiler.native import library, ring_batch, unwind_rows, unwind_tables
 from tests.helpers import ROOT
 
 CONSTANTS = [
+    "MAX_ASYNC_FRAMES",
+    "V8_ASYNC_BUILTINS",
+    "V8_ASYNC_CUT",
+    "V8_ASYNC_FUNCTION",
+    "V8_ASYNC_GENERATOR",
+    "V8_ASYNC_ALL",
+    "V8_ASYNC_ALL_SETTLED",
+    "V8_ASYNC_ANY",
+    "V8_ROLE_AWAIT",
+    "V8_ROLE_AWAIT_REJECT",
+    "V8_ROLE_ALL",
+    "V8_ROLE_ALL_SETTLED",
+    "V8_ROLE_ANY",
+    "V8_ROLE_DEFAULT_RESOLVE",
     "V8_REACHED_IDS",
     "V8_CONTEXT_MAPS",
     "V8_CONTEXT_ENTRIES",
@@ -121,6 +135,8 @@ STRUCTS = {
         "runnable_ns",
         "context_size",
         "context_kind",
+        "async_count",
+        "async_flags",
         "reserved",
         "context",
         "addresses",
@@ -200,6 +216,8 @@ STRUCTS = {
         "route",
     ],
     "v8_store_field": ["kind", "length", "text"],
+    "v8_async_frame": ["shared", "position", "kind", "reserved"],
+    "v8_async_config": [field for field, _ in kernel_maps._V8AsyncConfig._fields_],
     "hotspot_code": [
         "heap_low",
         "heap_high",
@@ -320,6 +338,8 @@ def test_records_are_laid_out_as_the_header_says(abi):
         (events._RawV8Frame, "v8_frame"),
         (kernel_maps._V8Process, "v8_process"),
         (kernel_maps._V8ContextConfig, "v8_context_config"),
+        (kernel_maps._V8AsyncConfig, "v8_async_config"),
+        (events._RawAsyncFrame, "v8_async_frame"),
         (kernel_maps._HotSpotCode, "hotspot_code"),
         (events._RawProcessEvent, "process_event"),
         (kernel_maps._TrieKey, "trie_key"),
@@ -334,6 +354,23 @@ def test_records_are_laid_out_as_the_header_says(abi):
     assert unwind_rows.ROW_FORMAT.size == kernel_maps.UNWIND_ROW_SIZE == abi["sizeof unwind_row"]
     offsets = [abi[f"unwind_row.{field}"][0] for field in STRUCTS["unwind_row"]]
     assert offsets == [0, 4, 5, 6, 8, 12] and unwind_rows.ROW_FORMAT.format == "<IBBHii"
+
+
+def test_async_callers_are_read_as_the_header_says(abi):
+    assert (events.MAX_ASYNC_FRAMES, kernel_maps.V8_ASYNC_BUILTINS, events.V8_ASYNC_CUT) == (
+        abi["MAX_ASYNC_FRAMES"],
+        abi["V8_ASYNC_BUILTINS"],
+        abi["V8_ASYNC_CUT"],
+    )
+    kinds = {"FUNCTION": "V8_ASYNC_FUNCTION", "GENERATOR": "V8_ASYNC_GENERATOR", "ALL": "V8_ASYNC_ALL"}
+    kinds |= {"ALL_SETTLED": "V8_ASYNC_ALL_SETTLED", "ANY": "V8_ASYNC_ANY"}
+    assert {kind.name: int(kind) for kind in events.AsyncKind} == {name: abi[constant] for name, constant in kinds.items()}
+    roles = ("AWAIT", "AWAIT_REJECT", "ALL", "ALL_SETTLED", "ANY", "DEFAULT_RESOLVE")
+    assert [getattr(async_chain, f"ROLE_{role}") for role in roles] == [abi[f"V8_ROLE_{role}"] for role in roles]
+    assert len(async_chain.BUILTIN_ROLES) <= abi["V8_ASYNC_BUILTINS"] == async_chain.MAX_BUILTINS
+    # Every frame and async caller fits a sample sent whole.
+    largest = abi["SAMPLE_HEADER_BYTES"] + 8 * abi["MAX_FRAMES"] + abi["MAX_V8_FRAMES"] * abi["sizeof v8_frame"]
+    assert largest + abi["MAX_ASYNC_FRAMES"] * abi["sizeof v8_async_frame"] <= abi["sizeof sample_event"]
 
 
 def test_the_native_library_sees_the_same_row():

@@ -4,11 +4,15 @@ import struct
 import pytest
 
 from profiler.kernel.events import (
+    V8_ASYNC_CUT,
+    AsyncFrameSlots,
+    AsyncKind,
     EventType,
     MalformedEvent,
     ProcessEvent,
     RawSample,
     WalkEnd,
+    _RawAsyncFrame,
     _RawProcessEvent,
     _RawSampleHeader,
     _RawStackCopy,
@@ -59,6 +63,28 @@ def test_a_samples_callers_words_leave_out_its_leaf():
     assert callers((0x10, 0x21), [leaf, caller]) != words
     assert callers((0x10, 0x20), [leaf, (0x110, 0x210, 0x310, 10, 1, 0)]) != words
     assert callers((0x10,), []) == b"" and callers((), []) == b""
+
+
+def test_a_samples_async_callers_follow_its_js_frames():
+    header = _RawSampleHeader(
+        event_type=1, pid=10, tid=10, frame_count=2, v8_frame_count=1, async_count=3, async_flags=V8_ASYNC_CUT
+    )
+    callers = [(0x501, 96, AsyncKind.FUNCTION, 0), (0, 1, AsyncKind.ALL, 0), (0x601, 40, AsyncKind.GENERATOR, 0)]
+    data = bytes(record(header, (0x10, 0x20))) + bytes(_RawV8Frame(0x100, 0x200, 0x300, 7, 0, 0))
+    data += b"".join(bytes(_RawAsyncFrame(*caller)) for caller in callers)
+    event = decode(ctypes.create_string_buffer(data, len(data)))
+    assert event.async_frames == (
+        AsyncFrameSlots(AsyncKind.FUNCTION, 0x501, 96),
+        AsyncFrameSlots(AsyncKind.ALL, 0, 1),
+        AsyncFrameSlots(AsyncKind.GENERATOR, 0x601, 40),
+    )
+    assert event.async_cut and len(event.v8_frames) == 1
+    with pytest.raises(MalformedEvent):  # fewer bytes than its callers
+        decode(ctypes.create_string_buffer(data, len(data)), len(data) - 1)
+    header.async_count, header.async_flags = 0, 0
+    plain = bytes(record(header, (0x10, 0x20))) + bytes(_RawV8Frame(0x100, 0x200, 0x300, 7, 0, 0))
+    event = decode(ctypes.create_string_buffer(plain, len(plain)))
+    assert event.async_frames == () and not event.async_cut
 
 
 def test_a_deferred_sample_carries_its_stack_copy():

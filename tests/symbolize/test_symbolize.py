@@ -461,3 +461,39 @@ def test_a_batch_s_new_native_leaves_are_named_in_one_request_per_file():
         named[batched] = [[frame.name for frame in profile.stack(sample)] for sample in profile.samples]
         assert requests <= 3 if batched else requests >= len(leaves), requests
     assert named[True] == named[False] and len(named[True]) == len(leaves)
+
+
+def test_async_callers_go_below_the_running_tasks_outermost_js_frame():
+    """Past the task's JS the stack is V8's microtask runner (builtins, then
+    native code): the functions awaiting the task sit between the two."""
+    from profiler.model.profile import Frame
+
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    symbolizer = Symbolizer(profile, tracker)
+    try:
+
+        def ids(*frames):
+            return [profile.intern(frame) for frame in frames]
+
+        main, run = ids(Frame("main", "node", FrameKind.NATIVE), Frame("RunMicrotasks", "node", FrameKind.NATIVE, tier="builtin"))
+        closure = ids(Frame("AsyncFunctionAwaitResolveClosure", "node", FrameKind.NATIVE, tier="builtin"))
+        parse, burn = ids(Frame("parseRow app.js:2", "[jit]", FrameKind.JIT), Frame("burn app.js:1", "[jit]", FrameKind.JIT))
+        handler, load = ids(
+            Frame("[async] handler app.js:4", "[jit]", FrameKind.ASYNC), Frame("[async] loadUser", "", FrameKind.ASYNC)
+        )
+        leaf = ids(Frame("Math.sqrt", "node", FrameKind.NATIVE, tier="builtin"))
+        # leaf first: a builtin, burn, parseRow, the await's closure, the runner, main
+        by_depth = [leaf, [burn], [parse], closure, [run], [main]]
+        callers = symbolizer._with_async_callers(by_depth, (handler, load))
+        assert callers == [main, run, *closure, handler, load, parse, burn]
+        # The leaf itself is the task's outermost JS frame: they go right above it.
+        assert symbolizer._with_async_callers([[parse], closure, [main]], (handler,)) == [main, *closure, handler]
+        # No JS frame named: nowhere to put them.
+        assert symbolizer._with_async_callers([leaf, [main]], (handler,)) == [main]
+        # JS that called native code that ran the task: the task's JS ends at the native frame.
+        outer_js = profile.intern(Frame("processTicksAndRejections", "[jit]", FrameKind.JIT))
+        by_depth = [[burn], [parse], closure, [run], [main], [outer_js], [main]]
+        assert symbolizer._with_async_callers(by_depth, (handler,)) == [main, outer_js, main, run, *closure, handler, parse]
+    finally:
+        tracker.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import dataclasses
 import functools
 import os
 import queue
@@ -35,10 +36,13 @@ from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, 
 from profiler.jit.v8.names import Tier, js_display
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import (
+    MAX_ASYNC_FRAMES,
     MAX_STACK_FRAMES,
     V8_FUNCTION_WINDOW,
     V8_NO_BYTECODE_OFFSET,
     V8_SLOTS_BYTES,
+    AsyncFrameSlots,
+    AsyncKind,
     RawSample,
     StackCopy,
     V8FrameSlots,
@@ -77,6 +81,10 @@ class V8Kernel(Protocol):
 
     def clear_v8_process(self, pid: int) -> None: ...
 
+    def set_v8_async(self, pid: int, config: dict[str, int | tuple[int, ...]]) -> bool: ...
+
+    def clear_v8_async(self, pid: int) -> None: ...
+
 
 def _frame_key(record: V8FrameSlots, address: int, leaf: bool) -> tuple[object, ...]:
     """What names a frame: the same words at the same address name it the same."""
@@ -103,6 +111,7 @@ class _Process:
     # bytecode, not by a function read after the sample (which may have moved).
     bytecode_owners: dict[int, int] = field(default_factory=dict)
     frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
+    async_names: dict[AsyncFrameSlots, Frame | None] = field(default_factory=dict)
     failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
     ahead: set[tuple[object, ...]] = field(default_factory=set)  # frames queued to be named ahead
     # Samples' callers (their words) whose frames were queued or known, while
@@ -137,6 +146,7 @@ class _Process:
             self.codes.clear()
             self.bytecode_tables.clear()
             self.frames.clear()
+            self.async_names.clear()
             self.failed.clear()
             self.code_starts.clear()
             self.code_ranges.clear()
@@ -160,9 +170,15 @@ class V8HeapReport:
 
 class V8HeapSymbols(JitSymbolSource):
     def __init__(
-        self, kernel: V8Kernel | None, expand_inlining: bool = True, runs_v8: Callable[[int], bool] = lambda _pid: True
+        self,
+        kernel: V8Kernel | None,
+        expand_inlining: bool = True,
+        runs_v8: Callable[[int], bool] = lambda _pid: True,
+        async_callers: bool = True,
     ) -> None:
         self._kernel = kernel
+        self._async_callers = async_callers  # have the kernel read each sample's async callers
+        self._async_refused: dict[int, str] = {}  # pid -> why its async callers cannot be read
         self._runs_v8 = runs_v8  # is a live process one of V8's (node)? Others are not looked at
         self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
         # JS frames are named as their samples arrive, on a thread of their
@@ -222,6 +238,16 @@ class V8HeapSymbols(JitSymbolSource):
             return
         with self._lock:
             self._processes[pid] = process
+        if self._async_callers:
+            config = layout.async_config()
+            if isinstance(config, str):
+                self._async_refused[pid] = config
+            elif not self._kernel.set_v8_async(pid, config):
+                self._async_refused[pid] = "the kernel's table of V8 processes is full"
+
+    def async_refused(self, pid: int) -> str:
+        """Why a node's async callers are not read ("" if they are, or were not asked)."""
+        return self._async_refused.get(pid, "")
 
     def epoch(self, pid: int) -> tuple[int, int]:
         """What was read is dropped every CACHE_LIFETIME_S: what was named
@@ -244,11 +270,16 @@ class V8HeapSymbols(JitSymbolSource):
         with self._lock:
             process = self._processes.pop(pid, None)
         self._refused.pop(pid, None)
+        refused = self._async_refused.pop(pid, "")
         if process is not None:
             process.thread.close()
             if self._kernel is not None:
                 self._kernel.clear_v8_process(pid)
-        return []
+                self._kernel.clear_v8_async(pid)
+        return [_async_note(pid, refused)] if refused else []
+
+    def warnings(self) -> list[str]:
+        return [_async_note(pid, refused) for pid, refused in list(self._async_refused.items())]
 
     def close(self) -> None:
         if self._ahead_thread is not None:
@@ -491,6 +522,74 @@ class V8HeapSymbols(JitSymbolSource):
         frame = self._interpreted(process, shared, record)
         return RecordedFrames((frame,), keep_native=False) if frame is not None else None
 
+    # Async callers ------------------------------------------------------
+
+    def async_callers(self, sample: RawSample) -> tuple[Frame, ...] | None:
+        with self._lock:
+            process = self._processes.get(sample.pid)
+        if process is None or not sample.async_frames:
+            return None
+        process.expire(time.monotonic())
+        named = process.thread.run(lambda: self._async_names(process, sample.async_frames))
+        if not named:
+            return None
+        if sample.async_cut or len(named) < len(sample.async_frames):
+            # Cut where a caller could not be named, or past what the kernel read: said, not guessed.
+            named.append(Frame(f"[async] (callers past {len(named)} not read)", JIT_MODULE, FrameKind.ASYNC))
+        named.reverse()
+        return tuple(named)
+
+    def _async_names(self, process: _Process, slots: tuple[AsyncFrameSlots, ...]) -> list[Frame]:
+        """The callers named, innermost first, up to the first that cannot be."""
+        named: list[Frame] = []
+        for record in slots[:MAX_ASYNC_FRAMES]:
+            if record not in process.async_names:
+                process.async_names[record] = self._async_name(process, record)
+            frame = process.async_names[record]
+            if frame is None:
+                break
+            named.append(frame)
+        return named
+
+    def _async_name(self, process: _Process, record: AsyncFrameSlots) -> Frame | None:
+        combinator = _COMBINATORS.get(record.kind)
+        if combinator is not None:
+            index = f" (index {record.position})" if record.position >= 0 else ""
+            return Frame(f"[async] {combinator}{index}", JIT_MODULE, FrameKind.ASYNC, tier=Tier.BUILTIN.value)
+        if record.kind not in (AsyncKind.FUNCTION, AsyncKind.GENERATOR):
+            return None
+        shared = self._shared(process, record.shared)
+        if shared is None:
+            return None
+        position = None
+        bytecode = self._bytecode_of(process, record.shared)
+        table = self._bytecode_table(process, bytecode) if bytecode else None
+        # Like a frame's offset slot, it counts from the array's tagged address.
+        offset = record.position - (process.layout.bytecode_data - HEAP_OBJECT_TAG)
+        if table is not None and offset >= 0:
+            position = positions.position_at(table, offset, process.layout.position_statement_bit)
+        frame = _frame(shared, Tier.INTERPRETED, position, inlined=False)
+        return dataclasses.replace(frame, name=f"[async] {frame.name}", kind=FrameKind.ASYNC, tier="")
+
+    def _bytecode_of(self, process: _Process, shared: int) -> int:
+        """A function's BytecodeArray (0: none), from its shared info's data:
+        the array itself, an InterpreterData around it, or baseline code
+        that keeps either."""
+        reader, layout = process.reader, process.layout
+        data = reader.field(shared, layout.shared_function_data) or 0
+        kind = reader.instance_type(data)
+        if kind == layout.type_code:
+            code = self._code_object(process, data)
+            data = code.deoptimization_data if code is not None else 0
+            kind = reader.instance_type(data)
+        if kind == layout.type_interpreter_data:
+            for offset in (8, 16):  # after a self pointer, in V8 13 on
+                inner = reader.field(data, offset) or 0
+                if reader.instance_type(inner) == layout.type_bytecode_array:
+                    return inner
+            return 0
+        return data if kind == layout.type_bytecode_array else 0
+
     def _owned_by_code(self, process: _Process, address: int, record: V8FrameSlots) -> V8FrameSlots:
         """A frame walked from a stack copy, not the leaf: its pc is a return
         address in its own code, and optimized code names its function (the
@@ -640,6 +739,18 @@ class V8HeapSymbols(JitSymbolSource):
         return [V8HeapReport(process.pid, "") for process in reading] + [
             V8HeapReport(pid, problem) for pid, problem in self._refused.items()
         ]
+
+
+def _async_note(pid: int, refused: str) -> str:
+    return f"jitprof: note: node (pid {pid}) shows no async callers ([async] frames): {refused}"
+
+
+# As V8 names them in Error().stack.
+_COMBINATORS: dict[int, str] = {
+    AsyncKind.ALL: "Promise.all",
+    AsyncKind.ALL_SETTLED: "Promise.allSettled",
+    AsyncKind.ANY: "Promise.any",
+}
 
 
 def _wrapped(reader: HeapReader, layout: V8Layout, tagged: int) -> int:

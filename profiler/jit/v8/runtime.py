@@ -95,7 +95,12 @@ def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
     """V8's objects (the kernel sends what identifies each JS frame), then its
     code log: both exact by time, with inlined frames."""
     return [
-        V8HeapSymbols(settings.kernel, settings.expand_inlining, lambda pid: settings.runtime_of(pid) is NODE),
+        V8HeapSymbols(
+            settings.kernel,
+            settings.expand_inlining,
+            lambda pid: settings.runtime_of(pid) is NODE,
+            async_callers=settings.async_callers,
+        ),
         V8LogSymbols(
             expand_inlining=settings.expand_inlining,
             default_owner_uid=settings.owner_uid,

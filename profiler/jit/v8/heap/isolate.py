@@ -57,16 +57,33 @@ def locations_from_symbols(
         getter_code = elf_format.symbol_prefix(handle, getter, sections, header, CODE_BYTES) if getter else None
     except PARSE_ERRORS as error:
         raise IsolateError(f"its symbols cannot be read ({error})") from error
-    current = wanted.get(CURRENT_ISOLATE)
-    if current is None or tls is None:
-        raise IsolateError("its V8 keeps no thread-local isolate in the executable (a shared libnode, or V8 before 11.4)")
+    isolate_tls = _isolate_offset(wanted.get(CURRENT_ISOLATE), tls, getter_code)
     if code is None:
         raise IsolateError("its V8 has no continuation-preserved embedder data (V8 before 12)")
+    return IsolateLocations(isolate_tls, embedder_data_offset(code))
+
+
+def thread_isolate_offset(handle: BinaryIO, header: elf_format.ElfHeader, symbols: list[elf_format.NamedSymbol]) -> int:
+    """Where a thread's isolate is from its thread pointer (symbols: those SYMBOL_PREFIXES name, among others)."""
+    wanted = {symbol.name: symbol for symbol in symbols if symbol.name in (CURRENT_ISOLATE, TRY_GET_CURRENT)}
+    try:
+        tls = elf_format.tls_segment(handle, header)
+        sections = elf_format.section_headers(handle, header)
+        getter = wanted.get(TRY_GET_CURRENT)
+        getter_code = elf_format.symbol_prefix(handle, getter, sections, header, CODE_BYTES) if getter else None
+    except PARSE_ERRORS as error:
+        raise IsolateError(f"its symbols cannot be read ({error})") from error
+    return _isolate_offset(wanted.get(CURRENT_ISOLATE), tls, getter_code)
+
+
+def _isolate_offset(current: elf_format.NamedSymbol | None, tls: tuple[int, int, int] | None, getter_code: bytes | None) -> int:
+    if current is None or tls is None:
+        raise IsolateError("its V8 keeps no thread-local isolate in the executable (a shared libnode, or V8 before 11.4)")
     isolate_tls = static_tls_offset(current.value, *tls)
     direct = _fs_displacement(getter_code or b"")
     if direct is not None and direct != isolate_tls:
         raise IsolateError(f"its isolate is at {direct:#x} from the thread pointer, where its TLS segment says {isolate_tls:#x}")
-    return IsolateLocations(isolate_tls, embedder_data_offset(code))
+    return isolate_tls
 
 
 def static_tls_offset(symbol_offset: int, vaddr: int, memory_size: int, align: int) -> int:
@@ -80,7 +97,12 @@ def static_tls_offset(symbol_offset: int, vaddr: int, memory_size: int, align: i
 
 
 def embedder_data_offset(code: bytes) -> int:
-    """The Isolate field V8's GetContinuationPreservedEmbedderData() loads
+    """The Isolate field V8's GetContinuationPreservedEmbedderData() loads."""
+    return loaded_field(code, "GetContinuationPreservedEmbedderData()")
+
+
+def loaded_field(code: bytes, accessor: str) -> int:
+    """The Isolate field an accessor of V8's that returns a handle to it loads
     (`mov disp32(%rdi), reg`) besides the handle scope's next and limit
     (`cmp disp32(%rdi), %rax` is the limit; next sits right before it)."""
     loads: list[int] = []
@@ -92,13 +114,13 @@ def embedder_data_offset(code: bytes) -> int:
         displacement = _DISPLACEMENT.unpack_from(code, at + 3)[0]
         if opcode == 0x8B:
             loads.append(displacement)
-        elif opcode == 0x3B and rex == 0x48 and modrm == 0x87:
+        elif opcode in (0x3B, 0x39) and rex == 0x48 and modrm == 0x87:  # either operand order
             limit = displacement
     if limit is None:
-        raise IsolateError("its GetContinuationPreservedEmbedderData() is not the code jitprof knows")
+        raise IsolateError(f"its {accessor} is not the code jitprof knows")
     candidates = [load for load in loads if load not in (limit, limit - 8)]
     if len(set(candidates)) != 1 or not 0 < candidates[0] < 1 << 16:
-        raise IsolateError("its GetContinuationPreservedEmbedderData() is not the code jitprof knows")
+        raise IsolateError(f"its {accessor} is not the code jitprof knows")
     return candidates[0]
 
 

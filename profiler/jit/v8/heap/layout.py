@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from profiler.jit.v8.heap import isolate
+from profiler.jit.v8.heap import async_chain, isolate
 from profiler.native import elf_format
 from profiler.native.elf import MAX_ELF_BYTES, PARSE_ERRORS
 from profiler.safety import files
@@ -134,6 +134,28 @@ class V8Layout:
     objects: ObjectLayout | None = None  # None: the metadata lacks some of it
     # Where a sample finds AsyncLocalStorage's stores, or why it cannot.
     async_context: isolate.IsolateLocations | isolate.IsolateError | None = None
+    # How a sample reads the async functions awaiting the running one, or why it cannot.
+    async_callers: async_chain.AsyncChain | async_chain.AsyncChainError | None = None
+    async_types: async_chain.ObjectTypes | None = None
+    shared_builtin_at: int = POINTER  # a SharedFunctionInfo's (untrusted) function data: a builtin's id
+    js_function_context: int = 5 * POINTER
+    context_min_slots: int = 2
+
+    def async_config(self) -> dict[str, int | tuple[int, ...]] | str:
+        """struct v8_async_config for this V8, or why its async callers cannot be read."""
+        if isinstance(self.async_callers, async_chain.AsyncChainError):
+            return str(self.async_callers)
+        if self.async_callers is None or self.async_types is None:
+            return "its V8 metadata lacks the promise and generator classes"
+        return async_chain.kernel_config(
+            self.async_callers,
+            self.async_types,
+            self.map_instance_type,
+            self.js_function_shared,
+            self.js_function_context,
+            self.shared_builtin_at,
+            self.context_min_slots,
+        )
 
     @property
     def code_kind_maglev(self) -> int:
@@ -157,7 +179,9 @@ def read_layout(handle: BinaryIO) -> V8Layout:
         header = elf_format.read_header(handle)
         sections = elf_format.section_headers(handle, header)
         symbols = elf_format.symbols_named(
-            handle, (b"v8dbg_", b"Builtins_", b"_ZN2v88internal7Version", *isolate.SYMBOL_PREFIXES), MAX_SYMBOLS
+            handle,
+            (b"v8dbg_", b"Builtins_", b"_ZN2v88internal7Version", *isolate.SYMBOL_PREFIXES, *async_chain.SYMBOL_PREFIXES),
+            MAX_SYMBOLS,
         )
     except PARSE_ERRORS as error:
         raise LayoutError(f"its symbol table cannot be read ({error})") from error
@@ -199,7 +223,15 @@ def read_layout(handle: BinaryIO) -> V8Layout:
         )
     except isolate.IsolateError as error:
         async_context = error
-    return dataclasses.replace(_layout(values, version, builtins, interpreter_entry), async_context=async_context)
+    try:
+        chain: async_chain.AsyncChain | async_chain.AsyncChainError = async_chain.read_chain(
+            handle, header, sections, symbols, version
+        )
+    except async_chain.AsyncChainError as error:
+        chain = error
+    return dataclasses.replace(
+        _layout(values, version, builtins, interpreter_entry), async_context=async_context, async_callers=chain
+    )
 
 
 class _Metadata:
@@ -337,6 +369,12 @@ def _layout(
         deopt_literals=meta.get("DeoptimizationDataLiteralArrayIndex") or 2,
         deopt_inlining_positions=meta.get("DeoptimizationDataInliningPositionsIndex") or shared_index + 1,
         objects=_object_layout(meta),
+        async_types=async_chain.object_types(meta.type_id, (first_js_function, last_js_function)),
+        shared_builtin_at=meta.get("class_SharedFunctionInfo__untrusted_function_data__")
+        or meta.get("class_SharedFunctionInfo__function_data__")
+        or (2 * POINTER if version >= (13, 0) else POINTER),
+        js_function_context=meta.get("class_JSFunction__context__") or 5 * POINTER,
+        context_min_slots=meta.get("context_min_slots") or 2,
     )
 
 
