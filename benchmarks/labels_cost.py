@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.harness import JITPROF, ROOT
@@ -32,8 +33,11 @@ def _load(port: int, seconds: int) -> float:
     return float(load.stdout.strip() or 0)
 
 
-def _round(flags: list[str], server: int, port: int, workdir: Path) -> tuple[float, float, float, float]:
-    """(requests/s, BPF ns per sample, labelled share of samples, server CPU µs per request) over one load."""
+def _round(
+    flags: list[str], server: int, port: int, workdir: Path, share: Callable[[Path], float] | None = None
+) -> tuple[float, float, float, float]:
+    """(requests/s, BPF ns per sample, share of samples with what is measured
+    (default: a trace id), server CPU µs per request) over one load."""
     jitprof = subprocess.Popen(
         [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", "cost.jitprof"],
         cwd=workdir,
@@ -54,7 +58,7 @@ def _round(flags: list[str], server: int, port: int, workdir: Path) -> tuple[flo
     jitprof.communicate(timeout=120)
     # Samples of the load alone: the server's CPU at 999 Hz over the load.
     load_samples = max(server_cpu * 999, 1.0)
-    labelled = _labelled_share(workdir / "cost.jitprof")
+    labelled = (share or _labelled_share)(workdir / "cost.jitprof")
     return rate, (run_after - run_before) / load_samples, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
 
 

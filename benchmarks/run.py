@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.async_cost import async_cost
 from benchmarks.bun_functions import bun_functions
 from benchmarks.code_log_parsing import code_log_parsing
 from benchmarks.completeness import completeness
@@ -54,6 +55,7 @@ SECTIONS = {
     "live_view_cost": lambda repeats, perf, workdir: live_view_cost(3, workdir),
     "kernel_costs": lambda repeats, perf, workdir: kernel_costs(workdir),
     "labels_cost": lambda repeats, perf, workdir: labels_cost(max(repeats, 5), workdir),
+    "async_cost": lambda repeats, perf, workdir: async_cost(max(repeats, 5), workdir),
     "completeness": lambda repeats, perf, workdir: completeness(perf, workdir),
     "first_samples": lambda repeats, perf, workdir: first_samples(3, perf, workdir),
     "load": lambda repeats, perf, workdir: load(workdir),

@@ -91,6 +91,14 @@ static __always_inline u16 async_generator_of(const struct v8_async_config *conf
     return type;
 }
 
+// A chain that ends where V8's would not (an object of another type, a
+// generator not suspended: read in the middle of a scavenge, say): cut, and
+// the sample says so.
+static __always_inline u64 async_broken(struct v8_async_walk *walk) {
+    walk->cut = 1;
+    return 0;
+}
+
 // A combinator's element closure: its frame, and the promise the combinator settles.
 static __always_inline u64 async_combinator(const struct v8_async_config *config, struct walk_scratch *scratch,
                                             struct v8_async_walk *walk, u64 function, u64 context, u8 role) {
@@ -101,19 +109,22 @@ static __always_inline u64 async_combinator(const struct v8_async_config *config
     // A native context in its place: the closure was called, its context is gone.
     if (async_object_type(config, context) == config->native_context_type) return 0;
     u64 capability = v8_word(context, config->combinator_capability_at);
-    if (async_object_type(config, capability) != config->capability_type) return 0;
+    if (async_object_type(config, capability) != config->capability_type) return async_broken(walk);
     return v8_word(capability, config->capability_promise_at);
 }
 
-// Follow one pending promise to the next: 0 ends the chain.
+// Follow one pending promise to the next: 0 ends the chain (where V8's
+// ends, or cut).
 static __always_inline u64 async_hop(const struct v8_async_config *config, struct walk_scratch *scratch,
                                      struct v8_async_walk *walk, u64 promise) {
     u64 window[V8_ASYNC_WINDOW];
-    if (async_window(config, promise, window, sizeof(window)) != config->promise_type) return 0;
+    if (async_window(config, promise, window, sizeof(window)) != config->promise_type) return async_broken(walk);
     u64 flags = async_slot(window, config->promise_flags_at);
-    if ((flags & 0xffffffffULL) != 0 || ((flags >> 32) & 3) != 0) return 0; // settled: nothing awaits it any more
+    if ((flags & 0xffffffffULL) != 0) return async_broken(walk);
+    if (((flags >> 32) & 3) != 0) return 0; // settled: nothing awaits it any more
     u64 reaction = async_slot(window, config->promise_reactions_at);
-    if (async_window(config, reaction, window, sizeof(window)) != config->reaction_type) return 0;
+    if ((reaction & 1) == 0) return 0; // no reaction: the outermost
+    if (async_window(config, reaction, window, sizeof(window)) != config->reaction_type) return async_broken(walk);
     if ((async_slot(window, config->reaction_next_at) & 1) != 0) return 0; // more than one reaction: no one chain
     u64 fulfill = async_slot(window, config->reaction_fulfill_at);
     u64 reject = async_slot(window, config->reaction_reject_at);
@@ -123,23 +134,26 @@ static __always_inline u64 async_hop(const struct v8_async_config *config, struc
     if (role == V8_ROLE_AWAIT) {
         u64 generator[V8_GENERATOR_WINDOW];
         u16 type = async_generator_of(config, context, generator);
-        if (type == V8_NO_TYPE) return 0;
+        if (type == V8_NO_TYPE) return async_broken(walk);
         u64 continuation = generator[(config->generator_continuation_at / 8) & (V8_GENERATOR_WINDOW - 1)];
-        if ((continuation & 0xffffffffULL) != 0 || (s32)(continuation >> 32) < 0) return 0; // not suspended
+        if ((continuation & 0xffffffffULL) != 0 || (s32)(continuation >> 32) < 0) return async_broken(walk); // not suspended
         u64 function = generator[(config->generator_function_at / 8) & (V8_GENERATOR_WINDOW - 1)];
         u64 position = generator[(config->generator_position_at / 8) & (V8_GENERATOR_WINDOW - 1)];
         u64 function_shared = v8_is_object(function) ? v8_word(function, config->function_shared_at) : 0;
-        if (!v8_is_object(function_shared) || (position & 0xffffffffULL) != 0) return 0;
+        if (!v8_is_object(function_shared) || (position & 0xffffffffULL) != 0) return async_broken(walk);
         async_note(scratch, walk, type == config->async_function_type ? V8_ASYNC_FUNCTION : V8_ASYNC_GENERATOR, function_shared,
                    (s32)(position >> 32));
-        return async_generator_promise(config, generator, type);
+        u64 next = async_generator_promise(config, generator, type);
+        // An async function always has its promise; an async generator with no request queued ends the chain.
+        return next != 0 || type != config->async_function_type ? next : async_broken(walk);
     }
     if (role == V8_ROLE_ALL || role == V8_ROLE_ALL_SETTLED)
         return async_combinator(config, scratch, walk, fulfill, context, role);
     u64 reject_context = 0;
     if (async_role_of(config, reject, &reject_context, &shared) == V8_ROLE_ANY)
         return async_combinator(config, scratch, walk, reject, reject_context, V8_ROLE_ANY);
-    if (role == V8_ROLE_DEFAULT_RESOLVE) return v8_is_object(context) ? v8_word(context, config->resolve_promise_at) : 0;
+    if (role == V8_ROLE_DEFAULT_RESOLVE)
+        return v8_is_object(context) ? v8_word(context, config->resolve_promise_at) : async_broken(walk);
     // A plain .then(): on to the promise it settles, if a native one.
     u16 type = async_object_type(config, target);
     if (type == config->promise_type) return target;

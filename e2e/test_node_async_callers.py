@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -42,6 +43,8 @@ def v8_chains(stdout: str) -> list[list[tuple[str, int, int]]]:
         assert frames[0].startswith("at parseRow "), frames
         chain = []
         for text in frames[1:]:
+            if not text.startswith("at async "):
+                continue  # a synchronous caller (node's microtask runner, from JS): on the stack
             match = re.fullmatch(r"at async (\S+) \(.*:(\d+):(\d+)\)", text)
             if match:
                 chain.append((match.group(1), int(match.group(2)), int(match.group(3))))
@@ -187,3 +190,35 @@ def test_no_async_leaves_them_out(jitprof, tmp_path):
     lines = read_folded(tmp_path / "out.folded")
     assert any("parseRow" in frame for line in lines for frame in line.frames)
     assert not any(frame.startswith("[async]") for line in lines for frame in line.frames)
+
+
+def test_threadpool_work_is_charged_under_the_async_callers_that_queued_it(jitprof, tmp_path):
+    """--off-cpu: pbkdf2 queued by parseRow after an await runs on node's
+    threadpool; its time is charged to handler > loadUser > parseRow."""
+    run = jitprof("--off-cpu", "-o", "out.folded", "--", str(node_binary("24")), str(CHAIN), "40", "pool")
+    assert run.returncode == 0, run.stderr
+    pool = [line for line in read_folded(tmp_path / "out.folded") if "[threadpool] crypto.pbkdf2" in line.frames]
+    weight = sum(line.count for line in pool)
+    assert weight >= 100_000, weight  # µs of the pool's time: the work ran
+    under = [
+        line for line in pool if re.search(r"\[async\] handler [^;]*;\[async\] loadUser [^;]*;parseRow ", ";".join(line.frames))
+    ]
+    assert sum(line.count for line in under) >= 0.9 * weight, [line.frames[-12:] for line in pool[:3]]
+
+
+def test_the_whole_machines_node_samples_show_their_await_chain(symbol_cache, tmp_path, background):
+    program = background(
+        str(node_binary("26")), str(CHAIN), str(ROUNDS), "chain", "wait", stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert program.stdout.readline().strip() == "ready"
+    jitprof = jitprof_sampling(symbol_cache, tmp_path, "--no-tui", "--all", "-F", "499", "-o", "out.jitprof")
+    program.stdin.write("go\n")
+    program.stdin.flush()
+    stdout, _ = program.communicate(timeout=120)
+    assert program.returncode == 0
+    jitprof.send_signal(signal.SIGINT)
+    _, stderr = jitprof.communicate(timeout=120)
+    assert jitprof.returncode == 0, stderr
+    profile = read_raw(tmp_path / "out.jitprof")
+    profile.samples = [sample for sample in profile.samples if sample.pid == program.pid]
+    assert_chains(profile, v8_chains(stdout))

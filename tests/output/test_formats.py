@@ -273,3 +273,30 @@ def test_stack_counts_add_up_equal_stacks_and_follow_new_samples():
     profile.take_samples()
     profile.add(Sample(10, 1, 2, "node", (main,), WalkEnd.COMPLETE))
     assert profile.stack_counts() == {("node", (main,)): 1}
+
+
+ASYNC_HANDLER = Frame("[async] handler app.js:41", "[jit]", FrameKind.ASYNC, "/srv/app.js", 43, 28, "", False, True, 41, 3)
+
+
+def test_async_callers_are_frames_in_every_format_but_cpuprofile(tmp_path):
+    """An [async] frame is named in each format, drawn apart in the SVG and
+    the page, kept by .jitprof, and left out of .cpuprofile (its tree is the stack)."""
+    profile = Profile(RunInfo(["node", "app.js"], [100], 99, started_ns=1_000_000_000, ended_ns=2_000_000_000))
+    ids = tuple(profile.intern(frame) for frame in [MAIN, ASYNC_HANDLER, MID, LEAF])
+    for index in range(10):
+        profile.add(Sample(1_000_000_000 + index * PERIOD_NS, 100, 100, "node", ids, WalkEnd.COMPLETE))
+    folded = render(profile, "folded").decode()
+    assert "node;main;[async] handler app.js:41;mid app.js:15_[i];leaf app.js:7_[i] 10" in folded
+    svg = render(profile, "svg").decode()
+    assert "[async] handler app.js:41" in svg
+    for format_name in ("speedscope", "callgrind", "html"):
+        assert b"[async] handler app.js:41" in render(profile, format_name), format_name
+    assert b'"async"' in render(profile, "html")  # its own kind on the page
+    assert b"[async] handler" in gzip.decompress(render(profile, "pprof"))
+    cpuprofile = json.loads(render(profile, "cpuprofile"))
+    names = [node["callFrame"]["functionName"] for node in cpuprofile["nodes"]]
+    assert "mid" in names and not any("async" in name for name in names)
+    path = tmp_path / "out.jitprof"
+    path.write_bytes(render(profile, "jitprof"))
+    again = read_raw(path)
+    assert ASYNC_HANDLER in again.frames

@@ -184,7 +184,9 @@ class V8HeapSymbols(JitSymbolSource):
         # JS frames are named as their samples arrive, on a thread of their
         # own, while the process lives: the symbolizer may be seconds behind
         # (a cold start), and a short-lived process gone by then.
-        self._ahead: queue.SimpleQueue[tuple[int, int, V8FrameSlots, bool, tuple[object, ...]] | None] = queue.SimpleQueue()
+        self._ahead: queue.SimpleQueue[tuple[int, int, V8FrameSlots | AsyncFrameSlots, bool, tuple[object, ...]] | None] = (
+            queue.SimpleQueue()
+        )
         self._ahead_count = 0
         self._ahead_thread: threading.Thread | None = None
         # A deep stack's frames past the kernel's walk are walked from a copy
@@ -399,6 +401,15 @@ class V8HeapSymbols(JitSymbolSource):
             self._ahead.put((sample.pid, address, record, leaf, key))
         if callers:
             process.noted_callers.add(callers)
+        # The async callers too: a process that exits, or a symbolizer seconds
+        # behind (waits are named as their threads' records close), finds them named.
+        for slots in sample.async_frames:
+            key = ("async", slots)
+            if slots in process.async_names or key in process.ahead:
+                continue
+            process.ahead.add(key)
+            self._ahead_count += 1
+            self._ahead.put((sample.pid, 0, slots, False, key))
 
     def _read_copies(self) -> None:
         while True:
@@ -449,7 +460,10 @@ class V8HeapSymbols(JitSymbolSource):
             self._ahead_count -= 1
             pid, address, record, leaf, key = item
             try:
-                self.expand_recorded(pid, address, record, leaf)
+                if isinstance(record, AsyncFrameSlots):
+                    self._name_async_ahead(pid, record)
+                else:
+                    self.expand_recorded(pid, address, record, leaf)
             except Exception:  # a bug: the symbolizer meets it again, and reports it
                 pass
             process = self._processes.get(pid)
@@ -538,6 +552,13 @@ class V8HeapSymbols(JitSymbolSource):
             named.append(Frame(f"[async] (callers past {len(named)} not read)", JIT_MODULE, FrameKind.ASYNC))
         named.reverse()
         return tuple(named)
+
+    def _name_async_ahead(self, pid: int, slots: AsyncFrameSlots) -> None:
+        with self._lock:
+            process = self._processes.get(pid)
+        if process is not None:
+            process.expire(time.monotonic())
+            process.thread.run(lambda: self._async_names(process, (slots,)))
 
     def _async_names(self, process: _Process, slots: tuple[AsyncFrameSlots, ...]) -> list[Frame]:
         """The callers named, innermost first, up to the first that cannot be."""

@@ -63,14 +63,26 @@ def test_a_binary_without_v8_metadata_is_refused_with_the_reason(chain_binary):
 
 def vlq(value: int) -> bytes:
     zigzag = (value << 1) ^ (value >> 63) if value < 0 else value << 1
-    zigzag &= (1 << 64) - 1
+    return unsigned_vlq(zigzag & ((1 << 64) - 1))
+
+
+def unsigned_vlq(value: int) -> bytes:
     out = bytearray()
     while True:
-        byte = zigzag & 0x7F
-        zigzag >>= 7
-        out.append(byte | (0x80 if zigzag else 0))
-        if not zigzag:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
             return bytes(out)
+
+
+def test_a_v8_14_table_from_node_26_decodes_to_its_offsets():
+    """loadUser's table in node 26 (fixtures/js/async_chain.js), as read from
+    its BytecodeArray: the function's entry (-1), then ascending offsets."""
+    data = bytes.fromhex("028c2b2e0023501a1836176b740a2c2f10")
+    offsets, found = positions._decoded(data, True)
+    assert list(offsets) == [-1, 10, 18, 24, 37, 63, 65, 76]
+    assert [positions.script_offset(position) for position in found] == [1378, 1378, 1398, 1404, 1398, 1427, 1438, 1442]
 
 
 def table(entries: list[tuple[int, int, bool]], statement_bit: bool) -> bytes:
@@ -79,8 +91,8 @@ def table(entries: list[tuple[int, int, bool]], statement_bit: bool) -> bytes:
     code, position = -1, 0
     for offset, packed, statement in entries:
         delta = offset - code
-        if statement_bit:
-            out += vlq(delta << 1 | statement)
+        if statement_bit:  # V8 14: unsigned, with the breakable and statement bits below the delta
+            out += unsigned_vlq(delta << 2 | 1 << 1 | statement)
         else:
             out += vlq(delta if statement else -delta - 1)
         out += vlq(packed - position)

@@ -4,7 +4,8 @@ VLQ-encoded. A position packs a script offset (plus one; zero: none) and an
 inlining id (zero: the function itself).
 
 Until V8 13 a code delta's sign says whether the entry is a statement; from
-V8 14 its lowest bit does (the delta is shifted up by one)."""
+V8 14 the delta is unsigned, shifted up by two: its lowest bits say whether
+the entry is a statement and whether it is breakable."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ _cache_lock = threading.Lock()
 _cached_bytes = 0
 
 
-def _vlq(table: bytes, index: int) -> tuple[int, int] | None:
+def _vlq(table: bytes, index: int, signed: bool = True) -> tuple[int, int] | None:
+    """A VLQ at index (zig-zag signed, or unsigned) and the index after it."""
     value = shift = 0
     while index < len(table) and shift < 64:
         byte = table[index]
@@ -27,7 +29,7 @@ def _vlq(table: bytes, index: int) -> tuple[int, int] | None:
         value |= (byte & 0x7F) << shift
         shift += 7
         if not byte & 0x80:
-            return (value >> 1) ^ -(value & 1), index
+            return ((value >> 1) ^ -(value & 1) if signed else value), index
     return None
 
 
@@ -51,11 +53,11 @@ def _decoded(table: bytes, statement_bit: bool) -> tuple[array, array]:
     offsets, found = array("q"), array("q")
     code, position, index = -1, 0, 0
     for _ in range(MAX_ENTRIES):
-        decoded = _vlq(table, index)
+        decoded = _vlq(table, index, signed=not statement_bit)
         if decoded is None:
             break
         delta, index = decoded
-        code += delta >> 1 if statement_bit else delta if delta >= 0 else -delta - 1  # the sign marks statements
+        code += delta >> 2 if statement_bit else delta if delta >= 0 else -delta - 1  # the sign marks statements
         decoded = _vlq(table, index)
         if decoded is None or (offsets and code < offsets[-1]):
             break  # offsets only go up: a forged table ends here
