@@ -222,3 +222,13 @@ def test_the_whole_machines_node_samples_show_their_await_chain(symbol_cache, tm
     profile = read_raw(tmp_path / "out.jitprof")
     profile.samples = [sample for sample in profile.samples if sample.pid == program.pid]
     assert_chains(profile, v8_chains(stdout))
+
+
+def test_node_20_says_it_shows_no_async_callers(jitprof, tmp_path):
+    if not Path("/usr/bin/node").exists():
+        pytest.skip("Node.js 20 is not installed")
+    run = jitprof("--no-tui", "-o", "out.folded", "--", "/usr/bin/node", str(CHAIN), "50")
+    assert run.returncode == 0, run.stderr
+    said = [line for line in run.stderr.splitlines() if "shows no async callers" in line]
+    assert len(said) == 1 and "V8 11.3" in said[0] and "node 22" in said[0], run.stderr
+    assert not any(frame.startswith("[async]") for line in read_folded(tmp_path / "out.folded") for frame in line.frames)

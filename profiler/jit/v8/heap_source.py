@@ -179,6 +179,7 @@ class V8HeapSymbols(JitSymbolSource):
         self._kernel = kernel
         self._async_callers = async_callers  # have the kernel read each sample's async callers
         self._async_refused: dict[int, str] = {}  # pid -> why its async callers cannot be read
+        self._async_said: set[str] = set()  # the reasons told
         self._runs_v8 = runs_v8  # is a live process one of V8's (node)? Others are not looked at
         self._expand_inlining = expand_inlining  # else inlined code counts in its caller, at the call
         # JS frames are named as their samples arrive, on a thread of their
@@ -278,10 +279,19 @@ class V8HeapSymbols(JitSymbolSource):
             if self._kernel is not None:
                 self._kernel.clear_v8_process(pid)
                 self._kernel.clear_v8_async(pid)
-        return [_async_note(pid, refused)] if refused else []
+        return self._async_notes([(pid, refused)] if refused else [])
 
     def warnings(self) -> list[str]:
-        return [_async_note(pid, refused) for pid, refused in list(self._async_refused.items())]
+        return self._async_notes(list(self._async_refused.items()))
+
+    def _async_notes(self, refusals: list[tuple[int, str]]) -> list[str]:
+        """Once per reason in a run (a machine's node 20 processes say it once)."""
+        notes = []
+        for pid, refused in refusals:
+            if refused not in self._async_said:
+                self._async_said.add(refused)
+                notes.append(f"jitprof: note: node (pid {pid}) shows no async callers ([async] frames): {refused}")
+        return notes
 
     def close(self) -> None:
         if self._ahead_thread is not None:
@@ -760,10 +770,6 @@ class V8HeapSymbols(JitSymbolSource):
         return [V8HeapReport(process.pid, "") for process in reading] + [
             V8HeapReport(pid, problem) for pid, problem in self._refused.items()
         ]
-
-
-def _async_note(pid: int, refused: str) -> str:
-    return f"jitprof: note: node (pid {pid}) shows no async callers ([async] frames): {refused}"
 
 
 # As V8 names them in Error().stack.
