@@ -33,7 +33,7 @@ from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.jit.v8.heap import positions
 from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
-from profiler.jit.v8.names import Tier, js_display
+from profiler.jit.v8.names import ASYNC_PREFIX, Tier, js_display
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import (
     MAX_ASYNC_FRAMES,
@@ -559,7 +559,7 @@ class V8HeapSymbols(JitSymbolSource):
             return None
         if sample.async_cut or len(named) < len(sample.async_frames):
             # Cut where a caller could not be named, or past what the kernel read: said, not guessed.
-            named.append(Frame(f"[async] (callers past {len(named)} not read)", JIT_MODULE, FrameKind.ASYNC))
+            named.append(Frame(f"{ASYNC_PREFIX}(callers past {len(named)} not read)", JIT_MODULE, FrameKind.ASYNC))
         named.reverse()
         return tuple(named)
 
@@ -586,7 +586,7 @@ class V8HeapSymbols(JitSymbolSource):
         combinator = _COMBINATORS.get(record.kind)
         if combinator is not None:
             index = f" (index {record.position})" if record.position >= 0 else ""
-            return Frame(f"[async] {combinator}{index}", JIT_MODULE, FrameKind.ASYNC, tier=Tier.BUILTIN.value)
+            return Frame(f"{ASYNC_PREFIX}{combinator}{index}", JIT_MODULE, FrameKind.ASYNC, tier=Tier.BUILTIN.value)
         if record.kind not in (AsyncKind.FUNCTION, AsyncKind.GENERATOR):
             return None
         shared = self._shared(process, record.shared)
@@ -600,7 +600,7 @@ class V8HeapSymbols(JitSymbolSource):
         if table is not None and offset >= 0:
             position = positions.position_at(table, offset, process.layout.position_statement_bit)
         frame = _frame(shared, Tier.INTERPRETED, position, inlined=False)
-        return dataclasses.replace(frame, name=f"[async] {frame.name}", kind=FrameKind.ASYNC, tier="")
+        return dataclasses.replace(frame, name=ASYNC_PREFIX + frame.name, kind=FrameKind.ASYNC, tier="")
 
     def _bytecode_of(self, process: _Process, shared: int) -> int:
         """A function's BytecodeArray (0: none), from its shared info's data:

@@ -78,6 +78,8 @@ def is_js(frame: Frame) -> bool:
 
 
 def is_runtime(frame: Frame) -> bool:
+    if frame.kind is FrameKind.ASYNC:
+        return False  # the program's async functions awaiting the code below: DevTools shows them too
     if frame.kind is FrameKind.JIT:
         return not is_js(frame) and not frame.name.startswith("[regexp]")
     if frame.kind is FrameKind.KERNEL:

@@ -126,6 +126,7 @@ def embedded_builtin_name(symbol: str) -> tuple[str, Tier]:
 # A script without a name (code made by `new Function`, or eval): V8's own
 # stack traces call it <anonymous>.
 UNNAMED_SCRIPT = "<anonymous>"
+ASYNC_PREFIX = "[async] "  # an async function awaiting the frames below it (FrameKind.ASYNC)
 
 
 def js_display(function: str, script: str, line: int) -> str:

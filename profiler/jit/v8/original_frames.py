@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from profiler.jit.v8.js_view import is_js
-from profiler.jit.v8.names import js_display, short_script
+from profiler.jit.v8.names import ASYNC_PREFIX, js_display, short_script
+from profiler.model.profile import FrameKind
 from profiler.jit.v8.source_map_files import (
     ScriptFiles,
     SourceMapUnavailable,
@@ -103,7 +104,7 @@ class OriginalFrames:
     def note_frames(self, pid: int, frames: Sequence[Frame]) -> None:
         """New frames of a sample of pid: its JS frames will be mapped."""
         for frame in frames:
-            if frame in self._seen or not is_js(frame) or frame.function_line <= 0:
+            if frame in self._seen or not (is_js(frame) or _awaits(frame)) or frame.function_line <= 0:
                 continue
             if len(self._seen) >= MAX_FRAMES:
                 return
@@ -307,13 +308,19 @@ def _top_level(source_map: SourceMap, at: Original | None) -> Original | None:
     return None
 
 
+def _awaits(frame: Frame) -> bool:
+    """An async function awaiting the frames below it: mapped as its JS frame would be."""
+    return frame.kind is FrameKind.ASYNC and bool(frame.file) and frame.name.startswith(ASYNC_PREFIX)
+
+
 def _function_name(frame: Frame) -> str | None:
     """The generated function's name ("" anonymous), from its shown name
-    `name script:line`; None when the frame is not named that way."""
+    `name script:line` (after `[async] `); None when the frame is not named that way."""
     suffix = f" {short_script(frame.file)}:{frame.function_line}"
     if not frame.name.endswith(suffix):
         return None
-    name = frame.name[: -len(suffix)]
+    name = frame.name.removeprefix(ASYNC_PREFIX) if _awaits(frame) else frame.name
+    name = name[: -len(suffix)]
     return "" if name == "(anonymous)" else name
 
 
@@ -331,8 +338,11 @@ def _with_last_name(name: str, original: str) -> str:
 def _original_frame(frame: Frame, name: str | None, start: Original, at: Original | None) -> Frame:
     exact = frame.line_exact and at is not None and at.source == start.source
     where = at if exact and at is not None else start
+    shown = js_display(name, start.source, start.line) if name is not None else frame.name
+    if name is not None and _awaits(frame):
+        shown = ASYNC_PREFIX + shown
     return Frame(
-        js_display(name, start.source, start.line) if name is not None else frame.name,
+        shown,
         frame.module,
         frame.kind,
         start.source,

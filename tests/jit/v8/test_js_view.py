@@ -91,3 +91,17 @@ def test_the_garbage_collector_is_apart_whoever_allocated():
     ]
     assert shown_in_js_view(collecting) == [GARBAGE_COLLECTOR]
     assert names(shown_in_js_view(allocating)) == ["main"]  # allocating is the function's own work
+
+
+def test_async_callers_stay_as_devtools_shows_them():
+    """The microtask runner goes; the async functions awaiting the code stay above it."""
+    runner = [
+        native("v8::internal::MicrotaskQueue::RunMicrotasks(...)"),
+        Frame("[builtin] RunMicrotasks", "[jit]", FrameKind.JIT, tier="builtin"),
+    ]
+    callers = [
+        Frame("[async] handler main.js:4", "[jit]", FrameKind.ASYNC, file="/app/main.js", line=5),
+        Frame("[async] Promise.all (index 0)", "[jit]", FrameKind.ASYNC, tier="builtin"),
+    ]
+    stack = START + runner + callers + [js("parseRow")]
+    assert names(js_stack(stack)) == ["[async] handler main.js:4", "[async] Promise.all (index 0)", "parseRow"]

@@ -101,6 +101,16 @@ def test_an_exact_position_and_an_inlined_frame_map_to_where_they_were(tmp_path:
     assert (original.name, original.line, original.column) == ("add app.ts:1", 1, 13)  # the segment before the body
 
 
+def test_an_async_caller_maps_as_its_js_frame_does_and_stays_one(tmp_path: Path):
+    script = write_app(tmp_path)
+    frame = generated(script, "c", ARROW, at=CALL_C)
+    waiting = dataclasses.replace(frame, name="[async] " + frame.name, kind=FrameKind.ASYNC, tier="")
+    originals = mapped([frame, waiting]).originals
+    assert originals[waiting] == dataclasses.replace(
+        originals[frame], name="[async] increment app.ts:5", kind=FrameKind.ASYNC, tier=""
+    )
+
+
 def test_a_script_s_top_level_is_its_source_s(tmp_path: Path):
     script = write_app(tmp_path)
     top = generated(script, "", 0, at=CALL_C)
