@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 from profiler.jit.v8.js_view import is_js
 from profiler.jit.v8.names import ASYNC_PREFIX, js_display, short_script
-from profiler.model.profile import FrameKind
 from profiler.jit.v8.source_map_files import (
     ScriptFiles,
     SourceMapUnavailable,
@@ -33,7 +32,7 @@ from profiler.jit.v8.source_map_files import (
     script_path,
 )
 from profiler.jit.v8.source_maps import Original, SourceMap, SourceMapError, parse_source_map
-from profiler.model.profile import Frame
+from profiler.model.profile import Frame, FrameKind
 
 PASS_INTERVAL_S = 0.5
 MAX_OPEN_SCRIPTS = 256  # each holds a descriptor or two until the run ends
