@@ -141,6 +141,9 @@ def test_node_names_work_by_the_api_the_program_called():
     assert threadpool.label(READ_FILES) == "fs.readFile"
     pbkdf2 = [js("hashPasswords"), node_js("pbkdf2", "node:internal/crypto/pbkdf2"), native("uv_queue_work")]
     assert threadpool.label(pbkdf2) == "crypto.pbkdf2"
+    # util.promisify's wrapper is not the API the program called.
+    wrapped = [js("parseRow"), node_js("fn", "node:internal/util"), node_js("(anonymous)", "node:internal/util"), *pbkdf2[1:]]
+    assert threadpool.label(wrapped) == "crypto.pbkdf2"
     assert threadpool.starts_work(READ_FILES) and not threadpool.starts_work(CONTINUED)
     assert threadpool.work_begins(POOL_READ) == 2
     assert threadpool.work_begins([native("start_thread"), native("worker"), native("uv_cond_wait")]) is None

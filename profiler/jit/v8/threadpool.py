@@ -93,12 +93,15 @@ def starts_work(frames: Sequence[Frame]) -> bool:
     return any(_program_code(frame) for frame in frames) or not any(frame.name == COMPLETIONS for frame in frames)
 
 
+WRAPPERS = frozenset({NODE_SCHEME + "internal/util"})  # util.promisify's: the API is the node frame below
+
+
 def label(frames: Sequence[Frame]) -> str:
     """The node API the program called, "fs.readFile": the first of node's own
     JS frames below the program's last one."""
     last_own = max((index for index, frame in enumerate(frames) if _program_code(frame)), default=-1)
     for frame in frames[last_own + 1 :]:
-        if is_js(frame) and frame.file.startswith(NODE_SCHEME):
+        if is_js(frame) and frame.file.startswith(NODE_SCHEME) and frame.file not in WRAPPERS:
             return f"{_area(frame.file)}.{_function(frame)}"
     for frame in reversed(frames):
         if frame.name in KIND_OF_WORK:
