@@ -7,7 +7,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from e2e.conftest import has_chain, read_folded, total
+from e2e.conftest import has_chain, jitprof_sampling, read_folded, total
 from e2e.test_node import cpu_ms
 
 INFERNO = "{http://github.com/jonhoo/inferno}"
@@ -69,19 +69,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def test_attach_collects_only_that_process_and_stops_after_duration(jitprof, fixtures_built, tmp_path, background):
+def test_attach_collects_only_that_process_and_stops_after_duration(symbol_cache, fixtures_built, tmp_path, background):
     target = background(str(fixtures_built / "chain"), "60")
     bystander = background(str(fixtures_built / "chain"), "60")
-    time.sleep(0.2)
-    started, cpu_before = time.monotonic(), cpu_seconds(target.pid)
-    run = jitprof("--by-pid", "--pid", str(target.pid), "-d", "2", "-o", "out.folded")
+    started = time.monotonic()
+    jitprof = jitprof_sampling(symbol_cache, tmp_path, "--by-pid", "--pid", str(target.pid), "-d", "2", "-o", "out.folded")
+    cpu_before = cpu_seconds(target.pid)  # from its first samples on: a slow start-up is not counted
+    _, stderr = jitprof.communicate(timeout=120)
     elapsed, target_cpu = time.monotonic() - started, cpu_seconds(target.pid) - cpu_before
-    assert run.returncode == 0, run.stderr
+    assert jitprof.returncode == 0, stderr
     lines = read_folded(tmp_path / "out.folded")
     assert {line.frames[0] for line in lines} == {f"chain-{target.pid}"}
     assert f"chain-{bystander.pid}" not in (tmp_path / "out.folded").read_text()
     # About two seconds of the target's CPU at 99 Hz (less beside other work:
-    # counted against the CPU it had while jitprof ran, start-up included).
+    # counted against the CPU it had from jitprof's first samples to its exit).
     assert 0.6 * 99 * target_cpu <= total(lines) <= 99 * target_cpu + 10, (total(lines), target_cpu)
     assert total(lines) <= 240
     assert elapsed < 15
