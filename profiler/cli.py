@@ -535,10 +535,15 @@ def main(argv: list[str] | None = None) -> int:
     limits.raise_own_limits()
     try:
         return _main(sys.argv[1:] if argv is None else argv)
-    except (MemoryError, OSError, RuntimeError) as error:
+    except (MemoryError, OSError, RuntimeError, ImportError) as error:
         # Out of descriptors, memory or threads (often a limit the shell set)
         # is one line with the limit to raise; any other error here is a bug.
+        # (A module's shared object that cannot be mapped is memory too.)
         if isinstance(error, RuntimeError) and str(error) != "can't start new thread":
+            raise
+        if isinstance(error, ImportError) and not any(
+            text in str(error) for text in ("failed to map segment", "cannot allocate memory", "Cannot allocate memory")
+        ):
             raise
         limited = limits.describe_limits()
         errno_value = error.errno if isinstance(error, OSError) else errno.ENOMEM

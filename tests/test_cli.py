@@ -130,3 +130,26 @@ def test_version(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--version"])
     assert __version__ in capsys.readouterr().out
+
+
+def test_a_module_that_cannot_be_mapped_under_a_limit_is_one_line(monkeypatch, capsys):
+    """`ulimit -v` low enough that a module's shared object cannot be mapped
+    while jitprof imports it: the limit to raise, not a traceback."""
+    from profiler import cli
+    from profiler.safety import limits
+
+    def failing(_arguments):
+        raise ImportError("/usr/lib/python3.11/lib-dynload/termios.so: failed to map segment from shared object")
+
+    monkeypatch.setattr(cli, "_main", failing)
+    monkeypatch.setattr(limits, "describe_limits", lambda: "address space limited to 48 MiB (ulimit -v)")
+    assert cli.main(["--", "true"]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(lines) == 1 and "out of resources" in lines[0] and "ulimit -v" in lines[0], lines
+
+    def other(_arguments):
+        raise ImportError("No module named 'nowhere'")
+
+    monkeypatch.setattr(cli, "_main", other)
+    with pytest.raises(ImportError):  # a bug: its traceback
+        cli.main(["--", "true"])
