@@ -7,13 +7,11 @@ interleaved rounds measured in the same run."""
 
 from __future__ import annotations
 
-import statistics
-import subprocess
 from pathlib import Path
 
 from benchmarks.harness import ROOT
-from benchmarks.labels_cost import NODE_24, _load, _round
-from benchmarks.off_cpu_cost import CONNECTIONS, _pinned
+from benchmarks.labels_cost import NODE_24, interleaved_rounds, table_rows
+from benchmarks.off_cpu_cost import CONNECTIONS
 from profiler.model.profile import FrameKind
 from profiler.model.raw import read_raw
 
@@ -38,31 +36,7 @@ def _async_share(path: Path) -> float:
 def async_cost(repeats: int, workdir: Path) -> list[str]:
     if not NODE_24.exists():
         return ["## Async callers in node", "", "(node 24 is not installed: make setup-tests)", ""]
-    server = subprocess.Popen([*_pinned(0), str(NODE_24), str(SERVER)], stdout=subprocess.PIPE, text=True)
-    results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in SETUPS}
-    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
-    previous = stats.read_text().strip()
-    stats.write_text("1")  # the kernel counts BPF run time only when asked
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline().split()[1])
-        _load(port, 2)  # warm up V8
-        names = list(SETUPS)
-        for round_index in range(repeats):
-            for name in names if round_index % 2 == 0 else names[::-1]:
-                results[name].append(_round(SETUPS[name], server.pid, port, workdir, _async_share))
-    finally:
-        stats.write_text(previous)
-        server.terminate()
-        server.wait()
-    base = results["`--no-async`"]
-
-    def median(name: str, column: int) -> float:
-        return statistics.median(row[column] for row in results[name])
-
-    def paired(name: str, column: int) -> float:
-        return statistics.median(row[column] / other[column] for row, other in zip(results[name], base) if other[column])
-
+    results = interleaved_rounds([str(NODE_24), str(SERVER)], SETUPS, repeats, workdir, _async_share)
     lines = [
         "## Async callers in node",
         "",
@@ -76,11 +50,7 @@ def async_cost(repeats: int, workdir: Path) -> list[str]:
         "| setup | requests/s | vs `--no-async` | BPF time per sample | vs `--no-async` | server CPU per request (µs) "
         "| parseRow samples with async callers |",
         "| --- | --- | --- | --- | --- | --- | --- |",
+        *table_rows(results, "`--no-async`"),
     ]
-    for name in SETUPS:
-        lines.append(
-            f"| {name} | {median(name, 0):,.0f} | {paired(name, 0):.3f} | {median(name, 1) / 1000:.2f} µs | "
-            f"{paired(name, 1):.3f} | {median(name, 3):.0f} | {100 * median(name, 2):.1f} % |"
-        )
     lines += ["", "Targets: ≥ 98 % of the requests per second, BPF time per sample within 15 %.", ""]
     return lines

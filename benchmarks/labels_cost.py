@@ -68,15 +68,20 @@ def _labelled_share(path: Path) -> float:
     return sum(1 for sample in counted if "trace_id" in profile.labels_of(sample)) / max(len(counted), 1)
 
 
-def labels_cost(repeats: int, workdir: Path) -> list[str]:
-    if not NODE_24.exists() or not (OTEL_MODULES / "node_modules").is_dir():
-        return ["## Request labels in node", "", "(node 24 or the OpenTelemetry JS SDK is not installed: make setup-tests)", ""]
-    server = subprocess.Popen(
-        [*_pinned(0), str(NODE_24), str(SERVER), str(OTEL_MODULES), str(workdir / "spans.txt"), "0"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    results: dict[str, list[tuple[float, float, float, float]]] = {name: [] for name in SETUPS}
+Rows = dict[str, list[tuple[float, float, float, float]]]
+
+
+def interleaved_rounds(
+    server_argv: list[str],
+    setups: dict[str, list[str]],
+    repeats: int,
+    workdir: Path,
+    share: Callable[[Path], float] | None = None,
+) -> Rows:
+    """Each setup's rounds (_round) against one server on CPU 0 (it prints
+    `port N`), interleaved, BPF run time counted while they run."""
+    server = subprocess.Popen([*_pinned(0), *server_argv], stdout=subprocess.PIPE, text=True)
+    results: Rows = {name: [] for name in setups}
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
     previous = stats.read_text().strip()
     stats.write_text("1")  # the kernel counts BPF run time only when asked
@@ -84,15 +89,20 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
         assert server.stdout is not None
         port = int(server.stdout.readline().split()[1])
         _load(port, 2)  # warm up V8
-        names = list(SETUPS)
+        names = list(setups)
         for round_index in range(repeats):
             for name in names if round_index % 2 == 0 else names[::-1]:
-                results[name].append(_round(SETUPS[name], server.pid, port, workdir))
+                results[name].append(_round(setups[name], server.pid, port, workdir, share))
     finally:
         stats.write_text(previous)
         server.terminate()
         server.wait()
-    base = results["`--no-labels`"]
+    return results
+
+
+def table_rows(results: Rows, baseline: str) -> list[str]:
+    """One table row per setup: medians, and ratios to the baseline paired within a round."""
+    base = results[baseline]
 
     def median(name: str, column: int) -> float:
         return statistics.median(row[column] for row in results[name])
@@ -100,6 +110,18 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
     def paired(name: str, column: int) -> float:
         return statistics.median(row[column] / other[column] for row, other in zip(results[name], base) if other[column])
 
+    return [
+        f"| {name} | {median(name, 0):,.0f} | {paired(name, 0):.3f} | {median(name, 1) / 1000:.2f} µs | "
+        f"{paired(name, 1):.3f} | {median(name, 3):.0f} | {100 * median(name, 2):.1f} % |"
+        for name in results
+    ]
+
+
+def labels_cost(repeats: int, workdir: Path) -> list[str]:
+    if not NODE_24.exists() or not (OTEL_MODULES / "node_modules").is_dir():
+        return ["## Request labels in node", "", "(node 24 or the OpenTelemetry JS SDK is not installed: make setup-tests)", ""]
+    server = [str(NODE_24), str(SERVER), str(OTEL_MODULES), str(workdir / "spans.txt"), "0"]
+    results = interleaved_rounds(server, SETUPS, repeats, workdir)
     lines = [
         "## Request labels in node",
         "",
@@ -113,11 +135,7 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
         "| setup | requests/s | vs `--no-labels` | BPF time per sample | vs `--no-labels` | server CPU per request (µs) "
         "| samples with a trace id |",
         "| --- | --- | --- | --- | --- | --- | --- |",
+        *table_rows(results, "`--no-labels`"),
     ]
-    for name in SETUPS:
-        lines.append(
-            f"| {name} | {median(name, 0):,.0f} | {paired(name, 0):.3f} | {median(name, 1) / 1000:.2f} µs | "
-            f"{paired(name, 1):.3f} | {median(name, 3):.0f} | {100 * median(name, 2):.1f} % |"
-        )
     lines += ["", "Targets: ≥ 98 % of the requests per second, BPF time per sample within 10 %.", ""]
     return lines
