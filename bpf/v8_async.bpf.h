@@ -14,26 +14,15 @@ BPF_HASH(v8_async_settings, u32, struct v8_async_config, FOLLOWED_ENTRIES);
 #define ASYNC_MAX_HOPS 96     /* promises followed in all (plain .then links name no frame) */
 #define V8_ASYNC_WINDOW 8     /* words of an object read at once */
 #define V8_GENERATOR_WINDOW 16
-#define V8_NO_TYPE 0xffff
-
-// An object's instance type (V8_NO_TYPE: not an object, or unreadable).
-static __always_inline u16 async_type_of(const struct v8_async_config *config, u64 map) {
-    u16 type = V8_NO_TYPE;
-    if (!v8_is_object(map)) return V8_NO_TYPE;
-    if (bpf_probe_read_user(&type, sizeof(type), (void *)(map - V8_HEAP_OBJECT_TAG + config->map_type_at)) != 0)
-        return V8_NO_TYPE;
-    return type;
-}
-
 // An object's first words, and its type.
 static __always_inline u16 async_window(const struct v8_async_config *config, u64 object, u64 *window, u32 bytes) {
     if (!v8_is_object(object)) return V8_NO_TYPE;
     if (bpf_probe_read_user(window, bytes, (void *)(object - V8_HEAP_OBJECT_TAG)) != 0) return V8_NO_TYPE;
-    return async_type_of(config, window[0]);
+    return v8_type_of(window[0], config->map_type_at);
 }
 
 static __always_inline u16 async_object_type(const struct v8_async_config *config, u64 object) {
-    return async_type_of(config, v8_map_of(object));
+    return v8_type_of(v8_map_of(object), config->map_type_at);
 }
 
 static __always_inline u64 async_slot(u64 *window, u8 offset) {

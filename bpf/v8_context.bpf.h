@@ -38,9 +38,13 @@ static __always_inline u64 v8_map_of(u64 object) {
     return v8_is_object(map) ? map : 0;
 }
 
-static __always_inline u16 v8_type_of(const struct v8_context_config *config, u64 map) {
-    u16 type = 0xffff;
-    bpf_probe_read_user(&type, sizeof(type), (void *)(map - V8_HEAP_OBJECT_TAG + config->map_type_at));
+#define V8_NO_TYPE 0xffff
+
+// A map's instance type (V8_NO_TYPE: not an object, or unreadable).
+static __always_inline u16 v8_type_of(u64 map, u8 map_type_at) {
+    u16 type = V8_NO_TYPE;
+    if (!v8_is_object(map)) return V8_NO_TYPE;
+    if (bpf_probe_read_user(&type, sizeof(type), (void *)(map - V8_HEAP_OBJECT_TAG + map_type_at)) != 0) return V8_NO_TYPE;
     return type;
 }
 
@@ -51,7 +55,7 @@ static __always_inline u32 v8_table_read(const struct v8_context_config *config,
     u64 head[4]; // map, properties, elements, table: one read
     if (bpf_probe_read_user(head, sizeof(head), (void *)(js_map - V8_HEAP_OBJECT_TAG)) != 0) return 0;
     u64 map = head[0], table = head[V8_JS_MAP_TABLE_AT / 8];
-    if (!v8_is_object(map) || v8_type_of(config, map) != config->js_map_type || !v8_is_object(table)) return 0;
+    if (!v8_is_object(map) || v8_type_of(map, config->map_type_at) != config->js_map_type || !v8_is_object(table)) return 0;
     u64 start = table - V8_HEAP_OBJECT_TAG + V8_ARRAY_DATA_AT;
     // A small table (2 buckets: up to 4 entries before it grows) in one read,
     // its header, buckets and entries; else the header, then the entries.
@@ -162,12 +166,12 @@ static __always_inline s64 v8_copy_string(const struct v8_context_config *config
     u64 map = 0;
     u32 length = 0;
     if (v8_string_head(config, string, &map, &length) != 0) return -1;
-    u16 type = v8_type_of(config, map);
+    u16 type = v8_type_of(map, config->map_type_at);
     if (type >= config->first_nonstring_type) return -1;
     if ((type & config->string_tag_mask) == config->thin_one_byte_tag) {
         string = v8_word(string, config->thin_actual_at);
         if (v8_string_head(config, string, &map, &length) != 0) return -1;
-        type = v8_type_of(config, map);
+        type = v8_type_of(map, config->map_type_at);
         if (type >= config->first_nonstring_type) return -1;
     }
     u64 chars = string - V8_HEAP_OBJECT_TAG + config->string_chars_at;
@@ -176,7 +180,7 @@ static __always_inline s64 v8_copy_string(const struct v8_context_config *config
         u64 offset = v8_word(string, config->sliced_offset_at) >> 32;
         u64 parent_map = v8_map_of(parent);
         if (parent_map == 0) return -1;
-        u16 parent_type = v8_type_of(config, parent_map);
+        u16 parent_type = v8_type_of(parent_map, config->map_type_at);
         if (parent_type >= config->first_nonstring_type || (parent_type & config->string_tag_mask) != config->seq_one_byte_tag)
             return -1;
         u32 parent_length = 0;
@@ -227,7 +231,7 @@ static __always_inline void v8_copy_field(const struct v8_context_config *config
     }
     u64 map = v8_map_of(value);
     if (map == 0) return;
-    u16 type = v8_type_of(config, map);
+    u16 type = v8_type_of(map, config->map_type_at);
     if (type == config->heap_number_type) {
         if (bpf_probe_read_user(field->text, 8, (void *)(value - V8_HEAP_OBJECT_TAG + 8)) == 0) field->kind = V8_FIELD_DOUBLE;
         return;

@@ -19,6 +19,8 @@ import pytest
 from e2e.conftest import ROOT, jitprof_sampling, read_folded
 from profiler.model.profile import Profile
 from profiler.model.raw import read_raw
+from tests.push.otlp_reader import read
+from tests.push.receiver import reader_available, running_receiver
 
 SERVER = ROOT / "fixtures" / "js" / "otel_server.js"
 TENANTS = ROOT / "fixtures" / "js" / "tenants.js"
@@ -140,6 +142,80 @@ def test_the_whole_machines_node_samples_carry_their_requests(symbol_cache, tmp_
     assert jitprof.returncode == 0, stderr
     profile = read_raw(tmp_path / "out.jitprof")
     judge(profile, spans_of(spans), server.pid)
+
+
+@pytest.mark.skipif(not reader_available(), reason="pprof-format is installed by make setup")
+def test_a_fleets_stores_get_each_sample_s_span(symbol_cache, tmp_path, background):
+    """What the stores get from the same attached server: OTLP samples
+    linked to their span with its route as an attribute, and Pyroscope's
+    pprof with each sample's span_id, read back by independent readers."""
+    with running_receiver() as receiver:
+        server, port, spans = serve(background, "24", tmp_path)
+        jitprof = jitprof_sampling(
+            symbol_cache,
+            tmp_path,
+            "--no-tui",
+            "-F",
+            "499",
+            "--pid",
+            str(server.pid),
+            "--otlp",
+            receiver.url,
+            "--push",
+            receiver.url,
+            "--interval",
+            "2",
+            "--spool-dir",
+            str(tmp_path / "spool"),
+        )
+        client = load(background, "24", port)
+        assert client.wait(timeout=120) == 0
+        assert server.wait(timeout=60) == 0
+        _, stderr = jitprof.communicate(timeout=120)
+        assert jitprof.returncode == 0, stderr
+        received = receiver.profiles()
+    by_span = {span.span_id: (trace_id, span) for trace_id, span in spans_of(spans).items()}
+
+    def handler_named(names: list[str]) -> str:
+        return next((handler for handler in HANDLERS if any(handler in name for name in names)), "")
+
+    counts: Counter = Counter()
+    wrong = []
+    for record in (record for item in received if item.otlp is not None for record in read(item.otlp)):
+        for sample in record.samples:
+            handler = handler_named([line.function for location in sample.stack for line in location.lines])
+            if not handler:
+                continue
+            weight = len(sample.timestamps_ns) or sum(sample.values)
+            counts[("otlp", handler)] += weight
+            if sample.link is None:
+                continue
+            counts[("otlp", handler, "linked")] += weight
+            trace_id, span = by_span.get(sample.link[1], ("", None))
+            if span is None or trace_id != sample.link[0] or span.route != HANDLERS[handler]:
+                wrong.append(("otlp", handler, sample.link, sample.attributes))
+            elif sample.attributes.get("http.route", span.route) != span.route or "trace_id" in sample.attributes:
+                wrong.append(("otlp attributes", handler, sample.link, sample.attributes))
+    for item in received:
+        if item.otlp is not None:
+            continue
+        for sample in item.decoded()["samples"]:
+            handler = handler_named([line["name"] for location in sample["stack"] for line in location])
+            if not handler:
+                continue
+            counts[("pyroscope", handler)] += sample["values"][0]
+            span_id = sample["labels"].get("span_id")
+            if span_id is None:
+                continue
+            counts[("pyroscope", handler, "span")] += sample["values"][0]
+            _, span = by_span.get(span_id, ("", None))
+            if span is None or span.route != HANDLERS[handler] or set(sample["labels"]) - {"span_id", "span_name"}:
+                wrong.append(("pyroscope", handler, sample["labels"]))
+    assert wrong == [], wrong[:3]
+    for handler in HANDLERS:
+        assert counts[("otlp", handler)] >= 20 and counts[("pyroscope", handler)] >= 20, counts
+        assert counts[("otlp", handler, "linked")] >= 0.95 * counts[("otlp", handler)], counts
+        assert counts[("pyroscope", handler, "span")] >= 0.95 * counts[("pyroscope", handler)], counts
 
 
 @pytest.mark.parametrize("major", ["24", "26"])

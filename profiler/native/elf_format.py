@@ -338,6 +338,19 @@ def symbol_bytes(handle: BinaryIO, symbol: NamedSymbol, sections: list[SectionHe
     return read_exact(handle, section.offset + start, symbol.size, header.file_size)
 
 
+def bytes_at_address(
+    handle: BinaryIO, header: ElfHeader, sections: list[SectionHeader], address: int, length: int
+) -> bytes | None:
+    """length bytes at a virtual address, from the section with file bytes that holds them all (None: none does)."""
+    for section in sections:
+        if section.kind == SHT_NOBITS or not section.address <= address:
+            continue
+        start = address - section.address
+        if start + length <= section.size:
+            return read_exact(handle, section.offset + start, length, header.file_size)
+    return None
+
+
 def symbol_prefix(
     handle: BinaryIO, symbol: NamedSymbol, sections: list[SectionHeader], header: ElfHeader, length: int
 ) -> bytes | None:

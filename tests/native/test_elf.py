@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from profiler.native import cache, elf, library
+from profiler.native import cache, elf, elf_format, library
 from profiler.native.demangle import demangle
 
 
@@ -199,3 +199,21 @@ def test_debug_file_of_a_gone_root_is_the_hosts_and_nothing_poorer_is_cached(tmp
 def _names(image: elf.ElfImage) -> set[str]:
     table = image.symbols()
     return {table.lookup(address).name for address in table.starts if table.lookup(address) is not None}
+
+
+def test_bytes_at_a_virtual_address_come_from_the_section_holding_them(chain_binary):
+    """Checked against objdump's own reading of the same section."""
+    with open(chain_binary, "rb") as handle:
+        header = elf_format.read_header(handle)
+        sections = elf_format.section_headers(handle, header)
+        rodata = next(section for section in sections if section.name == ".rodata")
+        bss = next(section for section in sections if section.name == ".bss")
+        found = elf_format.bytes_at_address(handle, header, sections, rodata.address, min(rodata.size, 16))
+        assert elf_format.bytes_at_address(handle, header, sections, rodata.address + rodata.size - 4, 8) is None
+        assert elf_format.bytes_at_address(handle, header, sections, bss.address, 4) is None
+    dump = subprocess.run(
+        ["objcopy", "-O", "binary", "--only-section=.rodata", str(chain_binary), "/dev/stdout"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert found == dump[: len(found)] and len(found) == min(rodata.size, 16)

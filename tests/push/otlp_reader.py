@@ -33,6 +33,7 @@ class SampleRecord:
     timestamps_ns: list[int]
     values: list[int]
     attributes: dict[str, str | int]
+    link: tuple[str, str] | None = None  # the span it links to: trace id, span id (hex)
 
 
 @dataclass
@@ -65,6 +66,13 @@ def read(request: ExportProfilesServiceRequest) -> list[ProfileRecord]:
     def attributes(indices) -> dict[str, str | int]:
         table = dictionary.attribute_table
         return {strings[table[index].key_strindex]: value_of(table[index].value) for index in indices}
+
+    def link_of(index: int) -> tuple[str, str] | None:
+        """Index 0 is the table's empty link: none."""
+        if index == 0:
+            return None
+        found = dictionary.link_table[index]
+        return found.trace_id.hex(), found.span_id.hex()
 
     def location(index: int) -> LocationRecord:
         found = dictionary.location_table[index]
@@ -102,6 +110,7 @@ def read(request: ExportProfilesServiceRequest) -> list[ProfileRecord]:
                         list(sample.timestamps_unix_nano),
                         list(sample.values),
                         attributes(sample.attribute_indices),
+                        link_of(sample.link_index),
                     )
                     for sample in profile.samples
                 ]

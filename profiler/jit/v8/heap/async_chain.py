@@ -119,7 +119,7 @@ def builtin_ids(
     """The builtins named in BUILTIN_ROLES, by their index in V8's builtin_metadata."""
     if not METADATA_ENTRY_BYTES <= metadata.size <= MAX_METADATA_BYTES:
         raise AsyncChainError("its builtin table is not the size jitprof knows")
-    table = _virtual_bytes(handle, header, sections, metadata.value, metadata.size)
+    table = elf_format.bytes_at_address(handle, header, sections, metadata.value, metadata.size)
     if table is None:
         raise AsyncChainError("its builtin table is not in the file")
     pointers = [_ENTRY.unpack_from(table, at)[0] for at in range(0, len(table) - POINTER + 1, METADATA_ENTRY_BYTES)]
@@ -136,8 +136,8 @@ def builtin_ids(
                 raise AsyncChainError("its builtins' names are not where jitprof looks")
             window_start, start = pointer, 0
             window = (
-                _virtual_bytes(handle, header, sections, pointer, NAMES_WINDOW_BYTES)
-                or _virtual_bytes(handle, header, sections, pointer, MAX_NAME_BYTES)
+                elf_format.bytes_at_address(handle, header, sections, pointer, NAMES_WINDOW_BYTES)
+                or elf_format.bytes_at_address(handle, header, sections, pointer, MAX_NAME_BYTES)
                 or b""
             )
             if not window:
@@ -147,17 +147,6 @@ def builtin_ids(
         if name in wanted:
             found[name.decode()] = index
     return found
-
-
-def _virtual_bytes(handle: BinaryIO, header: elf_format.ElfHeader, sections: list, address: int, length: int) -> bytes | None:
-    """length bytes at a virtual address, from the section with file bytes that holds them."""
-    for section in sections:
-        if section.kind == elf_format.SHT_NOBITS or not section.address <= address:
-            continue
-        start = address - section.address
-        if start + length <= section.size:
-            return elf_format.read_exact(handle, section.offset + start, length, header.file_size)
-    return None
 
 
 @dataclass(frozen=True)
