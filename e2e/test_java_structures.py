@@ -354,8 +354,15 @@ def test_interpreted_java_every_frame_named(jitprof, tmp_path, background, jdk):
     assert run.returncode == 0, run.stderr
     asked_nothing(target.pid)
     stop_jvm(target)
-    samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid)
+    profile = read_raw(tmp_path / "out.jitprof")
+    samples = java_samples(profile, target.pid)
     assert len(samples) >= 600
+    # Interpreted, every frame has its own record: each stack is the true
+    # chain from main down to the method the sample is in, none another's.
+    truth = ["Inlined.main(java.lang.String[])", *CHAIN]
+    cut = java_samples(profile, target.pid, cut=True)
+    assert wrong_chains(samples, truth) == []
+    assert len(samples) >= 0.98 * (len(samples) + len(cut)), (len(samples), len(cut))
     assert sum(1 for frames in samples if chained(frames)[0]) / len(samples) >= 0.9
     java_frames = [frame for frames in samples for frame in frames if frame.module == "[jit]"]
     unnamed = [frame for frame in java_frames if frame.kind is FrameKind.UNKNOWN or frame.name == "[interpreter]"]
