@@ -11,8 +11,9 @@ BPF_ARRAY(unwind_tables, struct unwind_table, UNWIND_TABLES);
 
 #ifdef WITH_DWARF
 // One DWARF step: find the row for lookup_pc in the mapping's table and
-// apply it to (pc, sp, fp).
-static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_pc, u64 *pc, u64 *sp, u64 *fp) {
+// apply it to (pc, sp, fp, rbx).
+static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_pc, u64 *pc, u64 *sp, u64 *fp, u64 *rbx,
+                                      u64 *rbx_slot) {
     u32 table_id = mapping->table_id;
     if (table_id == 0) return STEP_FALLBACK;
     struct unwind_table *table = unwind_tables.lookup(&table_id);
@@ -42,6 +43,6 @@ static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_p
     if (!row) return STEP_FALLBACK;
 
     struct walk_reader reader = {};
-    return walk_apply_row(row, pc, sp, fp, &reader);
+    return walk_apply_row(row, pc, sp, fp, rbx, rbx_slot, &reader);
 }
 #endif

@@ -67,7 +67,7 @@
 /* struct unwind_table.first_row of a table being built. */
 #define TABLE_PENDING 0xffffffff
 
-/* Unwind rows: how the CFA is found, and where rbp was saved. */
+/* Unwind rows: how the CFA is found, and where rbp and rbx were saved. */
 #define CFA_GAP 0 /* between functions: no row */
 #define CFA_RSP 1
 #define CFA_RBP 2
@@ -75,12 +75,19 @@
 #define CFA_SIGNAL 4       /* a signal frame (__restore_rt): registers from the ucontext */
 #define CFA_END_OF_STACK 5 /* the outermost frame (rip undefined) */
 #define CFA_UNSUPPORTED 6  /* a rule the walkers cannot follow: frame-pointer step */
+#define CFA_RBX 7          /* rbx + cfa_offset: the dynamic loader's trampolines, which realign the stack */
+/* struct unwind_row.saved_rules, bits: where the caller's rbp and rbx are.
+ * rbx is followed only for the frames whose CFA it holds; with neither bit
+ * of its own the caller's rbx is the callee's. */
 #define RBP_SAME 0
-#define RBP_OFFSET 1
+#define RBP_OFFSET 1 /* saved at CFA + rbp_offset */
+#define RBX_OFFSET 2 /* saved at CFA + rbx_offset */
+#define RBX_LOST 4   /* kept where the walkers do not look (a register, an expression): not known */
 
 /* Where a signal frame keeps the interrupted registers, from the stack
  * pointer on entry to __restore_rt: struct ucontext's uc_mcontext gregs. */
 #define SIGFRAME_RBP 120
+#define SIGFRAME_RBX 128
 #define SIGFRAME_RSP 160
 #define SIGFRAME_RIP 168
 
@@ -90,7 +97,7 @@
 
 /* Limits of a sample record. */
 #define MAX_FRAMES 127
-#define STACK_COPY_BYTES 27136 /* 26.5 KiB of stack copied for a deferred walk */
+#define STACK_COPY_BYTES 27120 /* 26.5 KiB of stack copied for a deferred walk */
 /* A stack deeper than MAX_FRAMES: the rest of it, up to DEEP_COPY_BYTES,
  * goes straight into the ring buffer in a record of its own size class, and
  * user space walks it, up to MAX_STACK_FRAMES in all. */
@@ -117,8 +124,8 @@
 struct unwind_row {
     __u32 pc; /* file address (ELF vaddr) where the row starts */
     __u8 cfa_type;
-    __u8 rbp_rule;
-    __u16 reserved;
+    __u8 saved_rules; /* RBP_* | RBX_* */
+    __s16 rbx_offset;
     __s32 cfa_offset;
     __s32 rbp_offset;
 };
@@ -217,6 +224,7 @@ struct stack_copy {
     __u64 pc;
     __u64 sp;
     __u64 fp;
+    __u64 rbx; /* 0: not known */
     __u32 copy_length;
     __u32 flags;
 };

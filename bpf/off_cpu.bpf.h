@@ -110,8 +110,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 #endif
     if (leaving->waited_ns != 0) return 0;
     // A wait begins (not the next part of one): where, to check it is the stack walked at its end.
-    u64 pc = 0, fp = 0;
-    saved_user_registers(&pc, &leaving->wait_sp, &fp);
+    u64 pc = 0, fp = 0, rbx = 0;
+    saved_user_registers(&pc, &leaving->wait_sp, &fp, &rbx);
     leaving->wait_pc = pc;
 #ifdef WITH_KERNEL_STACKS
     leaving->kernel_stack_id = kernel_stacks.get_stackid(ctx, 0);
@@ -172,8 +172,8 @@ static __always_inline int report_wait(void *ctx, u64 task) {
         thread->short_waits += 1;
         return 0;
     }
-    u64 pc = 0, sp = 0, fp = 0;
-    saved_user_registers(&pc, &sp, &fp);
+    u64 pc = 0, sp = 0, fp = 0, rbx = 0;
+    saved_user_registers(&pc, &sp, &fp, &rbx);
     struct walk_scratch *scratch = begin_event(pid_tgid, WALKERS_TRACEPOINT);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
@@ -193,7 +193,7 @@ static __always_inline int report_wait(void *ctx, u64 task) {
     }
     if (pc == 0) return 0;
     ev->work = work_running(tid);
-    walk_and_send(ctx, scratch, pid_tgid >> 32, pc, sp, fp, WALKERS_TRACEPOINT);
+    walk_and_send(ctx, scratch, pid_tgid >> 32, pc, sp, fp, rbx, WALKERS_TRACEPOINT);
     return 0;
 }
 
@@ -235,8 +235,8 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
     if (last.runnable_ns != 0)
         emit_process_event_flags(EVENT_THREAD_RUNNABLE, tgid, tid, 0, last.runnable_ns, 0, BPF_RB_NO_WAKEUP);
     if (!walk_wait) return 0;
-    u64 pc = 0, sp = 0, fp = 0;
-    saved_user_registers(&pc, &sp, &fp);
+    u64 pc = 0, sp = 0, fp = 0, rbx = 0;
+    saved_user_registers(&pc, &sp, &fp, &rbx);
     struct walk_scratch *scratch = begin_event(pid_tgid, WALKERS_TRACEPOINT);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
@@ -248,7 +248,7 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
         return 0;
     }
     ev->work = work_running(tid);
-    walk_and_send(ctx, scratch, tgid, pc, sp, fp, WALKERS_TRACEPOINT);
+    walk_and_send(ctx, scratch, tgid, pc, sp, fp, rbx, WALKERS_TRACEPOINT);
     return 0;
 }
 #endif

@@ -87,16 +87,17 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
     if (ev->kernel_stack_id < 0 && ev->kernel_stack_id != -EFAULT) count(COUNTER_KSTACK_FAILED);
 #endif
 
-    u64 pc = 0, sp = 0, fp = 0;
+    u64 pc = 0, sp = 0, fp = 0, rbx = 0;
     ev->user_mode = (ctx->regs.cs & 3) == 3;
     if (ev->user_mode) {
         pc = ctx->regs.ip;
         sp = ctx->regs.sp;
         fp = ctx->regs.bp;
+        rbx = ctx->regs.bx;
         scratch->leaf_bcp = ctx->regs.r13;
     } else {
         // In the kernel on behalf of the task.
-        saved_user_registers(&pc, &sp, &fp);
+        saved_user_registers(&pc, &sp, &fp, &rbx);
     }
     if (pc == 0) {
         // Not followed: a kernel thread (with --all), which has no user stack.
@@ -126,6 +127,6 @@ int on_cpu_sample(struct bpf_perf_event_data *ctx) {
         thread->runnable_ns = 0;
     }
 #endif
-    walk_and_send(ctx, scratch, tgid, pc, sp, fp, WALKERS_PERF_EVENT);
+    walk_and_send(ctx, scratch, tgid, pc, sp, fp, rbx, WALKERS_PERF_EVENT);
     return 0;
 }

@@ -24,7 +24,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         scratch->deep = 1;
         return defer_walk(scratch, scratch->exact_pc);
     }
-    u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp;
+    u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp, rbx = scratch->rbx, rbx_slot = scratch->rbx_slot;
     u8 exact_pc = scratch->exact_pc;
     // Caller frames hold return addresses: look up pc - 1, inside the call.
     u64 lookup_pc = exact_pc ? pc : pc - 1;
@@ -48,7 +48,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     note_v8_frame(scratch, mapping, builtins, pc, fp, depth, &reader);
 #ifdef WITH_DWARF
     if (mapping->kind == MAPPING_ELF && !builtins) {
-        int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp);
+        int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp, &rbx, &rbx_slot);
         if (step == STEP_PENDING) {
             scratch->depth = depth; // user space records this frame again
             return defer_walk(scratch, exact_pc);
@@ -70,6 +70,8 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
             scratch->pc = pc;
             scratch->sp = sp;
             scratch->fp = fp;
+            scratch->rbx = rbx;
+            scratch->rbx_slot = rbx_slot;
             return 0;
         }
     }
@@ -88,12 +90,14 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
             scratch->pc = pc;
             scratch->sp = sp;
             scratch->fp = fp;
+            scratch->rbx = 0; // stepped by its size: the frame's saved registers are not known
+            scratch->rbx_slot = 0;
             return 0;
         }
     }
     // Frame-pointer step: JIT code, files without a table, gaps.
     u64 frame_fp = fp;
-    int end = walk_frame_pointer_step(&pc, &sp, &fp, &reader);
+    int end = walk_frame_pointer_step(&pc, &sp, &fp, &rbx, &rbx_slot, &reader);
     if (end >= 0) {
         scratch->event.walk_end = end;
         return 1;
@@ -107,7 +111,16 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     scratch->pc = pc;
     scratch->sp = sp;
     scratch->fp = fp;
+    scratch->rbx = rbx;
+    scratch->rbx_slot = rbx_slot;
     return 0;
+}
+
+// The rbx a deferred walk resumes with: user space walks its copy with values.
+static __always_inline u64 resolved_rbx(struct walk_scratch *scratch) {
+    u64 rbx = scratch->rbx;
+    if (scratch->rbx_slot != 0 && bpf_probe_read_user(&rbx, sizeof(rbx), (void *)scratch->rbx_slot) != 0) rbx = 0;
+    return rbx;
 }
 
 static __always_inline u8 readable_at(u64 address) {
@@ -158,6 +171,7 @@ static __always_inline int send_deep_copy_of(struct walk_scratch *scratch, u32 p
         .pc = scratch->pc,
         .sp = sp,
         .fp = scratch->fp,
+        .rbx = resolved_rbx(scratch),
         .copy_length = copied,
         .flags = (copied < copy_bytes ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0),
     };
@@ -205,6 +219,7 @@ static __always_inline int copy_user_stack_now(const int walkers) {
     resume->pc = scratch->pc;
     resume->sp = sp;
     resume->fp = scratch->fp;
+    resume->rbx = resolved_rbx(scratch);
     resume->copy_length = copied;
     resume->flags = (copied < STACK_COPY_BYTES ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0);
     u32 size = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes + sizeof(struct stack_copy) + copied;
@@ -308,18 +323,19 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int 
 
 // The user registers the current thread entered the kernel with (saved at
 // the top of its kernel stack), or 0s.
-static __always_inline void saved_user_registers(u64 *pc, u64 *sp, u64 *fp) {
+static __always_inline void saved_user_registers(u64 *pc, u64 *sp, u64 *fp, u64 *rbx) {
     struct task_struct *task = bpf_get_current_task_btf();
     struct pt_regs *user_regs = (struct pt_regs *)bpf_task_pt_regs(task);
     if (user_regs) {
         bpf_probe_read_kernel(pc, sizeof(*pc), &user_regs->ip);
         bpf_probe_read_kernel(sp, sizeof(*sp), &user_regs->sp);
         bpf_probe_read_kernel(fp, sizeof(*fp), &user_regs->bp);
+        bpf_probe_read_kernel(rbx, sizeof(*rbx), &user_regs->bx);
     }
 }
 
-// Walk the user stack from (pc, sp, fp) into the begun event and send it.
-static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratch, u32 tgid, u64 pc, u64 sp, u64 fp,
+// Walk the user stack from (pc, sp, fp, rbx) into the begun event and send it.
+static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratch, u32 tgid, u64 pc, u64 sp, u64 fp, u64 rbx,
                                           const int walkers) {
     scratch->depth = 0;
     scratch->deep = 0;
@@ -338,6 +354,8 @@ static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratc
     scratch->pc = pc;
     scratch->sp = sp;
     scratch->fp = fp;
+    scratch->rbx = rbx;
+    scratch->rbx_slot = 0;
     scratch->exact_pc = 1;
     scratch->space_tgid = address_space_of(tgid);
     if (scratch->space_tgid == 0) {

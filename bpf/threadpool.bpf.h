@@ -59,7 +59,7 @@ static __always_inline int submit_work(struct pt_regs *ctx, u64 work_address, u6
     struct work_completion *completing = threadpool_completing.lookup(&tid);
     if (completing && completing->address.tgid == tgid) ev->parent_work = completing->key;
     ev->user_mode = 1;
-    walk_and_send(ctx, scratch, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), ctx->bp, WALKERS_UPROBE);
+    walk_and_send(ctx, scratch, tgid, PT_REGS_IP(ctx), PT_REGS_SP(ctx), ctx->bp, ctx->bx, WALKERS_UPROBE);
     return 0;
 }
 

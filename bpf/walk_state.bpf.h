@@ -8,21 +8,24 @@ struct walk_scratch {
     u64 pc;
     u64 sp;
     u64 fp;
+    u64 rbx;      // 0 (and rbx_slot 0): not known
+    u64 rbx_slot; // where the caller's rbx was saved, read only if a frame's CFA is kept in rbx
     u32 depth;
     u32 space_tgid; // whose trie entries the walk uses (address_space_of)
-    u8 exact_pc;    // the leaf, or a frame a signal interrupted: no pc - 1
-    u8 deep;        // past MAX_FRAMES: the rest is copied for user space to walk
+    u32 readable;   // read_stack_prefix: the bytes copied so far
     u16 v8_count;
+    u8 exact_pc;          // the leaf, or a frame a signal interrupted: no pc - 1
+    u8 deep;              // past MAX_FRAMES: the rest is copied for user space to walk
+    u8 by_frame_size;     // a JVM without frame pointers: hotspot says how to step over its compiled frames
+    u8 hotspot_leaf;      // a JVM with them: hotspot says how to step over a leaf in a prologue or epilogue
     struct v8_process v8; // builtins_end 0: not a V8 process (nor a JVM)
     u64 leaf_bcp;         // a CPU sample's r13: HotSpot's bytecode pointer, if the leaf is interpreted
     u64 hotspot_gc_count; // the JVM's GC count + 1, read at its first interpreted frame (0: not yet)
-    u8 by_frame_size;     // a JVM without frame pointers: hotspot says how to step over its compiled frames
-    u8 hotspot_leaf;      // a JVM with them: hotspot says how to step over a leaf in a prologue or epilogue
     struct hotspot_code hotspot;
     u8 blob[HOTSPOT_BLOB_HEADER_BYTES];
-    u32 readable; // read_stack_prefix: the bytes copied so far
     struct sample_event event;
 };
+_Static_assert(sizeof(struct walk_scratch) <= 32768, "a per-CPU map value is 32 KiB at most");
 
 // JS frames are noted at the end of the event's copy space while the walk
 // goes on, and moved in behind the addresses when it ends (place_v8_frames),

@@ -72,6 +72,32 @@ def test_plt_call_into_dlopened_library(jitprof, warmed, tmp_path):
     assert share(lines, lambda frames: has_chain(frames, ["main", "run_dlopen", "lib_entry", "lib_hot"])) >= 0.95
 
 
+def test_lazy_binding_through_the_dynamic_loaders_trampoline(jitprof, warmed, tmp_path):
+    """With LD_BIND_NOT=1 every call through the PLT is resolved again:
+    _dl_runtime_resolve realigns the stack and keeps its CFA in rbx, which
+    _dl_fixup and the lookup below it save and reuse."""
+    run = jitprof("-o", "out.folded", "--", "env", "LD_BIND_NOT=1", str(warmed / "dwarf_cases"), "lazy", "2")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 150
+
+    def through_trampoline(frames):
+        return any(frame.startswith("_dl_runtime_resolve") for frame in frames)
+
+    # Almost all of its time: every call looks its symbol up again.
+    assert share(lines, through_trampoline) >= 0.5, lines
+    assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99, lines
+    # Each of them whole, from _start through the call that went through the PLT.
+    for line in lines:
+        if through_trampoline(line.frames):
+            trampoline = next(index for index, frame in enumerate(line.frames) if frame.startswith("_dl_runtime_resolve"))
+            callers = line.frames[:trampoline]
+            assert has_chain(callers, START) and callers[-2:] in (
+                ["run_lazy_binding", "lib_entry"],
+                ["run_lazy_binding", "cpu_seconds"],
+            ), line
+
+
 def test_signal_handler(jitprof, warmed, tmp_path):
     lines, _ = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "signal")
     assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99

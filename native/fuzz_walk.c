@@ -63,6 +63,9 @@ int main(int argc, char **argv) {
             mappings[next_random(&seed) % MAPPINGS].start + next_random(&seed) % 0x100000,
             STACK_ADDRESS + next_random(&seed) % 64,
             next_random(&seed) % 2 ? STACK_ADDRESS + next_random(&seed) % (length + 64) : next_random(&seed),
+            next_random(&seed) % 2   ? STACK_ADDRESS + next_random(&seed) % (length + 64)
+            : next_random(&seed) % 2 ? next_random(&seed)
+                                     : 0,
             (uint32_t)(next_random(&seed) % 2),
             0,
         };

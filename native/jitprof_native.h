@@ -38,7 +38,7 @@ void jp_free(void *pointer);
  * *starts_out is freed with jp_free. */
 int jp_function_starts(int fd, uint32_t **starts_out, uint64_t *count_out);
 /* 1 if rows are as the compiler writes them (pc strictly increasing, known
- * CFA and rbp kinds, reserved bytes zero, PLT thresholds in range), else 0:
+ * CFA kinds and saved-register rules, PLT thresholds in range), else 0:
  * rows from a cache file are checked before they reach the kernel. */
 int jp_rows_valid(const struct unwind_row *rows, uint64_t count);
 
@@ -73,6 +73,7 @@ struct jp_walk_registers {
     uint64_t pc;
     uint64_t sp;
     uint64_t fp;
+    uint64_t rbx;      /* 0: not known */
     uint32_t exact_pc; /* pc is not a return address (the leaf, or a frame a signal interrupted) */
     uint32_t reserved;
 };

@@ -15,6 +15,7 @@
 
 #define MAX_FILE_BYTES (4ULL << 30)
 #define MAX_ROW_PC 0xFFFFFFFFULL
+#define REG_RBX 3
 #define REG_RBP 6
 #define REG_RSP 7
 #define REG_RA 16
@@ -97,7 +98,7 @@ struct state {
     int64_t cfa_offset;
     const uint8_t *cfa_expr;
     uint64_t cfa_expr_len;
-    struct rule rbp, ra;
+    struct rule rbp, rbx, ra;
     uint64_t present[TRACKED_REGS / 64]; /* registers with any rule */
     int other_rules;                     /* rules for registers >= TRACKED_REGS */
 };
@@ -279,6 +280,8 @@ static struct unwind_row row_for(const struct state *state) {
         row.cfa_type = CFA_RSP;
     } else if (state->cfa_kind == CFA_REGISTER && state->cfa_reg == REG_RBP) {
         row.cfa_type = CFA_RBP;
+    } else if (state->cfa_kind == CFA_REGISTER && state->cfa_reg == REG_RBX) {
+        row.cfa_type = CFA_RBX;
     } else {
         row.cfa_type = CFA_UNSUPPORTED;
         return row;
@@ -288,14 +291,19 @@ static struct unwind_row row_for(const struct state *state) {
         return row;
     }
     row.cfa_offset = (int32_t)state->cfa_offset;
+    if (state->rbx.kind == RULE_OFFSET && state->rbx.value >= INT16_MIN && state->rbx.value <= INT16_MAX) {
+        row.saved_rules |= RBX_OFFSET;
+        row.rbx_offset = (int16_t)state->rbx.value;
+    } else if (state->rbx.kind != RULE_NONE && state->rbx.kind != RULE_SAME) {
+        row.saved_rules |= RBX_LOST;
+    }
     if (state->rbp.kind == RULE_NONE || state->rbp.kind == RULE_SAME || state->rbp.kind == RULE_UNDEFINED) return row;
     if (state->rbp.kind == RULE_OFFSET && fits_i32(state->rbp.value)) {
-        row.rbp_rule = 1;
+        row.saved_rules |= RBP_OFFSET;
         row.rbp_offset = (int32_t)state->rbp.value;
         return row;
     }
-    row.cfa_type = CFA_UNSUPPORTED;
-    row.cfa_offset = 0;
+    row = (struct unwind_row){.pc = row.pc, .cfa_type = CFA_UNSUPPORTED};
     return row;
 }
 
@@ -340,6 +348,7 @@ static int has_registers(const struct state *state) {
 static void set_rule(struct state *state, uint64_t reg, int kind, int64_t value) {
     set_present(state, reg, 1);
     if (reg == REG_RBP) state->rbp = (struct rule){kind, value};
+    if (reg == REG_RBX) state->rbx = (struct rule){kind, value};
     if (reg == REG_RA) state->ra = (struct rule){kind, value};
 }
 
@@ -348,6 +357,7 @@ static void restore_rule(struct state *state, const struct state *cie_line, uint
     int in_cie = reg < TRACKED_REGS ? (cie_line->present[reg / 64] >> (reg % 64)) & 1 : 0;
     set_present(state, reg, in_cie);
     if (reg == REG_RBP) state->rbp = in_cie ? cie_line->rbp : (struct rule){RULE_NONE, 0};
+    if (reg == REG_RBX) state->rbx = in_cie ? cie_line->rbx : (struct rule){RULE_NONE, 0};
     if (reg == REG_RA) state->ra = in_cie ? cie_line->ra : (struct rule){RULE_NONE, 0};
 }
 
@@ -714,8 +724,9 @@ static int compare_placed(const void *left_pointer, const void *right_pointer) {
 }
 
 static int same_rule(const struct unwind_row *left, const struct unwind_row *right) {
-    return left->cfa_type == right->cfa_type && left->cfa_offset == right->cfa_offset && left->rbp_rule == right->rbp_rule &&
-           left->rbp_offset == right->rbp_offset;
+    return left->cfa_type == right->cfa_type && left->cfa_offset == right->cfa_offset &&
+           left->saved_rules == right->saved_rules && left->rbp_offset == right->rbp_offset &&
+           left->rbx_offset == right->rbx_offset;
 }
 
 static size_t finish_rows(struct builder *builder) {
@@ -923,9 +934,12 @@ int jp_rows_valid(const struct unwind_row *rows, uint64_t count) {
     for (uint64_t index = 0; index < count; index++) {
         const struct unwind_row *row = &rows[index];
         if (index > 0 && row->pc <= rows[index - 1].pc) return 0;
-        if (row->cfa_type > CFA_UNSUPPORTED || row->rbp_rule > 1 || row->reserved != 0) return 0;
+        if (row->cfa_type > CFA_RBX || (row->saved_rules & ~(RBP_OFFSET | RBX_OFFSET | RBX_LOST)) != 0) return 0;
+        if ((row->saved_rules & RBX_OFFSET) && (row->saved_rules & RBX_LOST)) return 0;
+        if ((row->saved_rules & RBX_OFFSET) == 0 && row->rbx_offset != 0) return 0;
         if (row->cfa_type == CFA_PLT && (row->cfa_offset < 0 || row->cfa_offset > 31)) return 0;
-        if (row->rbp_rule == 1 && row->cfa_type != CFA_RSP && row->cfa_type != CFA_RBP) return 0;
+        int framed = row->cfa_type == CFA_RSP || row->cfa_type == CFA_RBP || row->cfa_type == CFA_RBX;
+        if (row->saved_rules != 0 && !framed) return 0;
     }
     return 1;
 }

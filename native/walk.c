@@ -53,8 +53,8 @@ static const struct jp_walk_mapping *find_mapping(const struct jp_walk_mapping *
 }
 
 /* The step through an ELF mapping: the last row at or below the pc, applied. */
-static int dwarf_step(const struct jp_walk_mapping *mapping, uint64_t lookup_pc, __u64 *pc, __u64 *sp, __u64 *fp,
-                      struct walk_reader *reader) {
+static int dwarf_step(const struct jp_walk_mapping *mapping, uint64_t lookup_pc, __u64 *pc, __u64 *sp, __u64 *fp, __u64 *rbx,
+                      __u64 *rbx_slot, struct walk_reader *reader) {
     if (mapping->rows == NULL || mapping->row_count == 0) return STEP_FALLBACK;
     uint64_t file_pc = lookup_pc - mapping->load_bias;
     if (file_pc > 0xffffffffULL) return STEP_FALLBACK;
@@ -68,14 +68,14 @@ static int dwarf_step(const struct jp_walk_mapping *mapping, uint64_t lookup_pc,
             high = middle;
     }
     if (low == 0) return STEP_FALLBACK;
-    return walk_apply_row(&mapping->rows[low - 1], pc, sp, fp, reader);
+    return walk_apply_row(&mapping->rows[low - 1], pc, sp, fp, rbx, rbx_slot, reader);
 }
 
 int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count, const struct jp_walk_stack *stack,
                  const struct jp_walk_registers *start, uint64_t *frames, uint64_t *frame_pointers, uint32_t max_frames,
                  uint32_t *frame_count) {
     struct walk_reader reader = {stack, 0};
-    __u64 pc = start->pc, sp = start->sp, fp = start->fp;
+    __u64 pc = start->pc, sp = start->sp, fp = start->fp, rbx = start->rbx, rbx_slot = 0;
     int exact_pc = start->exact_pc != 0;
     uint32_t depth = 0;
     *frame_count = 0;
@@ -97,7 +97,7 @@ int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count,
             return JP_WALK_PENDING;
         }
         if (mapping->kind == MAPPING_ELF) {
-            int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp, &reader);
+            int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp, &rbx, &rbx_slot, &reader);
             if (step == STEP_END) return WALK_COMPLETE;
             if (step == STEP_FAULT) return reader.fault;
             if (step == STEP_DONE || step == STEP_SIGNAL) {
@@ -106,7 +106,7 @@ int jp_walk_copy(const struct jp_walk_mapping *mappings, uint64_t mapping_count,
                 continue;
             }
         }
-        int end = walk_frame_pointer_step(&pc, &sp, &fp, &reader);
+        int end = walk_frame_pointer_step(&pc, &sp, &fp, &rbx, &rbx_slot, &reader);
         if (end >= 0) return end == WALK_READ_FAULT ? reader.fault : end;
     }
 }

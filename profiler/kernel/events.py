@@ -165,6 +165,7 @@ class _RawStackCopy(ctypes.Structure):
         ("pc", ctypes.c_uint64),
         ("sp", ctypes.c_uint64),
         ("fp", ctypes.c_uint64),
+        ("rbx", ctypes.c_uint64),
         ("copy_length", ctypes.c_uint32),
         ("flags", ctypes.c_uint32),
     ]
@@ -197,6 +198,7 @@ class StackCopy:
     exact_pc: bool  # pc is not a return address
     reached_end: bool  # memory beyond the copy was not readable
     data: bytes
+    rbx: int = 0  # 0: not known
 
 
 class V8FrameSlots(NamedTuple):
@@ -454,7 +456,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
     if walk_end is WalkEnd.DEFERRED:
         if size < addresses_end + _COPY_SIZE:
             raise MalformedEvent(f"deferred sample of {size} bytes")
-        pc, sp, fp, copy_length, flags = _STACK_COPY.unpack_from(record, addresses_end)
+        pc, sp, fp, rbx, copy_length, flags = _STACK_COPY.unpack_from(record, addresses_end)
         copy_start = addresses_end + _COPY_SIZE
         if size < copy_start + copy_length:
             raise MalformedEvent(f"stack copy of {copy_length} bytes in {size}")
@@ -465,6 +467,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
             exact_pc=bool(flags & STACK_COPY_EXACT_PC),
             reached_end=bool(flags & STACK_COPY_REACHED_END),
             data=bytes(record[copy_start : copy_start + copy_length]),
+            rbx=rbx,
         )
     elif walk_end is WalkEnd.COPY_TOO_SHORT:
         raise MalformedEvent("walk end from user space in a kernel record")

@@ -82,7 +82,7 @@ class LateWalks:
         result = library.walk_copy(
             mappings,
             library.WalkStack(copy.data, copy.sp, copy.reached_end),
-            library.WalkRegisters(copy.pc, copy.sp, copy.fp, copy.exact_pc),
+            library.WalkRegisters(copy.pc, copy.sp, copy.fp, copy.exact_pc, copy.rbx),
             MAX_STACK_FRAMES - len(sample.addresses),
         )
         # Code mapped just before the sample is in the maps read after it.

@@ -49,6 +49,7 @@ _KERNEL_TYPES = "".join(
         ("uint16", "u16"),
         ("uint32", "u32"),
         ("uint64", "u64"),
+        ("int16", "s16"),
         ("int32", "s32"),
         ("int64", "s64"),
     )
@@ -165,6 +166,7 @@ class WalkRegisters:
     sp: int
     fp: int
     exact_pc: bool
+    rbx: int = 0  # 0: not known
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,8 @@ def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegister
         },
     )
     registers = ffi.new(
-        "struct jp_walk_registers *", {"pc": start.pc, "sp": start.sp, "fp": start.fp, "exact_pc": int(start.exact_pc)}
+        "struct jp_walk_registers *",
+        {"pc": start.pc, "sp": start.sp, "fp": start.fp, "rbx": start.rbx, "exact_pc": int(start.exact_pc)},
     )
     limit = max(max_frames, 0)
     frames = ffi.new("uint64_t[]", max(limit, 1))

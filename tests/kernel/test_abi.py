@@ -81,8 +81,11 @@ CONSTANTS = [
     "CFA_SIGNAL",
     "CFA_END_OF_STACK",
     "CFA_UNSUPPORTED",
+    "CFA_RBX",
     "RBP_SAME",
     "RBP_OFFSET",
+    "RBX_OFFSET",
+    "RBX_LOST",
     "STACK_COPY_REACHED_END",
     "STACK_COPY_EXACT_PC",
     "MAX_FRAMES",
@@ -157,7 +160,7 @@ STRUCTS = {
     ],
     "work_address": ["tgid", "reserved", "address"],
     "work_item": ["key", "from"],
-    "stack_copy": ["pc", "sp", "fp", "copy_length", "flags"],
+    "stack_copy": ["pc", "sp", "fp", "rbx", "copy_length", "flags"],
     "v8_frame": ["shared", "code", "bytecode_array", "bytecode_offset", "frame_index", "flags"],
     "v8_process": [
         "builtins_start",
@@ -237,7 +240,7 @@ STRUCTS = {
     "trie_key": ["prefixlen", "pid_be", "address_be"],
     "mapping_info": ["kind", "table_id", "load_bias"],
     "unwind_table": ["first_row", "row_count"],
-    "unwind_row": ["pc", "cfa_type", "rbp_rule", "reserved", "cfa_offset", "rbp_offset"],
+    "unwind_row": ["pc", "cfa_type", "saved_rules", "rbx_offset", "cfa_offset", "rbp_offset"],
 }
 
 
@@ -284,6 +287,9 @@ def test_codes_are_the_headers(abi):
     }
     assert {f"RBP_{rule.name}": int(rule) for rule in unwind_rows.RbpRule} == {
         name: value for name, value in abi.items() if name.startswith("RBP_")
+    }
+    assert {f"RBX_{rule.name}": int(rule) for rule in unwind_rows.RbxRule if rule} == {
+        name: value for name, value in abi.items() if name.startswith("RBX_")
     }
     assert (library.MAPPING_ELF, library.MAPPING_JIT, address_spaces.MAPPING_ELF_PENDING) == (
         abi["MAPPING_ELF"],
@@ -353,7 +359,7 @@ def test_records_are_laid_out_as_the_header_says(abi):
     assert ctypes.sizeof(events._RawSampleHeader) == abi["SAMPLE_HEADER_BYTES"]
     assert unwind_rows.ROW_FORMAT.size == kernel_maps.UNWIND_ROW_SIZE == abi["sizeof unwind_row"]
     offsets = [abi[f"unwind_row.{field}"][0] for field in STRUCTS["unwind_row"]]
-    assert offsets == [0, 4, 5, 6, 8, 12] and unwind_rows.ROW_FORMAT.format == "<IBBHii"
+    assert offsets == [0, 4, 5, 6, 8, 12] and unwind_rows.ROW_FORMAT.format == "<IBBhii"
 
 
 def test_async_callers_are_read_as_the_header_says(abi):

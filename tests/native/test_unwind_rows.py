@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from profiler.native import cache, library, unwind_rows
-from profiler.native.unwind_rows import CfaType, RbpRule, UnwindRow
+from profiler.native.unwind_rows import CfaType, RbpRule, RbxRule, UnwindRow
 
 LIBC = Path("/lib/x86_64-linux-gnu/libc.so.6")
 
@@ -19,6 +19,7 @@ class ReadelfRow:
     cfa: str
     rbp: str
     ra: str
+    rbx: str = "u"
 
 
 @dataclass
@@ -60,10 +61,14 @@ def readelf_fdes(path: Path) -> list[ReadelfFde]:
         fields = line.split()
         if current_rows is not None and columns and len(fields) == len(columns) and re.fullmatch(r"[0-9a-f]{16}", fields[0]):
             values = dict(zip(columns, fields))
-            current_rows.append(ReadelfRow(int(fields[0], 16), values["CFA"], values.get("rbp", "u"), values.get("ra", "u")))
+            current_rows.append(
+                ReadelfRow(
+                    int(fields[0], 16), values["CFA"], values.get("rbp", "u"), values.get("ra", "u"), values.get("rbx", "u")
+                )
+            )
     for fde in fdes:
         if not fde.rows:  # no instructions of its own: the CIE's initial rule applies
-            fde.rows = [ReadelfRow(fde.start, row.cfa, row.rbp, row.ra) for row in fde.cie_rows[:1]]  # type: ignore[attr-defined]
+            fde.rows = [ReadelfRow(fde.start, row.cfa, row.rbp, row.ra, row.rbx) for row in fde.cie_rows[:1]]  # type: ignore[attr-defined]
     return fdes
 
 
@@ -73,16 +78,23 @@ def expected_row(row: ReadelfRow) -> UnwindRow | None:
         return UnwindRow(row.loc, CfaType.END_OF_STACK)
     if row.cfa == "exp":
         return None
-    match = re.fullmatch(r"(rsp|rbp)\+(-?\d+)", row.cfa)
+    match = re.fullmatch(r"(rsp|rbp|rbx)\+(-?\d+)", row.cfa)
     if not match or row.ra != "c-8":
         return UnwindRow(row.loc, CfaType.UNSUPPORTED)
-    cfa_type = CfaType.RSP if match.group(1) == "rsp" else CfaType.RBP
+    cfa_type = {"rsp": CfaType.RSP, "rbp": CfaType.RBP, "rbx": CfaType.RBX}[match.group(1)]
     offset = int(match.group(2))
+    # readelf shows "u" both for no rule and for DW_CFA_undefined: the
+    # compiler keeps rbx (same) for the first and loses it for the second,
+    # which these files do not use for rbx.
+    rbx_saved = re.fullmatch(r"c(-?\d+)", row.rbx)
+    rbx_rule, rbx_offset = (RbxRule.OFFSET, int(rbx_saved.group(1))) if rbx_saved else (RbxRule.SAME, 0)
+    if not rbx_saved and row.rbx not in ("u", "s"):
+        rbx_rule = RbxRule.LOST
     if row.rbp in ("u", "s"):
-        return UnwindRow(row.loc, cfa_type, offset)
+        return UnwindRow(row.loc, cfa_type, offset, rbx_rule=rbx_rule, rbx_offset=rbx_offset)
     saved = re.fullmatch(r"c(-?\d+)", row.rbp)
     if saved:
-        return UnwindRow(row.loc, cfa_type, offset, RbpRule.OFFSET, int(saved.group(1)))
+        return UnwindRow(row.loc, cfa_type, offset, RbpRule.OFFSET, int(saved.group(1)), rbx_rule, rbx_offset)
     return UnwindRow(row.loc, CfaType.UNSUPPORTED)
 
 
@@ -129,6 +141,15 @@ def test_libc_rows_match_readelf(libc_table):
     assert checked > 20000
 
 
+def test_the_dynamic_loaders_rows_match_readelf():
+    """ld.so's lazy-binding and TLS-descriptor trampolines keep their CFA in rbx."""
+    loader = Path("/lib64/ld-linux-x86-64.so.2").resolve()
+    table = native_table(loader)
+    assert check_against_readelf(loader, table) > 1000
+    in_rbx = [row for row in table.rows if row.cfa_type is CfaType.RBX]
+    assert in_rbx and all(row.rbx_rule is RbxRule.OFFSET and row.rbx_offset < 0 for row in in_rbx)
+
+
 def test_known_libc_rules(libc_table):
     table = libc_table
     types = {row.cfa_type for row in table.rows}
@@ -149,10 +170,12 @@ def test_pack_round_trip_and_cache(tmp_path):
     rows = [
         UnwindRow(0x1000, CfaType.RSP, 8),
         UnwindRow(0x1004, CfaType.RBP, 16, RbpRule.OFFSET, -16),
+        UnwindRow(0x1008, CfaType.RBX, 32, RbpRule.OFFSET, -24, RbxRule.OFFSET, -32),
+        UnwindRow(0x100C, CfaType.RSP, 8, rbx_rule=RbxRule.LOST),
         UnwindRow(0x1010, CfaType.GAP),
     ]
     packed = unwind_rows.UnwindTable(rows).pack()
-    assert len(packed) == 3 * unwind_rows.ROW_SIZE == 48
+    assert len(packed) == 5 * unwind_rows.ROW_SIZE == 80
     assert unwind_rows.unpack_rows(packed) == rows
     cache.store_cached("b-1234", packed)
     assert cache.load_cached("b-1234") == packed

@@ -9,7 +9,7 @@ import pytest
 
 from profiler.kernel.events import WalkEnd
 from profiler.native import library, unwind_rows
-from profiler.native.unwind_rows import CfaType, RbpRule
+from profiler.native.unwind_rows import CfaType, RbpRule, RbxRule, UnwindRow
 from tests.helpers import ROOT
 
 STACK = 0x7FFE0000
@@ -30,8 +30,20 @@ ROWS = [
     (0x5000, CfaType.SIGNAL, 0, RbpRule.SAME, 0),  # __restore_rt
     (0x5010, CfaType.GAP, 0, RbpRule.SAME, 0),
 ]
-PACKED = b"".join(
-    unwind_rows.ROW_FORMAT.pack(pc, cfa, rule, 0, cfa_offset, rbp_offset) for pc, cfa, cfa_offset, rule, rbp_offset in ROWS
+# The dynamic loader's lazy binding: _dl_fixup saves rbx (at CFA-16), called
+# from _dl_runtime_resolve, which keeps its CFA in rbx (rbx+32, its caller's
+# rbx saved at CFA-32) because it realigns the stack.
+RBX_ROWS = [
+    UnwindRow(0x6000, CfaType.RSP, 16, rbx_rule=RbxRule.OFFSET, rbx_offset=-16),  # _dl_fixup
+    UnwindRow(0x6100, CfaType.GAP),
+    UnwindRow(0x7000, CfaType.RBX, 32, rbx_rule=RbxRule.OFFSET, rbx_offset=-32),  # _dl_runtime_resolve
+    UnwindRow(0x7100, CfaType.GAP),
+]
+PACKED = (
+    b"".join(
+        unwind_rows.ROW_FORMAT.pack(pc, cfa, rule, 0, cfa_offset, rbp_offset) for pc, cfa, cfa_offset, rule, rbp_offset in ROWS
+    )
+    + unwind_rows.UnwindTable(RBX_ROWS).pack()
 )
 
 
@@ -54,11 +66,11 @@ def stack_of(words: dict[int, int], length: int) -> bytes:
 def walk(
     words, length=0x100, start=(TEXT + 0x1050, STACK, STACK + 0x20), exact=True, reached_end=False, maps=None, max_frames=127
 ):
-    pc, sp, fp = start
+    pc, sp, fp, *rbx = start
     result = library.walk_copy(
         maps if maps is not None else mappings(),
         library.WalkStack(stack_of(words, length), STACK, reached_end),
-        library.WalkRegisters(pc, sp, fp, exact),
+        library.WalkRegisters(pc, sp, fp, exact, *rbx),
         max_frames,
     )
     return result.frames, result.end
@@ -113,6 +125,32 @@ def test_plt_stubs_and_signal_frames():
     frames, end = walk(words, length=0x300, start=(TEXT + 0x5000, STACK, 0))
     assert frames == (TEXT + 0x5000, TEXT + 0x1000, TEXT + 0x2050, TEXT + 0x3010)
     assert end == WalkEnd.COMPLETE
+
+
+# In _dl_fixup, called through the trampoline from caller(): _dl_fixup's
+# saved rbx (the trampoline's, its CFA - 32) at sp, the return addresses at
+# sp + 8 and at the trampoline's CFA - 8; caller's rbp frame above.
+TRAMPOLINE_RBX = STACK + 0x80
+LAZY_BINDING = {0x00: TRAMPOLINE_RBX, 0x08: TEXT + 0x7050, 0x98: TEXT + 0x2050, 0xA0: 0, 0xA8: TEXT + 0x3010}
+
+
+def test_a_frame_that_keeps_its_cfa_in_rbx():
+    frames, end = walk(LAZY_BINDING, start=(TEXT + 0x6050, STACK, STACK + 0xA0, 0x1234))
+    assert frames == (TEXT + 0x6050, TEXT + 0x7050, TEXT + 0x2050, TEXT + 0x3010) and end == WalkEnd.COMPLETE
+    # Interrupted by a signal inside the trampoline: rbx from the ucontext.
+    ucontext = {0x100 + 168: TEXT + 0x7060, 0x100 + 160: STACK + 0x40, 0x100 + 120: STACK + 0xA0, 0x100 + 128: TRAMPOLINE_RBX}
+    words = ucontext | LAZY_BINDING
+    frames, end = walk(words, length=0x300, start=(TEXT + 0x5000, STACK + 0x100, 0))
+    assert frames == (TEXT + 0x5000, TEXT + 0x7060, TEXT + 0x2050, TEXT + 0x3010) and end == WalkEnd.COMPLETE
+
+
+def test_rbx_not_known_is_not_followed():
+    # Reached by a frame-pointer step out of JIT code, which may have used
+    # rbx: the trampoline's frame falls back to its frame pointer (below sp
+    # here: a bad frame, not a wrong caller).
+    words = {0x40: STACK + 0x10, 0x48: TEXT + 0x7050, 0x00: TRAMPOLINE_RBX}
+    frames, end = walk(words, start=(JIT + 0x100, STACK, STACK + 0x40, TRAMPOLINE_RBX))
+    assert frames == (JIT + 0x100, TEXT + 0x7050) and end == WalkEnd.BAD_FRAME
 
 
 def test_the_kernel_walkers_other_ends():

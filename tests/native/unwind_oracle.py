@@ -11,7 +11,18 @@ from elftools.common.exceptions import DWARFError, ELFError
 from elftools.dwarf.callframe import FDE
 from elftools.elf.elffile import ELFFile
 
-from profiler.native.unwind_rows import MAX_ROW_PC, RBP, RETURN_ADDRESS, RSP, CfaType, RbpRule, UnwindRow, UnwindTable
+from profiler.native.unwind_rows import (
+    MAX_ROW_PC,
+    RBP,
+    RBX,
+    RETURN_ADDRESS,
+    RSP,
+    CfaType,
+    RbpRule,
+    RbxRule,
+    UnwindRow,
+    UnwindTable,
+)
 
 # DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_lit<N>; DW_OP_ge;
 # DW_OP_lit3; DW_OP_shl; DW_OP_plus: rsp + 8 + ((rip & 15) >= N ? 8 : 0).
@@ -47,17 +58,25 @@ def _row_from_decoded(pc: int, decoded: dict) -> UnwindRow:
         cfa_type = CfaType.RSP
     elif cfa.reg == RBP:
         cfa_type = CfaType.RBP
+    elif cfa.reg == RBX:
+        cfa_type = CfaType.RBX
     else:
         return UnwindRow(pc, CfaType.UNSUPPORTED)
     if return_address is None or return_address.type != "OFFSET" or return_address.arg != -8:
         return UnwindRow(pc, CfaType.UNSUPPORTED)
     if not _fits_i32(cfa.offset):
         return UnwindRow(pc, CfaType.UNSUPPORTED)
+    saved_rbx = decoded.get(RBX)
+    rbx_rule, rbx_offset = RbxRule.SAME, 0
+    if saved_rbx is not None and saved_rbx.type == "OFFSET" and -(1 << 15) <= saved_rbx.arg < (1 << 15):
+        rbx_rule, rbx_offset = RbxRule.OFFSET, saved_rbx.arg
+    elif saved_rbx is not None and saved_rbx.type != "SAME_VALUE":
+        rbx_rule = RbxRule.LOST
     saved_rbp = decoded.get(RBP)
     if saved_rbp is None or saved_rbp.type in ("SAME_VALUE", "UNDEFINED"):
-        return UnwindRow(pc, cfa_type, cfa.offset)
+        return UnwindRow(pc, cfa_type, cfa.offset, rbx_rule=rbx_rule, rbx_offset=rbx_offset)
     if saved_rbp.type == "OFFSET" and _fits_i32(saved_rbp.arg):
-        return UnwindRow(pc, cfa_type, cfa.offset, RbpRule.OFFSET, saved_rbp.arg)
+        return UnwindRow(pc, cfa_type, cfa.offset, RbpRule.OFFSET, saved_rbp.arg, rbx_rule, rbx_offset)
     return UnwindRow(pc, CfaType.UNSUPPORTED)
 
 

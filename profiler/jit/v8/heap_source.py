@@ -446,7 +446,7 @@ class V8HeapSymbols(JitSymbolSource):
         walked = library.walk_copy(
             [library.WalkMapping(0, USER_SPACE_END, 0, library.MAPPING_JIT)],
             library.WalkStack(stack.data, stack.sp, stack.reached_end),
-            library.WalkRegisters(stack.pc, stack.sp, stack.fp, stack.exact_pc),
+            library.WalkRegisters(stack.pc, stack.sp, stack.fp, stack.exact_pc, stack.rbx),
             MAX_STACK_FRAMES - len(sample.addresses),
         )
         functions = set()
