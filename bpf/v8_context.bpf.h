@@ -55,7 +55,7 @@ static __always_inline u32 v8_table_read(const struct v8_context_config *config,
     u64 head[4]; // map, properties, elements, table: one read
     if (bpf_probe_read_user(head, sizeof(head), (void *)(js_map - V8_HEAP_OBJECT_TAG)) != 0) return 0;
     u64 map = head[0], table = head[V8_JS_MAP_TABLE_AT / 8];
-    if (!v8_is_object(map) || v8_type_of(map, config->map_type_at) != config->js_map_type || !v8_is_object(table)) return 0;
+    if (v8_type_of(map, config->map_type_at) != config->js_map_type || !v8_is_object(table)) return 0;
     u64 start = table - V8_HEAP_OBJECT_TAG + V8_ARRAY_DATA_AT;
     // A small table (2 buckets: up to 4 entries before it grows) in one read,
     // its header, buckets and entries; else the header, then the entries.

@@ -66,9 +66,13 @@ def node_binary(major: str) -> Path:
     return binary
 
 
-def handler_of(profile: Profile, sample) -> str:  # noqa: ANN001
-    names = [profile.frames[frame_id].name for frame_id in sample.frame_ids]
+def handler_named(names: list[str]) -> str:
+    """The handler a stack of these frame names is in, or ""."""
     return next((handler for handler in HANDLERS if any(handler in name for name in names)), "")
+
+
+def handler_of(profile: Profile, sample) -> str:  # noqa: ANN001
+    return handler_named([profile.frames[frame_id].name for frame_id in sample.frame_ids])
 
 
 def judge(profile: Profile, spans: dict[str, Span], pid: int) -> Counter:
@@ -175,9 +179,6 @@ def test_a_fleets_stores_get_each_sample_s_span(symbol_cache, tmp_path, backgrou
         assert jitprof.returncode == 0, stderr
         received = receiver.profiles()
     by_span = {span.span_id: (trace_id, span) for trace_id, span in spans_of(spans).items()}
-
-    def handler_named(names: list[str]) -> str:
-        return next((handler for handler in HANDLERS if any(handler in name for name in names)), "")
 
     counts: Counter = Counter()
     wrong = []

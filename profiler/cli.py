@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(error, RuntimeError) and str(error) != "can't start new thread":
             raise
         if isinstance(error, ImportError) and not any(
-            text in str(error) for text in ("failed to map segment", "cannot allocate memory", "Cannot allocate memory")
+            text in str(error).lower() for text in ("failed to map segment", "cannot allocate memory")
         ):
             raise
         limited = limits.describe_limits()
