@@ -219,6 +219,34 @@ def test_attached_with_the_options_is_named(jitprof, tmp_path, background, name)
         stop(process)
 
 
+def test_bun_s_interpreter_is_named_by_handler(jitprof, tmp_path, background):
+    """With its JIT turned off (BUN_JSC_useJIT=0) all of a bun's JavaScript
+    runs in JavaScriptCore's interpreter, native code bun's symbols do not
+    name: its handlers are named from JavaScriptCore's own tables, read from
+    the live bun (attached here: it outlives the run). The script is in its
+    hot loop throughout, so nearly every sample is in a handler or under one."""
+    if not BUN.exists():
+        pytest.skip("bun is not installed (make setup-tests)")
+    bun = start_runtime(background, "bun", tmp_path, {"BUN_JSC_useJIT": "0"})
+    run = jitprof("-F", "499", "--pid", str(bun.pid), "-d", "2", "-o", "out.folded")
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 500
+
+    def handlers(line: FoldedLine) -> list[str]:
+        return [frame for frame in line.frames if frame.startswith("llint_")]
+
+    interpreted = [line for line in lines if handlers(line)]
+    assert total(interpreted) >= 0.9 * total(lines), sorted(lines, key=lambda line: -line.count)[:5]
+    # The loop of main.cjs and the calls it makes, each a handler of its own.
+    seen = {frame for line in interpreted for frame in handlers(line)}
+    assert {"llint_op_call", "llint_op_enter"} & seen and len(seen) >= 10, seen
+    # Where a handler calls into bun's C++ (a slow path, a host function), the
+    # handler is the caller: the walk goes on through the interpreter's frames.
+    deep = [line for line in interpreted if len(handlers(line)) >= 2]
+    assert total(deep) >= 0.5 * total(interpreted)
+
+
 def test_another_user_s_bun_is_placed_by_its_own_bun(jitprof, tmp_path, background):
     """A bun run by nobody with its jitdump options, attached: its functions'
     scripts and lines come from nobody's own bun transpiling nobody's scripts

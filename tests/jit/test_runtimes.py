@@ -135,6 +135,7 @@ def test_each_runtime_brings_its_own_sources_and_the_generic_ones_come_last():
         "V8HeapSymbols",
         "V8LogSymbols",
         "BunPlaceNotes",
+        "BunInterpreterNames",
         "HotSpotStructures",
         "JvmPerfMaps",
         "JitdumpSymbols",

@@ -1,4 +1,4 @@
-"""Bun as jitprof knows it: JavaScriptCore in a binary with its symbols.
+"""Bun as jitprof knows it: JavaScriptCore in a binary without symbols.
 
 JavaScriptCore writes no perf map; asked with BUN_JSC_useJITDump it writes a
 jitdump, mapped so that profilers find it, into BUN_JSC_jitDumpDirectory
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from profiler.jit.bun.functions import BunFunctions
+from profiler.jit.bun.interpreter import BunInterpreterNames
 from profiler.jit.contract import Runtime
 from profiler.jit.jitdump_files import maps_a_jitdump
 from profiler.jit.symbol_source import JitSymbolSource
@@ -31,7 +32,7 @@ JIT_DUMP = "BUN_JSC_useJITDump"
 JIT_DUMP_DIRECTORY = "BUN_JSC_jitDumpDirectory"
 FIX = f"restart it with {JIT_DUMP}=1 {JIT_DUMP_DIRECTORY}=/tmp (or start it with jitprof -- bun ...)"
 # JavaScriptCore's tiers of JS code: its baseline JIT, DFG and FTL (LLInt, the
-# interpreter, is native code in bun's own text).
+# interpreter, is native code in bun's own text: jit/bun/interpreter.py).
 _JS_TIERS = {"Baseline": "baseline", "DFG": "dfg", "FTL": "ftl", "DFGOSREntry": "dfg"}
 _JSC_NAME = re.compile(r"^JSC-(\w+): (.*)$", re.DOTALL)
 _HASH = re.compile(r"#[0-9A-Za-z]{6}$")
@@ -94,7 +95,7 @@ BUN = Runtime(
     jitdump_directory_variable=JIT_DUMP_DIRECTORY,
     frame_for_name=frame_for_jsc_name,
     place_frame=_FUNCTIONS.place_frame,
-    symbol_sources=lambda _settings: [BunPlaceNotes()],
+    symbol_sources=lambda _settings: [BunPlaceNotes(), BunInterpreterNames()],
     own_names_only=True,
     attach_notes=_attach_notes,
 )
