@@ -26,9 +26,11 @@ MAX_ENTRIES = 1 << 13  # a JDK 25 table has about 3,000 structs' fields: more is
 MAX_STRIDE = 256
 MAX_TYPE_SIZE = 64 << 10
 MAX_NAME = 256
-# The collectors that unload classes outside their pauses: a collection
-# counted before a sample may free its method after it.
-CONCURRENT_UNLOADING_FLAGS = ("UseZGC", "UseShenandoahGC")
+# The collectors whose collection count does not move when they unload
+# classes: ZGC and Shenandoah unload outside their pauses, and G1 at the
+# Remark pause of its concurrent cycle, counted only at the Cleanup pause
+# after it. A count that stood still does not say a method is still there.
+CONCURRENT_UNLOADING_FLAGS = ("UseZGC", "UseShenandoahGC", "UseG1GC")
 MIN_MAJOR = 11  # PreserveFramePointer and the code heaps' layout: JDK 9; tested from 17
 _WORD = struct.Struct("<Q")
 _S32 = struct.Struct("<i")

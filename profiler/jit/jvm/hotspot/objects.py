@@ -180,8 +180,9 @@ class HotSpotReader:
         return bool(value[0]) if value is not None else None
 
     def unloads_classes_concurrently(self) -> bool | None:
-        """Does the JVM run a collector that frees classes while the program
-        runs (ZGC, Shenandoah)? None: its flags could not be read."""
+        """Does the JVM run a collector that frees classes without its count
+        of collections moving (ZGC, Shenandoah, G1: see layout.py)? None:
+        its flags could not be read."""
         if self.layout.preserve_frame_pointer_at < 0:
             return None
         for flag_at in self.layout.concurrent_unloading_flags_at:
