@@ -110,8 +110,8 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
 #endif
     if (leaving->waited_ns != 0) return 0;
     // A wait begins (not the next part of one): where, to check it is the stack walked at its end.
-    u64 pc = 0, fp = 0, rbx = 0;
-    saved_user_registers(&pc, &leaving->wait_sp, &fp, &rbx);
+    u64 pc = 0, fp = 0;
+    saved_user_registers(&pc, &leaving->wait_sp, &fp, NULL);
     leaving->wait_pc = pc;
 #ifdef WITH_KERNEL_STACKS
     leaving->kernel_stack_id = kernel_stacks.get_stackid(ctx, 0);

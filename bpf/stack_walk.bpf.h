@@ -322,7 +322,7 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int 
 }
 
 // The user registers the current thread entered the kernel with (saved at
-// the top of its kernel stack), or 0s.
+// the top of its kernel stack), or 0s; rbx NULL: not wanted (no walk follows).
 static __always_inline void saved_user_registers(u64 *pc, u64 *sp, u64 *fp, u64 *rbx) {
     struct task_struct *task = bpf_get_current_task_btf();
     struct pt_regs *user_regs = (struct pt_regs *)bpf_task_pt_regs(task);
@@ -330,7 +330,7 @@ static __always_inline void saved_user_registers(u64 *pc, u64 *sp, u64 *fp, u64 
         bpf_probe_read_kernel(pc, sizeof(*pc), &user_regs->ip);
         bpf_probe_read_kernel(sp, sizeof(*sp), &user_regs->sp);
         bpf_probe_read_kernel(fp, sizeof(*fp), &user_regs->bp);
-        bpf_probe_read_kernel(rbx, sizeof(*rbx), &user_regs->bx);
+        if (rbx) bpf_probe_read_kernel(rbx, sizeof(*rbx), &user_regs->bx);
     }
 }
 
