@@ -359,7 +359,8 @@ class KernelMaps:
     def set_hotspot_process(self, pid: int, interpreter: tuple[int, int], gc_count_at: int) -> bool:
         """pid runs HotSpot with its template interpreter at [start, end):
         its interpreted frames are sent with their Method* and bytecode
-        pointer, and the JVM's GC count (the u32 at gc_count_at; 0: none)."""
+        pointer, and the JVM's count of what may unload classes (the u32 at
+        gc_count_at: its collections or safepoints; 0: none)."""
         value = _V8Process(interpreter[0], interpreter[1], gc_count_at, 0, 0, 0, 0, RUNTIME_HOTSPOT)
         return self._update(self._maps["v8_processes"], ctypes.c_uint32(pid), value)
 

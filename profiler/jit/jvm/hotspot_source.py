@@ -37,7 +37,16 @@ from profiler.jit.jvm.hotspot.layout import (
     layout_of,
     remembered_failure,
 )
-from profiler.jit.jvm.hotspot.objects import NMETHOD_NAMES, CodeBlob, CodeHeap, CompiledCode, HotSpotReader, JavaMethod, plausible
+from profiler.jit.jvm.hotspot.objects import (
+    NMETHOD_NAMES,
+    CodeBlob,
+    CodeHeap,
+    CompiledCode,
+    HotSpotReader,
+    JavaMethod,
+    UnloadingCount,
+    plausible,
+)
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.kernel.address_spaces import JIT_MODULE
 from profiler.kernel.events import (
@@ -126,8 +135,8 @@ class _Jvm:
     thread: MemoryThread | None = None
     interpreter: tuple[int, int] = (0, 0)
     heaps: tuple[tuple[int, int], ...] = ()
-    gc_count_at: int = 0  # where the JVM counts its collections (0: unknown)
-    gc_seen: tuple[int, int] | None = None  # (its GC count, when read): one read serves a batch's Methods
+    unloading: UnloadingCount | None = None  # what counts the JVM's chances to unload classes (None: nothing does)
+    gc_seen: tuple[int, int] | None = None  # (that count, when read): one read serves a batch's Methods
     starts: list[int] = field(default_factory=list)  # of blobs, sorted
     blobs: list[_Blob] = field(default_factory=list)
     retired: collections.deque[_Blob] = field(default_factory=lambda: collections.deque(maxlen=MAX_RETIRED))
@@ -252,14 +261,13 @@ class HotSpotStructures(JitSymbolSource):
                 lambda: (
                     reader.code_heaps(),
                     reader.interpreter_range(),
-                    # The count vouches that no class was freed since a sample only where classes are freed in pauses.
-                    reader.gc_count_address() if reader.unloads_classes_concurrently() is False else 0,
+                    reader.unloading_count(),
                     reader.preserves_frame_pointers(),
                     reader.records_non_safepoints(),
                 )
             )
-            heaps, interpreter, gc_count_at, preserves_frame_pointers, non_safepoints = (
-                state if state is not None else ((), None, 0, None, None)
+            heaps, interpreter, unloading, preserves_frame_pointers, non_safepoints = (
+                state if state is not None else ((), None, None, None, None)
             )
         except LayoutError as error:
             if now - jvm.watched_at < LAYOUT_SETTLE_S and not isinstance(error, BuildRefused):
@@ -277,7 +285,9 @@ class HotSpotStructures(JitSymbolSource):
                 jvm.reader = jvm.thread = None
                 forget_layout(jvm.libjvm_path)
             return False
-        if self._kernel is not None and not self._kernel.set_hotspot_process(jvm.pid, interpreter, gc_count_at):
+        if self._kernel is not None and not self._kernel.set_hotspot_process(
+            jvm.pid, interpreter, unloading.address if unloading is not None else 0
+        ):
             self._refuse(jvm, "the kernel's table of JIT processes is full")
             return False
         if preserves_frame_pointers is False and self._kernel is not None and jvm.reader is not None:
@@ -287,7 +297,7 @@ class HotSpotStructures(JitSymbolSource):
             # caller's, and the frame-pointer step would skip that caller.
             self._kernel.set_hotspot_code(jvm.pid, frame_size_walk(jvm.reader.layout, heaps, frame_pointers=True))
         jvm.interpreter = interpreter
-        jvm.gc_count_at = gc_count_at
+        jvm.unloading = unloading
         jvm.preserves_frame_pointers = preserves_frame_pointers
         if non_safepoints is False and self._turn_on_non_safepoints and jvm.reader is not None and jvm.thread is not None:
             flag_at = jvm.reader.layout.debug_non_safepoints_at + jvm.reader.bias
@@ -758,8 +768,10 @@ class HotSpotStructures(JitSymbolSource):
     @staticmethod
     def _gc_count(jvm: _Jvm) -> int | None:
         assert jvm.reader is not None
-        data = jvm.reader.memory.read(jvm.gc_count_at, 4) if jvm.gc_count_at else None
-        return int.from_bytes(data, "little") if data is not None else None
+        unloading = jvm.unloading
+        data = jvm.reader.memory.read(unloading.address, 4) if unloading is not None else None
+        value = int.from_bytes(data, "little") if data is not None else None
+        return value if value is not None and unloading is not None and unloading.vouches(value) else None
 
     def _retired_method(self, jvm: _Jvm, address: int, sampled_ns: int) -> JavaMethod | None:
         with jvm.lock:

@@ -13,7 +13,7 @@ import pytest
 
 from profiler.jit.jvm.hotspot import compressed, flag_writer, signatures
 from profiler.jit.jvm.hotspot.layout import Field, HotSpotLayout, LayoutError, VMTables, layout_from_tables
-from profiler.jit.jvm.hotspot.objects import CodeHeap, HotSpotReader
+from profiler.jit.jvm.hotspot.objects import CodeHeap, HotSpotReader, UnloadingCount
 from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, INLINED_UNKNOWN, UNKNOWN_JIT, HotSpotStructures, _Jvm, frame_size_walk
 from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
 from profiler.kernel.kernel_maps import HotSpotCode, KernelMaps
@@ -215,6 +215,7 @@ LAYOUT = HotSpotLayout(
     preserve_frame_pointer_at=0x1010,
     debug_non_safepoints_at=-1,
     concurrent_unloading_flags_at=(0x1011, 0x1012),  # UseZGC, UseShenandoahGC
+    late_counting_flag_at=0x1013,  # UseG1GC
     collected_heap_at=0x1018,
     heap_total_collections=0x40,
     blob_oop_maps=0x60,
@@ -235,7 +236,7 @@ class Jvm:
         self.next = 0x5000_0000
         self.segmap = bytearray(b"\xff" * 1024)
         self.code = bytearray(1024 * SEGMENT)
-        self.memory.put(BIAS + 0x1010, b"\x01\x00\x00")  # -XX:+PreserveFramePointer, neither ZGC nor Shenandoah
+        self.memory.put(BIAS + 0x1010, b"\x01\x00\x00\x00")  # -XX:+PreserveFramePointer, not ZGC, Shenandoah or G1
         self.collected_heap = self.next  # only its count is read: the count's block alone is laid out
         self.next += 0x100
         self.memory.put(BIAS + 0x1018, struct.pack("<Q", self.collected_heap))
@@ -573,7 +574,7 @@ def interpreting_source(jvm: Jvm) -> tuple[HotSpotStructures, int]:
     pid = 4242
     reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
     source._jvms[pid] = _Jvm(
-        pid, 0.0, reader, _Thread(), (CODE, CODE + 256), ((CODE, CODE + len(jvm.code)),), reader.gc_count_address()
+        pid, 0.0, reader, _Thread(), (CODE, CODE + 256), ((CODE, CODE + len(jvm.code)),), reader.unloading_count()
     )
     return source, pid
 
@@ -731,6 +732,45 @@ def test_collectors_that_free_classes_outside_pauses_are_known():
     assert reader.unloads_classes_concurrently() is True
     unknown = dataclasses.replace(LAYOUT, preserve_frame_pointer_at=-1, concurrent_unloading_flags_at=())
     assert HotSpotReader(jvm.memory, unknown, BIAS).unloads_classes_concurrently() is None  # the flags were not read
+
+
+def test_what_counts_a_jvms_chances_to_unload_classes():
+    """The collections of a collector that unloads in its own pauses; G1's
+    count moves a pause after it unloads: its safepoints', odd while one runs
+    (an unloading may still come before the count moves), or none."""
+    jvm = Jvm()
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    collections = reader.unloading_count()
+    assert collections is not None and collections.address == jvm.collected_heap + 0x40
+    assert collections.vouches(3) and collections.vouches(4)
+    jvm.memory.put(BIAS + 0x1010, b"\x01\x00\x00\x01")  # -XX:+UseG1GC
+    assert reader.unloading_count() is None
+    counted = HotSpotReader(jvm.memory, dataclasses.replace(LAYOUT, safepoint_counter_at=0x1020), BIAS)
+    safepoints = counted.unloading_count()
+    assert safepoints is not None and safepoints.address == BIAS + 0x1020
+    assert safepoints.vouches(6) and not safepoints.vouches(7)
+    jvm.memory.put(BIAS + 0x1010, b"\x01\x01\x00\x00")  # -XX:+UseZGC: nothing counts its unloading
+    assert counted.unloading_count() is None
+
+
+def test_a_method_read_while_a_safepoint_runs_is_not_vouched_for():
+    """The safepoint counter odd at the read: the count unchanged at a later
+    sample does not say the Method outlived that safepoint."""
+    jvm = Jvm()
+    _run, step, leaf = hot_class(jvm)
+    source, pid = interpreting_source(jvm)
+    jvm.memory.put(BIAS + 0x1020, struct.pack("<Q", 7))
+    source._jvms[pid].unloading = UnloadingCount(BIAS + 0x1020, counts_safepoints=True)
+
+    def name(method: int, counted: int) -> str | None:
+        bytecodes = jvm.memory.word(method + 8) + LAYOUT.const_method_size
+        slots = V8FrameSlots(0, method, counted + 1, bytecodes + 3, V8_NO_BYTECODE_OFFSET, True)
+        named = source.expand_recorded(pid, CODE + 8, slots, True, _now() - 1000)  # sampled just before the read
+        return named.frames[0].name if named is not None else None
+
+    assert name(step, 7) is None
+    jvm.memory.put(BIAS + 0x1020, struct.pack("<Q", 8))
+    assert name(leaf, 8) == "Hot.leaf(long)"
 
 
 def test_a_jvm_refused_after_it_was_watched_is_said_at_the_end():

@@ -10,6 +10,7 @@ as before (perf map) or not at all.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import threading
@@ -26,11 +27,17 @@ MAX_ENTRIES = 1 << 13  # a JDK 25 table has about 3,000 structs' fields: more is
 MAX_STRIDE = 256
 MAX_TYPE_SIZE = 64 << 10
 MAX_NAME = 256
-# The collectors whose collection count does not move when they unload
-# classes: ZGC and Shenandoah unload outside their pauses, and G1 at the
-# Remark pause of its concurrent cycle, counted only at the Cleanup pause
-# after it. A count that stood still does not say a method is still there.
-CONCURRENT_UNLOADING_FLAGS = ("UseZGC", "UseShenandoahGC", "UseG1GC")
+# The collectors that unload classes outside their pauses: no count that
+# stood still says a method is still there.
+CONCURRENT_UNLOADING_FLAGS = ("UseZGC", "UseShenandoahGC")
+# G1 unloads classes at the Remark pause of its concurrent cycle but counts
+# that cycle among its collections only at the Cleanup pause after it: its
+# collection count does not vouch, its count of safepoints does.
+LATE_COUNTING_FLAG = "UseG1GC"
+# Every other collector unloads classes only at a safepoint, and the counter
+# moves at each one's start (odd while it runs) and end: read from .symtab,
+# where a JDK keeps it (its tables do not list it).
+SAFEPOINT_COUNTER_SYMBOL = b"_ZN20SafepointSynchronize18_safepoint_counterE"
 MIN_MAJOR = 11  # PreserveFramePointer and the code heaps' layout: JDK 9; tested from 17
 _WORD = struct.Struct("<Q")
 _S32 = struct.Struct("<i")
@@ -207,8 +214,10 @@ class HotSpotLayout:
     preserve_frame_pointer_at: int  # file address of the -XX:PreserveFramePointer bool; -1 unknown (flags not read)
     debug_non_safepoints_at: int  # and of -XX:DebugNonSafepoints's
     concurrent_unloading_flags_at: tuple[int, ...]  # file addresses of the bools of the GCs that unload concurrently
+    late_counting_flag_at: int  # of -XX:+UseG1GC's (-1 unknown)
     collected_heap_at: int  # file address of Universe::_collectedHeap (0 unknown): its GC count
     heap_total_collections: int  # CollectedHeap::_total_collections (-1 unknown)
+    safepoint_counter_at: int = -1  # file address of SafepointSynchronize::_safepoint_counter (-1 unknown)
     # For stepping over a compiled frame by its size (-1 unknown).
     blob_frame_size: int = -1  # CodeBlob::_frame_size (words)
     blob_frame_complete: int = -1  # CodeBlob::_frame_complete_offset (bytes from the code)
@@ -240,6 +249,7 @@ def libjvm_symbols(path: str) -> tuple[dict[str, int], tuple[int, int, int]]:
         info = os.fstat(handle.fileno())
         identity = (info.st_dev, info.st_ino, info.st_mtime_ns)
         found = elf_format.symbols_named(handle, (b"gHotSpotVM",), 64, elf_format.SHT_DYNSYM)
+        found += elf_format.symbols_named(handle, (SAFEPOINT_COUNTER_SYMBOL,), 1, elf_format.SHT_SYMTAB)
     symbols = {symbol.name.partition("@")[0]: symbol.value for symbol in found}
     missing = [name for name in _SYMBOLS if name not in symbols]
     if missing:
@@ -348,7 +358,9 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
     code_begin = tables.field(blob, ("_code_begin",), optional=True)
     immutable = tables.field(nmethod, ("_immutable_data",), optional=True)
     used = tables.field(("HeapBlock::Header",), ("_used",), optional=True)
-    flags = _flag_addresses(memory, tables, bias, ("PreserveFramePointer", "DebugNonSafepoints", *CONCURRENT_UNLOADING_FLAGS))
+    flags = _flag_addresses(
+        memory, tables, bias, ("PreserveFramePointer", "DebugNonSafepoints", LATE_COUNTING_FLAG, *CONCURRENT_UNLOADING_FLAGS)
+    )
     layout = HotSpotLayout(
         major=major,
         excluded_byte=1 if major >= 20 else 0,
@@ -408,6 +420,7 @@ def layout_from_tables(memory: Memory, tables: VMTables, bias: int) -> HotSpotLa
         preserve_frame_pointer_at=flags.get("PreserveFramePointer", -1),
         debug_non_safepoints_at=flags.get("DebugNonSafepoints", -1),
         concurrent_unloading_flags_at=tuple(flags[name] for name in CONCURRENT_UNLOADING_FLAGS if name in flags),
+        late_counting_flag_at=flags.get(LATE_COUNTING_FLAG, -1),
         collected_heap_at=tables.static("Universe", "_collectedHeap", optional=True),
         heap_total_collections=_optional(tables, "CollectedHeap", "_total_collections"),
         blob_frame_size=_optional(tables, blob, "_frame_size"),
@@ -556,6 +569,9 @@ def layout_of(memory: Memory, path: str, bias: int) -> HotSpotLayout:
     now = time.monotonic()
     try:
         known = layout_from_tables(memory, read_tables(memory, symbols, bias), bias)
+        counter = symbols.get(SAFEPOINT_COUNTER_SYMBOL.decode())
+        if counter:
+            known = dataclasses.replace(known, safepoint_counter_at=counter)
     except LayoutError as error:
         _failed(identity, str(error), now)
         raise

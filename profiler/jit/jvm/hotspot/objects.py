@@ -76,6 +76,22 @@ class CodeBlob:
 
 
 @dataclass(frozen=True)
+class UnloadingCount:
+    """Where a JVM counts what may unload classes: its 4 low bytes are sent
+    with each sample's frames."""
+
+    address: int
+    # SafepointSynchronize's counter: odd while a safepoint runs, when an
+    # unloading may still come before the count moves again.
+    counts_safepoints: bool
+
+    def vouches(self, value: int) -> bool:
+        """Does a read of value, and the same value later, say nothing was
+        unloaded in between?"""
+        return not (self.counts_safepoints and value & 1)
+
+
+@dataclass(frozen=True)
 class CompiledCode:
     """An nmethod: its code range and what names the pcs in it."""
 
@@ -180,9 +196,8 @@ class HotSpotReader:
         return bool(value[0]) if value is not None else None
 
     def unloads_classes_concurrently(self) -> bool | None:
-        """Does the JVM run a collector that frees classes without its count
-        of collections moving (ZGC, Shenandoah, G1: see layout.py)? None:
-        its flags could not be read."""
+        """Does the JVM run a collector that frees classes while the program
+        runs (ZGC, Shenandoah)? None: its flags could not be read."""
         if self.layout.preserve_frame_pointer_at < 0:
             return None
         for flag_at in self.layout.concurrent_unloading_flags_at:
@@ -193,14 +208,24 @@ class HotSpotReader:
                 return True
         return False
 
-    def gc_count_address(self) -> int:
-        """Where the JVM counts its collections (0: unknown): classes are
-        unloaded, and their methods freed, only in a collection."""
+    def unloading_count(self) -> UnloadingCount | None:
+        """A count that moves whenever classes may have been unloaded (and
+        their methods freed) since it was read, or None: none does."""
         layout = self.layout
+        if self.unloads_classes_concurrently() is not False:
+            return None
+        if layout.safepoint_counter_at > 0:
+            # Every such collector unloads only at a safepoint.
+            return UnloadingCount(layout.safepoint_counter_at + self.bias, counts_safepoints=True)
+        late = self.memory.read(layout.late_counting_flag_at + self.bias, 1) if layout.late_counting_flag_at >= 0 else None
+        if late is None or late[0]:
+            return None  # G1 (or not known): its collection count moves after it unloads
         if not layout.collected_heap_at or layout.heap_total_collections < 0:
-            return 0
+            return None
         heap = self.memory.word(layout.collected_heap_at + self.bias)
-        return heap + layout.heap_total_collections if heap and plausible(heap) else 0
+        if not heap or not plausible(heap):
+            return None
+        return UnloadingCount(heap + layout.heap_total_collections, counts_safepoints=False)
 
     def blob_at(self, pc: int) -> CodeBlob | None:
         """The code blob whose code holds pc, or None (free space, not code)."""
