@@ -112,7 +112,8 @@ class _Process:
     bytecode_owners: dict[int, int] = field(default_factory=dict)
     frames: dict[tuple[object, ...], RecordedFrames] = field(default_factory=dict)
     async_names: dict[AsyncFrameSlots, Frame | None] = field(default_factory=dict)
-    failed: dict[tuple[object, ...], float] = field(default_factory=dict)  # when naming it last failed
+    # When naming it whole last failed, and what could be said (its function alone).
+    failed: dict[tuple[object, ...], tuple[float, RecordedFrames | None]] = field(default_factory=dict)
     ahead: set[tuple[object, ...]] = field(default_factory=set)  # frames queued to be named ahead
     # Samples' callers (their words) whose frames were queued or known, while
     # the caches are of noted_generation: a loop's samples differ in their leaf.
@@ -495,15 +496,17 @@ class V8HeapSymbols(JitSymbolSource):
         known = process.frames.get(key)
         if known is not None:
             return known
-        if process.failed.get(key, -RETRY_FAILED_S) > now - RETRY_FAILED_S:
-            return None  # tried a moment ago (code being made, or moved, may read right soon)
+        failed_at, partly = process.failed.get(key, (-RETRY_FAILED_S, None))
+        if failed_at > now - RETRY_FAILED_S:
+            return partly  # tried a moment ago (code being made, or moved, may read right soon)
         found = process.thread.run(lambda: self._frames(process, address, record, leaf))
         if found is None:
+            partly = None if leaf or record.late else process.thread.run(lambda: self._function_only(process, record))
             process.unnamed += 1
-            process.failed[key] = now
-        else:
-            process.named += 1
-            process.frames[key] = found
+            process.failed[key] = (now, partly)
+            return partly
+        process.named += 1
+        process.frames[key] = found
         return found
 
     def _frames(self, process: _Process, address: int, record: V8FrameSlots, leaf: bool) -> RecordedFrames | None:
@@ -620,6 +623,18 @@ class V8HeapSymbols(JitSymbolSource):
                     return inner
             return 0
         return data if kind == layout.type_bytecode_array else 0
+
+    def _function_only(self, process: _Process, record: V8FrameSlots) -> RecordedFrames | None:
+        """A frame below the leaf, read at its sample, whose code or bytecode
+        no longer reads (freed, deoptimized, flushed since): its function slot,
+        written by its own prologue, still names it; where in it, and what it
+        inlined, are not known."""
+        shared = self._shared(process, record.shared)
+        if shared is None:
+            return None
+        tier = Tier.INTERPRETED.value if record.interpreter else ""
+        frame = _frame(shared, Tier.INTERPRETED, None, inlined=False)
+        return RecordedFrames((dataclasses.replace(frame, tier=tier),), keep_native=False)
 
     def _owned_by_code(self, process: _Process, address: int, record: V8FrameSlots) -> V8FrameSlots:
         """A frame walked from a stack copy, not the leaf: its pc is a return

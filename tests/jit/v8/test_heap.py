@@ -450,3 +450,33 @@ def test_a_sample_whose_callers_were_seen_has_only_its_leaf_named_ahead():
         assert queued() == []
     finally:
         process.thread.close()
+
+
+def test_a_built_frame_whose_code_no_longer_reads_keeps_its_function():
+    """Below the leaf a frame's function slot was written by its own
+    prologue: read at the sample, it names the frame when its code (freed or
+    deoptimized since) no longer reads, without a line it cannot know. The
+    leaf (maybe a callee before its frame is built) and a frame whose function
+    was read after the sample stay unnamed."""
+    from profiler.jit.v8.heap_source import _Process  # noqa: PLC0415
+    from profiler.kernel.events import V8FrameSlots  # noqa: PLC0415
+    from profiler.kernel.process_memory import MemoryThread  # noqa: PLC0415
+
+    reader, heap = reader_and_heap()
+    heap.memory.pid = 4242  # type: ignore[attr-defined]
+    heap.memory.close = lambda: None  # type: ignore[attr-defined]
+    symbols = V8HeapSymbols(kernel=None)
+    process = _Process(4242, heap.layout, reader, MemoryThread(heap.memory), [], [])  # type: ignore[arg-type]
+    symbols._processes[4242] = process
+    process.shared[0x60000001] = SharedInfo("render", Script("/app/main.js", array("I", [9, 30, 50, 70])), 12)
+    optimized = V8FrameSlots(1, 0x60000001, 0x30000001, 0, -1, False)  # its code is nothing that reads
+    try:
+        found = symbols.expand_recorded(4242, 0x50001234, optimized, False)
+        assert found is not None and [(frame.name, frame.line, frame.line_exact, frame.tier) for frame in found.frames] == [
+            ("render main.js:2", 2, False, "")
+        ]
+        assert symbols.expand_recorded(4242, 0x50001234, optimized, False) == found  # until it is tried again
+        assert symbols.expand_recorded(4242, 0x50001234, optimized._replace(frame_index=0), True) is None
+        assert symbols.expand_recorded(4242, 0x50001238, optimized._replace(late=True), False) is None
+    finally:
+        process.thread.close()
