@@ -4,6 +4,9 @@
 
 #define PROT_EXEC_FLAG 0x4
 #define STALE_EVENT_GAP_NS 1000000ULL // maps-changed events of one process while its maps are not read
+// New ranges told each while a process's maps are not read (then at most
+// one every STALE_EVENT_GAP_NS).
+#define MAX_STALE_COVERED 64
 
 struct exec_mapping_call {
     u64 address; // mprotect: the range; mmap: known at exit
@@ -129,23 +132,30 @@ static __always_inline void finish_exec_mapping_call(long result) {
     if (result < 0 && result > -4096) return; // the call failed: nothing changed
     u32 tgid = pid_tgid >> 32;
     u64 now = bpf_ktime_get_ns();
-    u64 *last_event = maps_stale.lookup(&tgid);
-    if (last_event) {
+    struct maps_staleness *stale = maps_stale.lookup(&tgid);
+    if (stale) {
         // User space has an event for this process it has not acted on yet:
         // the maps it reads then show this change too. Meanwhile the range is
-        // still told, at most every STALE_EVENT_GAP_NS and without a wakeup,
-        // so the code of a process that exits before that read stays known.
-        // A process mapping in a loop sends a bounded trickle, not a flood
-        // that crowds samples out of the ring buffer.
-        if (now - *last_event < STALE_EVENT_GAP_NS) return;
-        *last_event = now;
+        // still covered and told without a wakeup, so the code of a process
+        // that exits before that read (a short node's last compile) stays
+        // known: each of the first MAX_STALE_COVERED ranges, then one at most
+        // every STALE_EVENT_GAP_NS. A process mapping in a loop sends a
+        // bounded trickle, not a flood that fills the trie or crowds samples
+        // out of the ring buffer.
+        if (stale->covered >= MAX_STALE_COVERED) {
+            if (now - stale->last_event_ns < STALE_EVENT_GAP_NS) return;
+        } else {
+            stale->covered++;
+        }
+        stale->last_event_ns = now;
         cover_new_exec_range(tgid, address, length);
         emit_process_event_flags(EVENT_MAPS_CHANGED, tgid, tid, 0, address, length, BPF_RB_NO_WAKEUP);
         return;
     }
     cover_new_exec_range(tgid, address, length);
     emit_process_event_range(EVENT_MAPS_CHANGED, tgid, tid, 0, address, length);
-    maps_stale.update(&tgid, &now);
+    struct maps_staleness fresh = {.last_event_ns = now, .covered = 1};
+    maps_stale.update(&tgid, &fresh);
 }
 TRACEPOINT_PROBE(sched, sched_process_fork) {
     return process_forked(args->child_pid);

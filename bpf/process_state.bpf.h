@@ -12,8 +12,13 @@ BPF_HASH(maps_read, u32, u32, FOLLOWED_ENTRIES);
 // parent's trie entries: until it execs, its code is its parent's.
 BPF_HASH(fork_parents, u32, u32, FOLLOWED_ENTRIES);
 // Processes with a maps-changed event user space has not read their maps
-// for: the time of the latest event.
-BPF_HASH(maps_stale, u32, u64, FOLLOWED_ENTRIES);
+// for: the time of the latest event, and how many ranges were covered since.
+struct maps_staleness {
+    u64 last_event_ns;
+    u32 covered;
+    u32 reserved;
+};
+BPF_HASH(maps_stale, u32, struct maps_staleness, FOLLOWED_ENTRIES);
 // Threads past sched_process_exit: their user memory goes next (exit_mm).
 BPF_TABLE("lru_hash", u32, u8, exiting_threads, FOLLOWED_ENTRIES);
 // --all: settings[0] is 1, and every process with user code is followed

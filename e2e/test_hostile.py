@@ -156,10 +156,10 @@ def test_a_perf_map_of_ten_million_entries_is_cut_at_its_limit(symbol_cache, tmp
 ATTACKER_LIBRARY = (
     "\n".join(
         f"__attribute__((noinline)) long work_{index}(long n) {{ long s = 0; for (long i = 0; i < n; i++) s += i * {index + 3}; return s; }}"
-        for index in range(64)
+        for index in range(128)
     )
     + "\nlong (*const functions[])(long) = {"
-    + ", ".join(f"work_{index}" for index in range(64))
+    + ", ".join(f"work_{index}" for index in range(128))
     + "};\n"
 )
 
@@ -172,10 +172,15 @@ ATTACKER_PROGRAM = r"""
 #include <unistd.h>
 static const char *library;
 static long keep;
-/* On a line from stdin: the library is cut past its loaded segments. */
+static volatile int first = 0; /* the functions run: 0-63, and 64-127 once the file is cut */
+/* On a line from stdin: the library is cut past its loaded segments, and
+   functions whose addresses were never named run (blazesym reads on). */
 static void *cut(void *unused) {
     char line[64];
-    if (fgets(line, sizeof line, stdin) && truncate(library, atol(line)) == 0) { puts("cut"); fflush(stdout); }
+    if (fgets(line, sizeof line, stdin) && truncate(library, atol(line)) == 0) {
+        first = 64;
+        puts("cut"); fflush(stdout);
+    }
     return NULL;
 }
 int main(int argc, char **argv) {
@@ -188,7 +193,7 @@ int main(int argc, char **argv) {
     puts("running"); fflush(stdout);
     time_t end = time(NULL) + atoi(argv[2]);
     while (time(NULL) < end)
-        for (int index = 0; index < 64; index++) keep += functions[index](20000);
+        for (int index = first; index < first + 64; index++) keep += functions[index](20000);
     return (int)(keep & 1);
 }
 """
