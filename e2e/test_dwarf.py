@@ -135,7 +135,9 @@ def test_distribution_compressors(jitprof, tmp_path, compressible_file, tool):
     command = [*tool, str(compressible_file)]
     jitprof("-d", "2", "-o", "warm.folded", "--", *command)  # builds the tables
     run = jitprof("-d", "3", "-o", "out.folded", "--", *command)
-    assert run.returncode in (0, 128 + 15), run.stderr
+    # Done within the 3 s, or stopped then with SIGTERM: xz dies of it,
+    # bzip2 catches it and exits 1 (its status is jitprof's).
+    assert run.returncode in (0, 128 + 15, 1 if tool[0] == "bzip2" else 0), run.stderr
     lines = read_folded(tmp_path / "out.folded")
     assert total(lines) >= 100
     # Stripped binaries: their own frames are unnamed, but the walk must pass
