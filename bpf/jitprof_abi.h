@@ -97,7 +97,7 @@
 
 /* Limits of a sample record. */
 #define MAX_FRAMES 127
-#define STACK_COPY_BYTES 27120 /* 26.5 KiB of stack copied for a deferred walk */
+#define STACK_COPY_BYTES 27088 /* 26.5 KiB of stack copied for a deferred walk */
 /* A stack deeper than MAX_FRAMES: the rest of it, up to DEEP_COPY_BYTES,
  * goes straight into the ring buffer in a record of its own size class, and
  * user space walks it, up to MAX_STACK_FRAMES in all. */
@@ -105,11 +105,12 @@
 #define MAX_STACK_FRAMES 2048
 #define COMM_LEN 16
 #define SAMPLE_HEADER_BYTES                                                                                                      \
-    248 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
+    280 /* sent: the header, frame_count addresses, v8_frame_count struct v8_frame, then for WALK_DEFERRED the copy */
 /* The first bytes of an OpenTelemetry thread context record (OTEP 4947: a
  * 28-byte header, trace id, span id, valid, attributes' size, then the
  * attributes) sent with a sample of a thread that has one. */
-#define THREAD_CONTEXT_BYTES 144 /* the first bytes of an OpenTelemetry record, or a struct v8_context_record */
+#define THREAD_CONTEXT_BYTES 176 /* the first bytes of an OpenTelemetry record, or a struct v8_context_record */
+#define OTEL_CONTEXT_BYTES 144   /* of an OpenTelemetry record, read at most */
 #define THREAD_CONTEXT_HEADER_BYTES 28
 
 /* Indexes of the off_cpu_settings array: the shortest wait recorded one by one (ns). */
@@ -385,6 +386,7 @@ struct v8_context_config {
     __u16 trace_id_at[V8_CONTEXT_MAPS];
     __u16 span_id_at[V8_CONTEXT_MAPS];
     __u16 attributes_at[V8_CONTEXT_MAPS];   /* by span map: where a span keeps its attributes (0: not known) */
+    __u16 span_name_at[V8_CONTEXT_MAPS];    /* and its name (0: not known) */
     __u64 attributes_maps[V8_CONTEXT_MAPS]; /* an attributes object's map, and where it keeps http.route (0: none) */
     __u16 route_at[V8_CONTEXT_MAPS];
     /* --label-store: the AsyncLocalStorage whose store's fields label samples */
@@ -408,17 +410,20 @@ struct v8_context_config {
 #define SPAN_ID_CHARS 16
 #define V8_ROUTE_CHARS 28
 #define V8_ROUTE_UNKNOWN 255
+#define V8_SPAN_NAME_CHARS 32
 struct v8_context_record {
     __u8 reached;
-    __u8 route_length; /* of the span's http.route (0: none; V8_ROUTE_UNKNOWN: its attributes' map not known) */
-    __u8 reserved[6];
+    __u8 route_length;     /* of the span's http.route (0: none; V8_ROUTE_UNKNOWN: its attributes' map not known) */
+    __u8 span_name_length; /* of its name (0: not read: not a flat one-byte string, or its map's slot not known) */
+    __u8 reserved[5];
     __u64 frame;                       /* the AsyncContextFrame (tagged); V8_REACHED_SPAN, V8_ROUTE_UNKNOWN: the map not known */
     __u64 object;                      /* where the read stopped (V8_REACHED_IDS: the span) */
     __u8 trace_id[TRACE_ID_CHARS / 2]; /* the ids' hex, as bytes */
     __u8 span_id[SPAN_ID_CHARS / 2];
     __u64 store_map; /* the labelled store's map (0: no store read) */
     struct v8_store_field store_fields[V8_STORE_FIELDS];
-    char route[V8_ROUTE_CHARS]; /* its first characters */
+    char route[V8_ROUTE_CHARS];         /* its first characters */
+    char span_name[V8_SPAN_NAME_CHARS]; /* and the span's name's */
 };
 #define CONTEXT_OTEL 0    /* sample_event.context_kind: an OpenTelemetry thread context record */
 #define CONTEXT_V8 1      /* a struct v8_context_record */

@@ -20,8 +20,8 @@ static __always_inline void read_thread_context(struct sample_event *ev) {
     if (thread_pointer == 0) return;
     u64 record = 0;
     if (bpf_probe_read_user(&record, sizeof(record), (void *)(thread_pointer + *offset)) != 0 || record == 0) return;
-    if (bpf_probe_read_user(ev->context, THREAD_CONTEXT_BYTES, (void *)record) == 0) {
-        ev->context_size = THREAD_CONTEXT_BYTES;
+    if (bpf_probe_read_user(ev->context, OTEL_CONTEXT_BYTES, (void *)record) == 0) {
+        ev->context_size = OTEL_CONTEXT_BYTES;
     } else if (bpf_probe_read_user(ev->context, THREAD_CONTEXT_HEADER_BYTES, (void *)record) == 0) {
         ev->context_size = THREAD_CONTEXT_HEADER_BYTES; // a record at the end of its memory
     }

@@ -286,6 +286,7 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     record->object = frame;
     record->reached = V8_REACHED_FRAME;
     record->route_length = 0;
+    record->span_name_length = 0;
     record->store_map = 0;
 #pragma unroll
     for (int index = 0; index < V8_STORE_FIELDS; index++) record->store_fields[index].kind = V8_FIELD_NONE;
@@ -331,6 +332,13 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
         return;
     record->reached = V8_REACHED_IDS;
     record->object = span;
+    // Its name, read here: young spans move within milliseconds.
+    u16 name_at = config->span_name_at[span_map_index];
+    if (name_at != 0) {
+        s64 name_length =
+            v8_copy_string(config, v8_window_slot(span, name_at, span_window), record->span_name, V8_SPAN_NAME_CHARS);
+        if (name_length > 0) record->span_name_length = name_length > 254 ? 254 : name_length;
+    }
     // The span's http.route, where its attributes' map is known.
     record->route_length = V8_ROUTE_UNKNOWN;
     u16 attributes_at = config->attributes_at[span_map_index];

@@ -46,14 +46,15 @@ class Span:
     route: str
     start_ns: int
     end_ns: int
+    name: str
 
 
 def spans_of(path: Path) -> dict[str, Span]:
     """The server's spans, by trace id."""
     found = {}
     for line in path.read_text().splitlines():
-        _, trace_id, span_id, route, start, end = line.split()
-        found[trace_id] = Span(span_id, route, int(start), int(end))
+        _, trace_id, span_id, route, start, end, name = line.split(" ", 6)
+        found[trace_id] = Span(span_id, route, int(start), int(end), name)
     return found
 
 
@@ -94,16 +95,20 @@ def judge(profile: Profile, spans: dict[str, Span], pid: int) -> Counter:
             or labels["span_id"] != span.span_id
             or span.route != HANDLERS[handler]
             or labels.get("http.route", span.route) != span.route
+            or labels.get("span_name", span.name) != span.name
             or not span.start_ns <= sample.time_ns <= span.end_ns
         ):
             wrong.append((handler, labels, span, sample.time_ns))
         if labels.get("http.route") == span.route if span else False:
             counts[(handler, "routed")] += 1
+        if labels.get("span_name") == span.name if span else False:
+            counts[(handler, "named")] += 1
     assert wrong == [], wrong[:3]
     for handler in HANDLERS:
         assert counts[handler] >= 20, counts  # the handlers ran: a profile to judge
         assert counts[(handler, "labelled")] >= 0.95 * counts[handler], counts
         assert counts[(handler, "routed")] >= 0.9 * counts[(handler, "labelled")], counts
+        assert counts[(handler, "named")] >= 0.9 * counts[(handler, "labelled")], counts
     return counts
 
 

@@ -41,7 +41,7 @@ FRAMES_PER_CALL = 4  # frames per tail call of the walker: 32 calls cover MAX_FR
 # samples, 11 KiB at the 99th percentile, 22 KiB at the 99.9th (startup and
 # workload.js); perf --call-graph dwarf copies 8 KiB. The walk's per-CPU
 # scratch, which holds the copy, must stay under 32 KiB.
-STACK_COPY_BYTES = 27120  # 26.5 KiB (jitprof_abi.h)
+STACK_COPY_BYTES = 27088  # 26.5 KiB (jitprof_abi.h)
 WALKER_PROGRAM = 0
 COPIER_PROGRAM = 1
 ASYNC_PROGRAM = 2  # reads a V8 sample's async callers, then sends it

@@ -17,7 +17,7 @@ MAX_FRAMES = 127  # walked by the kernel
 MAX_STACK_FRAMES = 2048  # in all, the rest walked from a copy of the stack
 COMM_LEN = 16
 CONTEXT_WAKE = 0x80  # a sample's context_kind: its read stopped short and it woke the ring's reader
-THREAD_CONTEXT_BYTES = 144  # of an OpenTelemetry thread context record, at most, in a sample
+THREAD_CONTEXT_BYTES = 176  # of an OpenTelemetry thread context record, or a node one, at most, in a sample
 
 
 class EventType(enum.IntEnum):

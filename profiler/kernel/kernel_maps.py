@@ -99,6 +99,7 @@ class _V8ContextConfig(ctypes.Structure):
         ("trace_id_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
         ("span_id_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
         ("attributes_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
+        ("span_name_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
         ("attributes_maps", ctypes.c_uint64 * V8_CONTEXT_MAPS),
         ("route_at", ctypes.c_uint16 * V8_CONTEXT_MAPS),
         ("label_store_key", ctypes.c_uint64),

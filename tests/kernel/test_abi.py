@@ -41,6 +41,7 @@ CONSTANTS = [
     "V8_STORE_FIELDS",
     "V8_STORE_TEXT",
     "V8_ROUTE_CHARS",
+    "V8_SPAN_NAME_CHARS",
     "CONTEXT_OTEL",
     "CONTEXT_V8",
     "CONTEXT_WAKE",
@@ -195,6 +196,7 @@ STRUCTS = {
         "trace_id_at",
         "span_id_at",
         "attributes_at",
+        "span_name_at",
         "attributes_maps",
         "route_at",
         "label_store_key",
@@ -209,6 +211,7 @@ STRUCTS = {
     "v8_context_record": [
         "reached",
         "route_length",
+        "span_name_length",
         "reserved",
         "frame",
         "object",
@@ -217,6 +220,7 @@ STRUCTS = {
         "store_map",
         "store_fields",
         "route",
+        "span_name",
     ],
     "v8_store_field": ["kind", "length", "text"],
     "v8_async_frame": ["shared", "position", "kind", "reserved"],
@@ -390,12 +394,13 @@ def test_the_native_library_sees_the_same_row():
 
 def test_node_context_records_are_read_as_the_header_lays_them(abi):
     fields = STRUCTS["v8_context_record"]
-    assert [abi[f"v8_context_record.{field}"][0] for field in fields] == [0, 1, 2, 8, 16, 24, 40, 48, 56, 116]
+    assert [abi[f"v8_context_record.{field}"][0] for field in fields] == [0, 1, 2, 3, 8, 16, 24, 40, 48, 56, 116, 144]
     assert [abi[f"v8_store_field.{field}"][0] for field in STRUCTS["v8_store_field"]] == [0, 1, 2]
     assert abi["sizeof v8_store_field"] == 2 + node_async_context.STORE_TEXT == 2 + abi["V8_STORE_TEXT"]
     assert abi["V8_STORE_FIELDS"] == node_async_context.STORE_FIELDS
     assert node_async_context.RECORD.size == abi["sizeof v8_context_record"] <= abi["THREAD_CONTEXT_BYTES"]
     assert abi["V8_ROUTE_CHARS"] == node_async_context.ROUTE_CHARS
+    assert abi["V8_SPAN_NAME_CHARS"] == node_async_context.SPAN_NAME_CHARS
     assert (abi["V8_REACHED_IDS"], abi["V8_CONTEXT_MAPS"], abi["V8_CONTEXT_ENTRIES"]) == (
         node_async_context.REACHED_IDS,
         node_async_context.MAPS_KNOWN,

@@ -57,8 +57,10 @@ ATTRIBUTES_FIELD, ROUTE_ATTRIBUTE = "attributes", "http.route"
 # A span's attributes carried as labels, under the names the labels use
 # (its route comes from the kernel, read at the sample).
 SPAN_ATTRIBUTES = {"http.request.method": "http.method", "http.method": "http.method"}
-RECORD = struct.Struct("<BB6xQQ16s8sQ" + "BB18s" * 3 + "28s")  # struct v8_context_record
+RECORD = struct.Struct("<BBB5xQQ16s8sQ" + "BB18s" * 3 + "28s32s")  # struct v8_context_record
 ROUTE_CHARS = 28  # of a span's http.route the kernel reads (V8_ROUTE_CHARS)
+SPAN_NAME_CHARS = 32  # and of its name (V8_SPAN_NAME_CHARS)
+NAME_FIELD = "name"
 ROUTE_UNKNOWN = 255  # a record's route length: the span's attributes are of a map not known
 STORE_FIELDS = 3  # of a labelled store the kernel reads (V8_STORE_FIELDS)
 STORE_TEXT = 18  # characters of a field's string (V8_STORE_TEXT)
@@ -78,20 +80,22 @@ class Record:
     store_fields: tuple[str | None, ...] = ()  # its fields' values as text (None: not read)
     route: str | None = None  # the span's http.route (its first ROUTE_CHARS characters)
     route_unknown: bool = False  # its attributes were of a map not known
+    span_name: str | None = None  # the span's name (its first SPAN_NAME_CHARS characters), read at the sample
 
 
 def decode_record(data: bytes) -> Record | None:
     if len(data) < RECORD.size:
         return None
-    reached, route_length, frame, where, trace_id, span_id, store_map, *rest = RECORD.unpack_from(data)
-    fields, route = rest[:-1], rest[-1]
+    reached, route_length, name_length, frame, where, trace_id, span_id, store_map, *rest = RECORD.unpack_from(data)
+    fields, route, name = rest[:-2], rest[-2], rest[-1]
     trace, span = trace_id.hex(), span_id.hex()
     if reached == REACHED_IDS and not (_is_id(trace) and _is_id(span)):
         reached = REACHED_SPAN  # not ids as the SDK makes them: no label
     values = tuple(_field_text(*fields[index * 3 : index * 3 + 3]) for index in range(STORE_FIELDS))
     known_route = 0 < route_length < ROUTE_UNKNOWN
     text = route[: min(route_length, ROUTE_CHARS)].decode("latin-1") if known_route else None
-    return Record(reached, frame, where, trace, span, store_map, values, text, route_length == ROUTE_UNKNOWN)
+    span_name = name[: min(name_length, SPAN_NAME_CHARS)].decode("latin-1") if name_length else None
+    return Record(reached, frame, where, trace, span, store_map, values, text, route_length == ROUTE_UNKNOWN, span_name)
 
 
 def _field_text(kind: int, length: int, text: bytes) -> str | None:
@@ -116,7 +120,8 @@ class _Learned:
     store_key: int = 0
     span_key: int = 0
     contexts: dict[int, int] = field(default_factory=dict)  # map -> slot of its JSMap
-    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # map -> slots of its span context, its attributes (0: none)
+    # map -> slots of its span context, its attributes and its name (0: none)
+    spans: dict[int, tuple[int, int, int]] = field(default_factory=dict)
     span_contexts: dict[int, tuple[int, int]] = field(default_factory=dict)  # map -> slots of its ids
     attributes: dict[int, int] = field(default_factory=dict)  # map -> slot of http.route (0: none)
     label_store_key: int = 0
@@ -262,6 +267,9 @@ class NodeContexts:
         ids = (("trace_id", record.trace_id), ("span_id", record.span_id))
         route = (("http.route", record.route),) if record.route else ()
         named, final = self._span_labels(process, record)
+        if record.span_name:
+            # Read at the sample: a span moved before user space came to it keeps its name.
+            named = (("span_name", record.span_name), *(label for label in named if label[0] != "span_name"))
         return stored + ids + route + named, final and not record.route_unknown
 
     def _store_labels(self, process: _Process, record: Record) -> tuple[tuple[str, str], ...]:
@@ -389,6 +397,7 @@ class NodeContexts:
         config["span_maps"] = list(learned.spans)
         config["span_context_at"] = [slots[0] for slots in learned.spans.values()]
         config["attributes_at"] = [slots[1] for slots in learned.spans.values()]
+        config["span_name_at"] = [slots[2] for slots in learned.spans.values()]
         config["attributes_maps"] = list(learned.attributes)
         config["route_at"] = list(learned.attributes.values())
         config["span_context_maps"] = list(learned.span_contexts)
@@ -482,7 +491,12 @@ def _learn_span(properties: Properties, learned: _Learned, span: int) -> None:
     if trace is None or span_id is None:
         return
     attributes_slot = fields.get(ATTRIBUTES_FIELD)
-    _remember(learned.spans, span_map, (slot.slot, attributes_slot.slot if attributes_slot is not None else 0))
+    name_slot = fields.get(NAME_FIELD)
+    _remember(
+        learned.spans,
+        span_map,
+        (slot.slot, attributes_slot.slot if attributes_slot is not None else 0, name_slot.slot if name_slot is not None else 0),
+    )
     _remember(learned.span_contexts, context_map, (trace.slot, span_id.slot))
     attributes = properties.slot(span, attributes_slot) if attributes_slot is not None else None
     attributes_map = properties.map_of(attributes) if attributes is not None else None
@@ -503,8 +517,9 @@ def _learn_from_map(properties: Properties, learned: _Learned, map_word: int) ->
     span_context = fields.get(SPAN_CONTEXT_FIELD)
     trace, span_id, route = fields.get(TRACE_ID_FIELD), fields.get(SPAN_ID_FIELD), fields.get(ROUTE_ATTRIBUTE)
     if span_context is not None:
-        attributes = fields.get(ATTRIBUTES_FIELD)
-        _remember(learned.spans, map_word, (span_context.slot, attributes.slot if attributes is not None else 0))
+        attributes, name = fields.get(ATTRIBUTES_FIELD), fields.get(NAME_FIELD)
+        slots = (span_context.slot, attributes.slot if attributes is not None else 0, name.slot if name is not None else 0)
+        _remember(learned.spans, map_word, slots)
     elif trace is not None and span_id is not None:
         _remember(learned.span_contexts, map_word, (trace.slot, span_id.slot))
     elif route is not None:
@@ -530,7 +545,7 @@ def _read_span(properties: Properties, span: int, span_id: str) -> tuple[tuple[s
     if held is None or reader.string(held, 64) != span_id:
         return None
     found: list[tuple[str, str]] = []
-    name = properties.get(span, "name")
+    name = properties.get(span, NAME_FIELD)
     text = reader.string(name, MAX_TEXT) if name is not None else None
     if text:
         found.append(("span_name", text))

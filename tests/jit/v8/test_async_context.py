@@ -120,7 +120,8 @@ def test_learning_finds_the_store_the_span_key_and_where_ids_are():
     node._learn_from_frame(properties, learned, frame)
     assert learned.store_key == store_key and learned.span_key == span_key
     assert learned.contexts == {properties.map_of(context): 24}
-    assert learned.spans == {span_map: (24, OUT_OF_OBJECT | 0)}  # its span context, its attributes (outside)
+    # Its span context, its attributes and its name (both outside).
+    assert learned.spans == {span_map: (24, OUT_OF_OBJECT | 0, OUT_OF_OBJECT | 1)}
     assert learned.span_contexts == {span_context_map: (24, 32)}
     assert learned.attributes == {attributes_map: OUT_OF_OBJECT | 1}  # http.route, the second outside
 
@@ -144,7 +145,9 @@ def test_a_span_is_named_only_while_it_holds_the_sampled_span_id():
 
 
 def test_records_decode_to_ids_route_and_store_fields():
-    def record(reached: int, trace: str = TRACE, span: str = SPAN, route: bytes = b"/checkout", route_length: int = 9) -> bytes:
+    def record(
+        reached: int, trace: str = TRACE, span: str = SPAN, route: bytes = b"/checkout", route_length: int = 9, name: bytes = b""
+    ) -> bytes:
         fields = (
             node.FIELD_STRING,
             4,
@@ -157,11 +160,13 @@ def test_records_decode_to_ids_route_and_store_fields():
             struct.pack("<d", 2.5),
         )
         ids = bytes.fromhex(trace), bytes.fromhex(span)
-        return node.RECORD.pack(reached, route_length, 0x1001, 0x2001, *ids, 0x3001, *fields, route)
+        return node.RECORD.pack(reached, route_length, len(name), 0x1001, 0x2001, *ids, 0x3001, *fields, route, name)
 
     whole = node.decode_record(record(node.REACHED_IDS))
     assert whole is not None and (whole.trace_id, whole.span_id, whole.object, whole.route) == (TRACE, SPAN, 0x2001, "/checkout")
     assert whole.store_map == 0x3001 and whole.store_fields == ("acme", "-7", "2.5")
+    assert whole.span_name is None  # not read (a cons string, or its slot not known)
+    assert node.decode_record(record(node.REACHED_IDS, name=b"GET /checkout")).span_name == "GET /checkout"
     assert node.decode_record(record(node.REACHED_IDS, trace="0" * 32)).reached == node.REACHED_SPAN
     # A route longer than the kernel reads keeps its first characters; an unknown map, none.
     long_route = node.decode_record(record(node.REACHED_IDS, route=b"/a" * 14, route_length=40))
