@@ -76,13 +76,14 @@ def handler_of(profile: Profile, sample) -> str:  # noqa: ANN001
     return handler_named([profile.frames[frame_id].name for frame_id in sample.frame_ids])
 
 
-def judge(profile: Profile, spans: dict[str, Span], pid: int) -> Counter:
-    """Every label true; per handler, its samples and its labelled ones."""
+def judge(profile: Profile, spans: dict[str, Span], pid: int, off_cpu: bool = False) -> Counter:
+    """Every label true; per handler, its samples (off_cpu: its waits) and
+    its labelled ones."""
     counts: Counter = Counter()
     wrong = []
     for sample in profile.samples:
         handler = handler_of(profile, sample)
-        if sample.pid != pid or not handler:
+        if sample.pid != pid or not handler or (sample.off_cpu_ns > 0) != off_cpu:
             continue
         counts[handler] += 1
         labels = profile.labels_of(sample)
@@ -112,10 +113,17 @@ def judge(profile: Profile, spans: dict[str, Span], pid: int) -> Counter:
     return counts
 
 
-def serve(background, major: str, tmp_path: Path) -> tuple[subprocess.Popen, int, Path]:
+def serve(background, major: str, tmp_path: Path, *work: str) -> tuple[subprocess.Popen, int, Path]:
     spans = tmp_path / "spans.txt"
     server = background(
-        str(node_binary(major)), *NODES[major], str(SERVER), str(OTEL_MODULES), str(spans), stdout=subprocess.PIPE, text=True
+        str(node_binary(major)),
+        *NODES[major],
+        str(SERVER),
+        str(OTEL_MODULES),
+        str(spans),
+        *work,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     line = server.stdout.readline().split()
     assert line[:1] == ["port"], line
@@ -138,6 +146,26 @@ def test_an_attached_servers_samples_carry_their_requests(symbol_cache, tmp_path
     assert f"labelled with the AsyncLocalStorage of process {server.pid}" in stderr, stderr
     profile = read_raw(tmp_path / "out.jitprof")
     judge(profile, spans_of(spans), server.pid)
+
+
+def test_an_attached_servers_waits_carry_their_requests(symbol_cache, tmp_path, background):
+    """--off-cpu: a wait inside a request's own work (a 2 ms Atomics.wait
+    before its CPU work) is labelled with that request, read as the wait
+    ends; the CPU samples too."""
+    server, port, spans = serve(background, "24", tmp_path, "10", "2")
+    jitprof = jitprof_sampling(
+        symbol_cache, tmp_path, "--no-tui", "--off-cpu", "-F", "499", "--pid", str(server.pid), "-o", "out.jitprof"
+    )
+    client = load(background, "24", port)
+    assert client.wait(timeout=120) == 0
+    assert server.wait(timeout=60) == 0
+    _, stderr = jitprof.communicate(timeout=120)
+    assert jitprof.returncode == 0, stderr
+    profile = read_raw(tmp_path / "out.jitprof")
+    waits = judge(profile, spans_of(spans), server.pid, off_cpu=True)
+    judge(profile, spans_of(spans), server.pid)
+    # Each wait of each request is recorded: as many as requests of the route, about.
+    assert all(waits[handler] >= 0.5 * REQUESTS / len(HANDLERS) for handler in HANDLERS), waits
 
 
 def test_the_whole_machines_node_samples_carry_their_requests(symbol_cache, tmp_path, background):

@@ -501,7 +501,8 @@ class V8HeapSymbols(JitSymbolSource):
             return partly  # tried a moment ago (code being made, or moved, may read right soon)
         found = process.thread.run(lambda: self._frames(process, address, record, leaf))
         if found is None:
-            partly = None if leaf or record.late else process.thread.run(lambda: self._function_only(process, record))
+            whole_frame = not leaf and not record.late and not record.interpreter
+            partly = process.thread.run(lambda: self._function_only(process, record)) if whole_frame else None
             process.unnamed += 1
             process.failed[key] = (now, partly)
             return partly
@@ -625,16 +626,16 @@ class V8HeapSymbols(JitSymbolSource):
         return data if kind == layout.type_bytecode_array else 0
 
     def _function_only(self, process: _Process, record: V8FrameSlots) -> RecordedFrames | None:
-        """A frame below the leaf, read at its sample, whose code or bytecode
-        no longer reads (freed, deoptimized, flushed since): its function slot,
+        """A frame of compiled code below the leaf, read at its sample, whose
+        code no longer reads (freed, deoptimized since): its function slot,
         written by its own prologue, still names it; where in it, and what it
-        inlined, are not known."""
+        inlined, are not known. (Not a frame whose pc is in V8's builtins:
+        many of those hold a function that is not theirs, or none.)"""
         shared = self._shared(process, record.shared)
         if shared is None:
             return None
-        tier = Tier.INTERPRETED.value if record.interpreter else ""
-        frame = _frame(shared, Tier.INTERPRETED, None, inlined=False)
-        return RecordedFrames((dataclasses.replace(frame, tier=tier),), keep_native=False)
+        frame = _frame(shared, Tier.TURBOFAN, None, inlined=False)
+        return RecordedFrames((dataclasses.replace(frame, tier=""),), keep_native=False)
 
     def _owned_by_code(self, process: _Process, address: int, record: V8FrameSlots) -> V8FrameSlots:
         """A frame walked from a stack copy, not the leaf: its pc is a return

@@ -456,8 +456,8 @@ def test_a_built_frame_whose_code_no_longer_reads_keeps_its_function():
     """Below the leaf a frame's function slot was written by its own
     prologue: read at the sample, it names the frame when its code (freed or
     deoptimized since) no longer reads, without a line it cannot know. The
-    leaf (maybe a callee before its frame is built) and a frame whose function
-    was read after the sample stay unnamed."""
+    leaf (maybe a callee before its frame is built), a frame whose function
+    was read after the sample and a builtin's frame stay unnamed."""
     from profiler.jit.v8.heap_source import _Process  # noqa: PLC0415
     from profiler.kernel.events import V8FrameSlots  # noqa: PLC0415
     from profiler.kernel.process_memory import MemoryThread  # noqa: PLC0415
@@ -478,5 +478,7 @@ def test_a_built_frame_whose_code_no_longer_reads_keeps_its_function():
         assert symbols.expand_recorded(4242, 0x50001234, optimized, False) == found  # until it is tried again
         assert symbols.expand_recorded(4242, 0x50001234, optimized._replace(frame_index=0), True) is None
         assert symbols.expand_recorded(4242, 0x50001238, optimized._replace(late=True), False) is None
+        # A pc in V8's builtins: the function its frame holds may not be its own.
+        assert symbols.expand_recorded(4242, 0x5000123C, optimized._replace(interpreter=True), False) is None
     finally:
         process.thread.close()
