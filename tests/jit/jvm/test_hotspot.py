@@ -6,6 +6,7 @@ reads as nothing, never as another method."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import struct
 
@@ -820,7 +821,7 @@ def test_a_build_whose_tables_do_not_check_out_is_read_again_after_a_growing_pau
     tables = Tables()
     tables.lay_out({"Symbol": 8}, [("Symbol", "_length", "u2", 4, False)])  # no code heaps: refused as incomplete
     identity = (1, 2, 3)
-    monkeypatch.setattr(layout, "libjvm_symbols", lambda _path: (tables.symbols, identity))
+    monkeypatch.setattr(layout, "opened_libjvm", lambda _path: contextlib.nullcontext((identity, lambda: tables.symbols)))
     monkeypatch.setattr(layout, "_failures", {})
     monkeypatch.setattr(layout, "_layouts", {})
     clock = [1000.0]
@@ -843,9 +844,14 @@ def test_a_build_whose_tables_do_not_check_out_is_read_again_after_a_growing_pau
     layout._failures.clear()
     good = Tables()
     good.lay_out({"Symbol": 8}, [])
-    monkeypatch.setattr(layout, "libjvm_symbols", lambda _path: (good.symbols, (4, 5, 6)))
+    symbol_reads = []
+    monkeypatch.setattr(
+        layout, "opened_libjvm", lambda _path: contextlib.nullcontext(((4, 5, 6), lambda: symbol_reads.append(1) or good.symbols))
+    )
     monkeypatch.setattr(layout, "layout_from_tables", lambda _memory, _tables, _bias: LAYOUT)
     assert layout.layout_of(good.jvm.memory, "/proc/2/map_files/x", BIAS) is LAYOUT and layout._failures == {}
+    # Another JVM of the build: known by the file's identity, its symbols not read again.
+    assert layout.layout_of(good.jvm.memory, "/proc/3/map_files/x", BIAS) is LAYOUT and symbol_reads == [1]
 
 
 def test_a_segment_map_of_ones_is_walked_a_bounded_number_of_hops():

@@ -10,14 +10,15 @@ as before (perf map) or not at all.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import struct
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from profiler.native import elf_format
 from profiler.native.elf import MAX_ELF_BYTES
@@ -242,19 +243,25 @@ def forget_layout(path: str) -> None:
         _layouts.pop((info.st_dev, info.st_ino, info.st_mtime_ns), None)
 
 
-def libjvm_symbols(path: str) -> tuple[dict[str, int], tuple[int, int, int]]:
-    """The file addresses of the tables' exported symbols, and the file's
-    identity (device, inode, mtime): its tables are the same for every JVM of it."""
+@contextlib.contextmanager
+def opened_libjvm(path: str) -> Iterator[tuple[tuple[int, int, int], Callable[[], dict[str, int]]]]:
+    """The file's identity (device, inode, mtime: its tables are the same
+    for every JVM of it), and how to read the file addresses of the tables'
+    exported symbols (and of the safepoint counter, from .symtab), from the
+    one file opened."""
     with files.open_regular(path, MAX_ELF_BYTES) as handle:
         info = os.fstat(handle.fileno())
-        identity = (info.st_dev, info.st_ino, info.st_mtime_ns)
-        found = elf_format.symbols_named(handle, (b"gHotSpotVM",), 64, elf_format.SHT_DYNSYM)
-        found += elf_format.symbols_named(handle, (SAFEPOINT_COUNTER_SYMBOL,), 1, elf_format.SHT_SYMTAB)
+        yield (info.st_dev, info.st_ino, info.st_mtime_ns), lambda: _symbols_of(handle)
+
+
+def _symbols_of(handle: BinaryIO) -> dict[str, int]:
+    found = elf_format.symbols_named(handle, (b"gHotSpotVM",), 64, elf_format.SHT_DYNSYM)
+    found += elf_format.symbols_named(handle, (SAFEPOINT_COUNTER_SYMBOL,), 1, elf_format.SHT_SYMTAB)
     symbols = {symbol.name.partition("@")[0]: symbol.value for symbol in found}
     missing = [name for name in _SYMBOLS if name not in symbols]
     if missing:
         raise LayoutError(f"its libjvm.so exports no {missing[0]} (not a HotSpot JVM, or a very old one)")
-    return symbols, identity
+    return symbols
 
 
 class _Strings:
@@ -558,15 +565,22 @@ def layout_of(memory: Memory, path: str, bias: int) -> HotSpotLayout:
     """The layout of the JVM whose libjvm.so is at path (a /proc/PID/map_files
     entry) and loaded at bias, read once per build; LayoutError (or OSError)
     when there is none."""
-    symbols, identity = libjvm_symbols(path)
-    with _layouts_lock:
-        known = _layouts.get(identity)
-    if known is not None:
-        return known
-    waiting = _remembered(identity)
-    if waiting is not None:
-        raise waiting
-    now = time.monotonic()
+    with opened_libjvm(path) as (identity, read_symbols):
+        # Known by its identity before its symbols are read: every JVM of a
+        # build (a program forking children on it) costs one read.
+        with _layouts_lock:
+            known = _layouts.get(identity)
+        if known is not None:
+            return known
+        waiting = _remembered(identity)
+        if waiting is not None:
+            raise waiting
+        now = time.monotonic()
+        try:
+            symbols = read_symbols()
+        except LayoutError as error:
+            _failed(identity, str(error), now)
+            raise
     try:
         known = layout_from_tables(memory, read_tables(memory, symbols, bias), bias)
         counter = symbols.get(SAFEPOINT_COUNTER_SYMBOL.decode())
