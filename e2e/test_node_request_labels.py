@@ -81,9 +81,23 @@ def judge(profile: Profile, spans: dict[str, Span], pid: int, off_cpu: bool = Fa
     its labelled ones."""
     counts: Counter = Counter()
     wrong = []
-    for sample in profile.samples:
+    handled = [
+        sample
+        for sample in profile.samples
+        if sample.pid == pid and handler_of(profile, sample) and (sample.off_cpu_ns > 0) == off_cpu
+    ]
+    # Until jitprof has learned where the process keeps its context (from
+    # its first samples in a request), samples have no label: that start is
+    # judged apart, as a share of the run, and the rest by sample.
+    labelled_at = [sample.time_ns for sample in handled if "trace_id" in profile.labels_of(sample)]
+    assert handled and labelled_at, "no sample in a handler, or none labelled"
+    times = [sample.time_ns for sample in handled]
+    first, learned, last = min(times), min(labelled_at), max(times)
+    assert learned - first <= 0.1 * (last - first), (learned - first, last - first)
+    for sample in handled:
         handler = handler_of(profile, sample)
-        if sample.pid != pid or not handler or (sample.off_cpu_ns > 0) != off_cpu:
+        if sample.time_ns < learned:
+            counts["before labels"] += 1
             continue
         counts[handler] += 1
         labels = profile.labels_of(sample)
