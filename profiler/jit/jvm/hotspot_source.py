@@ -721,7 +721,7 @@ class HotSpotStructures(JitSymbolSource):
             # Read again whole: a class made from the same bytes, in the
             # memory an unloaded one freed, has the same layout at the same
             # addresses, down to its name's Symbol; only what it says differs.
-            found_again = jvm.thread.run(lambda: (self._gc_count(jvm), reader.method(address)))
+            found_again = jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
             collections_then, again = found_again if found_again is not None else (None, None)
             if again is not None and again == entry.method:
                 entry.confirmed_ns = now
@@ -733,7 +733,7 @@ class HotSpotStructures(JitSymbolSource):
         if entry is None:
             if sampled_ns is not None and sampled_ns < now - EARLY_SLACK_NS:
                 return self._retired_method(jvm, address, sampled_ns)  # read too late: another method may have been there then
-            found = jvm.thread.run(lambda: (self._gc_count(jvm), reader.method(address)))
+            found = jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
             gc_count, method = found if found is not None else (None, None)
             if sampled_ns is None:
                 valid_from = now - EARLY_SLACK_NS  # a compiled method's: its blob says since when
@@ -759,14 +759,14 @@ class HotSpotStructures(JitSymbolSource):
         if seen is not None and seen[1] >= since_ns:
             return seen
         assert jvm.thread is not None
-        count = jvm.thread.run(lambda: HotSpotStructures._gc_count(jvm))
+        count = jvm.thread.run(lambda: HotSpotStructures._unloading_count_now(jvm))
         if count is None:
             return None
         jvm.gc_seen = (count, time.monotonic_ns())
         return jvm.gc_seen
 
     @staticmethod
-    def _gc_count(jvm: _Jvm) -> int | None:
+    def _unloading_count_now(jvm: _Jvm) -> int | None:
         assert jvm.reader is not None
         unloading = jvm.unloading
         data = jvm.reader.memory.read(unloading.address, 4) if unloading is not None else None

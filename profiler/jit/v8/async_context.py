@@ -491,12 +491,7 @@ def _learn_span(properties: Properties, learned: _Learned, span: int) -> None:
     if trace is None or span_id is None:
         return
     attributes_slot = fields.get(ATTRIBUTES_FIELD)
-    name_slot = fields.get(NAME_FIELD)
-    _remember(
-        learned.spans,
-        span_map,
-        (slot.slot, attributes_slot.slot if attributes_slot is not None else 0, name_slot.slot if name_slot is not None else 0),
-    )
+    _remember(learned.spans, span_map, _span_slots(slot.slot, fields))
     _remember(learned.span_contexts, context_map, (trace.slot, span_id.slot))
     attributes = properties.slot(span, attributes_slot) if attributes_slot is not None else None
     attributes_map = properties.map_of(attributes) if attributes is not None else None
@@ -517,13 +512,18 @@ def _learn_from_map(properties: Properties, learned: _Learned, map_word: int) ->
     span_context = fields.get(SPAN_CONTEXT_FIELD)
     trace, span_id, route = fields.get(TRACE_ID_FIELD), fields.get(SPAN_ID_FIELD), fields.get(ROUTE_ATTRIBUTE)
     if span_context is not None:
-        attributes, name = fields.get(ATTRIBUTES_FIELD), fields.get(NAME_FIELD)
-        slots = (span_context.slot, attributes.slot if attributes is not None else 0, name.slot if name is not None else 0)
-        _remember(learned.spans, map_word, slots)
+        _remember(learned.spans, map_word, _span_slots(span_context.slot, fields))
     elif trace is not None and span_id is not None:
         _remember(learned.span_contexts, map_word, (trace.slot, span_id.slot))
     elif route is not None:
         _remember(learned.attributes, map_word, route.slot)
+
+
+def _span_slots(span_context_slot: int, fields: dict) -> tuple[int, int, int]:
+    """What the kernel is told of a span's map: the slots of its span
+    context, its attributes and its name (0: it has none)."""
+    attributes, name = fields.get(ATTRIBUTES_FIELD), fields.get(NAME_FIELD)
+    return span_context_slot, attributes.slot if attributes is not None else 0, name.slot if name is not None else 0
 
 
 def _remember(known: dict, map_word: int, slots: object) -> None:

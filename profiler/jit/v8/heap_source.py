@@ -634,8 +634,7 @@ class V8HeapSymbols(JitSymbolSource):
         shared = self._shared(process, record.shared)
         if shared is None:
             return None
-        frame = _frame(shared, Tier.TURBOFAN, None, inlined=False)
-        return RecordedFrames((dataclasses.replace(frame, tier=""),), keep_native=False)
+        return RecordedFrames((_frame(shared, None, None, inlined=False),), keep_native=False)
 
     def _owned_by_code(self, process: _Process, address: int, record: V8FrameSlots) -> V8FrameSlots:
         """A frame walked from a stack copy, not the leaf: its pc is a return
@@ -803,7 +802,7 @@ def _wrapped(reader: HeapReader, layout: V8Layout, tagged: int) -> int:
     return tagged
 
 
-def _frame(shared: SharedInfo, tier: Tier, position: int | None, inlined: bool) -> Frame:
+def _frame(shared: SharedInfo, tier: Tier | None, position: int | None, inlined: bool) -> Frame:
     script = shared.script
     file = script.name if script is not None else ""
     function_line = function_column = 0
@@ -824,7 +823,7 @@ def _frame(shared: SharedInfo, tier: Tier, position: int | None, inlined: bool) 
         file,
         line,
         column,
-        tier.value,
+        tier.value if tier is not None else "",  # None: not known
         inlined,
         exact,
         function_line,
