@@ -126,13 +126,14 @@ def test_a_started_nodes_samples_show_their_await_chain(jitprof, tmp_path, major
     assert run.returncode == 0, run.stderr
     expected = v8_chains(run.stdout)
     assert [[name for name, _, _ in chain] for chain in expected] == [["main", "handler", "loadUser"]], expected
-    assert_chains(read_raw(tmp_path / "out.jitprof"), expected)
-    # The folded stacks carry the marks: handler > loadUser > parseRow.
+    whole = assert_chains(read_raw(tmp_path / "out.jitprof"), expected)
+    # The folded stacks carry the marks, for every sample the raw profile
+    # chained whole: handler > loadUser > parseRow.
     folded = [line for line in read_folded(tmp_path / "out.folded") if any(f.startswith("parseRow ") for f in line.frames)]
     marked = [
         line for line in folded if re.search(r"\[async\] handler [^;]*;\[async\] loadUser [^;]*;parseRow ", ";".join(line.frames))
     ]
-    assert sum(line.count for line in marked) >= 0.9 * sum(line.count for line in folded)
+    assert sum(line.count for line in marked) >= sum(whole.values()), (marked, whole)
 
 
 @pytest.mark.parametrize("major", MAJORS)
@@ -178,24 +179,29 @@ def test_a_hundred_requests_in_flight_never_share_a_chain(jitprof, tmp_path):
     assert run.returncode == 0, run.stderr
     assert "done" in run.stdout
     profile = read_raw(tmp_path / "out.jitprof")
-    own = wrong = total = 0
+    timed = []
     for sample in profile.samples:
         names = [profile.frames[frame_id].name for frame_id in sample.frame_ids]
         leaf = next((re.match(r"parseRow_(\d+) ", name) for name in reversed(names) if name.startswith("parseRow_")), None)
         if leaf is None:
             continue
-        total += 1
         callers = [re.match(r"\[async\] (\w+?)_(\d+) ", name) for name in names if name.startswith("[async] ")]
         ids = {match.group(2) for match in callers if match and match.group(1) in ("loadUser", "handler")}
-        if ids == {leaf.group(1)}:
-            own += 1
-        elif ids:
-            wrong += 1
-    assert total >= 100, total
-    assert wrong == 0
+        timed.append((sample.time_ns, leaf.group(1), ids))
+    assert len(timed) >= 100, len(timed)
+    assert not [ids for _time, leaf, ids in timed if ids and ids != {leaf}]
+    # Judged from the first sample jitprof could chain (a spawned node's
+    # first samples come before its binary is read), that start at most a
+    # fifth of the run.
+    chained_at = [time_ns for time_ns, _leaf, ids in timed if ids]
+    assert chained_at, timed[:5]
+    first, read, last = min(time_ns for time_ns, _, _ in timed), min(chained_at), max(time_ns for time_ns, _, _ in timed)
+    assert read - first <= 0.2 * (last - first), (read - first, last - first)
+    judged = [(leaf, ids) for time_ns, leaf, ids in timed if time_ns >= read]
+    own = sum(1 for leaf, ids in judged if ids == {leaf})
     # Most show their own (some are taken inside a scavenge, which cuts the
     # chain, or name functions the process took with it when it exited).
-    assert own >= 0.8 * total, (own, total)
+    assert own >= 0.8 * len(judged), (own, len(judged))
 
 
 def test_no_async_leaves_them_out(jitprof, tmp_path):
