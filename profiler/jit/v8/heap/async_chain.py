@@ -5,10 +5,14 @@ promises, reactions and generators keep their fields. Read once per binary
 with its layout (layout.py: the same pass over its symbols).
 
 The current microtask's root is the field V8's own accessor
-(FactoryBase<Factory>::current_microtask) loads; the builtin ids are the
-indexes of V8's builtin_metadata table, whose entries name them. The
-objects' layouts are V8's Torque classes, the same from V8 12.4 (node 22) to
-14 (node 26), checked by the kernel's instance-type checks at every step."""
+(FactoryBase<Factory>::current_microtask) loads; V8 11.3 (node 20) inlines
+that accessor everywhere, and there it is the root V8's RunMicrotasks
+builtin stores each task it runs in (and undefined after). The builtin ids
+are the indexes of V8's builtin_metadata table, whose entries name them. The
+objects' layouts are V8's Torque classes, the same from V8 11.3 (node 20) to
+14 (node 26) but for the continuation-preserved embedder data, which V8 12
+moved to the front of a task and of a reaction; the kernel checks instance
+types at every step."""
 
 from __future__ import annotations
 
@@ -31,6 +35,11 @@ NAMES_WINDOW_BYTES = 1 << 16  # of the builtins' names, read at once
 MAX_NAME_BYTES = 64
 MAX_NAME_READS = 256
 MIN_VERSION = (12, 4)
+LEADING_DATA_VERSION = (12, 4)  # the embedder data first in tasks and reactions
+LEGACY_VERSION = (11, 3)  # node 20: the embedder data last, the accessor inlined
+RUN_MICROTASKS = "Builtins_RunMicrotasks"
+RUN_MICROTASKS_BYTES = 4096  # of the builtin decoded
+ISOLATE_ROOT_BIAS = 0x80  # V8's root register points this far into the Isolate (kIsolateRootBias)
 POINTER = 8
 
 # struct v8_async_config.builtin_roles (bpf/jitprof_abi.h V8_ROLE_*).
@@ -65,6 +74,7 @@ class AsyncChain:
     isolate_tls: int  # g_current_isolate_ from the thread pointer
     microtask_at: int  # the isolate's current microtask
     builtins: tuple[tuple[int, int], ...]  # (builtin id, ROLE_*)
+    leading_data: bool = True  # tasks and reactions begin with the embedder data (V8 12.4 on)
 
 
 def read_chain(
@@ -75,16 +85,19 @@ def read_chain(
     version: tuple[int, int],
 ) -> AsyncChain:
     """AsyncChain from the binary's symbols (SYMBOL_PREFIXES and isolate's among them)."""
-    if version < MIN_VERSION:
+    if version < MIN_VERSION and version != LEGACY_VERSION:
         raise AsyncChainError(
             f"its V8 {version[0]}.{version[1]} lays out promises and microtasks otherwise; jitprof reads them "
-            "from V8 12.4 (node 22) on"
+            "in V8 11.3 (node 20) and from V8 12.4 (node 22) on"
         )
     try:
         isolate_tls = isolate.thread_isolate_offset(handle, header, symbols)
     except isolate.IsolateError as error:
         raise AsyncChainError(str(error)) from error
-    accessor = next((symbol for symbol in symbols if symbol.name == CURRENT_MICROTASK), None)
+    accessor = next(
+        (symbol for symbol in symbols if symbol.name == (CURRENT_MICROTASK if version >= MIN_VERSION else RUN_MICROTASKS)),
+        None,
+    )
     metadata = next(
         (
             symbol
@@ -96,21 +109,41 @@ def read_chain(
     if accessor is None or metadata is None:
         raise AsyncChainError("its V8 symbols do not say where the current microtask is")
     try:
-        code = elf_format.symbol_prefix(handle, accessor, sections, header, isolate.CODE_BYTES)
+        code_bytes = isolate.CODE_BYTES if version >= MIN_VERSION else RUN_MICROTASKS_BYTES
+        code = elf_format.symbol_prefix(handle, accessor, sections, header, code_bytes)
         ids = builtin_ids(handle, header, sections, metadata)
     except PARSE_ERRORS as error:
         raise AsyncChainError(f"its symbols cannot be read ({error})") from error
     if code is None:
-        raise AsyncChainError("its current_microtask() has no code in the file")
+        raise AsyncChainError(f"its {accessor.name} has no code in the file")
     missing = sorted(NEEDED - ids.keys())
     if missing:
         raise AsyncChainError(f"its V8 has no builtin {missing[0]}")
     builtins = tuple((ids[name], role) for name, role in BUILTIN_ROLES.items() if name in ids)[:MAX_BUILTINS]
     try:
-        microtask_at = isolate.loaded_field(code, "current_microtask()")
+        if version >= MIN_VERSION:
+            microtask_at = isolate.loaded_field(code, "current_microtask()")
+        else:
+            microtask_at = stored_root(code) + ISOLATE_ROOT_BIAS
     except isolate.IsolateError as error:
         raise AsyncChainError(str(error)) from error
-    return AsyncChain(isolate_tls, microtask_at, builtins)
+    return AsyncChain(isolate_tls, microtask_at, builtins, leading_data=version >= LEADING_DATA_VERSION)
+
+
+def stored_root(code: bytes) -> int:
+    """The root RunMicrotasks keeps its running task in: its first store
+    relative to the root register (`mov %reg, disp32(%r13)`), which the
+    builtin stores again (undefined) when the queue is done; any other
+    shape is refused."""
+    stores: list[int] = []
+    for at in range(len(code) - 6):
+        rex, opcode, modrm = code[at], code[at + 1], code[at + 2]
+        # REX.W and REX.B (r13), any source register; mod 10, rm 101: disp32(%r13).
+        if rex in (0x49, 0x4D) and opcode == 0x89 and modrm & 0xC7 == 0x85:
+            stores.append(_DISPLACEMENT.unpack_from(code, at + 3)[0])
+    if not stores or stores.count(stores[0]) < 2 or not 0 < stores[0] < 1 << 16 or stores[0] % POINTER:
+        raise isolate.IsolateError(f"its {RUN_MICROTASKS} is not the code jitprof knows")
+    return stores[0]
 
 
 def builtin_ids(
@@ -193,6 +226,7 @@ def kernel_config(
 ) -> dict[str, int | tuple[int, ...]]:
     """struct v8_async_config's fields, by name."""
     slots = 2 * POINTER  # a Context's slots follow its map and length
+    lead = 1 if chain.leading_data else 0
     return {
         "isolate_tls": chain.isolate_tls,
         "microtask_at": chain.microtask_at,
@@ -212,13 +246,14 @@ def kernel_config(
         "function_shared_at": function_shared_at,
         "function_context_at": function_context_at,
         "shared_builtin_at": shared_builtin_at,
-        # Microtask and PromiseReaction begin with the continuation-preserved embedder data.
-        "task_handler_at": 4 * POINTER,  # map, embedder data, argument, context, handler
-        "task_promise_at": 5 * POINTER,
-        "reaction_next_at": 2 * POINTER,
-        "reaction_reject_at": 3 * POINTER,
-        "reaction_fulfill_at": 4 * POINTER,
-        "reaction_promise_at": 5 * POINTER,
+        # From V8 12.4 a Microtask and a PromiseReaction begin with the
+        # continuation-preserved embedder data; before, it came last.
+        "task_handler_at": (3 + lead) * POINTER,  # map, [embedder data], argument, context, handler
+        "task_promise_at": (4 + lead) * POINTER,
+        "reaction_next_at": (1 + lead) * POINTER,
+        "reaction_reject_at": (2 + lead) * POINTER,
+        "reaction_fulfill_at": (3 + lead) * POINTER,
+        "reaction_promise_at": (4 + lead) * POINTER,
         "promise_reactions_at": 3 * POINTER,  # after a JSObject's map, properties, elements
         "promise_flags_at": 4 * POINTER,
         "generator_function_at": 3 * POINTER,
