@@ -397,7 +397,9 @@ struct v8_context_config {
     __u8 learning;          /* user space learns this process's objects: a record that stops short wakes it at once */
     __u8 thin_one_byte_tag; /* a ThinString (an internalized string's forwarder, as a Map key leaves it) */
     __u8 thin_actual_at;
-    __u8 reserved[3];
+    __u8 cons_one_byte_tag; /* a ConsString of one-byte halves (0: not read) */
+    __u8 cons_first_at;     /* its first half, the second right after */
+    __u8 reserved;
 };
 /* What a sample's read of it found (struct sample_event.context, with
  * context_kind CONTEXT_V8). */

@@ -142,10 +142,6 @@ static __always_inline u64 v8_field_by_map(u64 object, const u64 *maps, const u1
     return 0;
 }
 
-// Copy a string's first characters (up to max; one-byte, sequential, a
-// slice of a sequential one (an id parsed from a traceparent header), or a
-// thin string forwarding to one) into
-// out; its length (-1: not such a string).
 // A string's map and length: its first 16 bytes in one read (V8 keeps the
 // length at 12); -1 if it is not an object.
 static __always_inline int v8_string_head(const struct v8_context_config *config, u64 string, u64 *map, u32 *length) {
@@ -162,7 +158,11 @@ static __always_inline int v8_string_head(const struct v8_context_config *config
                : 0;
 }
 
-static __always_inline s64 v8_copy_string(const struct v8_context_config *config, u64 string, char *out, u32 max) {
+// Copy a string's first characters (up to max; one-byte, sequential, a
+// slice of a sequential one (an id parsed from a traceparent header), or a
+// thin string forwarding to one) into
+// out; its length (-1: not such a string).
+static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, u64 string, char *out, u32 max) {
     u64 map = 0;
     u32 length = 0;
     if (v8_string_head(config, string, &map, &length) != 0) return -1;
@@ -198,6 +198,30 @@ static __always_inline s64 v8_copy_string(const struct v8_context_config *config
     return length;
 }
 
+// A name a program joined (a template literal's `${method} ${route}`, 13
+// characters or more) is a ConsString of two halves: each copied as a flat
+// string, one after the other. Deeper joins are not read here.
+static __always_inline s64 v8_copy_joined(const struct v8_context_config *config, u64 string, char *out, u32 max) {
+    u64 map = v8_map_of(string);
+    if (map == 0) return -1;
+    u16 type = v8_type_of(map, config->map_type_at);
+    if (config->cons_one_byte_tag == 0 || type >= config->first_nonstring_type ||
+        (type & config->string_tag_mask) != config->cons_one_byte_tag)
+        return v8_copy_flat(config, string, out, max);
+    u64 halves[2]; /* first, second: side by side */
+    if (bpf_probe_read_user(halves, sizeof(halves), (void *)(string - V8_HEAP_OBJECT_TAG + config->cons_first_at)) != 0)
+        return -1;
+    s64 first = v8_copy_flat(config, halves[0], out, max);
+    if (first < 0) return -1;
+    if (first < max) {
+        u32 at = (u32)first & (V8_SPAN_NAME_CHARS - 1);
+        s64 second = v8_copy_flat(config, halves[1], out + at, max - at);
+        if (second < 0) return -1;
+        return first + second;
+    }
+    return first; /* the first half fills it: the length is at least this */
+}
+
 static __always_inline int v8_nibble(char digit) {
     if (digit >= '0' && digit <= '9') return digit - '0';
     if (digit >= 'a' && digit <= 'f') return digit - 'a' + 10;
@@ -206,7 +230,7 @@ static __always_inline int v8_nibble(char digit) {
 
 // An id string of exactly 2 * bytes lowercase hex digits, as bytes.
 static __always_inline int v8_read_hex_id(const struct v8_context_config *config, u64 string, u8 *out, u32 bytes, char *digits) {
-    if (v8_copy_string(config, string, digits, bytes * 2) != bytes * 2) return -1;
+    if (v8_copy_flat(config, string, digits, bytes * 2) != bytes * 2) return -1;
     int bad = 0;
 #pragma unroll
     for (int index = 0; index < TRACE_ID_CHARS / 2; index++) {
@@ -336,7 +360,7 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     u16 name_at = config->span_name_at[span_map_index];
     if (name_at != 0) {
         s64 name_length =
-            v8_copy_string(config, v8_window_slot(span, name_at, span_window), record->span_name, V8_SPAN_NAME_CHARS);
+            v8_copy_joined(config, v8_window_slot(span, name_at, span_window), record->span_name, V8_SPAN_NAME_CHARS);
         if (name_length > 0) record->span_name_length = name_length > 254 ? 254 : name_length;
     }
     // The span's http.route, where its attributes' map is known.
@@ -351,7 +375,7 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     }
     record->route_length = 0;
     if (config->route_at[which] == 0) return; // attributes without a route
-    s64 length = v8_copy_string(config, route, record->route, V8_ROUTE_CHARS);
+    s64 length = v8_copy_joined(config, route, record->route, V8_ROUTE_CHARS);
     if (length > 0) record->route_length = length > 254 ? 254 : length;
 #endif
 }

@@ -109,7 +109,9 @@ class _V8ContextConfig(ctypes.Structure):
         ("learning", ctypes.c_uint8),
         ("thin_one_byte_tag", ctypes.c_uint8),
         ("thin_actual_at", ctypes.c_uint8),
-        ("reserved", ctypes.c_uint8 * 3),
+        ("cons_one_byte_tag", ctypes.c_uint8),
+        ("cons_first_at", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8),
     ]
 
 

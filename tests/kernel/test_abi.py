@@ -206,6 +206,8 @@ STRUCTS = {
         "learning",
         "thin_one_byte_tag",
         "thin_actual_at",
+        "cons_one_byte_tag",
+        "cons_first_at",
         "reserved",
     ],
     "v8_context_record": [

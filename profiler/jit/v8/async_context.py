@@ -221,6 +221,11 @@ class NodeContexts:
             "sliced_offset_at": layout.sliced_offset,
             "thin_one_byte_tag": layout.thin_string_tag | layout.one_byte_string_tag,
             "thin_actual_at": layout.thin_actual,
+            # The kernel reads a ConsString's halves in one read: side by side.
+            "cons_one_byte_tag": layout.cons_string_tag | layout.one_byte_string_tag
+            if layout.cons_second == layout.cons_first + 8
+            else 0,
+            "cons_first_at": layout.cons_first,
             "heap_number_type": layout.objects.heap_number_type,
         }
         process = _Process(
