@@ -249,6 +249,31 @@ def test_bun_s_interpreter_is_named_by_handler(jitprof, tmp_path, background):
     assert total(deep) >= 0.5 * total(interpreted)
 
 
+def test_a_bun_gone_too_soon_is_named_by_the_handlers_a_live_one_showed(jitprof, tmp_path, background):
+    """A bun's interpreter handlers are read from a live bun's memory; a
+    quarter-second script is gone before that. The handlers a live bun of
+    the same binary showed are kept in the cache and name it."""
+    if not BUN.exists():
+        pytest.skip("bun is not installed (make setup-tests)")
+    live = start_runtime(background, "bun", tmp_path, {"BUN_JSC_useJIT": "0"})
+    try:
+        run = jitprof("-F", "499", "--pid", str(live.pid), "-d", "1", "-o", "live.folded")
+    finally:
+        stop(live)
+    assert run.returncode == 0, run.stderr
+    assert any(frame.startswith("llint_") for line in read_folded(tmp_path / "live.folded") for frame in line.frames)
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_"))}
+    run = jitprof("-F", "499", "-o", "out.folded", "--", *command("bun", "0.25"), env={**environment, "BUN_JSC_useJIT": "0"})
+    assert run.returncode == 0, run.stderr
+    lines = read_folded(tmp_path / "out.folded")
+    assert total(lines) >= 25
+    # All its JavaScript runs in the interpreter: every sample but bun's own
+    # start (without the kept handlers: none of them, all `bun+0x…`).
+    named = [line for line in lines if any(frame.startswith("llint_") for frame in line.frames)]
+    assert total(named) >= 0.75 * total(lines), sorted(lines, key=lambda line: -line.count)[:5]
+    assert {"llint_op_mul", "llint_op_add", "llint_op_mod"} <= {frame for line in named for frame in line.frames}
+
+
 def test_another_user_s_bun_is_placed_by_its_own_bun(jitprof, tmp_path, background):
     """A bun run by nobody with its jitdump options, attached: its functions'
     scripts and lines come from nobody's own bun transpiling nobody's scripts

@@ -4,12 +4,22 @@ jitprof's own bun's binary, and the opcode maps a live bun fills."""
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
 
-from profiler.jit.bun.interpreter import OpcodeTables, handlers_from, names_table, opcode_tables
+from profiler.jit.bun.interpreter import (
+    CACHE_KIND,
+    OpcodeTables,
+    cached_handlers,
+    handlers_from,
+    keep_handlers,
+    names_table,
+    opcode_tables,
+)
 from profiler.jit.bun.transpiler import OWN_BUN
+from profiler.native import cache
 
 BASE = 0x200000
 NAMES = ["op_tail_call_varargs", "op_call_varargs", "op_enter", "op_ret", "llint_program_prologue"]
@@ -91,3 +101,31 @@ def test_bun_s_own_binary_has_the_tables():
 def test_other_files_have_none(chain_binary):
     with open(chain_binary, "rb") as handle:
         assert opcode_tables(handle) is None
+
+
+def test_handlers_a_live_bun_showed_are_kept_for_a_bun_gone_too_soon():
+    narrow = [0x1000100, 0x1000200, 0x1000300, 0x1000400, 0x1000500]
+    wide = [0x1001100, 0x1001200, 0x1001300, 0x1001400, 0x1001500]
+    handlers = handlers_from(tables(), maps_with(narrow, wide, [0] * 5), load_bias=0)
+    assert handlers is not None
+    keep_handlers("f-b0a1", handlers)
+    assert cached_handlers("f-b0a1", tables()) == handlers
+    assert cached_handlers("f-b0a2", tables()) is None  # another binary's: none
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        {"starts": [0x1000100, 0x3000000], "names": ["llint_op_ret", "llint_op_enter"]},  # outside the text
+        {"starts": [0x1000200, 0x1000100], "names": ["llint_op_ret", "llint_op_enter"]},  # out of order
+        {"starts": [0x1000100], "names": ["llint_op_ret\x1b[31m"]},  # not a handler's name
+        {"starts": [0x1000100, 0x1000200], "names": ["llint_op_ret"]},
+        [1, 2],
+    ],
+)
+def test_a_kept_entry_is_checked_as_a_live_read_is(kept):
+    path = cache.entry_path(CACHE_KIND, "f-b0a3", ".json")
+    assert path is not None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kept))
+    assert cached_handlers("f-b0a3", tables()) is None

@@ -14,12 +14,15 @@ ends where the next one begins; the last one is not named.
 
 Only a binary linked at fixed addresses (bun's releases are) holds the
 table's pointers in the file as they are in memory; another keeps its
-`bun+0x…` frames.
+`bun+0x…` frames. So the handlers a live bun showed are the binary's own:
+they are kept in jitprof's cache by the binary's identity, and a bun that
+exits before it could be read (a short script) is named from there.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import re
 import struct
 import threading
@@ -31,7 +34,7 @@ from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.process_memory import MemoryThread, ProcessMemory
 from profiler.model.profile import Frame, FrameKind
-from profiler.native import elf_format
+from profiler.native import cache, elf_format
 
 OPCODE_SECTION = "__DATA,__jsc_opcodes"
 ANCHOR = b"\0op_enter\0"
@@ -44,6 +47,9 @@ MAX_BINARIES = 16
 RETRY_S = 1.0  # a bun read before its JavaScriptCore started: its maps are still empty
 _ENTRY = struct.Struct("<QQ")
 _NAME = re.compile(rb"[a-z][a-z0-9_]*\Z")
+_HANDLER_NAME = re.compile(r"[a-z][a-z0-9_]{0,200}\Z")
+CACHE_KIND = "bun"
+MAX_CACHE_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -150,6 +156,38 @@ def handlers_from(tables: OpcodeTables, maps: bytes, load_bias: int) -> Handlers
     return Handlers(tuple(starts), tuple(by_address[start] for start in starts))
 
 
+def cached_handlers(key: str, tables: OpcodeTables) -> Handlers | None:
+    """The handlers a live bun of this binary showed before, or None; what
+    is read back is checked as a live read is (in the text, in order,
+    names of the form the tables give)."""
+    path = cache.entry_path(CACHE_KIND, key, ".json")
+    data = cache.read_entry(path) if path is not None else None
+    if data is None or len(data) > MAX_CACHE_BYTES:
+        return None
+    try:
+        kept = json.loads(data)
+        starts, names = kept["starts"], kept["names"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(starts, list) or not isinstance(names, list) or len(starts) != len(names):
+        return None
+    if not 0 < len(starts) <= 3 * MAX_NAMES:
+        return None
+    if not all(isinstance(start, int) and tables.text_start <= start < tables.text_end for start in starts):
+        return None
+    if any(later <= earlier for earlier, later in zip(starts, starts[1:])):
+        return None
+    if not all(isinstance(name, str) and _HANDLER_NAME.match(name) for name in names):
+        return None
+    return Handlers(tuple(starts), tuple(names))
+
+
+def keep_handlers(key: str, handlers: Handlers) -> None:
+    path = cache.entry_path(CACHE_KIND, key, ".json")
+    if path is not None:
+        cache.write_entry(path, [json.dumps({"starts": list(handlers.starts), "names": list(handlers.names)}).encode()])
+
+
 def read_maps(pid: int, address: int, size: int) -> bytes | None:
     """The maps' bytes in a live process (bounded, on a thread of their own)."""
     try:
@@ -195,7 +233,10 @@ class BunInterpreterNames(JitSymbolSource):
             if binary is None:
                 if len(self._binaries) >= MAX_BINARIES:
                     return None
-                binary = self._binaries[image.cache_key] = _Binary(opcode_tables(image.handle))
+                tables = opcode_tables(image.handle)
+                binary = self._binaries[image.cache_key] = _Binary(
+                    tables, cached_handlers(image.cache_key, tables) if tables is not None else None
+                )
             if binary.handlers is not None or binary.tables is None:
                 return binary.handlers
             now = time.monotonic()
@@ -206,6 +247,8 @@ class BunInterpreterNames(JitSymbolSource):
         maps = read_maps(pid, tables.maps_address + mapping.load_bias, tables.maps_size)
         handlers = handlers_from(tables, maps, mapping.load_bias) if maps is not None else None
         with self._lock:
-            if handlers is not None:
-                binary.handlers = handlers
-            return binary.handlers
+            if handlers is None or binary.handlers is not None:
+                return binary.handlers
+            binary.handlers = handlers
+        keep_handlers(image.cache_key, handlers)
+        return handlers
