@@ -162,7 +162,31 @@ static __always_inline int v8_string_head(const struct v8_context_config *config
 // slice of a sequential one (an id parsed from a traceparent header), or a
 // thin string forwarding to one) into
 // out; its length (-1: not such a string).
-static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, u64 string, char *out, u32 max) {
+// The common case first: a sequential one-byte string's head and first
+// characters in one read (V8_STRING_READ_BYTES into buffer, 6 words), copied
+// out whole (max a constant: `fixed`); a string of another kind, or one whose
+// read past its end fails, is read as below.
+#define V8_STRING_READ_BYTES 48
+static __always_inline s64 v8_copy_sequential(const struct v8_context_config *config, u64 string, char *out, const u32 max,
+                                              u64 *buffer) {
+    if (config->string_length_at != 12 || config->string_chars_at != 16) return -1;
+    if (bpf_probe_read_user(buffer, V8_STRING_READ_BYTES, (void *)(string - V8_HEAP_OBJECT_TAG)) != 0) return -1;
+    if (!v8_is_object(buffer[0])) return -1;
+    u16 type = v8_type_of(buffer[0], config->map_type_at);
+    if (type >= config->first_nonstring_type || (type & config->string_tag_mask) != config->seq_one_byte_tag) return -1;
+    _Static_assert(V8_STRING_READ_BYTES - 16 >= V8_SPAN_NAME_CHARS && V8_SPAN_NAME_CHARS >= TRACE_ID_CHARS,
+                   "a read holds the characters");
+    __builtin_memcpy(out, (char *)&buffer[2], max); // past its length: not read by user space
+    return (u32)(buffer[1] >> 32);
+}
+
+static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, u64 string, char *out, u32 max, u64 *buffer,
+                                        const int fixed) {
+    if (!v8_is_object(string)) return -1;
+    if (fixed) {
+        s64 sequential = v8_copy_sequential(config, string, out, max, buffer);
+        if (sequential >= 0) return sequential;
+    }
     u64 map = 0;
     u32 length = 0;
     if (v8_string_head(config, string, &map, &length) != 0) return -1;
@@ -201,21 +225,22 @@ static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, 
 // A name a program joined (a template literal's `${method} ${route}`, 13
 // characters or more) is a ConsString of two halves: each copied as a flat
 // string, one after the other. Deeper joins are not read here.
-static __always_inline s64 v8_copy_joined(const struct v8_context_config *config, u64 string, char *out, u32 max) {
+static __always_inline s64 v8_copy_joined(const struct v8_context_config *config, u64 string, char *out, const u32 max,
+                                          u64 *buffer) {
     u64 map = v8_map_of(string);
     if (map == 0) return -1;
     u16 type = v8_type_of(map, config->map_type_at);
     if (config->cons_one_byte_tag == 0 || type >= config->first_nonstring_type ||
         (type & config->string_tag_mask) != config->cons_one_byte_tag)
-        return v8_copy_flat(config, string, out, max);
+        return v8_copy_flat(config, string, out, max, buffer, 1);
     u64 halves[2]; /* first, second: side by side */
     if (bpf_probe_read_user(halves, sizeof(halves), (void *)(string - V8_HEAP_OBJECT_TAG + config->cons_first_at)) != 0)
         return -1;
-    s64 first = v8_copy_flat(config, halves[0], out, max);
+    s64 first = v8_copy_flat(config, halves[0], out, max, buffer, 1);
     if (first < 0) return -1;
     if (first < max) {
         u32 at = (u32)first & (V8_SPAN_NAME_CHARS - 1);
-        s64 second = v8_copy_flat(config, halves[1], out + at, max - at);
+        s64 second = v8_copy_flat(config, halves[1], out + at, max - at, buffer, 0);
         if (second < 0) return -1;
         return first + second;
     }
@@ -229,8 +254,9 @@ static __always_inline int v8_nibble(char digit) {
 }
 
 // An id string of exactly 2 * bytes lowercase hex digits, as bytes.
-static __always_inline int v8_read_hex_id(const struct v8_context_config *config, u64 string, u8 *out, u32 bytes, char *digits) {
-    if (v8_copy_flat(config, string, digits, bytes * 2) != bytes * 2) return -1;
+static __always_inline int v8_read_hex_id(const struct v8_context_config *config, u64 string, u8 *out, const u32 bytes,
+                                          char *digits, u64 *buffer) {
+    if (v8_copy_flat(config, string, digits, bytes * 2, buffer, 1) != bytes * 2) return -1;
     int bad = 0;
 #pragma unroll
     for (int index = 0; index < TRACE_ID_CHARS / 2; index++) {
@@ -350,17 +376,19 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
         return;
     }
     u64 span_id = v8_window_slot(span_context, config->span_id_at[which], context_window);
-    char *digits = (char *)entries; // the tables are read: their scratch holds the ids' digits
-    if (v8_read_hex_id(config, trace_id, record->trace_id, TRACE_ID_CHARS / 2, digits) != 0 ||
-        v8_read_hex_id(config, span_id, record->span_id, SPAN_ID_CHARS / 2, digits) != 0)
+    // The tables are read: their scratch holds the ids' digits, then each string's read.
+    char *digits = (char *)entries;
+    u64 *string_buffer = entries + 8;
+    if (v8_read_hex_id(config, trace_id, record->trace_id, TRACE_ID_CHARS / 2, digits, string_buffer) != 0 ||
+        v8_read_hex_id(config, span_id, record->span_id, SPAN_ID_CHARS / 2, digits, string_buffer) != 0)
         return;
     record->reached = V8_REACHED_IDS;
     record->object = span;
     // Its name, read here: young spans move within milliseconds.
     u16 name_at = config->span_name_at[span_map_index];
     if (name_at != 0) {
-        s64 name_length =
-            v8_copy_joined(config, v8_window_slot(span, name_at, span_window), record->span_name, V8_SPAN_NAME_CHARS);
+        s64 name_length = v8_copy_joined(config, v8_window_slot(span, name_at, span_window), record->span_name,
+                                         V8_SPAN_NAME_CHARS, string_buffer);
         if (name_length > 0) record->span_name_length = name_length > 254 ? 254 : name_length;
     }
     // The span's http.route, where its attributes' map is known.
@@ -375,7 +403,7 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     }
     record->route_length = 0;
     if (config->route_at[which] == 0) return; // attributes without a route
-    s64 length = v8_copy_joined(config, route, record->route, V8_ROUTE_CHARS);
+    s64 length = v8_copy_joined(config, route, record->route, V8_ROUTE_CHARS, string_buffer);
     if (length > 0) record->route_length = length > 254 ? 254 : length;
 #endif
 }
