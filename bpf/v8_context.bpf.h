@@ -160,38 +160,36 @@ static __always_inline int v8_string_head(const struct v8_context_config *config
 
 // Copy a string's first characters (up to max; one-byte, sequential, a
 // slice of a sequential one (an id parsed from a traceparent header), or a
-// thin string forwarding to one) into
-// out; its length (-1: not such a string).
-// The common case first: a sequential one-byte string's head and first
-// characters in one read (V8_STRING_READ_BYTES into buffer, 6 words), copied
-// out whole (max a constant: `fixed`); a string of another kind, or one whose
-// read past its end fails, is read as below.
+// thin string forwarding to one) into out; its length (-1: not such a
+// string). With `fixed` (max a constant), its head and first characters come
+// in one read (V8_STRING_READ_BYTES into buffer, 6 words): a sequential
+// string, the common case, is copied from there whole (past its length too:
+// user space reads its length only); a string of another kind goes on from
+// the head that read holds, and one whose read fails (it ends a page) is
+// read as it is without.
 #define V8_STRING_READ_BYTES 48
-static __always_inline s64 v8_copy_sequential(const struct v8_context_config *config, u64 string, char *out, const u32 max,
-                                              u64 *buffer) {
-    if (config->string_length_at != 12 || config->string_chars_at != 16) return -1;
-    if (bpf_probe_read_user(buffer, V8_STRING_READ_BYTES, (void *)(string - V8_HEAP_OBJECT_TAG)) != 0) return -1;
-    if (!v8_is_object(buffer[0])) return -1;
-    u16 type = v8_type_of(buffer[0], config->map_type_at);
-    if (type >= config->first_nonstring_type || (type & config->string_tag_mask) != config->seq_one_byte_tag) return -1;
-    _Static_assert(V8_STRING_READ_BYTES - 16 >= V8_SPAN_NAME_CHARS && V8_SPAN_NAME_CHARS >= TRACE_ID_CHARS,
-                   "a read holds the characters");
-    __builtin_memcpy(out, (char *)&buffer[2], max); // past its length: not read by user space
-    return (u32)(buffer[1] >> 32);
-}
-
 static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, u64 string, char *out, u32 max, u64 *buffer,
                                         const int fixed) {
     if (!v8_is_object(string)) return -1;
-    if (fixed) {
-        s64 sequential = v8_copy_sequential(config, string, out, max, buffer);
-        if (sequential >= 0) return sequential;
-    }
     u64 map = 0;
     u32 length = 0;
-    if (v8_string_head(config, string, &map, &length) != 0) return -1;
+    int whole = fixed && config->string_length_at == 12 && config->string_chars_at == 16 &&
+                bpf_probe_read_user(buffer, V8_STRING_READ_BYTES, (void *)(string - V8_HEAP_OBJECT_TAG)) == 0;
+    if (whole) {
+        map = buffer[0];
+        length = (u32)(buffer[1] >> 32);
+        if (!v8_is_object(map)) return -1;
+    } else if (v8_string_head(config, string, &map, &length) != 0) {
+        return -1;
+    }
     u16 type = v8_type_of(map, config->map_type_at);
     if (type >= config->first_nonstring_type) return -1;
+    if (whole && (type & config->string_tag_mask) == config->seq_one_byte_tag) {
+        _Static_assert(V8_STRING_READ_BYTES - 16 >= V8_SPAN_NAME_CHARS && V8_SPAN_NAME_CHARS >= TRACE_ID_CHARS,
+                       "a read holds the characters");
+        __builtin_memcpy(out, (char *)&buffer[2], max);
+        return length;
+    }
     if ((type & config->string_tag_mask) == config->thin_one_byte_tag) {
         string = v8_word(string, config->thin_actual_at);
         if (v8_string_head(config, string, &map, &length) != 0) return -1;
