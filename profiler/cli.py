@@ -6,6 +6,7 @@ import argparse
 import errno
 import os
 import re
+import resource
 import sys
 from pathlib import Path
 from typing import IO
@@ -535,11 +536,17 @@ def main(argv: list[str] | None = None) -> int:
     limits.raise_own_limits()
     try:
         return _main(sys.argv[1:] if argv is None else argv)
-    except (MemoryError, OSError, RuntimeError, ImportError) as error:
+    except (MemoryError, OSError, RuntimeError, ImportError, SystemError) as error:
         # Out of descriptors, memory or threads (often a limit the shell set)
         # is one line with the limit to raise; any other error here is a bug.
-        # (A module's shared object that cannot be mapped is memory too.)
+        # (A module's shared object that cannot be mapped is memory too, and
+        # so is an extension module whose set-up failed to allocate under an
+        # address-space limit: CPython says it returned an error without one.)
         if isinstance(error, RuntimeError) and str(error) != "can't start new thread":
+            raise
+        if isinstance(error, SystemError) and not (
+            "without exception set" in str(error) and resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+        ):
             raise
         if isinstance(error, ImportError) and not any(
             text in str(error).lower() for text in ("failed to map segment", "cannot allocate memory")
@@ -550,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         if errno_value not in (errno.EMFILE, errno.ENFILE, errno.ENOMEM) and not (limited and errno_value is None):
             raise
         reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error) or type(error).__name__
+        if isinstance(error, SystemError):
+            reason = os.strerror(errno.ENOMEM)
         say(f"jitprof: error: out of resources: {reason}" + (f" (hint: {limited}: raise it and run again)" if limited else ""))
         return 1
 

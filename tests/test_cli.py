@@ -153,3 +153,28 @@ def test_a_module_that_cannot_be_mapped_under_a_limit_is_one_line(monkeypatch, c
     monkeypatch.setattr(cli, "_main", other)
     with pytest.raises(ImportError):  # a bug: its traceback
         cli.main(["--", "true"])
+
+
+def test_an_extension_that_fails_to_allocate_under_a_limit_is_one_line(monkeypatch, capsys):
+    """An extension module whose set-up cannot allocate under `ulimit -v`
+    makes CPython raise SystemError ("error return without exception set"):
+    out of memory, said as such; without a memory limit it is a bug."""
+    import resource
+
+    from profiler import cli
+    from profiler.safety import limits
+
+    def failing(_arguments):
+        raise SystemError("<built-in function load> returned NULL without exception set")
+
+    monkeypatch.setattr(cli, "_main", failing)
+    monkeypatch.setattr(limits, "raise_own_limits", lambda: None)  # it would keep the limit below as the original
+    monkeypatch.setattr(limits, "describe_limits", lambda: "address space limited to 48 MiB (ulimit -v)")
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (48 << 20, resource.RLIM_INFINITY))
+    assert cli.main(["--", "true"]) == 1
+    lines = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert len(lines) == 1 and "Cannot allocate memory" in lines[0] and "ulimit -v" in lines[0], lines
+
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    with pytest.raises(SystemError):  # no memory limit: a bug, its traceback
+        cli.main(["--", "true"])
