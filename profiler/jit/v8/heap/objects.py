@@ -251,10 +251,11 @@ class HeapReader:
         own scope begins at 0."""
         layout = self.layout
         base = scope_info - HEAP_OBJECT_TAG + POINTER
-        head = self.memory.read(base, SCOPE_HEAD_SLOTS * POINTER)
-        if head is None:
+        head = self._read_in_page(base, SCOPE_HEAD_SLOTS * POINTER)
+        if head is None or len(head) < 5 * POINTER:
             return "", -1
-        slots = [word for (word,) in _U64.iter_unpack(head)]
+        # Past the object's end, where its page ends the mapping: no slot (not a Smi).
+        slots = [word for (word,) in _U64.iter_unpack(head)] + [HEAP_OBJECT_TAG] * (SCOPE_HEAD_SLOTS - len(head) // POINTER)
         flags, locals_word = slots[0], slots[layout.scope_info_context_locals]
         # V8 12.8 on keeps the flags as a raw word; before, as a Smi.
         if not is_smi(locals_word) or not (layout.scope_info_fixed_positions or is_smi(flags)):
@@ -269,7 +270,7 @@ class HeapReader:
             start = 0
         names_slots = 1 if local_count > MAX_INLINED_LOCAL_NAMES else local_count
         first = layout.scope_info_first_vars + names_slots + local_count
-        data = self.memory.read(base + first * POINTER, MAX_SCOPE_SLOTS * POINTER)
+        data = self._read_in_page(base + first * POINTER, MAX_SCOPE_SLOTS * POINTER)
         if data is None:
             return "", start
         name = ""
@@ -292,6 +293,16 @@ class HeapReader:
                     break
             previous = word
         return name, start
+
+    def _read_in_page(self, address: int, length: int) -> bytes | None:
+        """length bytes at address, or (a small object that ends a mapped
+        region: the read past it fails) as many as its page holds, whole
+        words; None if none."""
+        data = self.memory.read(address, length)
+        if data is not None:
+            return data
+        room = (PAGE_BYTES - address % PAGE_BYTES) // POINTER * POINTER
+        return self.memory.read(address, room) if 0 < room < length else None
 
     def _script(self, tagged: int) -> Script:
         layout = self.layout
