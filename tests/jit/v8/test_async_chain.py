@@ -4,6 +4,10 @@ isolate's current microtask (from V8's own accessor), the builtins' ids
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
 import pytest
 
 from profiler.jit.v8.heap import async_chain
@@ -12,11 +16,23 @@ from profiler.jit.v8.heap.layout import layout_of_file
 from profiler.native import elf_format
 from tests.jit.v8.test_heap import NODES
 
+T = TypeVar("T")
+
 # V8 12.4's FactoryBase<Factory>::current_microtask(): the root (0x1cb0) into
 # r12, the handle scope's next (0x200) into rax, compared with its limit (0x208) as `cmp %rax, 0x208(%rdi)`.
 CURRENT_MICROTASK_V8_12 = bytes.fromhex("554889e541544883ec184c8ba7b01c0000488b8700020000483987080200007417")
 # V8 14's: the root (0x2640) into rcx, then the limit compared the other way round.
 CURRENT_MICROTASK_V8_14 = bytes.fromhex("554889e5488b8f40260000488b8730020000483b87380200007410")
+
+
+def read_symbol(binary: Path, prefix: str, matches: Callable[[str], bool], read: Callable[..., T]) -> T:
+    """read(handle, header, sections, symbol) of the one symbol of the
+    binary whose name begins with prefix and matches."""
+    with binary.open("rb") as handle:
+        header = elf_format.read_header(handle)
+        sections = elf_format.section_headers(handle, header)
+        (symbol,) = [symbol for symbol in elf_format.symbols_named(handle, (prefix.encode(),), 4096) if matches(symbol.name)]
+        return read(handle, header, sections, symbol)
 
 
 def test_the_current_microtask_is_the_field_its_accessor_loads():
@@ -44,15 +60,12 @@ def test_each_node_from_22_has_its_chain(major):
     assert config["builtin_ids"] == tuple(ids) and config["microtask_at"] == chain.microtask_at
     # The await's closure keeps its generator in its context's extension slot.
     assert config["context_extension_at"] == 32 and config["function_context_at"] == 40
-    with NODES[major].open("rb") as handle:
-        header = elf_format.read_header(handle)
-        sections = elf_format.section_headers(handle, header)
-        (metadata,) = [
-            symbol
-            for symbol in elf_format.symbols_named(handle, (async_chain.BUILTIN_METADATA_PREFIX.encode(),), 4096)
-            if symbol.name.endswith(async_chain.BUILTIN_METADATA_SUFFIX)
-        ]
-        every = async_chain.builtin_ids(handle, header, sections, metadata)
+    every = read_symbol(
+        NODES[major],
+        async_chain.BUILTIN_METADATA_PREFIX,
+        lambda name: name.endswith(async_chain.BUILTIN_METADATA_SUFFIX),
+        async_chain.builtin_ids,
+    )
     # An await's fulfill closure comes right after its reject closure in V8's list.
     assert every["AsyncFunctionAwaitResolveClosure"] == every["AsyncFunctionAwaitRejectClosure"] + 1
 
@@ -96,15 +109,14 @@ def test_the_runners_root_is_the_one_the_accessor_loads(major):
     root register sits ISOLATE_ROOT_BIAS into the Isolate."""
     if not NODES[major].exists():
         pytest.skip(f"Node.js {major} is not installed (make setup installs it)")
-    with NODES[major].open("rb") as handle:
-        header = elf_format.read_header(handle)
-        sections = elf_format.section_headers(handle, header)
-        (runner,) = [
-            symbol
-            for symbol in elf_format.symbols_named(handle, (async_chain.RUN_MICROTASKS.encode(),), 64)
-            if symbol.name == async_chain.RUN_MICROTASKS
-        ]
-        code = elf_format.symbol_prefix(handle, runner, sections, header, async_chain.RUN_MICROTASKS_BYTES)
+    code = read_symbol(
+        NODES[major],
+        async_chain.RUN_MICROTASKS,
+        lambda name: name == async_chain.RUN_MICROTASKS,
+        lambda handle, header, sections, runner: elf_format.symbol_prefix(
+            handle, runner, sections, header, async_chain.RUN_MICROTASKS_BYTES
+        ),
+    )
     layout = layout_of_file(str(NODES[major]))
     assert isinstance(layout.async_callers, async_chain.AsyncChain) and code is not None
     assert async_chain.stored_root(code) + async_chain.ISOLATE_ROOT_BIAS == layout.async_callers.microtask_at

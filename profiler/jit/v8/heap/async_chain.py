@@ -34,9 +34,8 @@ MAX_METADATA_BYTES = 1 << 17
 NAMES_WINDOW_BYTES = 1 << 16  # of the builtins' names, read at once
 MAX_NAME_BYTES = 64
 MAX_NAME_READS = 256
-MIN_VERSION = (12, 4)
-LEADING_DATA_VERSION = (12, 4)  # the embedder data first in tasks and reactions
-LEGACY_VERSION = (11, 3)  # node 20: the embedder data last, the accessor inlined
+MIN_VERSION = (12, 4)  # the accessor a symbol, the embedder data first in tasks and reactions
+LEGACY_VERSION = (11, 3)  # node 20: the accessor inlined, the embedder data last
 RUN_MICROTASKS = "Builtins_RunMicrotasks"
 RUN_MICROTASKS_BYTES = 4096  # of the builtin decoded
 ISOLATE_ROOT_BIAS = 0x80  # V8's root register points this far into the Isolate (kIsolateRootBias)
@@ -94,10 +93,10 @@ def read_chain(
         isolate_tls = isolate.thread_isolate_offset(handle, header, symbols)
     except isolate.IsolateError as error:
         raise AsyncChainError(str(error)) from error
-    accessor = next(
-        (symbol for symbol in symbols if symbol.name == (CURRENT_MICROTASK if version >= MIN_VERSION else RUN_MICROTASKS)),
-        None,
-    )
+    legacy = version == LEGACY_VERSION
+    # Where the root is read from: V8's accessor, or (inlined) the builtin that stores it.
+    accessor_name, code_bytes = (RUN_MICROTASKS, RUN_MICROTASKS_BYTES) if legacy else (CURRENT_MICROTASK, isolate.CODE_BYTES)
+    accessor = next((symbol for symbol in symbols if symbol.name == accessor_name), None)
     metadata = next(
         (
             symbol
@@ -109,7 +108,6 @@ def read_chain(
     if accessor is None or metadata is None:
         raise AsyncChainError("its V8 symbols do not say where the current microtask is")
     try:
-        code_bytes = isolate.CODE_BYTES if version >= MIN_VERSION else RUN_MICROTASKS_BYTES
         code = elf_format.symbol_prefix(handle, accessor, sections, header, code_bytes)
         ids = builtin_ids(handle, header, sections, metadata)
     except PARSE_ERRORS as error:
@@ -121,13 +119,10 @@ def read_chain(
         raise AsyncChainError(f"its V8 has no builtin {missing[0]}")
     builtins = tuple((ids[name], role) for name, role in BUILTIN_ROLES.items() if name in ids)[:MAX_BUILTINS]
     try:
-        if version >= MIN_VERSION:
-            microtask_at = isolate.loaded_field(code, "current_microtask()")
-        else:
-            microtask_at = stored_root(code) + ISOLATE_ROOT_BIAS
+        microtask_at = stored_root(code) + ISOLATE_ROOT_BIAS if legacy else isolate.loaded_field(code, "current_microtask()")
     except isolate.IsolateError as error:
         raise AsyncChainError(str(error)) from error
-    return AsyncChain(isolate_tls, microtask_at, builtins, leading_data=version >= LEADING_DATA_VERSION)
+    return AsyncChain(isolate_tls, microtask_at, builtins, leading_data=not legacy)
 
 
 def stored_root(code: bytes) -> int:

@@ -23,6 +23,7 @@ MAX_TABLE_BYTES = 4 << 20  # a position table, or the line ends of a script
 MAX_LINE_ENDS = MAX_TABLE_BYTES // 8  # a script's lines known, from V8's table (words) or counted in its source
 MAX_SCOPE_SLOTS = 16  # ScopeInfo slots searched for the name and positions, past the locals
 SCOPE_HEAD_SLOTS = 8
+SCOPE_NEEDED_SLOTS = 5  # of the head: the flags and counts, and (V8 12.8 on) the positions at 3 and 4
 INFERRED_NAME_DISTANCE = 2  # slots from the function's name to its inferred name  # flags, counts and (V8 12.8 on) positions
 MAX_CONTEXT_LOCALS = 1 << 20
 SCOPE_TYPE_MASK = 0xF  # a ScopeInfo's flags begin with its scope type
@@ -252,7 +253,7 @@ class HeapReader:
         layout = self.layout
         base = scope_info - HEAP_OBJECT_TAG + POINTER
         head = self._read_in_page(base, SCOPE_HEAD_SLOTS * POINTER)
-        if head is None or len(head) < 5 * POINTER:
+        if head is None or len(head) < SCOPE_NEEDED_SLOTS * POINTER:
             return "", -1
         # Past the object's end, where its page ends the mapping: no slot (not a Smi).
         slots = [word for (word,) in _U64.iter_unpack(head)] + [HEAP_OBJECT_TAG] * (SCOPE_HEAD_SLOTS - len(head) // POINTER)
