@@ -124,6 +124,13 @@ class FollowedProcesses:
         elif event.event_type is EventType.DISCOVERED:
             if event.pid in self.live:
                 return
+            if event.pid in self._exited_at and self._same_as_exited(event.pid):
+                # --all: a thread of a process whose exit was read, sampled as
+                # it ends. Learning the process anew would drop what was learnt
+                # of it (its JIT code's names, read ahead of the symbolizer),
+                # which its samples, maybe seconds behind, still need.
+                self._maps.unfollow(event.pid)
+                return
             if event.pid == os.getpid() or parent_of(event.pid) == os.getpid():
                 self.ignored.add(event.pid)  # jitprof's own workers
                 self._maps.ignore(event.pid)
@@ -147,6 +154,11 @@ class FollowedProcesses:
             # A process's main thread, or a thread that had exited before its
             # fork event was read (so /proc could not tell it from a process).
             self._gone(event.tid)
+
+    def _same_as_exited(self, pid: int) -> bool:
+        """Is pid still the process whose exit was read (or nothing), not a new one?"""
+        now = start_time(pid)
+        return now is None or now == self._start_times.get(pid)
 
     def _gone(self, pid: int) -> None:
         self.live.discard(pid)

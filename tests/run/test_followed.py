@@ -80,6 +80,32 @@ def test_a_process_found_again_after_its_exit_is_let_go():
     assert followed.exited_before(float("inf")) == []
 
 
+def test_a_process_found_again_as_it_exits_keeps_what_was_learnt_of_it():
+    """--all: a thread still ending after its process's exit was read is
+    sampled; the process is not learnt anew (that would drop the names read
+    for its samples the symbolizer has not come to yet). A new process with
+    the pid is."""
+    # A grandchild: a child of the test's own process would be taken for one of jitprof's workers.
+    shell = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    assert shell.stdout is not None
+    pid = int(shell.stdout.readline())
+    try:
+        program, sources = Recorder(), Recorder()
+        followed = FollowedProcesses(program, Recorder(), sources, None)  # type: ignore[arg-type]
+        followed.add(pid)
+        assert sources.calls.count(("watch", pid)) == 1
+        followed.handle(event(EventType.EXIT, pid, pid))  # its main thread's exit
+        followed.handle(event(EventType.DISCOVERED, pid, pid))  # another thread's sample
+        assert sources.calls.count(("watch", pid)) == 1 and pid not in followed.live
+        assert ("unfollow", pid) in program.calls
+        followed._start_times[pid] = 1  # as if the pid had been handed to another process since
+        followed.handle(event(EventType.DISCOVERED, pid, pid))
+        assert sources.calls.count(("watch", pid)) == 2 and pid in followed.live
+    finally:
+        os.kill(pid, 9)
+        shell.wait()
+
+
 def test_a_followed_process_gone_without_an_exit_event_is_swept():
     program, tracker = Recorder(), Recorder()
     followed = FollowedProcesses(program, tracker, Recorder(), None)  # type: ignore[arg-type]
