@@ -245,6 +245,12 @@ static __always_inline void end_walk(void *ctx, struct walk_scratch *scratch, co
         walk->hops = 0;
         walk->count = 0;
         walk->cut = 0;
+        walk->next_map = 0;
+        walk->next_shared = 0;
+#pragma unroll
+        for (int index = 0; index < ASYNC_KNOWN_MAPS; index++) walk->maps[index] = 0;
+#pragma unroll
+        for (int index = 0; index < ASYNC_KNOWN_SHARED; index++) walk->shared[index] = 0;
         tail_call_walker(ctx, walkers, ASYNC_PROGRAM);
         // The reader is not installed: the sample without its async callers.
     }
@@ -315,8 +321,10 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int 
     ev->async_flags = 0;
     scratch->leaf_bcp = 0;
     scratch->hotspot_gc_count = 0;
+    struct v8_isolate_read *isolate = &async_walk_of(scratch)->isolate;
+    isolate->address = 0;
     read_thread_context(ev);
-    if (ev->context_size == 0) read_v8_context(ev, (u64 *)ev->copy_space); // free until the walk notes frames
+    if (ev->context_size == 0) read_v8_context(ev, (u64 *)ev->copy_space, isolate); // free until the walk notes frames
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
     return scratch;
 }

@@ -168,6 +168,8 @@ static __always_inline int v8_string_head(const struct v8_context_config *config
 // the head that read holds, and one whose read fails (it ends a page) is
 // read as it is without.
 #define V8_STRING_READ_BYTES 48
+#define V8_STRING_JOINED (-2)      /* a ConsString: its halves to be read */
+#define V8_STRING_JOINED_READ (-3) /* a ConsString whose halves the one read holds (buffer[2], buffer[3]) */
 static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, u64 string, char *out, u32 max, u64 *buffer,
                                         const int fixed) {
     if (!v8_is_object(string)) return -1;
@@ -184,6 +186,8 @@ static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, 
     }
     u16 type = v8_type_of(map, config->map_type_at);
     if (type >= config->first_nonstring_type) return -1;
+    if (config->cons_one_byte_tag != 0 && (type & config->string_tag_mask) == config->cons_one_byte_tag)
+        return whole && config->cons_first_at == 16 ? V8_STRING_JOINED_READ : V8_STRING_JOINED;
     if (whole && (type & config->string_tag_mask) == config->seq_one_byte_tag) {
         _Static_assert(V8_STRING_READ_BYTES - 16 >= V8_SPAN_NAME_CHARS && V8_SPAN_NAME_CHARS >= TRACE_ID_CHARS,
                        "a read holds the characters");
@@ -195,21 +199,22 @@ static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, 
         if (v8_string_head(config, string, &map, &length) != 0) return -1;
         type = v8_type_of(map, config->map_type_at);
         if (type >= config->first_nonstring_type) return -1;
+        whole = 0; // the buffer holds the thin string's head, not this one's
     }
     u64 chars = string - V8_HEAP_OBJECT_TAG + config->string_chars_at;
     if ((type & config->string_tag_mask) == config->sliced_one_byte_tag) {
-        u64 parent = v8_word(string, config->sliced_parent_at);
-        u64 offset = v8_word(string, config->sliced_offset_at) >> 32;
-        u64 parent_map = v8_map_of(parent);
-        if (parent_map == 0) return -1;
+        // A slice's parent and offset are in the head the one read holds.
+        int in_buffer =
+            whole && config->sliced_parent_at < V8_STRING_READ_BYTES && config->sliced_offset_at < V8_STRING_READ_BYTES;
+        u64 parent = in_buffer ? buffer[(config->sliced_parent_at / 8) & 7] : v8_word(string, config->sliced_parent_at);
+        u64 offset = (in_buffer ? buffer[(config->sliced_offset_at / 8) & 7] : v8_word(string, config->sliced_offset_at)) >> 32;
+        u64 parent_map = 0;
+        u32 parent_length = 0;
+        if (v8_string_head(config, parent, &parent_map, &parent_length) != 0) return -1;
         u16 parent_type = v8_type_of(parent_map, config->map_type_at);
         if (parent_type >= config->first_nonstring_type || (parent_type & config->string_tag_mask) != config->seq_one_byte_tag)
             return -1;
-        u32 parent_length = 0;
-        if (bpf_probe_read_user(&parent_length, sizeof(parent_length),
-                                (void *)(parent - V8_HEAP_OBJECT_TAG + config->string_length_at)) != 0 ||
-            offset + length > parent_length)
-            return -1;
+        if (offset + length > parent_length) return -1;
         chars = parent - V8_HEAP_OBJECT_TAG + config->string_chars_at + offset;
     } else if ((type & config->string_tag_mask) != config->seq_one_byte_tag) {
         return -1;
@@ -222,18 +227,19 @@ static __always_inline s64 v8_copy_flat(const struct v8_context_config *config, 
 
 // A name a program joined (a template literal's `${method} ${route}`, 13
 // characters or more) is a ConsString of two halves: each copied as a flat
-// string, one after the other. Deeper joins are not read here.
+// string, one after the other. Deeper joins are not read here. A flat one
+// costs no more than v8_copy_flat: its head is read once, by it.
 static __always_inline s64 v8_copy_joined(const struct v8_context_config *config, u64 string, char *out, const u32 max,
                                           u64 *buffer) {
-    u64 map = v8_map_of(string);
-    if (map == 0) return -1;
-    u16 type = v8_type_of(map, config->map_type_at);
-    if (config->cons_one_byte_tag == 0 || type >= config->first_nonstring_type ||
-        (type & config->string_tag_mask) != config->cons_one_byte_tag)
-        return v8_copy_flat(config, string, out, max, buffer, 1);
+    s64 whole = v8_copy_flat(config, string, out, max, buffer, 1);
+    if (whole != V8_STRING_JOINED && whole != V8_STRING_JOINED_READ) return whole;
     u64 halves[2]; /* first, second: side by side */
-    if (bpf_probe_read_user(halves, sizeof(halves), (void *)(string - V8_HEAP_OBJECT_TAG + config->cons_first_at)) != 0)
+    if (whole == V8_STRING_JOINED_READ) {
+        halves[0] = buffer[2];
+        halves[1] = buffer[3];
+    } else if (bpf_probe_read_user(halves, sizeof(halves), (void *)(string - V8_HEAP_OBJECT_TAG + config->cons_first_at)) != 0) {
         return -1;
+    }
     s64 first = v8_copy_flat(config, halves[0], out, max, buffer, 1);
     if (first < 0) return -1;
     if (first < max) {
@@ -311,9 +317,17 @@ static __always_inline void read_label_store(const struct v8_context_config *con
     }
 }
 
+// A thread's V8 isolate as read at its sample: where from (the TLS offset
+// of the config that read it) and its address (0: not read). The async
+// callers' reader takes it from here.
+struct v8_isolate_read {
+    s64 tls;
+    u64 address;
+};
+
 // Read the current thread's async context into ev (context_size 0: none).
 // entries: scratch (64 words) for a JSMap's table (its first 29 words), then objects' windows.
-static __always_inline void read_v8_context(struct sample_event *ev, u64 *entries) {
+static __always_inline void read_v8_context(struct sample_event *ev, u64 *entries, struct v8_isolate_read *isolate_read) {
 #ifdef TASK_FSBASE_OFFSET
     u32 tgid = ev->pid;
     const struct v8_context_config *config = v8_context_settings.lookup(&tgid);
@@ -324,6 +338,8 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
     u64 isolate = 0;
     if (bpf_probe_read_user(&isolate, sizeof(isolate), (void *)(thread_pointer + config->isolate_tls)) != 0 || isolate == 0)
         return;
+    isolate_read->tls = config->isolate_tls;
+    isolate_read->address = isolate;
     u64 frame = 0;
     if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(isolate + config->cped_offset)) != 0 || !v8_is_object(frame)) return;
     struct v8_context_record *record = (struct v8_context_record *)ev->context;

@@ -104,12 +104,21 @@ static __always_inline u32 place_v8_frames(struct walk_scratch *scratch, u32 dep
 
 // The reader's state between its tail calls, in the event's copy space
 // before the V8 frames' notes, with the frames it found.
+#define ASYNC_KNOWN_MAPS 8   /* maps' instance types kept within a sample's chain */
+#define ASYNC_KNOWN_SHARED 4 /* closures' shared infos' roles kept within it */
 struct v8_async_walk {
     u64 promise; // the next promise to follow (0: none)
     u16 hops;
     u16 count;
     u8 cut;
-    u8 reserved[3];
+    u8 next_map;    // where the next type is kept (round robin)
+    u8 next_shared; // where the next role is kept
+    u8 reserved;
+    u64 maps[ASYNC_KNOWN_MAPS]; // 0: free
+    u16 types[ASYNC_KNOWN_MAPS];
+    u64 shared[ASYNC_KNOWN_SHARED]; // 0: free
+    u8 roles[ASYNC_KNOWN_SHARED];
+    struct v8_isolate_read isolate; // as the labels' reader read it at the sample's start
 };
 #define ASYNC_NOTES_OFFSET (V8_NOTES_OFFSET - MAX_ASYNC_FRAMES * sizeof(struct v8_async_frame))
 #define ASYNC_WALK_OFFSET (ASYNC_NOTES_OFFSET - sizeof(struct v8_async_walk))
