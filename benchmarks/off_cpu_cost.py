@@ -14,7 +14,10 @@ from pathlib import Path
 from benchmarks.harness import FIXTURES, JITPROF, NODE, ROOT
 
 SERVER = ROOT / "benchmarks" / "http_server.js"
-LOAD = ROOT / "fixtures" / "js" / "http_load.js"
+# The load: a C client costing the machine a fraction of what the server does
+# per request, so the server on its own CPU sets the pace (a node client cost
+# as much as the server, set the pace itself, and shared its CPU with jitprof).
+LOAD = FIXTURES / "http_load"
 LOAD_SECONDS = 6
 FIRST_LOAD_SECONDS = 3  # right after jitprof attaches: it names the server's code for the first time
 CONNECTIONS = 16
@@ -98,9 +101,9 @@ def _sampling(jitprof: subprocess.Popen, deadline_s: float = 60.0) -> None:
 
 def _load(port: int, seconds: int) -> float:
     """Requests a second the bounded client got answered."""
-    load = subprocess.run(
-        [*_pinned(1), str(NODE), str(LOAD), str(port), str(seconds), str(CONNECTIONS)], capture_output=True, text=True
-    )
+    load = subprocess.run([*_pinned(1), str(LOAD), str(port), str(seconds), str(CONNECTIONS)], capture_output=True, text=True)
+    if load.returncode != 0:
+        raise RuntimeError(f"the load failed: {load.stderr.strip()}")
     return float(load.stdout.strip() or 0)
 
 
@@ -138,7 +141,7 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        subprocess.run([str(NODE), str(LOAD), str(port), "2", str(CONNECTIONS)], capture_output=True)  # warm up V8
+        _load(port, 2)  # warm up V8
         results: dict[str, list[tuple[float, float, float, float, float]]] = {name: [] for name in SETUPS}
         # Each setup is measured right after the server alone, in the same
         # round: this machine's speed drifts by tens of per cent over minutes.
@@ -169,8 +172,8 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         "### A node HTTP server under load",
         "",
         f"`node benchmarks/http_server.js` on 127.0.0.1 (pinned to CPU 0; each request about 60 µs of JavaScript), "
-        f"loaded by `node fixtures/js/http_load.js` ({CONNECTIONS} keep-alive connections, each sending its next request "
-        f"when answered; CPU 1), jitprof attached with `--pid` for each round (on CPU 1, beside the load: its own CPU "
+        f"loaded by `fixtures/build/http_load` (C; {CONNECTIONS} keep-alive connections, each sending its next request "
+        f"when answered; CPU 1, about a third of the server's CPU per request), jitprof attached with `--pid` for each round (on CPU 1, beside the load: its own CPU "
         f"is the column apart); medians of {repeats} interleaved rounds. Each round is a first load of "
         f"{FIRST_LOAD_SECONDS} s as jitprof starts (it names the server's code for the first time: *first "
         f"{FIRST_LOAD_SECONDS} s*), then the load measured, {LOAD_SECONDS} s. *Server CPU per request* is "
