@@ -223,11 +223,18 @@ class Recording:
             self._jit_sources,
             self._jit_files if self._inject else None,
             on_new_process=self._push.apps.note if self._push is not None else None,
-            on_runtime_known=self._threadpools.attach if self._threadpools is not None else None,
+            on_runtime_known=self._runtime_known,
             labels=self._labels,
         )
         program.events.on_event(self._handle_event)
         return program
+
+    def _runtime_known(self, pid: int) -> None:
+        """pid's maps are read: what needs it while it is there learns of it."""
+        if self._originals is not None:
+            self._originals.note_process(pid)
+        if self._threadpools is not None:
+            self._threadpools.attach(pid)
 
     def _injects(self, run_as: RunAs | None) -> bool:
         """Will the command's runtimes be given their JIT-symbol flags?"""

@@ -118,6 +118,17 @@ class OriginalFrames:
                     self._pending.append((pid, frame))
                     self._idle.clear()
 
+    def note_process(self, pid: int) -> None:
+        """A process followed (or exec'd): its root and user, noted now, while
+        it is there. On a slow machine the symbolizer comes to a short
+        process's frames after it exited, too late to note them then."""
+        process = _Process.of(pid)
+        if process is None:
+            return
+        if len(self._processes) >= MAX_PROCESSES:
+            self._processes.clear()
+        self._processes[pid] = process
+
     # Control -----------------------------------------------------------------
 
     def start(self) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -91,6 +92,29 @@ def test_minified_functions_get_their_names_files_and_lines_back(tmp_path: Path)
     )
     assert originals[increment].name == "increment app.ts:5"
     assert (originals[increment].function_line, originals[increment].function_column) == (5, 19)
+
+
+def test_a_process_noted_while_there_has_its_frames_mapped_after_it_exited(tmp_path: Path):
+    """On a slow machine the symbolizer comes to a short process's frames
+    after it exited: it was noted when followed, and its frames are mapped."""
+    script = write_app(tmp_path)
+    add = generated(script, "a", PAREN_A)
+    child = subprocess.Popen(["sleep", "30"])
+    originals = OriginalFrames()
+    originals.note_process(child.pid)
+    child.kill()
+    child.wait()
+    originals.note_frames(child.pid, [add])
+    originals.start()
+    assert originals.wait_idle(10.0)
+    originals.close()
+    assert originals.originals[add].name == "add app.ts:1"
+    unnoted = OriginalFrames()  # not noted while there: its frames stay as generated
+    unnoted.note_frames(child.pid, [add])
+    unnoted.start()
+    assert unnoted.wait_idle(10.0)
+    unnoted.close()
+    assert add not in unnoted.originals
 
 
 def test_an_exact_position_and_an_inlined_frame_map_to_where_they_were(tmp_path: Path):
