@@ -44,7 +44,8 @@ def async_cost(repeats: int, workdir: Path) -> list[str]:
         f"which awaits a turn of the event loop and works 50 µs) on 127.0.0.1, pinned to CPU 0, under "
         f"`fixtures/build/http_load` ({CONNECTIONS} connections, {LOAD_SECONDS} s); `jitprof -F 999 --pid` on CPU 1, "
         "with its async callers (the kernel reads each sample's promise chain) and with `--no-async`. BPF time per "
-        "sample is the sampler's run time over the load divided by the server's CPU time at 999 Hz. Medians of "
+        "sample is the sampler's run time over the load divided by the server's CPU time at 999 Hz, both setups "
+        "attached at once over one more load each round (their ratio free of this machine's drift in speed). Medians of "
         f"{repeats} interleaved rounds (ratios paired within a round).",
         "",
         "| setup | requests/s | vs `--no-async` | BPF time per sample | vs `--no-async` | server CPU per request (µs) "

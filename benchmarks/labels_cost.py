@@ -55,6 +55,35 @@ def _round(
     return rate, (run_after - run_before) / load_samples, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
 
 
+def _together(setups: dict[str, list[str]], server: int, port: int, workdir: Path) -> dict[str, float]:
+    """BPF ns per sample of each setup, all attached at once over one load:
+    each one's sampler counts its own run time over the same stretch of the
+    server's life, so this machine's drift in speed (tens of per cent over
+    minutes) cancels out of their ratios, as it does not between rounds."""
+    started = [
+        subprocess.Popen(
+            [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", f"together-{index}.jitprof"],
+            cwd=workdir,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for index, flags in enumerate(setups.values())
+    ]
+    for jitprof in started:
+        _sampling(jitprof)
+    _load(port, 1)
+    before = [sampler_time(jitprof.pid)[0] for jitprof in started]
+    server_before = _run_seconds(server)
+    _load(port, LOAD_SECONDS)
+    after = [sampler_time(jitprof.pid)[0] for jitprof in started]
+    load_samples = max((_run_seconds(server) - server_before) * 999, 1.0)
+    for jitprof in started:
+        jitprof.send_signal(2)
+    for jitprof in started:
+        jitprof.wait(timeout=120)
+    return {name: (end - start) / load_samples for name, start, end in zip(setups, before, after)}
+
+
 def _labelled_share(path: Path) -> float:
     profile = read_raw(path)
     counted = [sample for sample in profile.samples if sample.off_cpu_ns == 0]
@@ -72,7 +101,8 @@ def interleaved_rounds(
     share: Callable[[Path], float] | None = None,
 ) -> Rows:
     """Each setup's rounds (_round) against one server on CPU 0 (it prints
-    `port N`), interleaved, BPF run time counted while they run."""
+    `port N`), interleaved; each round's BPF time per sample measured with
+    the setups attached together (_together)."""
     server = subprocess.Popen([*_pinned(0), *server_argv], stdout=subprocess.PIPE, text=True)
     results: Rows = {name: [] for name in setups}
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
@@ -86,6 +116,9 @@ def interleaved_rounds(
         for round_index in range(repeats):
             for name in names if round_index % 2 == 0 else names[::-1]:
                 results[name].append(_round(setups[name], server.pid, port, workdir, share))
+            for name, bpf_ns in _together(setups, server.pid, port, workdir).items():
+                rate, _alone, labelled, cpu = results[name][-1]
+                results[name][-1] = (rate, bpf_ns, labelled, cpu)
     finally:
         stats.write_text(previous)
         server.terminate()
@@ -122,7 +155,8 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
         f"its own per request) on 127.0.0.1, pinned to CPU 0, under `fixtures/build/http_load` ({CONNECTIONS} "
         f"connections, {LOAD_SECONDS} s); `jitprof -F 999 --pid` on CPU 1, with labels (the kernel reads each sample's "
         "AsyncLocalStorage down to the span's ids and route) and with `--no-labels`. BPF time per sample is the "
-        "sampler's run time over the load divided by the server's CPU time at 999 Hz. Medians of "
+        "sampler's run time over the load divided by the server's CPU time at 999 Hz, both setups attached at once "
+        "over one more load each round (their ratio free of this machine's drift in speed). Medians of "
         f"{repeats} interleaved rounds (ratios paired within a round).",
         "",
         "| setup | requests/s | vs `--no-labels` | BPF time per sample | vs `--no-labels` | server CPU per request (µs) "

@@ -107,7 +107,9 @@ def test_spawned_builds_are_shown_as_written(jitprof, tmp_path, builds, build):
 
 def test_attached_bundle_is_shown_as_written_and_js_only_too(jitprof, tmp_path, background, builds):
     script = builds["esbuild external"]
-    target = flagless(background, node_binary("20"), str(script), "8", cwd=tmp_path)
+    # Long enough for both attaches on any CPU (jitprof starting twice at half speed took more
+    # than the 8 s it ran for); killed when they are done.
+    target = flagless(background, node_binary("20"), str(script), "120", cwd=tmp_path)
     wait_for_cpu(target.pid, 0.8)
     run = jitprof("-F", "499", "--pid", str(target.pid), "-d", "3", "-o", "out.folded")
     assert run.returncode == 0, run.stderr
