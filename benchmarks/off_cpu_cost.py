@@ -173,7 +173,7 @@ def _server_throughput(repeats: int, workdir: Path) -> list[str]:
         "",
         f"`node benchmarks/http_server.js` on 127.0.0.1 (pinned to CPU 0; each request about 60 µs of JavaScript), "
         f"loaded by `fixtures/build/http_load` (C; {CONNECTIONS} keep-alive connections, each sending its next request "
-        f"when answered; CPU 1, about a third of the server's CPU per request), jitprof attached with `--pid` for each round (on CPU 1, beside the load: its own CPU "
+        f"when answered; CPU 1, a fraction of the server's CPU per request), jitprof attached with `--pid` for each round (on CPU 1, beside the load: its own CPU "
         f"is the column apart); medians of {repeats} interleaved rounds. Each round is a first load of "
         f"{FIRST_LOAD_SECONDS} s as jitprof starts (it names the server's code for the first time: *first "
         f"{FIRST_LOAD_SECONDS} s*), then the load measured, {LOAD_SECONDS} s. *Server CPU per request* is "
