@@ -101,7 +101,11 @@ def _sampling(jitprof: subprocess.Popen, deadline_s: float = 60.0) -> None:
 
 def _load(port: int, seconds: int) -> float:
     """Requests a second the bounded client got answered."""
-    load = subprocess.run([*_pinned(1), str(LOAD), str(port), str(seconds), str(CONNECTIONS)], capture_output=True, text=True)
+    # Real-time on its CPU: jitprof beside it (at 999 Hz, busy) must not slow
+    # it, or the server waits for requests and its CPU per request grows.
+    load = subprocess.run(
+        [*_pinned(1), "chrt", "-f", "10", str(LOAD), str(port), str(seconds), str(CONNECTIONS)], capture_output=True, text=True
+    )
     if load.returncode != 0:
         raise RuntimeError(f"the load failed: {load.stderr.strip()}")
     return float(load.stdout.strip() or 0)
