@@ -28,9 +28,9 @@ SETUPS = {"labels (default)": [], "`--no-labels`": ["--no-labels"]}
 
 def _round(
     flags: list[str], server: int, port: int, workdir: Path, share: Callable[[Path], float] | None = None
-) -> tuple[float, float, float, float]:
-    """(requests/s, BPF ns per sample, share of samples with what is measured
-    (default: a trace id), server CPU µs per request) over one load."""
+) -> tuple[float, float, float]:
+    """(requests/s, share of samples with what is measured (default: a trace
+    id), server CPU µs per request) over one load, one setup attached."""
     jitprof = subprocess.Popen(
         [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", "cost.jitprof"],
         cwd=workdir,
@@ -40,19 +40,15 @@ def _round(
     )
     _sampling(jitprof)
     _load(port, 1)  # jitprof names the server's code, and learns its objects
-    run_before, _runs = sampler_time(jitprof.pid)
     server_before = _run_seconds(server)
     started = time.monotonic()
     rate = _load(port, LOAD_SECONDS)
     elapsed = time.monotonic() - started
-    run_after, _runs = sampler_time(jitprof.pid)
     server_cpu = _run_seconds(server) - server_before
     jitprof.send_signal(2)
     jitprof.communicate(timeout=120)
-    # Samples of the load alone: the server's CPU at 999 Hz over the load.
-    load_samples = max(server_cpu * 999, 1.0)
     labelled = (share or _labelled_share)(workdir / "cost.jitprof")
-    return rate, (run_after - run_before) / load_samples, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
+    return rate, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
 
 
 def _together(setups: dict[str, list[str]], server: int, port: int, workdir: Path) -> dict[str, float]:
@@ -114,11 +110,13 @@ def interleaved_rounds(
         _load(port, 2)  # warm up V8
         names = list(setups)
         for round_index in range(repeats):
-            for name in names if round_index % 2 == 0 else names[::-1]:
-                results[name].append(_round(setups[name], server.pid, port, workdir, share))
+            alone = {
+                name: _round(setups[name], server.pid, port, workdir, share)
+                for name in (names if round_index % 2 == 0 else names[::-1])
+            }
             for name, bpf_ns in _together(setups, server.pid, port, workdir).items():
-                rate, _alone, labelled, cpu = results[name][-1]
-                results[name][-1] = (rate, bpf_ns, labelled, cpu)
+                rate, labelled, cpu = alone[name]
+                results[name].append((rate, bpf_ns, labelled, cpu))
     finally:
         stats.write_text(previous)
         server.terminate()

@@ -205,6 +205,15 @@ def nobody_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
+def perf_events(pid: int) -> int:
+    """How many perf events a process has open (0 if it is gone): one per CPU
+    at least once jitprof samples."""
+    try:
+        return sum(1 for link in Path(f"/proc/{pid}/fd").iterdir() if "perf_event" in os.readlink(link))
+    except OSError:
+        return 0
+
+
 def jitprof_sampling(symbol_cache: Path, workdir: Path, *args: str) -> subprocess.Popen:
     """jitprof running in the background, returned once it samples (its
     perf events are open, one per CPU at least): what it records from then
@@ -219,11 +228,7 @@ def jitprof_sampling(symbol_cache: Path, workdir: Path, *args: str) -> subproces
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        try:
-            events = sum(1 for link in Path(f"/proc/{process.pid}/fd").iterdir() if "perf_event" in os.readlink(link))
-        except OSError:
-            events = 0
-        if events >= (os.cpu_count() or 1):
+        if perf_events(process.pid) >= (os.cpu_count() or 1):
             return process
         time.sleep(0.05)
     process.kill()

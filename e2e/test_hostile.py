@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import NOBODY, jitprof_environment, read_folded, total
+from e2e.conftest import NOBODY, jitprof_environment, perf_events, read_folded, total
 from e2e.test_native_profile import cpu_seconds
 from profiler.native.locator_process import DEADLINE_S
 from tests.native.test_elf_damaged import forged_notes_file
@@ -56,13 +56,17 @@ def run_all(
     peak_kib = 0
     window: dict[int, float] = {}  # pid -> its CPU seconds when sampling began
     window_end = 0.0  # -d counts from then (its perf events stay open while it names, after)
+
+    def close_window() -> None:
+        if sampled_cpu is not None and window and not any(sampled_cpu.values()):
+            sampled_cpu.update({pid: cpu_seconds(pid) - before for pid, before in window.items()})
+
     while time.monotonic() < deadline:
-        if sampled_cpu is not None:
-            if not window and perf_events(process.pid) >= (os.cpu_count() or 1):
-                window = {pid: cpu_seconds(pid) for pid in sampled_cpu}
-                window_end = time.monotonic() + seconds
-            elif window and time.monotonic() >= window_end and not any(sampled_cpu.values()):
-                sampled_cpu.update({pid: cpu_seconds(pid) - before for pid, before in window.items()})
+        if sampled_cpu is not None and not window and perf_events(process.pid) >= (os.cpu_count() or 1):
+            window = {pid: cpu_seconds(pid) for pid in sampled_cpu}
+            window_end = time.monotonic() + seconds
+        elif window and time.monotonic() >= window_end:
+            close_window()
         # jitprof's own peak (VmHWM), not its helpers': the naming helper has
         # its own address-space limit, and wait4's figure would fold it in.
         try:
@@ -80,21 +84,12 @@ def run_all(
         reader.join(5)
         pytest.fail(f"jitprof --all -d {seconds} still ran after {seconds + 60} s: {''.join(stderr)[-2000:]}")
     elapsed = time.monotonic() - started
-    if sampled_cpu is not None and window and not any(sampled_cpu.values()):  # it ended before a look
-        sampled_cpu.update({pid: cpu_seconds(pid) - before for pid, before in window.items()})
+    close_window()  # if it ended before a look
     process.returncode = os.waitstatus_to_exitcode(status)
     reader.join(10)
     completed = subprocess.CompletedProcess(command, process.returncode, "", "".join(stderr))
     completed.cpu_seconds = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
     return completed, elapsed, peak_kib
-
-
-def perf_events(pid: int) -> int:
-    """How many perf events a process has open (0 if it is gone)."""
-    try:
-        return sum(1 for link in Path(f"/proc/{pid}/fd").iterdir() if "perf_event" in os.readlink(link))
-    except OSError:
-        return 0
 
 
 def samples_of(folded: Path, pid: int) -> int:

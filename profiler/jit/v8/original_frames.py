@@ -110,9 +110,7 @@ class OriginalFrames:
             self._seen.add(frame)
             if pid not in self._processes:
                 # Now, while it is there: its frames may be looked at after it exits.
-                if len(self._processes) >= MAX_PROCESSES:
-                    self._processes.clear()
-                self._processes[pid] = _Process.of(pid)
+                self._keep(pid, _Process.of(pid))
             with self._lock:
                 if len(self._pending) < MAX_PENDING:
                     self._pending.append((pid, frame))
@@ -123,8 +121,10 @@ class OriginalFrames:
         it is there. On a slow machine the symbolizer comes to a short
         process's frames after it exited, too late to note them then."""
         process = _Process.of(pid)
-        if process is None:
-            return
+        if process is not None:
+            self._keep(pid, process)
+
+    def _keep(self, pid: int, process: _Process | None) -> None:
         if len(self._processes) >= MAX_PROCESSES:
             self._processes.clear()
         self._processes[pid] = process
