@@ -7,9 +7,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -205,20 +207,46 @@ def nobody_dir():
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def perf_events(pid: int) -> int:
-    """How many perf events a process has open (0 if it is gone): one per CPU
-    at least once jitprof samples."""
-    try:
-        return sum(1 for link in Path(f"/proc/{pid}/fd").iterdir() if "perf_event" in os.readlink(link))
-    except OSError:
-        return 0
+SAMPLING_LINE = "jitprof: sampling "  # what an attached run says once its perf events are open
 
 
-def jitprof_sampling(symbol_cache: Path, workdir: Path, *args: str) -> subprocess.Popen:
-    """jitprof running in the background, returned once it samples (its
-    perf events are open, one per CPU at least): what it records from then
-    on is what the test's program does next."""
-    process = subprocess.Popen(
+class StderrLines:
+    """A process's stderr read line by line on a thread: what it said so
+    far, and when it said it samples."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self.sampling = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+            if line.startswith(SAMPLING_LINE):
+                self.sampling.set()
+        stream.close()
+
+    def text(self, wait_s: float = 5.0) -> str:
+        self._thread.join(wait_s)
+        return "".join(self.lines)
+
+
+class SamplingRun(subprocess.Popen):
+    """jitprof in the background; communicate() gives its stderr whole."""
+
+    said: StderrLines
+
+    def communicate(self, input=None, timeout=None):  # noqa: A002, ANN001, ANN201  (Popen's signature)
+        stdout, _ = super().communicate(input, timeout)
+        return stdout, self.said.text()
+
+
+def jitprof_sampling(symbol_cache: Path, workdir: Path, *args: str) -> SamplingRun:
+    """jitprof (attached or --all) running in the background, returned once
+    it says it samples: what it records from then on is what the test's
+    program does next."""
+    process = SamplingRun(
         [sys.executable, "-m", "profiler", *args],
         cwd=workdir,
         env=jitprof_environment(symbol_cache),
@@ -226,14 +254,16 @@ def jitprof_sampling(symbol_cache: Path, workdir: Path, *args: str) -> subproces
         stderr=subprocess.PIPE,
         text=True,
     )
+    assert process.stderr is not None
+    process.said = StderrLines(process.stderr)
+    process.stderr = None  # read by process.said
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
-        if perf_events(process.pid) >= (os.cpu_count() or 1):
+        if process.said.sampling.wait(0.1):
             return process
-        time.sleep(0.05)
     process.kill()
-    _stdout, stderr = process.communicate()
-    raise AssertionError(f"jitprof never began sampling: {stderr[-2000:]}")
+    process.communicate()
+    raise AssertionError(f"jitprof never began sampling: {process.said.text()[-2000:]}")
 
 
 @pytest.fixture(scope="module")

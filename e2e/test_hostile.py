@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import NOBODY, jitprof_environment, perf_events, read_folded, total
+from e2e.conftest import NOBODY, StderrLines, jitprof_environment, read_folded, total
 from e2e.test_native_profile import cpu_seconds
 from profiler.native.locator_process import DEADLINE_S
 from tests.native.test_elf_damaged import forged_notes_file
@@ -41,17 +41,14 @@ def run_all(
 ) -> tuple[subprocess.CompletedProcess, float, int]:
     """jitprof --all for `seconds`: its result (its CPU seconds, with its
     helpers', as result.cpu_seconds), wall time, and its own peak RSS (KiB).
-    sampled_cpu's pids get their CPU seconds while jitprof sampled (from its
-    perf events' opening, for `seconds`): what its samples of them can
+    sampled_cpu's pids get their CPU seconds while jitprof sampled (from
+    when it says it samples, for `seconds`): what its samples of them can
     follow, on a CPU of any speed."""
-    import threading
-
     command = [sys.executable, "-m", "profiler", "--all", *flags, "-F", "199", "-d", str(seconds), "--by-pid", "-o", "all.folded"]
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=workdir, env=jitprof_environment(symbol_cache), stderr=subprocess.PIPE, text=True)
-    stderr: list[str] = []
-    reader = threading.Thread(target=lambda: stderr.append(process.stderr.read()), daemon=True)
-    reader.start()
+    assert process.stderr is not None
+    said = StderrLines(process.stderr)
     deadline = started + seconds + 60
     peak_kib = 0
     window: dict[int, float] = {}  # pid -> its CPU seconds when sampling began
@@ -62,7 +59,7 @@ def run_all(
             sampled_cpu.update({pid: cpu_seconds(pid) - before for pid, before in window.items()})
 
     while time.monotonic() < deadline:
-        if sampled_cpu is not None and not window and perf_events(process.pid) >= (os.cpu_count() or 1):
+        if sampled_cpu is not None and not window and said.sampling.is_set():
             window = {pid: cpu_seconds(pid) for pid in sampled_cpu}
             window_end = time.monotonic() + seconds
         elif window and time.monotonic() >= window_end:
@@ -81,13 +78,11 @@ def run_all(
     else:
         process.kill()
         process.wait()
-        reader.join(5)
-        pytest.fail(f"jitprof --all -d {seconds} still ran after {seconds + 60} s: {''.join(stderr)[-2000:]}")
+        pytest.fail(f"jitprof --all -d {seconds} still ran after {seconds + 60} s: {said.text()[-2000:]}")
     elapsed = time.monotonic() - started
     close_window()  # if it ended before a look
     process.returncode = os.waitstatus_to_exitcode(status)
-    reader.join(10)
-    completed = subprocess.CompletedProcess(command, process.returncode, "", "".join(stderr))
+    completed = subprocess.CompletedProcess(command, process.returncode, "", said.text(10))
     completed.cpu_seconds = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
     return completed, elapsed, peak_kib
 

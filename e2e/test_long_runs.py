@@ -3,9 +3,11 @@ process's JIT files are removed and its descriptors closed while the run
 goes on, not at its end."""
 
 import os
+import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from e2e.conftest import jitprof_environment
@@ -14,8 +16,31 @@ from profiler.run.recording import RETIRE_AFTER_S
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def descriptors(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+PROCESS_NAMED = re.compile(r"^/proc/(\d+)/|^/tmp/perf-(\d+)\.map$|-(\d+)-v8\.log$")
+
+
+@dataclass
+class Descriptors:
+    held: set[int]  # the processes whose memory, perf map or code log are open
+    directories: int  # a process's perf map and code log directories, held beside them
+    others: int
+
+
+def descriptors(pid: int) -> Descriptors:
+    census = Descriptors(set(), 0, 0)
+    for descriptor in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{descriptor}")
+        except OSError:
+            continue  # closed meanwhile
+        named = PROCESS_NAMED.search(target)
+        if named:
+            census.held.add(int(next(group for group in named.groups() if group)))
+        elif target.startswith("/") and os.path.isdir(target):
+            census.directories += 1
+        else:
+            census.others += 1
+    return census
 
 
 def test_exited_processes_are_forgotten_during_the_run(symbol_cache, tmp_path):
@@ -50,13 +75,23 @@ def test_exited_processes_are_forgotten_during_the_run(symbol_cache, tmp_path):
         # The first process's perf map and code log went while the run goes on.
         assert not Path(f"/tmp/perf-{first}.map").exists()
         assert not list(tmp_path.glob(f"isolate-*-{first}-v8.log"))
-        # Now as many processes are within their last RETIRE_AFTER_S as will
-        # ever be: ten seconds and as many processes later, no more descriptors.
+        # Every process that had exited by now is forgotten while the run
+        # goes on: no descriptor names it any more, no directory is held
+        # for it, and the others did not grow with the processes that came
+        # and went meanwhile.
+        exited = {int(pid) for pid in pids_file.read_text().split()}
         steady = descriptors(run.pid)
-        time.sleep(10)
-        assert run.poll() is None
-        later = descriptors(run.pid)
-        assert later <= steady + 15, (steady, later)  # not several per process that came and went
+        deadline = time.monotonic() + RETIRE_AFTER_S + 60
+        later = steady
+        while later.held & exited and time.monotonic() < deadline:
+            time.sleep(0.5)
+            if run.poll() is not None:
+                break  # later: the run's last census
+            later = descriptors(run.pid)
+        assert not later.held & exited, f"exited processes still held at the run's end: {sorted(later.held & exited)}"
+        assert later.directories <= 2 * (len(later.held) + 1), later
+        came_and_went = len(pids_file.read_text().split()) - len(exited)
+        assert later.others - steady.others < came_and_went, (steady, later, came_and_went)
     finally:
         _stderr = run.communicate(timeout=120)[1]
     assert run.returncode == 0, _stderr

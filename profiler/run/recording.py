@@ -21,7 +21,7 @@ from profiler.jit.sources import JitSources
 from profiler.kernel import preflight
 from profiler.kernel.bpf_program import BpfProgram, LoadOptions
 from profiler.kernel.events import EventType, ProcessEvent, RawSample, WalkEnd, thread_waits_record, work_started_record
-from profiler.kernel.kernel_maps import UNWIND_ROWS, UNWIND_TABLES
+from profiler.kernel.kernel_maps import UNWIND_ROWS, UNWIND_TABLES, UnreportedWaits
 from profiler.kernel.late_walks import LateWalks
 from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import comm_of
@@ -44,6 +44,7 @@ from profiler.run.threadpool_probes import ThreadpoolProbes
 from profiler.safety.terminal import say
 from profiler.safety.users import RunAs, output_owner, resolve_run_as
 from profiler.symbolize.symbolizer import Symbolizer
+from profiler.symbolize.waits import is_wait_record, within_run
 
 if TYPE_CHECKING:
     from profiler.run.push_session import PushSession
@@ -115,6 +116,7 @@ class Recording:
         self._inject = False  # the command's runtimes are given their JIT-symbol flags
         self._originals: registry.SourceMapper | None = None  # source maps' frames, unless --no-source-maps
         self._threadpools: ThreadpoolProbes | None = None  # --off-cpu
+        self._waits_at_end: list[UnreportedWaits] = []  # --off-cpu: what the kernel held when sampling stopped
 
     # The run -------------------------------------------------------------
 
@@ -236,6 +238,15 @@ class Recording:
         if self._threadpools is not None:
             self._threadpools.attach(pid)
 
+    def _sampling_line(self) -> str:
+        pids = self.profile.info.pids
+        what = (
+            "every process" if self.options.all_processes else ("pid " if len(pids) == 1 else "pids ") + ", ".join(map(str, pids))
+        )
+        off_cpu = " and where it waits" if self.options.off_cpu else ""
+        until = f"for {self.options.duration_s:g} s or " if self.options.duration_s else ""
+        return f"jitprof: sampling {what} at {self.options.frequency_hz} Hz{off_cpu}, {until}until Ctrl-C"
+
     def _injects(self, run_as: RunAs | None) -> bool:
         """Will the command's runtimes be given their JIT-symbol flags?"""
         if not self.options.command or not self.options.inject or run_as is None:
@@ -257,6 +268,8 @@ class Recording:
             if self._originals is not None:
                 self._originals.start()
             self.profile.info.started_ns = time.monotonic_ns()
+            if not self.options.live_view and not self.options.command:
+                say(self._sampling_line())  # attached, nothing else says it has begun (as py-spy does)
             if self._push is not None:
                 self._push.begin()
             if self.options.live_view:
@@ -273,8 +286,12 @@ class Recording:
             self._sample_loop(program)
         finally:
             program.stop_sampling()
-            self._close_view()
             self.profile.info.ended_ns = time.monotonic_ns()
+            if self.options.off_cpu:
+                # Now, not after the drain: threads go on running, and a
+                # preempted one's time in the run queue goes on adding up.
+                self._waits_at_end = program.maps.unreported_waits()
+            self._close_view()
 
     def _finish(self, program: BpfProgram) -> None:
         """Name what is pending, send and write it, and say what happened."""
@@ -444,6 +461,8 @@ class Recording:
     def _handle_event(self, event: RawSample | ProcessEvent) -> None:
         assert self._symbolizer is not None and self._followed is not None
         if isinstance(event, RawSample):
+            if is_wait_record(event) and not within_run(event, self.profile.info.started_ns):
+                return
             if self._followed.wants_samples_of(event.pid):
                 self._sampled_since_rescan.add(event.pid)
                 self._symbolizer.note(event)
@@ -452,7 +471,9 @@ class Recording:
         if event.event_type in (EventType.THREAD_WAITS, EventType.THREAD_RUNNABLE, EventType.WORK_STARTED):
             if self._followed.wants_samples_of(event.pid):
                 record = work_started_record if event.event_type is EventType.WORK_STARTED else thread_waits_record
-                self._polled_samples.append(record(event))
+                sample = record(event)
+                if sample.work_started or within_run(sample, self.profile.info.started_ns):
+                    self._polled_samples.append(sample)
             return
         if event.event_type is EventType.WAITS_WITHOUT_RSEQ:
             self._report_waits_at_system_calls()
@@ -467,16 +488,16 @@ class Recording:
     # The end ---------------------------------------------------------------
 
     def _add_unreported_waits(self, program: BpfProgram) -> None:
-        """--off-cpu: the waits the kernel holds as the run ends (short ones
-        not reported yet, and waits still going on) join the profile, so a
-        thread's time adds up to its wall time."""
+        """--off-cpu: the waits the kernel held as sampling stopped (short
+        ones not reported yet, and waits still going on) join the profile, so
+        a thread's time adds up to its wall time."""
         assert self._followed is not None
         ended_ns = self.profile.info.ended_ns
         assert self._symbolizer is not None
         recorder = self._symbolizer.waits
         if recorder is None:
             return
-        for waits in program.maps.unreported_waits():
+        for waits in self._waits_at_end:
             if not self._followed.wants_samples_of(waits.pid):
                 continue
             comm = comm_of(waits.tid) or comm_of(waits.pid)

@@ -42,6 +42,28 @@ def is_wait_record(raw: RawSample) -> bool:
     return raw.off_cpu_ns != 0 or raw.short_wait_ns != 0 or raw.runnable_ns != 0 or raw.time_only
 
 
+def within_run(raw: RawSample, started_ns: int) -> bool:
+    """Cut a wait record's time to what fell after started_ns, latest first
+    (its time runnable after the wake-up, the wait, then its short waits):
+    attached, a process's waits are timed from a little before sampling
+    begins. False if none of it did. Items a pool thread starts keep their
+    time queued (charged to the JavaScript that queued them, not the thread)."""
+    if raw.work_started or raw.submits_work:
+        return True
+    budget = max(raw.time_ns - started_ns, 0)
+    raw.runnable_ns = min(raw.runnable_ns, budget)
+    budget -= raw.runnable_ns
+    if raw.off_cpu_ns > budget:
+        raw.off_cpu_ns = budget
+        if budget == 0:
+            raw.time_only = True  # no wait of its own left: its stack is not a CPU sample's
+    budget -= raw.off_cpu_ns
+    if raw.short_wait_ns > budget:
+        raw.short_waits = raw.short_waits * budget // raw.short_wait_ns
+        raw.short_wait_ns = budget
+    return raw.off_cpu_ns != 0 or raw.runnable_ns != 0 or raw.short_wait_ns != 0
+
+
 def needs_stack(raw: RawSample) -> bool:
     """Is there a stack to name (a CPU sample, or a wait whose stack is its own)?"""
     return not raw.time_only and not raw.stack_moved

@@ -8,7 +8,7 @@ from profiler.jit.v8 import threadpool
 from profiler.jit.v8.idle import waits_for_work as node_waits_for_work
 from profiler.kernel.events import RawSample, WalkEnd
 from profiler.model.profile import Frame, FrameKind, Profile, RunInfo, Sample
-from profiler.symbolize.waits import WaitRecorder, duration_text, is_wait_record, needs_stack
+from profiler.symbolize.waits import WaitRecorder, duration_text, is_wait_record, needs_stack, within_run
 from profiler.symbolize.work_charges import WorkCharges
 from tests.helpers import native
 
@@ -187,3 +187,41 @@ def test_a_pool_thread_between_items_is_its_own():
     assert charges.charged(idle, stack) is stack
     unknown = raw(tid=9, work=555)
     assert charges.charged(unknown, named(profile, POOL_READ, unknown)).frame_ids == named(profile, POOL_READ, unknown).frame_ids
+
+
+STARTED_NS = 10_000_000_000  # when sampling began
+
+
+def test_a_wait_reported_before_sampling_began_is_left_out():
+    """Attached, a process's waits are timed from a little before sampling
+    begins: those the run did not see do not count."""
+    record = raw(time_ns=STARTED_NS - 1, off_cpu_ns=50_000_000, runnable_ns=1_000)
+    assert not within_run(record, STARTED_NS)
+
+
+def test_a_wait_that_began_before_sampling_counts_from_then():
+    record = raw(time_ns=STARTED_NS + 30_000_000, off_cpu_ns=80_000_000, runnable_ns=5_000_000)
+    assert within_run(record, STARTED_NS)
+    assert (record.runnable_ns, record.off_cpu_ns, record.time_only) == (5_000_000, 25_000_000, False)
+
+
+def test_a_wait_with_only_its_wake_up_in_the_run_keeps_no_stack():
+    """Its stack is the wait's, and none of the wait is in the run: with no
+    stack it cannot pass for a CPU sample."""
+    record = raw(time_ns=STARTED_NS + 2_000_000, off_cpu_ns=80_000_000, runnable_ns=5_000_000)
+    assert within_run(record, STARTED_NS)
+    assert (record.runnable_ns, record.off_cpu_ns, record.time_only) == (2_000_000, 0, True)
+    assert not needs_stack(record)
+
+
+def test_short_waits_are_cut_with_their_count():
+    record = raw(time_ns=STARTED_NS + 3_000_000, short_wait_ns=6_000_000, short_waits=12, time_only=True)
+    assert within_run(record, STARTED_NS)
+    assert (record.short_wait_ns, record.short_waits) == (3_000_000, 6)
+
+
+def test_a_wait_within_the_run_and_queued_items_keep_their_time():
+    inside = raw(time_ns=STARTED_NS + 90_000_000, off_cpu_ns=80_000_000, runnable_ns=5_000_000)
+    assert within_run(inside, STARTED_NS) and (inside.off_cpu_ns, inside.runnable_ns) == (80_000_000, 5_000_000)
+    queued = raw(time_ns=STARTED_NS + 1, off_cpu_ns=80_000_000, work=7, work_started=True)
+    assert within_run(queued, STARTED_NS) and queued.off_cpu_ns == 80_000_000
