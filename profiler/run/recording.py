@@ -472,7 +472,7 @@ class Recording:
             if self._followed.wants_samples_of(event.pid):
                 record = work_started_record if event.event_type is EventType.WORK_STARTED else thread_waits_record
                 sample = record(event)
-                if sample.work_started or within_run(sample, self.profile.info.started_ns):
+                if within_run(sample, self.profile.info.started_ns):
                     self._polled_samples.append(sample)
             return
         if event.event_type is EventType.WAITS_WITHOUT_RSEQ:
