@@ -16,7 +16,7 @@ from pathlib import Path
 
 from benchmarks.harness import JITPROF, ROOT
 from benchmarks.kernel_cost import sampler_time
-from benchmarks.off_cpu_cost import CONNECTIONS, _load, _pinned, _run_seconds, _sampling
+from benchmarks.off_cpu_cost import CONNECTIONS, _attached, _load, _pinned, _run_seconds
 from profiler.model.raw import read_raw
 
 SERVER = ROOT / "fixtures" / "js" / "otel_server.js"
@@ -31,14 +31,9 @@ def _round(
 ) -> tuple[float, float, float]:
     """(requests/s, share of samples with what is measured (default: a trace
     id), server CPU µs per request) over one load, one setup attached."""
-    jitprof = subprocess.Popen(
-        [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", "cost.jitprof"],
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    jitprof = _attached(
+        [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", "cost.jitprof"], workdir
     )
-    _sampling(jitprof)
     _load(port, 1)  # jitprof names the server's code, and learns its objects
     server_before = _run_seconds(server)
     started = time.monotonic()
@@ -46,7 +41,7 @@ def _round(
     elapsed = time.monotonic() - started
     server_cpu = _run_seconds(server) - server_before
     jitprof.send_signal(2)
-    jitprof.communicate(timeout=120)
+    jitprof.wait(timeout=120)
     labelled = (share or _labelled_share)(workdir / "cost.jitprof")
     return rate, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
 
@@ -57,16 +52,12 @@ def _together(setups: dict[str, list[str]], server: int, port: int, workdir: Pat
     server's life, so this machine's drift in speed (tens of per cent over
     minutes) cancels out of their ratios, as it does not between rounds."""
     started = [
-        subprocess.Popen(
+        _attached(
             [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", f"together-{index}.jitprof"],
-            cwd=workdir,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            workdir,
         )
         for index, flags in enumerate(setups.values())
     ]
-    for jitprof in started:
-        _sampling(jitprof)
     _load(port, 1)
     before = [sampler_time(jitprof.pid)[0] for jitprof in started]
     server_before = _run_seconds(server)

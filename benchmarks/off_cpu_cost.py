@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import statistics
 import subprocess
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from benchmarks.harness import FIXTURES, JITPROF, NODE, ROOT
 
@@ -82,21 +84,28 @@ def _voluntary_switches(pid: int) -> int:
     return total
 
 
-def _sampling(jitprof: subprocess.Popen, deadline_s: float = 60.0) -> None:
-    """Until jitprof has its perf events open (one per CPU): it samples."""
+def _attached(command: list[str], workdir: Path, deadline_s: float = 60.0) -> subprocess.Popen:
+    """jitprof attached in the background, returned once it says it samples
+    (its perf events open; the tracepoints it opens at load are perf events
+    too, and come seconds before). Its stderr is read on to the end."""
+    jitprof = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sampling = threading.Event()
+
+    def read(stream: IO[str]) -> None:
+        for line in stream:
+            if line.startswith("jitprof: sampling "):
+                sampling.set()
+        stream.close()
+
+    threading.Thread(target=read, args=(jitprof.stderr,), daemon=True).start()
     end = time.monotonic() + deadline_s
-    cpus = os.cpu_count() or 1
-    while time.monotonic() < end:
-        try:
-            links = [os.readlink(f"/proc/{jitprof.pid}/fd/{name}") for name in os.listdir(f"/proc/{jitprof.pid}/fd")]
-        except OSError:
-            links = []
-        if sum(link == "anon_inode:[perf_event]" for link in links) >= cpus:
-            return
+    while not sampling.wait(0.05):
         if jitprof.poll() is not None:
             raise RuntimeError("jitprof ended before sampling")
-        time.sleep(0.05)
-    raise RuntimeError("jitprof did not start sampling")
+        if time.monotonic() > end:
+            jitprof.kill()
+            raise RuntimeError("jitprof did not start sampling")
+    return jitprof
 
 
 def _load(port: int, seconds: int) -> float:
@@ -117,13 +126,10 @@ def _round(flags: list[str] | None, server: int, port: int, workdir: Path) -> tu
     load that follows a first one (jitprof's start: the server's code named)."""
     jitprof = None
     if flags is not None:
-        jitprof = subprocess.Popen(
+        jitprof = _attached(
             [*_pinned(1), *JITPROF, "--no-tui", *flags, "--pid", str(server), "-d", str(LOAD_SECONDS + 30), "-o", "out.pb.gz"],
-            cwd=workdir,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            workdir,
         )
-        _sampling(jitprof)
     first_rate = _load(port, FIRST_LOAD_SECONDS)
     switches_before = _voluntary_switches(server)
     cpu_before = _cpu_seconds(_tree(jitprof.pid)) if jitprof else 0.0
@@ -218,13 +224,10 @@ def _switch_cost(repeats: int, workdir: Path) -> list[str]:
             try:
                 assert target.stdout is not None and target.stdout.readline().strip() == "ready"
                 flags = ["--off-cpu"] if "off-cpu" in name else []
-                jitprof = subprocess.Popen(
+                jitprof = _attached(
                     [*JITPROF, "--no-tui", *flags, "--pid", str(target.pid), "-d", str(SWITCH_SECONDS + 20), "-o", "out.pb.gz"],
-                    cwd=workdir,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
+                    workdir,
                 )
-                _sampling(jitprof)
                 time.sleep(SETTLE_S)  # its start-up (the target's symbols, unwind tables) is not steady state
                 switches, cpu, started = _voluntary_switches(target.pid), _cpu_seconds(_tree(jitprof.pid)), time.monotonic()
                 time.sleep(SWITCH_SECONDS)  # a benchmark's window, not a test's wait
