@@ -262,21 +262,37 @@ class ServerSums:
     spent: dict[str, int]  # ns from each function's calls to their callbacks
     callbacks: dict[str, int]
     served: int
-    loop_delay_ns: int  # mean, over its life
+    loop_delay_sum_ns: int  # of the loop's delays before a message is handled
+    loop_delays: int
+
+    @property
+    def loop_delay_ns(self) -> int:
+        """The loop's mean delay over the sums' span."""
+        return self.loop_delay_sum_ns // max(self.loop_delays, 1)
 
     @staticmethod
     def parse(lines: dict[str, list[str]]) -> ServerSums:
         def pairs(key: str) -> dict[str, int]:
             return {name: int(value) for name, value in (pair.split("=") for pair in lines[key])}
 
-        return ServerSums(pairs("spent"), pairs("callbacks"), int(lines["served"][0]), int(lines["loop_delay_mean_ns"][0]))
+        return ServerSums(
+            pairs("spent"),
+            pairs("callbacks"),
+            int(lines["served"][0]),
+            int(lines["loop_delay_sum_ns"][0]),
+            int(lines["loop_delay_count"][0]),
+        )
 
     def since(self, earlier: ServerSums) -> ServerSums:
+        """The sums of the window from earlier to this: the loop's delay its
+        own (it grows under load, and a mean over the server's life, idle
+        stretches included, misjudged the window's callbacks' share)."""
         return ServerSums(
             {name: ns - earlier.spent[name] for name, ns in self.spent.items()},
             {name: count - earlier.callbacks[name] for name, count in self.callbacks.items()},
             self.served - earlier.served,
-            self.loop_delay_ns,
+            self.loop_delay_sum_ns - earlier.loop_delay_sum_ns,
+            self.loop_delays - earlier.loop_delays,
         )
 
 
