@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from benchmarks.harness import FIXTURES, JITPROF, NODE, ROOT
+from profiler.run.recording import SAMPLING_LINE
 
 SERVER = ROOT / "benchmarks" / "http_server.js"
 # The load: a C client costing the machine a fraction of what the server does
@@ -93,7 +94,7 @@ def _attached(command: list[str], workdir: Path, deadline_s: float = 60.0) -> su
 
     def read(stream: IO[str]) -> None:
         for line in stream:
-            if line.startswith("jitprof: sampling "):
+            if line.startswith(SAMPLING_LINE):
                 sampling.set()
         stream.close()
 

@@ -18,6 +18,7 @@ import pytest
 from profiler.jit.jitdump_files import spawned_dump_directory
 from profiler.kernel.proc_status import process_alive
 from profiler.native import cache, elf, library
+from profiler.run.recording import SAMPLING_LINE
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "build"
@@ -205,9 +206,6 @@ def nobody_dir():
     os.chown(directory, NOBODY, NOBODY)
     yield directory
     shutil.rmtree(directory, ignore_errors=True)
-
-
-SAMPLING_LINE = "jitprof: sampling "  # what an attached run says once its perf events are open
 
 
 class StderrLines:

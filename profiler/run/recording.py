@@ -72,6 +72,7 @@ SOURCE_MAPS_BUDGET_S = 30.0  # after that, frames not mapped yet are shown as ge
 # After this, none of an exited process's samples wait for its JIT files any
 # more: they are removed and its state goes, so long runs stay flat.
 RETIRE_AFTER_S = 10.0
+SAMPLING_LINE = "jitprof: sampling "  # how an attached or --all run says it has begun (tests and benchmarks wait for it)
 TRIM_HEAP_S = 60.0  # --push: freed memory is handed back to the system this often
 
 
@@ -245,7 +246,7 @@ class Recording:
         )
         off_cpu = " and where it waits" if self.options.off_cpu else ""
         until = f"for {self.options.duration_s:g} s or " if self.options.duration_s else ""
-        return f"jitprof: sampling {what} at {self.options.frequency_hz} Hz{off_cpu}, {until}until Ctrl-C"
+        return f"{SAMPLING_LINE}{what} at {self.options.frequency_hz} Hz{off_cpu}, {until}until Ctrl-C"
 
     def _injects(self, run_as: RunAs | None) -> bool:
         """Will the command's runtimes be given their JIT-symbol flags?"""
