@@ -79,9 +79,12 @@ def test_inlined_functions_are_frames_with_their_lines(jitprof, fixtures_built, 
     annotated = subprocess.run(
         ["callgrind_annotate", str(tmp_path / "callgrind.out.inlined")], capture_output=True, text=True, check=True
     ).stdout
-    assert re.search(r"\(\s*9\d\.\d+%\)\s+\S*fixtures/inlined\.c:rotate \[inlined\]", annotated), annotated
+    # Nearly all samples are rotate's: 90 % and up (100.0 % when no sample fell outside it).
+    function_row = re.search(r"\(\s*(\d+\.\d+)%\)\s+\S*fixtures/inlined\.c:rotate \[inlined\]", annotated)
+    assert function_row and float(function_row.group(1)) >= 90, annotated
     hot = next(line for line in annotated.splitlines() if "ROTATE_LINE" in line)
-    assert re.match(r"\s*[\d,]+ \(\s*9\d\.\d+%\)", hot), hot
+    hot_row = re.match(r"\s*[\d,]+ \(\s*(\d+\.\d+)%\)", hot)
+    assert hot_row and float(hot_row.group(1)) >= 90, hot
 
     # pprof: one location with three lines, innermost first.
     reader = ROOT / "tests" / "readers" / "read_pprof.js"
