@@ -39,12 +39,14 @@ def as_nobody(background, code: str) -> subprocess.Popen:
 def run_all(
     symbol_cache: Path, workdir: Path, seconds: int, *flags: str, sampled_cpu: dict[int, float] | None = None
 ) -> tuple[subprocess.CompletedProcess, float, int]:
-    """jitprof --all for `seconds`: its result (its CPU seconds, with its
-    helpers', as result.cpu_seconds), wall time, and its own peak RSS (KiB).
+    """jitprof --all for `seconds`: its result (its CPU seconds and read
+    system calls, with its helpers', as result.cpu_seconds and
+    result.read_calls), wall time, and its own peak RSS (KiB).
     sampled_cpu's pids get their CPU seconds while jitprof sampled (from
     when it says it samples, for `seconds`): what its samples of them can
     follow, on a CPU of any speed."""
     command = [sys.executable, "-m", "profiler", "--all", *flags, "-F", "199", "-d", str(seconds), "--by-pid", "-o", "all.folded"]
+    reads_before = read_calls()
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=workdir, env=jitprof_environment(symbol_cache), stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
@@ -84,7 +86,18 @@ def run_all(
     process.returncode = os.waitstatus_to_exitcode(status)
     completed = subprocess.CompletedProcess(command, process.returncode, "", said.text(10))
     completed.cpu_seconds = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
+    completed.read_calls = read_calls() - reads_before  # type: ignore[attr-defined]
     return completed, elapsed, peak_kib
+
+
+def read_calls() -> int:
+    """This process's read system calls, with those of its children reaped
+    so far (the kernel adds a child's I/O counts to its parent's at the
+    reap): jitprof's and its helpers', once it is waited for."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("syscr:"):
+            return int(line.split()[1])
+    raise AssertionError("/proc/self/io has no syscr")
 
 
 def samples_of(folded: Path, pid: int) -> int:
