@@ -120,14 +120,34 @@ struct v8_async_walk {
     u8 roles[ASYNC_KNOWN_SHARED];
     struct v8_isolate_read isolate; // as the labels' reader read it at the sample's start
 };
+// Bytes of V8's heap read at once around an object of the chain: V8
+// allocates an await's context, its two closures and its reaction (later
+// the microtask, in the reaction's place) one after the other, and an async
+// function's promise just before its generator, so one read often holds
+// what took three. An object is taken from it only when it lies wholly
+// inside (the words past the read are room for a window, never used).
+#define ASYNC_NEAR_WORDS 32
+#define ASYNC_SPARE_WORDS 16
+struct v8_async_near {
+    u64 start;  // the user address of words[0] (0: nothing read)
+    u64 length; // bytes read
+    u64 words[ASYNC_NEAR_WORDS + ASYNC_SPARE_WORDS];
+};
 #define ASYNC_NOTES_OFFSET (V8_NOTES_OFFSET - MAX_ASYNC_FRAMES * sizeof(struct v8_async_frame))
 #define ASYNC_WALK_OFFSET (ASYNC_NOTES_OFFSET - sizeof(struct v8_async_walk))
-_Static_assert(ASYNC_WALK_OFFSET > (MAX_FRAMES + 1) * 8 + MAX_V8_FRAMES * sizeof(struct v8_frame) +
+#define ASYNC_NEAR_OFFSET ((ASYNC_WALK_OFFSET - 2 * sizeof(struct v8_async_near)) & ~7UL)
+_Static_assert(ASYNC_NEAR_OFFSET > (MAX_FRAMES + 1) * 8 + MAX_V8_FRAMES * sizeof(struct v8_frame) +
                                        MAX_ASYNC_FRAMES * sizeof(struct v8_async_frame),
                "the notes stay clear of where the frames are placed when sent");
 
 static __always_inline struct v8_async_walk *async_walk_of(struct walk_scratch *scratch) {
     return (struct v8_async_walk *)(scratch->event.copy_space + ASYNC_WALK_OFFSET);
+}
+
+// Two reads around objects: an await's (its reaction or microtask, closures
+// and context) and a generator's (with its promise).
+static __always_inline struct v8_async_near *async_near_of(struct walk_scratch *scratch, int which) {
+    return (struct v8_async_near *)(scratch->event.copy_space + ASYNC_NEAR_OFFSET + (which & 1) * sizeof(struct v8_async_near));
 }
 
 static __always_inline struct v8_async_frame *async_notes(struct walk_scratch *scratch) {
