@@ -111,22 +111,38 @@ def asked_nothing(pid: int) -> None:
 RECORD_ALL_PCS = ("-XX:+UnlockDiagnosticVMOptions", "-XX:+DebugNonSafepoints")
 
 
-def wrong_chains(samples: list[list], truth: list[str]) -> list[list[str]]:
+def wrong_chains(samples: list[list], truth: list[str]) -> list[str]:
     """The samples whose frames of the fixture's class are not the start of
     the true chain (truth, outermost first), followed at most by the frame
     that says the inlined methods are not known: nothing shown may be
-    another chain."""
+    another chain. A JIT frame left unnamed stands for one frame not known
+    (marked so, not another chain). Each wrong sample's whole stack, root
+    first, with where each frame was found."""
+    fixture = truth[0].split(".")[0] + "."
     wrong = []
     for frames in samples:
         names = [
-            frame.name
+            UNNAMED if unnamed_jit(frame) else frame.name
             for frame in frames
-            if frame.name.startswith(truth[0].split(".")[0] + ".") or frame.name == INLINED_UNKNOWN.name
+            if frame.name.startswith(fixture) or frame.name == INLINED_UNKNOWN.name or unnamed_jit(frame)
         ]
         known = names[:-1] if names and names[-1] == INLINED_UNKNOWN.name else names
-        if INLINED_UNKNOWN.name in known or known != truth[: len(known)]:
-            wrong.append(names)
+        while len(known) > len(truth) and known[-1] == UNNAMED:
+            known.pop()  # a stub past the leaf, not one of the chain's
+        if (
+            INLINED_UNKNOWN.name in known
+            or len(known) > len(truth)
+            or any(name not in (UNNAMED, true) for name, true in zip(known, truth))
+        ):
+            wrong.append(" > ".join(f"{frame.name} [{frame.module}, {frame.kind.name}]" for frame in frames))
     return wrong
+
+
+UNNAMED = "?"
+
+
+def unnamed_jit(frame) -> bool:
+    return frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]"
 
 
 @pytest.mark.parametrize("jdk", sorted(JDKS))
@@ -160,8 +176,9 @@ def test_compiled_java_named_with_its_inlined_chain(jitprof, tmp_path, backgroun
     stop_jvm(target)
     samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid)
     assert len(samples) >= 600, len(samples)
-    assert wrong_chains(samples, ["Inlined.main(java.lang.String[])", *CHAIN]) == []
-    unnamed = sum(1 for sample in samples if any(frame.kind is FrameKind.UNKNOWN and frame.module == "[jit]" for frame in sample))
+    wrong = wrong_chains(samples, ["Inlined.main(java.lang.String[])", *CHAIN])
+    assert wrong == [], wrong[:5]
+    unnamed = sum(1 for sample in samples if any(unnamed_jit(frame) for frame in sample))
     assert unnamed / len(samples) <= 0.02
     if not recorded:
         assert any(frames[-1].name == INLINED_UNKNOWN.name for frames in samples)
@@ -297,7 +314,8 @@ def test_debug_non_safepoints_turned_on_in_a_running_jvm_names_every_chain(jitpr
     assert f"turned -XX:+DebugNonSafepoints on in the JVM (pid {target.pid})" in run.stderr, run.stderr
     samples = java_samples(read_raw(tmp_path / "out.jitprof"), target.pid, "RuntimeCalls")
     assert len(samples) >= 600, len(samples)
-    assert wrong_chains(samples, RUNTIME_CHAIN) == []
+    wrong = wrong_chains(samples, RUNTIME_CHAIN)
+    assert wrong == [], wrong[:5]
     names = [[frame.name for frame in frames] for frames in samples]
     whole = sum(1 for frames in names if [name for name in frames if name.startswith("RuntimeCalls.")] == RUNTIME_CHAIN)
     # As with the flag given at start (the same bound); without it, most are unknown.
@@ -361,7 +379,8 @@ def test_interpreted_java_every_frame_named(jitprof, tmp_path, background, jdk):
     # chain from main down to the method the sample is in, none another's.
     truth = ["Inlined.main(java.lang.String[])", *CHAIN]
     cut = java_samples(profile, target.pid, cut=True)
-    assert wrong_chains(samples, truth) == []
+    wrong = wrong_chains(samples, truth)
+    assert wrong == [], wrong[:5]
     assert len(samples) >= 0.98 * (len(samples) + len(cut)), (len(samples), len(cut))
     assert sum(1 for frames in samples if chained(frames)[0]) / len(samples) >= 0.9
     java_frames = [frame for frames in samples for frame in frames if frame.module == "[jit]"]

@@ -177,3 +177,48 @@ def test_a_process_that_maps_its_jitdump_has_it_opened_at_once():
     followed.handle(ProcessEvent(EventType.MAPS_CHANGED, os.getpid(), os.getpid(), 0, 0, "", 0x1000, 0x1000))
     followed.refresh_changed_maps()
     assert ("maps_changed", os.getpid()) not in sources.calls  # no dump: nothing to open
+
+
+class SlowRuntime(Recorder):
+    """JIT sources whose first process needs a read that waits on an event."""
+
+    def __init__(self, slow_pid: int, release: threading.Event) -> None:
+        super().__init__()
+        self._slow_pid = slow_pid
+        self._release = release
+
+    def read_ahead(self, pid: int):
+        self.calls.append(("read_ahead", pid))
+        return [lambda: self._release.wait(10)] if pid == self._slow_pid else []
+
+
+def test_a_slow_runtime_read_holds_its_process_walks_not_the_loop():
+    """A node binary's first read of V8's layout (tens of ms, hundreds from
+    disk) ran on the loop: a short process exec'd meanwhile was gone before
+    its maps were read. Now other processes' maps are read meanwhile, and the
+    slow one's walks stay held until its runtime is known."""
+    from profiler.run.read_ahead import ReadAhead
+
+    tracker, release = Recorder(), threading.Event()
+    sources = SlowRuntime(os.getpid(), release)
+    read_ahead = ReadAhead()
+    followed = FollowedProcesses(Recorder(), tracker, sources, None, read_ahead=read_ahead)  # type: ignore[arg-type]
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        followed.add(os.getpid())
+        assert ("watch", os.getpid()) not in sources.calls and ("release_walks", os.getpid()) not in tracker.calls
+        followed.handle(event(EventType.FORK, sleeper.pid, sleeper.pid, parent=os.getpid()))
+        # The other process is known at once, its walks released.
+        assert ("refresh", sleeper.pid) in tracker.calls or ("add_process", sleeper.pid) in tracker.calls
+        assert ("watch", sleeper.pid) in sources.calls and ("release_walks", sleeper.pid) in tracker.calls
+        assert followed.read_due_in_ms(250) <= 10  # the loop looks again soon
+        followed.runtimes_read()
+        assert ("watch", os.getpid()) not in sources.calls
+        release.set()
+        followed.runtimes_read(10)
+        assert ("watch", os.getpid()) in sources.calls and ("release_walks", os.getpid()) in tracker.calls
+        assert followed.read_due_in_ms(250) == 250
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        read_ahead.close()
