@@ -7,7 +7,7 @@ code log, the JVM's maps asked for), then the generic ones: jitdump files
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from profiler.jit import runtimes
@@ -86,10 +86,6 @@ class JitSources:
     def maps_changed(self, pid: int, entries: Sequence[MapEntry]) -> None:
         for source in self._sources:
             source.maps_changed(pid, entries)
-
-    def read_ahead(self, pid: int) -> list[Callable[[], None]]:
-        """The slow reads watch(pid) would make, to be made off the sampling loop first."""
-        return [read for source in self._sources if (read := source.read_ahead(pid)) is not None]
 
     def watch(self, pid: int) -> None:
         """A process is followed (or has just exec'd): note what it runs."""

@@ -8,7 +8,7 @@ here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from profiler.kernel.address_spaces import KnownMapping
@@ -89,11 +89,6 @@ class JitSymbolSource:
         return None
 
     # The run's side ---------------------------------------------------------
-
-    def read_ahead(self, pid: int) -> Callable[[], None] | None:
-        """What watch(pid) would read slowly from the process's files (once per
-        file in a run), to be read on another thread first; None: nothing."""
-        return None
 
     def watch(self, pid: int) -> None:
         """A process is followed, or has just exec'd: note what it runs."""

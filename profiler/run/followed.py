@@ -16,7 +16,6 @@ from profiler.kernel.mappings import MappingTracker
 from profiler.kernel.proc_status import descendants, parent_of, process_alive, start_time, thread_group_id
 from profiler.kernel.trie import TriePrefix, covering_prefix
 from profiler.labels.label_sources import LabelSources
-from profiler.run.read_ahead import WAIT_MS, ReadAhead
 
 MIN_REFRESH_INTERVAL_S = 0.05
 SWEEP_KERNEL_S = 10.0
@@ -32,7 +31,6 @@ class FollowedProcesses:
         on_new_process: Callable[[int, str], None] | None = None,
         on_runtime_known: Callable[[int], None] | None = None,
         labels: LabelSources | None = None,
-        read_ahead: ReadAhead | None = None,
     ) -> None:
         self._maps = maps
         self._tracker = tracker
@@ -41,7 +39,6 @@ class FollowedProcesses:
         self._on_new_process = on_new_process  # a process is followed, or has exec'd
         self._on_runtime_known = on_runtime_known  # its maps are read (--off-cpu: its threadpool is probed)
         self._labels = labels  # what processes publish for their samples' labels
-        self._read_ahead = read_ahead  # None: a new process's runtime is read on the loop
         self.live: set[int] = set()
         self.seen: set[int] = set()  # when jitprof made them write JIT files: to remove them at the end
         self.ignored: set[int] = set()  # --all: jitprof's own processes
@@ -72,30 +69,10 @@ class FollowedProcesses:
                 self._on_new_process(pid, comm)
 
     def _know_runtime(self, pid: int) -> None:
-        """pid's maps are read, and its samples still carry their stacks: what
-        its runtime needs read slowly (V8's layout from a binary the first
-        time: 0.1 s, a short process's whole life) is read on another thread
-        while the loop goes on; then runtime_read goes on for it."""
-        reads = self._jit_sources.read_ahead(pid) if self._read_ahead is not None else []
-        if self._read_ahead is not None and reads:
-            self._read_ahead.start(pid, reads)
-            return
-        self._runtime_read(pid)
-
-    def runtimes_read(self, wait_s: float = 0.0) -> None:
-        """Go on with the processes whose reads are done (waiting up to wait_s for them)."""
-        if self._read_ahead is None:
-            return
-        for pid in self._read_ahead.ready(wait_s):
-            self._runtime_read(pid)
-
-    def read_due_in_ms(self, longest_ms: int) -> int:
-        """How long the loop may wait before runtimes_read has something to do."""
-        return min(longest_ms, WAIT_MS) if self._read_ahead is not None and self._read_ahead.waiting() else longest_ms
-
-    def _runtime_read(self, pid: int) -> None:
-        """Its runtime's sources are told of the process, then the kernel walks
-        its stacks, recording what the runtime needs."""
+        """pid's maps are read, and its samples still carry their stacks: its
+        runtime's sources are told of it (reading V8's layout from a binary
+        the first time takes 0.1 s, a short process's whole life), then the
+        kernel walks its stacks, recording what the runtime needs."""
         self._jit_sources.watch(pid)
         if self._labels is not None:
             self._labels.watch(pid)
@@ -185,8 +162,6 @@ class FollowedProcesses:
 
     def _gone(self, pid: int) -> None:
         self.live.discard(pid)
-        if self._read_ahead is not None:
-            self._read_ahead.cancel(pid)
         self._maps.unfollow(pid)
         self._tracker.process_exit(pid)
         self._exited_at[pid] = time.monotonic()

@@ -18,10 +18,6 @@ from profiler.run.followed import FollowedProcesses
 from profiler.safety.users import RunAs
 from profiler.tui.child_output import CapturedOutput
 
-# --pid: how long the start waits for each process's runtime to be read
-# (a node binary's symbol table from disk) before saying what it lacks.
-READ_BEFORE_NOTES_S = 5.0
-
 
 class RunMode(Protocol):
     def start(self, program: BpfProgram, followed: FollowedProcesses) -> list[int]:
@@ -91,8 +87,6 @@ class Attach(WholeMachine):
     def start(self, program: BpfProgram, followed: FollowedProcesses) -> list[int]:
         for pid in self._pids:
             followed.add(pid)
-        followed.runtimes_read(READ_BEFORE_NOTES_S)  # what a runtime lacks is known once it is read
-        for pid in self._pids:
             self._sources.warn_if_unnamed(pid, self._inline)
         program.attach()
         gone = [pid for pid in self._pids if not process_alive(pid)]

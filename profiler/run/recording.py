@@ -38,7 +38,6 @@ from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
 from profiler.run.program_loading import ProgramLoading
-from profiler.run.read_ahead import ReadAhead
 from profiler.run.summary import WARNING, Summary, report_output_errors, tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
@@ -61,7 +60,6 @@ POLL_MS = 100
 MAX_BACKLOG = 30_000  # samples waiting to be named (1-2 KiB each in memory)
 POLL_QUIET_MS = 250
 DRAIN_BATCHES = 4  # at the end: what the ring holds (4 MiB) and what came meanwhile
-READ_AHEAD_BUDGET_S = 5.0  # at the end: for a process's runtime still being read (a node binary from disk)
 # The maps of processes sampled since the last rescan are read again this
 # often (new executable memory is told by the kernel at once: this catches
 # what it does not tell, code unmapped), and every process's this often: a
@@ -111,7 +109,6 @@ class Recording:
         self._said_during_run: list[str] = []  # warnings said while sampling, kept with the profile
         self._sampled_since_rescan: set[int] = set()
         self._followed: FollowedProcesses | None = None
-        self._read_ahead = ReadAhead()
         self._mode: RunMode = WholeMachine()
         self._stop_signal: int | None = None
         self._stop_requests = 0
@@ -231,7 +228,6 @@ class Recording:
             on_new_process=self._push.apps.note if self._push is not None else None,
             on_runtime_known=self._runtime_known,
             labels=self._labels,
-            read_ahead=self._read_ahead,
         )
         program.events.on_event(self._handle_event)
         return program
@@ -333,7 +329,6 @@ class Recording:
         self._close_view()
         self._mode.end(0.0)
         self._remove_jit_files()
-        self._read_ahead.close()
         self._jit_sources.close()
         self._jit_files.close()
         if self._originals is not None:
@@ -374,8 +369,7 @@ class Recording:
         next_trim = time.monotonic() + TRIM_HEAP_S
         while self._stop_signal is None:
             interval_ms = POLL_MS if self._view is not None else POLL_QUIET_MS
-            self._poll(program, self._followed.read_due_in_ms(self._followed.refresh_due_in_ms(interval_ms)))
-            self._followed.runtimes_read()
+            self._poll(program, self._followed.refresh_due_in_ms(interval_ms))
             if self._view is not None:
                 self._view.tick()
                 if self._view.stop_requested:
@@ -423,9 +417,7 @@ class Recording:
 
     def _drain(self, program: BpfProgram) -> None:
         """Take what is left in the ring buffer, then let the symbolizer finish."""
-        assert self._symbolizer is not None and self._followed is not None
-        # The processes still being read: their walks are held till then.
-        self._followed.runtimes_read(READ_AHEAD_BUDGET_S)
+        assert self._symbolizer is not None
         for _ in range(DRAIN_BATCHES):
             if not self._poll(program, 0):
                 break

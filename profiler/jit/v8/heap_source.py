@@ -31,7 +31,7 @@ from typing import Protocol
 
 from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
 from profiler.jit.v8.heap import positions
-from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file, layout_read
+from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
 from profiler.jit.v8.heap.objects import HEAP_OBJECT_TAG, CodeInfo, HeapReader, Script, SharedInfo, is_smi, smi_value
 from profiler.jit.v8.names import ASYNC_PREFIX, Tier, js_display
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -204,20 +204,6 @@ class V8HeapSymbols(JitSymbolSource):
         self._lock = threading.Lock()
 
     # Which processes -------------------------------------------------
-
-    def read_ahead(self, pid: int) -> Callable[[], None] | None:
-        """Its node binary's V8 layout, when this run has not read it: the
-        symbol table of a 100 MB file (tens of ms, hundreds from disk)."""
-        if self._kernel is None or not self._runs_v8(pid):
-            return None
-        try:
-            entries = node_code_mappings(pid, read_maps(pid))
-        except OSError:
-            return None
-        if not entries:
-            return None
-        path = f"/proc/{pid}/map_files/{entries[0].start:x}-{entries[0].end:x}"
-        return None if layout_read(path) else functools.partial(_read_layout, path)
 
     def watch(self, pid: int) -> None:
         """A followed process (or one that exec'd): if it runs a V8 jitprof
@@ -843,14 +829,6 @@ def _frame(shared: SharedInfo, tier: Tier | None, position: int | None, inlined:
         function_line,
         function_column,
     )
-
-
-def _read_layout(path: str) -> None:
-    """Read a file's layout into this run's (watch says why it has none)."""
-    try:
-        layout_of_file(path)
-    except (LayoutError, OSError, ValueError):
-        pass
 
 
 def node_code_mappings(pid: int, maps: list[MapEntry]) -> list[MapEntry]:

@@ -411,17 +411,6 @@ _layouts_lock = threading.Lock()
 MAX_LAYOUTS = 64
 
 
-def layout_read(path: str) -> bool:
-    """Has this run read the layout of the file at path (or why it has none)?
-    A file that cannot be looked at counts as read: there is nothing to read."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return True
-    with _layouts_lock:
-        return (info.st_dev, info.st_ino, info.st_mtime_ns) in _layouts
-
-
 def layout_of_file(path: str) -> V8Layout:
     """The layout of the V8 in a file (a process's /proc/PID/exe or libnode),
     read once per file; LayoutError (or OSError) when there is none."""
