@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from profiler.jit.v8.heap import async_chain, isolate
+from profiler.jit.v8.heap.layout_cache import LayoutCache
 from profiler.native import elf_format
 from profiler.native.elf import MAX_ELF_BYTES, PARSE_ERRORS
 from profiler.safety import files
@@ -407,6 +408,12 @@ def _object_layout(meta: _Metadata) -> ObjectLayout | None:
 
 
 _layouts: dict[tuple[int, int, int], V8Layout | LayoutError] = {}
+# Kept across runs: a layout's records, and the code that reads them.
+_cache = LayoutCache(
+    (V8Layout, ObjectLayout, LayoutError, isolate.IsolateLocations, isolate.IsolateError)
+    + (async_chain.AsyncChain, async_chain.AsyncChainError, async_chain.ObjectTypes),
+    (__file__, isolate.__file__, async_chain.__file__),
+)
 _layouts_lock = threading.Lock()
 MAX_LAYOUTS = 64
 
@@ -420,10 +427,15 @@ def layout_of_file(path: str) -> V8Layout:
         with _layouts_lock:
             known = _layouts.get(key)
         if known is None:
-            try:
-                known = read_layout(handle)
-            except LayoutError as error:
-                known = error
+            cached = _cache.load(info)
+            if isinstance(cached, V8Layout | LayoutError):
+                known = cached
+            else:
+                try:
+                    known = read_layout(handle)
+                except LayoutError as error:
+                    known = error
+                _cache.store(info, known)
             with _layouts_lock:
                 if len(_layouts) >= MAX_LAYOUTS:
                     _layouts.clear()
