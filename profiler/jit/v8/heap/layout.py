@@ -412,7 +412,7 @@ _layouts: dict[tuple[int, int, int], V8Layout | LayoutError] = {}
 _cache = LayoutCache(
     (V8Layout, ObjectLayout, LayoutError, isolate.IsolateLocations, isolate.IsolateError)
     + (async_chain.AsyncChain, async_chain.AsyncChainError, async_chain.ObjectTypes),
-    (__file__, isolate.__file__, async_chain.__file__),
+    (__file__, isolate.__file__, async_chain.__file__, elf_format.__file__),
 )
 _layouts_lock = threading.Lock()
 MAX_LAYOUTS = 64
