@@ -13,6 +13,23 @@ static __always_inline int defer_walk(struct walk_scratch *scratch, u8 exact_pc)
     return 1;
 }
 
+// A leaf caught in JIT code before its frame is built or after it is taken
+// down: at `push rbp` or a `ret` (the return address on top, rbp still the
+// caller's) or at `mov rbp, rsp` (the caller's rbp above the return
+// address). A frame-pointer step there would take the caller's frame for
+// this one's and skip the caller, or end the walk where the caller keeps no
+// frame pointer (MoarVM's interpreter calls its JIT code so). Decoded
+// forward from pc, an instruction's start, where these bytes mean nothing
+// else. Returns the words above the return address, or -1: the frame is whole.
+static __always_inline int jit_leaf_words_pushed(u64 pc) {
+    u32 code = 0;
+    if (bpf_probe_read_user(&code, sizeof(code), (void *)pc) != 0) return -1;
+    u8 first = code & 0xff;
+    if (first == 0x55 || first == 0xc3 || first == 0xc2) return 0; // push rbp, ret, ret imm16
+    if ((code & 0xffffff) == 0xe58948) return 1;                   // mov rbp, rsp
+    return -1;
+}
+
 // One frame: record pc, then step to the caller. Returns 1 when the walk
 // ended (or is deferred).
 static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid) {
@@ -92,6 +109,27 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
             scratch->fp = fp;
             scratch->rbx = 0; // stepped by its size: the frame's saved registers are not known
             scratch->rbx_slot = 0;
+            return 0;
+        }
+    }
+    // V8's and HotSpot's leaves are told apart by their own frames' slots.
+    if (exact_pc && mapping->kind == MAPPING_JIT && scratch->v8.builtins_end == 0) {
+        int words = jit_leaf_words_pushed(pc);
+        if (words >= 0) {
+            u64 return_address = 0;
+            if (bpf_probe_read_user(&return_address, sizeof(return_address), (void *)(sp + (u64)words * 8)) != 0) {
+                scratch->event.walk_end = WALK_READ_FAULT;
+                return 1;
+            }
+            if (return_address == 0) {
+                scratch->event.walk_end = WALK_COMPLETE;
+                return 1;
+            }
+            scratch->pc = return_address;
+            scratch->sp = sp + (u64)(words + 1) * 8;
+            scratch->fp = fp; // the caller's still: rbp, rbx untouched by a prologue, restored before a ret
+            scratch->rbx = rbx;
+            scratch->rbx_slot = rbx_slot;
             return 0;
         }
     }

@@ -108,8 +108,10 @@ def test_moarvm_jit_frames_named(jitprof, tmp_path):
     # Whole stacks: out of the JIT code (frame pointers) into the interpreter
     # loop (DWARF, rbp not a frame pointer there) and down to main.
     with_fib = [line for line in lines if "fib (fib.raku:2)_[j]" in line.frames]
+    # A sample at the JIT code's `push rbp` or `ret` (rbp the interpreter's
+    # there) is stepped by the return address on top of the stack.
     connected = sum(line.count for line in with_fib if {"MVM_interp_run", "__libc_start_call_main"} <= set(line.frames))
-    assert connected / sum(line.count for line in with_fib) >= 0.9
+    assert connected / sum(line.count for line in with_fib) >= 0.97
     no_stray_perf_maps({int(line.frames[0].rsplit("-", 1)[1]) for line in lines})
 
 
