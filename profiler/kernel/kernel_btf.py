@@ -33,6 +33,7 @@ class BtfError(Exception):
 
 # Every field the BPF program reads by hand, read together: one parse of the
 # BTF (about 0.15 s) a run, or a kernel where the cache is kept.
+MAX_FIELDS_BYTES = 4096  # a cached entry of KERNEL_FIELDS' offsets
 KERNEL_FIELDS = {"task_struct": ["pid", "flags", "thread", "rseq"], "thread_struct": ["fsbase"]}
 
 
@@ -50,19 +51,12 @@ def member_offsets(wanted: dict[str, list[str]]) -> dict[str, int]:
 def _kernel_fields() -> dict[str, int]:
     """The fields of KERNEL_FIELDS the running kernel has (those it lacks absent)."""
     identity = "\0".join([platform.release(), platform.version(), json.dumps(KERNEL_FIELDS, sort_keys=True)])
-    path = cache.entry_path("btf", "k-" + hashlib.sha256(identity.encode()).hexdigest()[:48], ".json")
-    if path is not None:
-        kept = cache.read_entry(path)
-        if kept is not None:
-            try:
-                found = json.loads(kept)
-                if isinstance(found, dict) and all(isinstance(value, int) for value in found.values()):
-                    return found
-            except ValueError:
-                pass
+    key = "k-" + hashlib.sha256(identity.encode()).hexdigest()[:48]
+    kept = cache.read_json("btf", key, MAX_FIELDS_BYTES)
+    if isinstance(kept, dict) and all(isinstance(value, int) for value in kept.values()):
+        return kept
     found = _read(KERNEL_FIELDS, partial=True)
-    if path is not None:
-        cache.write_entry(path, [json.dumps(found).encode()])
+    cache.write_json("btf", key, found)
     return found
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import itertools
+import json
 import operator
 import os
 import re
@@ -164,6 +165,26 @@ def read_entry(path: Path) -> bytes | None:
         return None
     finally:
         os.close(descriptor)
+
+
+def read_json(kind: str, key: str, max_bytes: int) -> object | None:
+    """A JSON entry's value, or None: no entry, one over max_bytes, or one
+    that does not parse (nested past the parser's depth included). Its
+    caller checks the value's shape: the file is only ours, not trusted."""
+    path = entry_path(kind, key, ".json")
+    data = read_entry(path) if path is not None else None
+    if data is None or len(data) > max_bytes:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+def write_json(kind: str, key: str, value: object) -> None:
+    path = entry_path(kind, key, ".json")
+    if path is not None:
+        write_entry(path, [json.dumps(value, separators=(",", ":")).encode()])
 
 
 # Symbol tables -----------------------------------------------------------

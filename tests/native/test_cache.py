@@ -92,6 +92,24 @@ def test_an_entry_that_is_a_link_is_not_followed(tmp_path):
     assert cache.load_cached("b-31") is None
 
 
+def test_json_entries_come_back_or_not_at_all(tmp_path):
+    cache.write_json("kind", "f-41", {"starts": [1, 2], "names": ["a"]})
+    assert cache.read_json("kind", "f-41", 1024) == {"starts": [1, 2], "names": ["a"]}
+    assert cache.read_json("kind", "f-41", 10) is None  # over its caller's cap
+    assert cache.read_json("kind", "f-42", 1024) is None  # no entry
+    assert cache.read_json("kind", "../f-41", 1024) is None  # not a key of ours
+    path = cache.entry_path("kind", "f-41", ".json")
+    path.write_bytes(b'{"starts": [1, ')
+    assert cache.read_json("kind", "f-41", 1024) is None
+    path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    assert cache.read_json("kind", "f-41", 1 << 20) is None  # deeper than the parser goes
+    path.unlink()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_bytes(b"[1]")
+    path.symlink_to(elsewhere)
+    assert cache.read_json("kind", "f-41", 1024) is None
+
+
 def test_least_recently_used_entries_are_evicted(tmp_path):
     directory = tmp_path / "kind"
     directory.mkdir()

@@ -22,7 +22,6 @@ exits before it could be read (a short script) is named from there.
 from __future__ import annotations
 
 import bisect
-import json
 import re
 import struct
 import threading
@@ -160,15 +159,10 @@ def cached_handlers(key: str, tables: OpcodeTables) -> Handlers | None:
     """The handlers a live bun of this binary showed before, or None; what
     is read back is checked as a live read is (in the text, in order,
     names of the form the tables give)."""
-    path = cache.entry_path(CACHE_KIND, key, ".json")
-    data = cache.read_entry(path) if path is not None else None
-    if data is None or len(data) > MAX_CACHE_BYTES:
+    kept = cache.read_json(CACHE_KIND, key, MAX_CACHE_BYTES)
+    if not isinstance(kept, dict):
         return None
-    try:
-        kept = json.loads(data)
-        starts, names = kept["starts"], kept["names"]
-    except (ValueError, TypeError, KeyError):
-        return None
+    starts, names = kept.get("starts"), kept.get("names")
     if not isinstance(starts, list) or not isinstance(names, list) or len(starts) != len(names):
         return None
     if not 0 < len(starts) <= 3 * MAX_NAMES:
@@ -183,9 +177,7 @@ def cached_handlers(key: str, tables: OpcodeTables) -> Handlers | None:
 
 
 def keep_handlers(key: str, handlers: Handlers) -> None:
-    path = cache.entry_path(CACHE_KIND, key, ".json")
-    if path is not None:
-        cache.write_entry(path, [json.dumps({"starts": list(handlers.starts), "names": list(handlers.names)}).encode()])
+    cache.write_json(CACHE_KIND, key, {"starts": list(handlers.starts), "names": list(handlers.names)})
 
 
 def read_maps(pid: int, address: int, size: int) -> bytes | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from profiler.native import cache
 
 KIND = "v8-layouts"
 MAX_ENTRY_BYTES = 1 << 20  # a layout is a few KiB
-SUFFIX = ".json"
+SUFFIX = ".json"  # the cache's JSON entries' (read_json, write_json)
 
 
 class LayoutCache:
@@ -48,21 +47,16 @@ class LayoutCache:
 
     def load(self, info: os.stat_result) -> object | None:
         """What is cached for the file (a layout, or the error saying why it has none); None: nothing."""
-        path = cache.entry_path(KIND, self.key_of(info), SUFFIX)
-        if path is None:
-            return None
-        data = cache.read_entry(path)
-        if data is None or len(data) > MAX_ENTRY_BYTES:
+        kept = cache.read_json(KIND, self.key_of(info), MAX_ENTRY_BYTES)
+        if kept is None:
             return None
         try:
-            return self.decode(json.loads(data))
+            return self.decode(kept)
         except (ValueError, TypeError, RecursionError):
             return None
 
     def store(self, info: os.stat_result, known: object) -> None:
-        path = cache.entry_path(KIND, self.key_of(info), SUFFIX)
-        if path is not None:
-            cache.write_entry(path, [json.dumps(self.encode(known), separators=(",", ":")).encode()])
+        cache.write_json(KIND, self.key_of(info), self.encode(known))
 
     def encode(self, value: object) -> Any:
         """JSON for a layout (or the error that says why a file has none)."""
