@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -88,6 +89,15 @@ _NOTE = struct.Struct("<III")
 ELF64_SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, section, value, size
 
 
+_failed_reads = threading.local()
+
+
+def failed_reads() -> int:
+    """Reads that failed on this thread so far (an I/O error, not the file's
+    content): what was read past one is not kept for later runs."""
+    return getattr(_failed_reads, "count", 0)
+
+
 def read_exact(handle: BinaryIO, offset: int, length: int, file_size: int) -> bytes:
     """length bytes at offset, which must lie inside the file."""
     if offset < 0 or length < 0 or offset + length > file_size:
@@ -98,6 +108,7 @@ def read_exact(handle: BinaryIO, offset: int, length: int, file_size: int) -> by
         try:
             chunk = os.pread(descriptor, min(length, 1 << 24), offset)
         except OSError as error:
+            _failed_reads.count = failed_reads() + 1
             raise ElfFormatError(f"read at {offset:#x}: {error.strerror}") from error
         if not chunk:
             raise ElfFormatError(f"the file ended at {offset:#x}")

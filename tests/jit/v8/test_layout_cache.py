@@ -69,6 +69,26 @@ def test_a_file_without_v8_is_remembered_as_such(tmp_path):
     assert str(again.value) == str(first.value)
 
 
+def test_a_layout_read_past_an_io_error_is_not_kept(tmp_path, monkeypatch):
+    copy = tmp_path / "node"
+    shutil.copy(node_or_skip("20"), copy)
+    pread = os.pread
+    calls = []
+
+    def failing_once(descriptor, length, offset):
+        calls.append(offset)
+        if len(calls) == 3:
+            raise OSError(5, "Input/output error")
+        return pread(descriptor, length, offset)
+
+    monkeypatch.setattr(layout.elf_format.os, "pread", failing_once)
+    with pytest.raises(layout.LayoutError, match="Input/output error"):
+        layout.layout_of_file(str(copy))
+    monkeypatch.setattr(layout.elf_format.os, "pread", pread)
+    layout._layouts.clear()  # the next run reads the file, not the error
+    assert layout.layout_of_file(str(copy)).builtins[0] > 0
+
+
 @pytest.mark.parametrize(
     "entry",
     [

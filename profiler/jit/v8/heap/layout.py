@@ -431,11 +431,13 @@ def layout_of_file(path: str) -> V8Layout:
             if isinstance(cached, V8Layout | LayoutError):
                 known = cached
             else:
+                failed = elf_format.failed_reads()
                 try:
                     known = read_layout(handle)
                 except LayoutError as error:
                     known = error
-                _cache.store(info, known)
+                if elf_format.failed_reads() == failed:  # a disk's error is not the file's: not kept
+                    _cache.store(info, known)
             with _layouts_lock:
                 if len(_layouts) >= MAX_LAYOUTS:
                     _layouts.clear()
