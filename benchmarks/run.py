@@ -22,6 +22,7 @@ from benchmarks.format_conversion import format_conversion
 from benchmarks.java_cost import java_cost
 from benchmarks.java_structures_cost import java_structures_cost
 from benchmarks.javascript_runtimes_cost import javascript_runtimes_cost
+from benchmarks.jvm_compiling_cost import jvm_compiling_cost
 from benchmarks.kernel_cost import kernel_costs
 from benchmarks.labels_cost import labels_cost
 from benchmarks.live_view_cost import live_view_cost
@@ -45,6 +46,7 @@ SECTIONS = {
     "v8_heap_cost": lambda repeats, perf, workdir: v8_heap_cost(max(repeats - 2, 3), workdir),
     "java_cost": lambda repeats, perf, workdir: java_cost(max(repeats - 2, 3), perf, workdir),
     "java_structures_cost": lambda repeats, perf, workdir: java_structures_cost(workdir),
+    "jvm_compiling_cost": lambda repeats, perf, workdir: jvm_compiling_cost(max(repeats - 2, 3), workdir),
     "javascript_runtimes_cost": lambda repeats, perf, workdir: javascript_runtimes_cost(max(repeats - 2, 3), workdir),
     "bun_functions": lambda repeats, perf, workdir: bun_functions(workdir, 3),
     "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(repeats + 2, workdir),

@@ -74,6 +74,9 @@ EARLY_SLACK_NS = 600_000_000
 SETUP_RETRY_S = 0.2  # a JVM still starting (no code heaps yet) is looked at again after this
 SETUP_GIVE_UP_S = 120.0
 AHEAD_PAUSE_S = 0.05  # the reader takes the samples queued meanwhile together: one check of a blob for all
+AHEAD_WAIT_S = 0.5  # how long naming a sample newer than its blob's last sight waits for the reader's check
+MAX_CHECKED_PER_TRIP = 4096  # blobs seen again, checked in one trip to the memory thread
+MAX_NO_BLOB = 4096  # addresses found in no blob, remembered (free space sampled as code is made there)
 MAX_AHEAD = 8192  # samples waiting for the reader
 MAX_BLOBS = 100_000  # per JVM (a big server has 20 k nmethods)
 MAX_RETIRED = 4096  # blobs gone, kept for the samples taken while they were there
@@ -145,6 +148,10 @@ class _Jvm:
     methods_since: float = field(default_factory=time.monotonic)
     revision: int = 0
     news_ns: int = 0
+    ahead_queued_ns: int = 0  # the latest sample given to the reader
+    no_blob: dict[int, int] = field(default_factory=dict)  # addresses in no blob, and when that was seen
+    ahead_done_ns: int = 0  # the latest sample whose blobs the reader has read or checked
+    ahead_done: threading.Condition = field(default_factory=threading.Condition)
     next_setup: float = 0.0
     preserves_frame_pointers: bool | None = None
     records_non_safepoints: bool | None = None  # -XX:+DebugNonSafepoints
@@ -419,6 +426,7 @@ class HotSpotStructures(JitSymbolSource):
         if jvm is None or not jvm.heaps or self._ahead.qsize() >= MAX_AHEAD:
             return
         self._ahead.put((sample.pid, sample.time_ns, sample.addresses, sample.v8_frames))
+        jvm.ahead_queued_ns = max(jvm.ahead_queued_ns, sample.time_ns)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -464,21 +472,70 @@ class HotSpotStructures(JitSymbolSource):
         for pid, wanted in latest.items():
             with self._lock:
                 jvm = self._jvms.get(pid)
-            if jvm is None or not jvm.heaps or jvm.thread is None:
+            if jvm is None:
                 continue
-            for (address, caller), time_ns in sorted(wanted.items()):
-                if not jvm.in_code(address):
-                    continue
-                blob = self._blob(jvm, address, time_ns)  # the first address of a blob reads or checks it for the rest
-                if blob is not None:
-                    self._frames_at(jvm, blob, address, caller)  # while the process lives
-            for method, (time_ns, gc_count) in methods.get(pid, {}).items():
-                self._method(jvm, method, time_ns, time_ns, gc_count)
+            if jvm.heaps and jvm.thread is not None:
+                self._check_seen(jvm, wanted)  # the blobs known, in one trip
+                for (address, caller), time_ns in sorted(wanted.items()):
+                    if not jvm.in_code(address):
+                        continue
+                    blob = self._blob(jvm, address, time_ns)  # new code read, once for all its addresses
+                    if blob is not None:
+                        self._frames_at(jvm, blob, address, caller)  # while the process lives
+                for method, (time_ns, gc_count) in methods.get(pid, {}).items():
+                    self._method(jvm, method, time_ns, time_ns, gc_count)
+            with jvm.ahead_done:
+                jvm.ahead_done_ns = max(jvm.ahead_done_ns, max(wanted.values(), default=0))
+                jvm.ahead_done.notify_all()
+
+    def _check_seen(self, jvm: _Jvm, wanted: dict[tuple[int, bool], int]) -> None:
+        """The known blobs the batch's samples ran in, newer than their last
+        sight, checked in one trip to the memory thread (one trip a blob was
+        most of what naming a busy JVM cost): each still the one read, and
+        there until now, or retired."""
+        due: dict[int, _Blob] = {}
+        with jvm.lock:
+            for (address, _caller), time_ns in wanted.items():
+                index = bisect.bisect_right(jvm.starts, address) - 1
+                blob = jvm.blobs[index] if index >= 0 and address < jvm.blobs[index].end else None
+                if blob is not None and blob.code is not None and blob.valid_from_ns <= time_ns and time_ns > blob.confirmed_ns:
+                    due[blob.start] = blob
+        if not due:
+            return
+        blobs = list(due.values())[:MAX_CHECKED_PER_TRIP]
+        assert jvm.thread is not None and jvm.reader is not None
+        reader = jvm.reader
+        block_size = reader.layout.heap_block_size
+        size = block_size + _identity_bytes(reader)
+        now = time.monotonic_ns()
+        reads = jvm.thread.run(lambda: [reader.memory.read(blob.address - block_size, size) for blob in blobs])
+        if reads is None:
+            return  # its memory stopped answering: nothing is known of them
+        for blob, read in zip(blobs, reads, strict=True):
+            if self._same_blob(reader, blob, read):
+                blob.confirmed_ns = max(blob.confirmed_ns, now)
+            else:
+                self._retire(jvm, blob)
+
+    def _wait_for_ahead(self, jvm: _Jvm, time_ns: int) -> bool:
+        """Wait (a while) for the reader to have checked the blobs of the
+        samples up to time_ns; whether it has. Every sample of a JVM goes to
+        the reader before it is named: naming waits for its trip rather than
+        making one of its own for each blob."""
+        if self._thread is None or not self._thread.is_alive() or self._stop.is_set() or time_ns > jvm.ahead_queued_ns:
+            return False  # no reader, or the sample never went to it (its queue was full)
+        with jvm.ahead_done:
+            return (
+                jvm.ahead_done.wait_for(lambda: jvm.ahead_done_ns >= time_ns or self._stop.is_set(), timeout=AHEAD_WAIT_S)
+                and not self._stop.is_set()
+            )
 
     # Blobs ----------------------------------------------------------------
 
-    def _blob(self, jvm: _Jvm, address: int, time_ns: int) -> _Blob | None:
-        """The blob that held address at time_ns, or None when that cannot be known."""
+    def _blob(self, jvm: _Jvm, address: int, time_ns: int, wait_for_ahead: bool = False) -> _Blob | None:
+        """The blob that held address at time_ns, or None when that cannot be
+        known. wait_for_ahead: new code, or a blob not seen since the sample,
+        is read or checked by the reader, which this waits for."""
         with jvm.lock:
             index = bisect.bisect_right(jvm.starts, address) - 1
             blob = jvm.blobs[index] if index >= 0 and address < jvm.blobs[index].end else None
@@ -487,16 +544,25 @@ class HotSpotStructures(JitSymbolSource):
                 return blob  # stubs, adapters, the interpreter: made once, never moved
             if time_ns < blob.valid_from_ns:
                 return self._retired_at(jvm, address, time_ns)
+            if time_ns > blob.confirmed_ns and wait_for_ahead and self._wait_for_ahead(jvm, time_ns):
+                return self._blob(jvm, address, time_ns)  # checked, retired or replaced meanwhile: looked up again
             if time_ns <= blob.confirmed_ns or self._still_there(jvm, blob):
                 return blob
             self._retire(jvm, blob)
+        elif wait_for_ahead and self._wait_for_ahead(jvm, time_ns):
+            return self._blob(jvm, address, time_ns)  # new code: the reader has read it, or tried
         now = time.monotonic_ns()
         if time_ns < now - EARLY_SLACK_NS:
             return self._retired_at(jvm, address, time_ns)  # read too late: something else may have been there then
+        if jvm.no_blob.get(address, 0) >= time_ns:
+            return None  # looked for since the sample (by the reader), and not found
         assert jvm.thread is not None and jvm.reader is not None
         reader = jvm.reader
         found = jvm.thread.run(lambda: _read_blob(reader, address))
         if found is None:
+            if len(jvm.no_blob) >= MAX_NO_BLOB:
+                jvm.no_blob.clear()
+            jvm.no_blob[address] = now
             return None
         code_blob, compiled = found
         blob = _Blob(
@@ -561,15 +627,20 @@ class HotSpotStructures(JitSymbolSource):
         now = time.monotonic_ns()
         block = blob.address - layout.heap_block_size
         read = jvm.thread.run(lambda: reader.memory.read(block, layout.heap_block_size + _identity_bytes(reader)))
+        if not self._same_blob(reader, blob, read):
+            return False
+        blob.confirmed_ns = max(blob.confirmed_ns, now)
+        return True
+
+    @staticmethod
+    def _same_blob(reader: HotSpotReader, blob: _Blob, read: bytes | None) -> bool:
+        """Do the block header and blob header read (at the blob's block) say it is still the one read?"""
+        layout = reader.layout
         if read is None or blob.identity is None:
             return False
         if 0 <= layout.heap_block_used < layout.heap_block_size and read[layout.heap_block_used] != 1:
             return False
-        header = read[layout.heap_block_size :]
-        if _identity(reader, header) != blob.identity:
-            return False
-        blob.confirmed_ns = max(blob.confirmed_ns, now)
-        return True
+        return _identity(reader, read[layout.heap_block_size :]) == blob.identity
 
     def _retire(self, jvm: _Jvm, blob: _Blob) -> None:
         """The blob is gone (another in its place, or free space): it still names its samples up to when it was last seen."""
@@ -592,7 +663,7 @@ class HotSpotStructures(JitSymbolSource):
         jvm = self._ready(pid)
         if jvm is None or not jvm.in_code(address):
             return None
-        blob = self._blob(jvm, address, time_ns)
+        blob = self._blob(jvm, address, time_ns, wait_for_ahead=True)
         if blob is None:
             return (UNKNOWN_JIT,)
         return self._frames_at(jvm, blob, address, caller)

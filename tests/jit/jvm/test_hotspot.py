@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import struct
+import threading
 
 import pytest
 
@@ -16,7 +17,7 @@ from profiler.jit.jvm.hotspot import compressed, flag_writer, signatures
 from profiler.jit.jvm.hotspot.layout import Field, HotSpotLayout, LayoutError, VMTables, layout_from_tables
 from profiler.jit.jvm.hotspot.objects import CodeHeap, HotSpotReader, UnloadingCount
 from profiler.jit.jvm.hotspot_source import EARLY_SLACK_NS, INLINED_UNKNOWN, UNKNOWN_JIT, HotSpotStructures, _Jvm, frame_size_walk
-from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, V8FrameSlots
+from profiler.kernel.events import V8_NO_BYTECODE_OFFSET, RawSample, V8FrameSlots, WalkEnd
 from profiler.kernel.kernel_maps import HotSpotCode, KernelMaps
 from profiler.kernel.procmaps import MapEntry
 from profiler.model.profile import FrameKind
@@ -567,6 +568,88 @@ def test_code_carved_from_the_end_of_a_freed_blob_is_never_named_with_the_old_me
     # that finds it is nobody's; the ones after its first read are its.
     assert source.expand(pid, _now(), pc) == (UNKNOWN_JIT,)
     assert source.expand(pid, _now(), pc)[0].name == "Other.spin(long)"
+
+
+class _CountingThread:
+    """A MemoryThread on the caller's thread that counts its trips, by the thread that made them."""
+
+    def __init__(self) -> None:
+        self.trips: list[str] = []
+
+    def run(self, operation):  # noqa: ANN001, ANN201
+        self.trips.append(threading.current_thread().name)
+        return operation()
+
+    def close(self) -> None:
+        return None
+
+
+def test_blobs_seen_again_are_checked_in_one_trip_and_naming_waits_for_it():
+    """A busy JVM's samples find the same blobs again and again, each newer
+    than its last sight: the reader checks them all in one trip a batch,
+    and naming waits for that trip instead of making one per blob."""
+    jvm = Jvm()
+    methods = hot_class(jvm)
+    begins = [
+        jvm.nmethod(10 + 8 * index, 8, method, 77 + index, [method], [(64, 0)], b"") for index, method in enumerate(methods)
+    ]
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    memory_thread = _CountingThread()
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), memory_thread, (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
+    )
+    leaf, callers = begins[2] + 8, (begins[1] + 9, begins[0] + 9)  # callers: return addresses
+
+    def sample_now() -> RawSample:
+        return RawSample(pid, pid, 0, _now(), "java", (leaf, *callers), WalkEnd.COMPLETE, -1, True)
+
+    source._thread = threading.Thread(target=source._run, name="reader", daemon=True)
+    source._thread.start()
+    try:
+        for _round in range(3):
+            memory_thread.trips.clear()
+            sample = sample_now()
+            source.note_sample(sample)
+            names = [source.expand(pid, sample.time_ns, leaf)[0].name] + [
+                source.expand(pid, sample.time_ns, address - 1, caller=True)[0].name for address in callers
+            ]
+            assert names == ["Hot.leaf(long)", "Hot.step(long)", "Hot.run(long)"]
+            assert "MainThread" not in memory_thread.trips
+        assert memory_thread.trips == ["reader"]  # the three blobs known: one check for all
+        # Freed since: the reader's check retires it, and naming does not take the old method.
+        jvm.free(26, 8)
+        memory_thread.trips.clear()
+        sample = sample_now()
+        source.note_sample(sample)
+        assert source.expand(pid, sample.time_ns, leaf) == (UNKNOWN_JIT,)
+        assert source.expand(pid, sample.time_ns, callers[0] - 1, caller=True)[0].name == "Hot.step(long)"
+        assert "MainThread" not in memory_thread.trips
+    finally:
+        source.close()
+
+
+def test_naming_does_not_wait_for_a_sample_the_reader_never_had():
+    jvm = Jvm()
+    run, _step, _leaf = hot_class(jvm)
+    begin = jvm.nmethod(10, 8, run, 77, [run], [(64, 0)], b"")
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    memory_thread = _CountingThread()
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), memory_thread, (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
+    )
+    assert source.expand(pid, _now(), begin + 8)[0].name == "Hot.run(long)"
+    source._thread = threading.Thread(target=source._run, name="reader", daemon=True)
+    source._thread.start()
+    try:
+        memory_thread.trips.clear()
+        started = _now()
+        assert source.expand(pid, _now(), begin + 8)[0].name == "Hot.run(long)"  # its queue was full, say
+        assert _now() - started < 200_000_000  # not the reader's wait
+        assert memory_thread.trips == ["MainThread"]  # it checked the blob itself
+    finally:
+        source.close()
 
 
 def interpreting_source(jvm: Jvm) -> tuple[HotSpotStructures, int]:
