@@ -38,6 +38,7 @@ UNWIND_MAGIC = b"JPUNW002"
 # b-: by build id, f-: by file identity, k-: by kernel (its BTF's offsets)
 _KEY_PATTERN = re.compile(r"^[bfk]-[0-9a-f]{1,80}(-d)?$")
 MAX_ENTRY_BYTES = 256 << 20
+JSON_SUFFIX = ".json"  # read_json's and write_json's entries
 MAX_ENTRIES_PER_KIND = 512  # then the least recently used go
 MAX_KIND_BYTES = 1 << 30
 
@@ -171,7 +172,7 @@ def read_json(kind: str, key: str, max_bytes: int) -> object | None:
     """A JSON entry's value, or None: no entry, one over max_bytes, or one
     that does not parse (nested past the parser's depth included). Its
     caller checks the value's shape: the file is only ours, not trusted."""
-    path = entry_path(kind, key, ".json")
+    path = entry_path(kind, key, JSON_SUFFIX)
     data = read_entry(path) if path is not None else None
     if data is None or len(data) > max_bytes:
         return None
@@ -182,7 +183,7 @@ def read_json(kind: str, key: str, max_bytes: int) -> object | None:
 
 
 def write_json(kind: str, key: str, value: object) -> None:
-    path = entry_path(kind, key, ".json")
+    path = entry_path(kind, key, JSON_SUFFIX)
     if path is not None:
         write_entry(path, [json.dumps(value, separators=(",", ":")).encode()])
 

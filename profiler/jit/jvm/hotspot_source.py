@@ -496,8 +496,7 @@ class HotSpotStructures(JitSymbolSource):
         due: dict[int, _Blob] = {}
         with jvm.lock:
             for (address, _caller), time_ns in wanted.items():
-                index = bisect.bisect_right(jvm.starts, address) - 1
-                blob = jvm.blobs[index] if index >= 0 and address < jvm.blobs[index].end else None
+                blob = _known_blob(jvm, address)
                 if blob is not None and blob.code is not None and blob.valid_from_ns <= time_ns and time_ns > blob.confirmed_ns:
                     due[blob.start] = blob
         if not due:
@@ -537,8 +536,7 @@ class HotSpotStructures(JitSymbolSource):
         known. wait_for_ahead: new code, or a blob not seen since the sample,
         is read or checked by the reader, which this waits for."""
         with jvm.lock:
-            index = bisect.bisect_right(jvm.starts, address) - 1
-            blob = jvm.blobs[index] if index >= 0 and address < jvm.blobs[index].end else None
+            blob = _known_blob(jvm, address)
         if blob is not None:
             if blob.code is None:
                 return blob  # stubs, adapters, the interpreter: made once, never moved
@@ -915,6 +913,12 @@ def _identity_fields(reader: HotSpotReader) -> tuple[tuple[int, int], ...]:
         (layout.nmethod_method, 8),
         (layout.nmethod_compile_id, 4),
     )
+
+
+def _known_blob(jvm: _Jvm, address: int) -> _Blob | None:
+    """The blob read before whose code holds address (the caller holds jvm.lock)."""
+    index = bisect.bisect_right(jvm.starts, address) - 1
+    return jvm.blobs[index] if index >= 0 and address < jvm.blobs[index].end else None
 
 
 def _identity_bytes(reader: HotSpotReader) -> int:

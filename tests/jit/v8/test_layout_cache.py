@@ -107,7 +107,7 @@ def test_an_entry_that_is_not_a_layout_is_a_miss(tmp_path, entry):
     shutil.copy(node_or_skip("20"), copy)
     truth = layout.layout_of_file(str(copy))
     info = os.stat(copy)
-    path = layout_cache.cache.entry_path(layout_cache.KIND, CACHE.key_of(info), layout_cache.SUFFIX)
+    path = layout_cache.cache.entry_path(layout_cache.KIND, CACHE.key_of(info), layout_cache.cache.JSON_SUFFIX)
     assert path is not None and path.exists()
     path.write_bytes(entry)
     assert CACHE.load(info) is None

@@ -24,7 +24,6 @@ from profiler.native import cache
 
 KIND = "v8-layouts"
 MAX_ENTRY_BYTES = 1 << 20  # a layout is a few KiB
-SUFFIX = ".json"  # the cache's JSON entries' (read_json, write_json)
 
 
 class LayoutCache:
