@@ -93,11 +93,16 @@ def parse_maps(text: str, executable_only: bool = False) -> list[MapEntry]:
     return entries
 
 
-def read_maps(pid: int, executable_only: bool = False) -> list[MapEntry]:
-    """The mappings of a live process (or only its executable ones); [] once it has gone."""
+def read_maps(pid: int, executable_only: bool = False, naming: tuple[str, ...] = ()) -> list[MapEntry]:
+    """The mappings of a live process (or only its executable ones); [] once it has gone,
+    or (with naming) when no mapping's path holds any of those names: a JVM's
+    thousands of lines are then not parsed."""
     try:
         with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as handle:
-            return parse_maps(handle.read(), executable_only)
+            text = handle.read()
+            if naming and not any(name in text for name in naming):
+                return []
+            return parse_maps(text, executable_only)
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return []
     except OSError:

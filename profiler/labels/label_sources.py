@@ -132,7 +132,7 @@ class LabelSources:
             self._watched_at.setdefault(pid, now)
             self._scanned_at[pid] = now
         try:
-            found = self._read(pid, read_maps(pid))
+            found = self._read(pid, read_maps(pid, naming=otel_process_context.MAPPING_NAMES))
         except (OSError, ValueError):
             return
         with self._lock:

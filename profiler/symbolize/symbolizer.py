@@ -380,7 +380,7 @@ class Symbolizer:
                     self._call(raw)
                 else:
                     self._start_batch()
-                    self._name_leaves_ahead(raw)
+                    self._name_ahead(raw)
                     for index, sample in enumerate(raw):
                         if self._abandoned.is_set():
                             self._give_up(raw[index:])
@@ -642,17 +642,27 @@ class Symbolizer:
                 return recorded
         return None
 
-    def _name_leaves_ahead(self, batch: list[RawSample]) -> None:
-        """The native leaves of a batch of samples the memo does not know,
+    def _name_ahead(self, batch: list[RawSample]) -> None:
+        """The native frames of a batch of samples the memo does not know,
         named in one request per file: a busy program's leaf is at a new
-        instruction in most samples, and each would be a round trip."""
+        instruction in most samples, a compiler's stacks reach new callers
+        sample after sample, and each would be a round trip (a stack's own
+        request, per new stack, cost a JVM compiling code one per two samples)."""
         wanted = []
         for raw in batch:
-            if raw.addresses and raw.leaf_v8_frame is None and raw.stack_copy is None:
-                generation = self._tracker.space_state(raw.pid, raw.time_ns)[0]
+            if not raw.addresses or raw.stack_copy is not None:
+                continue  # its callers are known once its walk is finished
+            generation = self._tracker.space_state(raw.pid, raw.time_ns)[0]
+            if raw.leaf_v8_frame is None:
                 mapping = self._unknown_native(raw, generation, raw.addresses[0])
                 if mapping is not None:
                     wanted.append((mapping, raw.addresses[0]))
+            recorded = {record.frame_index for record in raw.v8_frames}
+            for depth in range(1, len(raw.addresses)):
+                lookup_address = raw.addresses[depth] - 1
+                mapping = None if depth in recorded else self._unknown_native(raw, generation, lookup_address)
+                if mapping is not None:
+                    wanted.append((mapping, lookup_address))
         if len(wanted) >= 2:
             self.elf.name_ahead(wanted)
 

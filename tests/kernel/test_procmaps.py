@@ -62,3 +62,9 @@ def test_reads_own_maps_and_gone_process():
     assert any(entry.executable and "python" in entry.path for entry in own)
     assert read_maps(2**22 + 12345) == []
     assert read_maps(__import__("os").getpid(), executable_only=True) == [entry for entry in own if entry.executable]
+
+
+def test_maps_naming_none_of_the_names_are_not_parsed():
+    named = read_maps(__import__("os").getpid(), naming=("[stack]", "/memfd:OTEL_CTX"))
+    assert any(entry.path == "[stack]" for entry in named) and any("python" in entry.path for entry in named)
+    assert read_maps(__import__("os").getpid(), naming=("/memfd:OTEL_CTX", "[anon:OTEL_CTX]")) == []

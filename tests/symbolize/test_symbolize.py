@@ -463,6 +463,20 @@ def test_a_batch_s_new_native_leaves_are_named_in_one_request_per_file():
     assert named[True] == named[False] and len(named[True]) == len(leaves)
 
 
+def test_a_batch_s_new_stacks_share_their_requests():
+    """A compiling JVM's stacks reach new native callers sample after sample:
+    a batch of new stacks costs its requests per file, not a request or two
+    per stack, and names each stack as naming them one at a time does."""
+    names = ["qsort", "memcpy", "strlen", "malloc", "free", "printf", "fopen", "fclose", "getenv", "strtol", "abs", "strchr"]
+    stacks = [tuple(libc_function_address(name) + 5 + offset for name in names[offset:] + names[:offset]) for offset in range(6)]
+    named = {}
+    for batched in (True, False):
+        profile, requests = named_through_the_helper(stacks, batched)
+        named[batched] = [[(frame.name, frame.line) for frame in profile.stack(sample)] for sample in profile.samples]
+        assert requests <= 4 if batched else requests >= len(stacks) * (len(names) - 1), requests
+    assert named[True] == named[False] and len(named[True]) == len(stacks)
+
+
 def test_async_callers_go_below_the_running_tasks_outermost_js_frame():
     """Past the task's JS the stack is V8's microtask runner (builtins, then
     native code): the functions awaiting the task sit between the two."""
