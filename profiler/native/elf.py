@@ -30,6 +30,8 @@ BINDING_RANK = {1: 2, 2: 1}  # STB_GLOBAL, STB_WEAK; STB_LOCAL ranks 0
 
 # What reading a damaged file raises (ElfFormatError is a ValueError).
 PARSE_ERRORS = (ValueError, OSError, struct.error)
+# Where blazesym finds lines and inlined functions (compressed or not).
+DWARF_SECTIONS = frozenset({".debug_info", ".zdebug_info", ".debug_line", ".zdebug_line"})
 
 
 class UnreadableElf(Exception):
@@ -61,6 +63,7 @@ class ElfImage:
     _go_functions: GoFunctions | None = field(default=None, repr=False)
     _go_read: bool = field(default=False, repr=False)
     _debug_tried: bool = field(default=False, repr=False)
+    _has_dwarf: bool | None = field(default=None, repr=False)
 
     def vaddr_for_file_offset(self, file_offset: int) -> int | None:
         for segment in self.segments:
@@ -94,6 +97,19 @@ class ElfImage:
                     cache.store(key, cached)
             self._symbols = cached
         return self._symbols
+
+    def has_dwarf(self) -> bool:
+        """Does the file, or its debug file, have DWARF (source lines, inlined
+        functions)? Without, blazesym names only what the symbol table does."""
+        if self._has_dwarf is None:
+            self._has_dwarf = self.debug_handle() is not None
+            if not self._has_dwarf:
+                try:
+                    names = {section.name for section in elf_format.section_headers(self.handle)}
+                except PARSE_ERRORS:
+                    names = set()
+                self._has_dwarf = bool(names & DWARF_SECTIONS)
+        return self._has_dwarf
 
     def _has_symtab(self) -> bool:
         """Does the file keep its full symbol table (not stripped)?"""

@@ -87,9 +87,10 @@ class _Parked:
 
 
 class ElfSymbols:
-    """Native code's functions, from the mapped file: through blazesym, with
-    source lines and the functions the compiler inlined (from DWARF, in the
-    file or its debug file); else from the file's .symtab/.dynsym."""
+    """Native code's functions, from the mapped file: a file with DWARF (or a
+    debug file) through blazesym, with source lines and the functions the
+    compiler inlined; a file without, and what blazesym cannot name, from the
+    file's .symtab/.dynsym."""
 
     def __init__(self, profile: Profile | None = None, locator: CodeLocator | None = None, expand_inlining: bool = True) -> None:
         self._profile = profile  # told which files had unnamed functions
@@ -110,8 +111,8 @@ class ElfSymbols:
         by_image: dict[int, tuple[ElfImage, list[int]]] = {}
         for mapping, address in wanted:
             image = mapping.image
-            if image is None:
-                continue
+            if image is None or not image.has_dwarf():
+                continue  # its symbol table names it, here
             vaddr = image.vaddr_for_file_offset(address - mapping.entry.start + mapping.entry.offset)
             if vaddr is not None and (image.cache_key, vaddr) not in self._named_ahead:
                 by_image.setdefault(id(image), (image, []))[1].append(vaddr)
@@ -155,7 +156,10 @@ class ElfSymbols:
         linkage = image.linkage().lookup(vaddr)
         if linkage is not None and linkage.name.endswith(PLT_SUFFIX):
             return [Frame(linkage.name, mapping.module_name, FrameKind.NATIVE)]
-        if self._locator is not None:
+        # A file without DWARF is named by its symbol table, here, as blazesym
+        # would name it (but for which of a folded function's names): its
+        # helper's round trip per address cost a compiling JVM 0.2 ms a frame.
+        if self._locator is not None and image.has_dwarf():
             key = (image.cache_key, vaddr)
             if key in self._named_ahead:
                 located = self._named_ahead.pop(key)

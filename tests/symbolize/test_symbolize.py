@@ -477,6 +477,22 @@ def test_a_batch_s_new_stacks_share_their_requests():
     assert named[True] == named[False] and len(named[True]) == len(stacks)
 
 
+def test_a_file_without_dwarf_is_named_from_its_symbol_table_without_the_helper(chain_binary, tmp_path):
+    """blazesym would name such a file from its symbol table too, at a round
+    trip per request: its names come from the table here, and no request goes."""
+    stripped = tmp_path / "libdlwork-no-dwarf.so"
+    subprocess.run(["objcopy", "--strip-debug", str(chain_binary.parent / "libdlwork.so"), str(stripped)], check=True)
+    library = ctypes.CDLL(str(stripped))
+    hot, entry = (ctypes.cast(getattr(library, name), ctypes.c_void_p).value for name in ("lib_hot", "lib_entry"))
+    profile, requests = named_through_the_helper([(hot + 2, entry + 6), (entry + 3,)], batched=True)
+    assert requests == 0
+    named = [[(frame.name, frame.file, frame.kind) for frame in profile.stack(sample)] for sample in profile.samples]
+    assert named == [
+        [("lib_entry", "", FrameKind.NATIVE), ("lib_hot", "", FrameKind.NATIVE)],
+        [("lib_entry", "", FrameKind.NATIVE)],
+    ]
+
+
 def test_async_callers_go_below_the_running_tasks_outermost_js_frame():
     """Past the task's JS the stack is V8's microtask runner (builtins, then
     native code): the functions awaiting the task sit between the two."""
