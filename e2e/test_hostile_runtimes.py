@@ -195,6 +195,42 @@ def test_links_planted_at_a_runtime_s_files_never_make_root_write_through_them(j
     assert total(named) > 0, run.stderr
 
 
+def test_a_name_in_dev_shm_taken_by_another_user_sends_bun_s_dumps_to_disk(jitprof, tmp_path):
+    """Where /run is no tmpfs, bun's dumps go to /dev/shm/jitprof, in a
+    directory any user can write to: nobody takes the name first, with a link
+    inside to a directory of root's. jitprof never goes through it (it is not
+    root's): the dumps go to /var/lib/jitprof instead, root's directory is
+    untouched, and the JavaScript is still named."""
+    from profiler.jit import jitdump_files  # noqa: PLC0415
+
+    mounts = jitdump_files._filesystem_types()
+    if jitdump_files._filesystem_of("/run/jitprof/jitdumps", mounts) == "tmpfs":
+        pytest.skip("/run is a tmpfs here: the dumps go there, where only root can write")
+    if jitdump_files._filesystem_of("/dev/shm", mounts) != "tmpfs":
+        pytest.skip("no /dev/shm tmpfs here")
+    taken = Path("/dev/shm/jitprof")
+    aside = Path(f"/dev/shm/jitprof-aside-{os.getpid()}")
+    if taken.exists() or taken.is_symlink():
+        taken.rename(aside)
+    victim = tmp_path / "root-only"
+    victim.mkdir(mode=0o700)
+    try:
+        for command in (["mkdir", "-m", "0755", str(taken)], ["ln", "-s", str(victim), str(taken / "jitdumps")]):
+            subprocess.run(command, user=NOBODY, group=NOBODY, extra_groups=[], check=True)
+        assert taken.stat().st_uid == NOBODY
+        run = jitprof("-F", "499", "-o", "out.folded", "--", str(BUN), str(CHAIN), "0.5")
+        assert run.returncode == 0, run.stderr
+        assert list(victim.iterdir()) == [] and victim.stat().st_uid == 0
+        assert sorted(path.name for path in taken.iterdir()) == ["jitdumps"] and (taken / "jitdumps").is_symlink()
+        lines = read_folded(tmp_path / "out.folded")
+        named = [line for line in lines if any(frame.endswith("_[j]") and not frame.startswith("0x") for frame in line.frames)]
+        assert total(named) > 0, run.stderr
+    finally:
+        subprocess.run(["rm", "-rf", str(taken)], check=False)
+        if aside.exists():
+            aside.rename(taken)
+
+
 # A libjvm.so of nobody's whose VM tables hold 32,767 entries each (a real
 # JDK's about 3,000), every name its own string, and nothing jitprof needs.
 FAKE_LIBJVM = r"""

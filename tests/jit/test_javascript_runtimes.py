@@ -98,3 +98,17 @@ def test_a_process_that_maps_a_jitdump_is_seen_to_write_one(tmp_path):
         assert maps_a_jitdump(os.getpid())
     finally:
         marker.close()
+
+
+def test_spawned_dumps_go_where_the_mount_table_says_memory_is():
+    """JavaScriptCore syncs its dump as it writes: on a tmpfs that costs nothing."""
+    from profiler.jit import jitdump_files  # noqa: PLC0415
+
+    mounts = {"/": "ext4", "/run": "tmpfs", "/dev": "devtmpfs", "/dev/shm": "tmpfs", "/run/user/1000": "tmpfs"}
+    assert jitdump_files._filesystem_of("/run/jitprof/jitdumps", mounts) == "tmpfs"
+    assert jitdump_files._filesystem_of("/dev/shm/jitprof/jitdumps", mounts) == "tmpfs"
+    assert jitdump_files._filesystem_of("/devices/x", mounts) == "ext4"  # a prefix of a name is no mount point's
+    assert jitdump_files._filesystem_of("/var/lib/jitprof/jitdumps", {"/": "ext4", "/run": "tmpfs"}) == "ext4"
+    assert jitdump_files._filesystem_of("/run/jitprof/jitdumps", {}) == ""
+    own = jitdump_files._filesystem_types()
+    assert own.get("/") and all(point.startswith("/") for point in own)
