@@ -4,18 +4,34 @@ what profiling it costs, against the program alone."""
 from __future__ import annotations
 
 import os
+import shutil
+import statistics
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 from benchmarks.harness import JITPROF, JS_ROUNDS, JS_WORKLOAD, ROOT, Setup, runtime_runs, slowdown_table
 from profiler.jit.bun.runtime import BUN
+from profiler.jit.contract import Runtime
 from profiler.jit.deno import DENO
+from profiler.jit.jitdump_files import make_spawned_dump_directory
 
 RUNTIMES = ROOT / ".nodes" / "runtimes" / "node_modules"
 BINARIES = {
     "deno": (RUNTIMES / "@deno" / "linux-x64-glibc" / "deno", ["run"], DENO),
     "bun": (RUNTIMES / "@oven" / "bun-linux-x64" / "bin" / "bun", [], BUN),
 }
+APPS = ROOT / ".nodes" / "apps" / "node_modules"
+# Real programs, short as a developer's command is: prettier checking this
+# repository's scripts, tsc checking a TypeScript project.
+PROGRAMS = {
+    "prettier": [str(APPS / "prettier" / "bin" / "prettier.cjs"), "--check", str(ROOT / "fixtures" / "js")],
+    "tsc": [str(APPS / "typescript" / "lib" / "tsc.js"), "-p", str(ROOT / "fixtures" / "ts"), "--noEmit"],
+}
+# deno runs tsc.js (CommonJS in a .js file) only when told to detect it.
+PROGRAM_OPTIONS = {"deno": ["run", "-A", "--unstable-detect-cjs"], "bun": []}
+TIME = "/usr/bin/time"
 
 
 def javascript_runtimes_cost(repeats: int, workdir: Path) -> list[str]:
@@ -45,4 +61,64 @@ def javascript_runtimes_cost(repeats: int, workdir: Path) -> list[str]:
         }
         results = runtime_runs(setups, "jitprof -F 99 (gives the options)", command, repeats, workdir, f"{name} cost")
         lines += [f"`{name} --version`: {version}", "", *slowdown_table(results, alone), ""]
+        lines += programs_cost(name, binary, runtime, repeats, workdir)
     return lines
+
+
+def programs_cost(name: str, binary: Path, runtime: Runtime, repeats: int, workdir: Path) -> list[str]:
+    """prettier and tsc under the runtime: alone, with jitprof's options, and
+    spawned by jitprof with a cold and a warm cache. The program's own wall
+    (from its start to its end, as /usr/bin/time in front of it measures it:
+    what jitprof makes the program pay) and the whole command's."""
+    if not all(Path(program[0]).exists() for program in PROGRAMS.values()) or not Path(TIME).exists():
+        return ["(prettier or tsc not installed: `make setup-tests` installs them)", ""]
+    plain = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_", "JITPROF_CACHE_DIR"))}
+    cold, warm = workdir / f"{name}-cold-cache", workdir / f"{name}-warm-cache"
+    warm.mkdir(mode=0o700, exist_ok=True)
+    timing = workdir / "program.time"
+    lines = [
+        f"prettier (`--check fixtures/js`) and tsc (`-p fixtures/ts --noEmit`) under {name}: the program's own wall "
+        "(`/usr/bin/time` in front of it) and the whole command's, medians of "
+        f"{repeats} interleaved rounds; cold: an empty JITPROF_CACHE_DIR before every run.",
+        "",
+        "| program | setup | program's wall (s) | vs alone | whole command (s) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for program, arguments in PROGRAMS.items():
+        command = [TIME, "-f", "%e", "-o", str(timing), str(binary), *PROGRAM_OPTIONS[name], *arguments]
+        assert runtime.spawn_environment is not None
+        flagged = dict(plain, **runtime.spawn_environment(plain, None, command[5:]))
+        dumps = make_spawned_dump_directory(os.getuid(), os.getgid()) or str(workdir)  # where jitprof sends them
+        if runtime.jitdump_directory_variable:
+            flagged[runtime.jitdump_directory_variable] = dumps
+        before = set(Path(dumps).glob("jit-*.dump"))
+        setups = {
+            "alone": ([], plain),
+            "with jitprof's options": ([], flagged),
+            "jitprof -F 99, cold cache": ([*JITPROF, "-F", "99", "--no-tui", "-o", "bench.folded", "--"], dict(plain, JITPROF_CACHE_DIR=str(cold))),
+            "jitprof -F 99, warm cache": ([*JITPROF, "-F", "99", "--no-tui", "-o", "bench.folded", "--"], dict(plain, JITPROF_CACHE_DIR=str(warm))),
+        }  # fmt: skip
+        subprocess.run([*setups["jitprof -F 99, warm cache"][0], *command], env=setups["jitprof -F 99, warm cache"][1],
+                       cwd=ROOT, capture_output=True, check=False)  # fmt: skip
+        walls: dict[str, list[tuple[float, float]]] = {setup: [] for setup in setups}
+        for repeat in range(repeats):
+            for setup, (prefix, environment) in setups.items():
+                if setup.endswith("cold cache"):
+                    shutil.rmtree(cold, ignore_errors=True)
+                    cold.mkdir(mode=0o700)
+                started = time.monotonic()
+                subprocess.run(
+                    [*prefix, *command], env=environment, cwd=ROOT if prefix else workdir, capture_output=True, check=False
+                )
+                whole = time.monotonic() - started
+                walls[setup].append((float(timing.read_text().split()[-1]), whole))
+            print(f"bench: {name} {program}, round {repeat + 1}/{repeats}", file=sys.stderr)
+        made = set(Path(dumps).glob("jit-*.dump")) - before
+        for leftover in [*workdir.glob("isolate-*-v8.log"), *made, *Path("/tmp").glob("perf-*.map")]:
+            leftover.unlink(missing_ok=True)
+        alone = statistics.median(own for own, _whole in walls["alone"])
+        for setup, runs in walls.items():
+            own = statistics.median(own for own, _whole in runs)
+            whole = statistics.median(whole for _own, whole in runs)
+            lines.append(f"| {program} | {setup} | {own:.2f} | {100 * (own / alone - 1):+.0f} % | {whole:.2f} |")
+    return [*lines, ""]
