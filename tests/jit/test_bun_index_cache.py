@@ -20,12 +20,12 @@ def fields(index):
 
 @pytest.mark.parametrize(("original", "runtime"), [(FIB_TEST, FIB_COPY), (MAIN_CJS, MAIN_COPY)])
 def test_an_index_is_read_back_as_it_was_made_without_indexing_again(original, runtime, monkeypatch):
-    made = BunScript("/app/a.ts", original, runtime).index()
+    made = index_cache.indexed(BunScript("/app/a.ts", original, runtime))
     assert fields(index_cache.load(index_cache.key_of(original, runtime), original, runtime)) == fields(made)
     from profiler.jit.bun import scripts  # noqa: PLC0415
 
     monkeypatch.setattr(scripts, "_index_script", lambda *_: pytest.fail("indexed again"))
-    assert fields(BunScript("/app/b.ts", original, runtime).index()) == fields(made)
+    assert fields(index_cache.indexed(BunScript("/app/b.ts", original, runtime))) == fields(made)
 
 
 def test_other_texts_or_other_code_are_other_entries(monkeypatch):

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from profiler.jit.bun import index_cache
 from profiler.jit.bun.scripts import MODULE_CODE, BunScript
 from profiler.jit.bun.transpiler import TRANSPILE_DEADLINE_S, TranspiledScript, command_of, transpiled_scripts
 from profiler.jit.v8.names import js_display
@@ -126,7 +127,7 @@ class BunFunctions:
         try:
             entry.scripts, entry.problem = self._transpiled(pid)
             for script in entry.scripts:
-                script.index()
+                index_cache.indexed(script)
         finally:
             entry.ready.set()
 

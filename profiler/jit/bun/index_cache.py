@@ -15,13 +15,27 @@ import hashlib
 from pathlib import Path
 
 from profiler.jit.bun import scripts
-from profiler.jit.bun.scripts import MODULE_CODE, BunScriptIndex, LineIndex
+from profiler.jit.bun.scripts import MODULE_CODE, BunScript, BunScriptIndex, LineIndex
 from profiler.native import cache
 
 KIND = "bun-scripts"
 MAX_ENTRY_BYTES = 64 << 20  # TypeScript's compiler's: 1.9 MiB
 _SOURCES = (scripts.__file__, __file__)
 _fingerprint: list[bytes] = []
+
+
+def indexed(script: BunScript) -> BunScriptIndex:
+    """The script's index: from the cache, else made and kept there."""
+    if script.is_indexed():
+        return script.index()
+    key = key_of(script.original, script.runtime)
+    kept = load(key, script.original, script.runtime)
+    if kept is not None:
+        script.take_index(kept)
+        return script.index()
+    index = script.index()
+    store(key, index)
+    return index
 
 
 def key_of(original: str, runtime: str) -> str:

@@ -222,14 +222,17 @@ class BunScript:
     def index(self) -> BunScriptIndex:
         with self._lock:
             if self._index is None:
-                from profiler.jit.bun import index_cache  # noqa: PLC0415  (it reads this module's source)
-
-                key = index_cache.key_of(self.original, self.runtime)
-                self._index = index_cache.load(key, self.original, self.runtime)
-                if self._index is None:
-                    self._index = _index_script(self.original, self.runtime)
-                    index_cache.store(key, self._index)
+                self._index = _index_script(self.original, self.runtime)
             return self._index
+
+    def is_indexed(self) -> bool:
+        return self._index is not None
+
+    def take_index(self, index: BunScriptIndex) -> None:
+        """An index made before of these very texts (jitprof's cache)."""
+        with self._lock:
+            if self._index is None:
+                self._index = index
 
     def functions_hashed(self) -> dict[str, list[int]]:
         return self.index().hashes
