@@ -92,14 +92,17 @@ def programs_cost(name: str, binary: Path, runtime: Runtime, repeats: int, workd
         if runtime.jitdump_directory_variable:
             flagged[runtime.jitdump_directory_variable] = dumps
         before = set(Path(dumps).glob("jit-*.dump"))
+        profiled = [*JITPROF, "-F", "99", "--no-tui", "-o", str(workdir / "bench.folded"), "--"]
         setups = {
             "alone": ([], plain),
             "with jitprof's options": ([], flagged),
-            "jitprof -F 99, cold cache": ([*JITPROF, "-F", "99", "--no-tui", "-o", "bench.folded", "--"], dict(plain, JITPROF_CACHE_DIR=str(cold))),
-            "jitprof -F 99, warm cache": ([*JITPROF, "-F", "99", "--no-tui", "-o", "bench.folded", "--"], dict(plain, JITPROF_CACHE_DIR=str(warm))),
-        }  # fmt: skip
-        subprocess.run([*setups["jitprof -F 99, warm cache"][0], *command], env=setups["jitprof -F 99, warm cache"][1],
-                       cwd=ROOT, capture_output=True, check=False)  # fmt: skip
+            "jitprof -F 99, cold cache": (profiled, dict(plain, JITPROF_CACHE_DIR=str(cold))),
+            "jitprof -F 99, warm cache": (profiled, dict(plain, JITPROF_CACHE_DIR=str(warm))),
+        }
+        # The warm cache's first run.
+        subprocess.run(
+            [*profiled, *command], env=setups["jitprof -F 99, warm cache"][1], cwd=workdir, capture_output=True, check=False
+        )
         walls: dict[str, list[tuple[float, float]]] = {setup: [] for setup in setups}
         for repeat in range(repeats):
             for setup, (prefix, environment) in setups.items():
@@ -107,9 +110,7 @@ def programs_cost(name: str, binary: Path, runtime: Runtime, repeats: int, workd
                     shutil.rmtree(cold, ignore_errors=True)
                     cold.mkdir(mode=0o700)
                 started = time.monotonic()
-                subprocess.run(
-                    [*prefix, *command], env=environment, cwd=ROOT if prefix else workdir, capture_output=True, check=False
-                )
+                subprocess.run([*prefix, *command], env=environment, cwd=workdir, capture_output=True, check=False)
                 whole = time.monotonic() - started
                 walls[setup].append((float(timing.read_text().split()[-1]), whole))
             print(f"bench: {name} {program}, round {repeat + 1}/{repeats}", file=sys.stderr)

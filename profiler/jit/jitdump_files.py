@@ -52,11 +52,17 @@ def spawned_dump_root() -> str:
 def _root_directories(root: str) -> bool:
     """Are root and its parent (made if missing) root's alone?"""
     try:
-        os.close(files.open_root_directory(Path(root).parent, 0o755))  # /run/jitprof, say
-        os.close(files.open_root_directory(Path(root), 0o755))
+        os.close(_open_dump_root(root))
     except (OSError, files.UnsafePath):
         return False
     return True
+
+
+def _open_dump_root(root: str) -> int:
+    """A descriptor of root, it and its parent made if missing and checked
+    root's alone (files.UnsafePath, OSError otherwise)."""
+    os.close(files.open_root_directory(Path(root).parent, 0o755))  # /run/jitprof, say
+    return files.open_root_directory(Path(root), 0o755)
 
 
 def _filesystem_types() -> dict[str, str]:
@@ -93,8 +99,7 @@ def make_spawned_dump_directory(uid: int, gid: int) -> str | None:
     """The user's dump directory, made if missing: None when it cannot be
     (a read-only /var: the runtime is then not asked for a dump)."""
     try:
-        os.close(files.open_root_directory(Path(spawned_dump_root()).parent, 0o755))  # /var/lib/jitprof, say
-        root = files.open_root_directory(Path(spawned_dump_root()), 0o755)
+        root = _open_dump_root(spawned_dump_root())
     except (OSError, files.UnsafePath):
         return None
     try:
