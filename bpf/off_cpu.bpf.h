@@ -138,13 +138,15 @@ RAW_TRACEPOINT_PROBE(sched_waking) {
 }
 
 // A wait sent with its time alone: the thread's user stack is no longer the wait's.
-static __always_inline void submit_without_stack(struct walk_scratch *scratch) {
+static __always_inline void submit_without_stack(void *ctx, struct walk_scratch *scratch) {
     scratch->event.off_cpu_flags = OFF_CPU_STACK_MOVED;
     scratch->event.kernel_stack_id = -1;
     scratch->event.v8_frame_count = 0;
     scratch->event.walk_end = WALK_COMPLETE;
     scratch->v8_count = 0;
     scratch->depth = 0;
+    // Its request still: the context reader sends it.
+    if (wants_v8_context(&scratch->event)) tail_call_walker(ctx, WALKERS_TRACEPOINT, CONTEXT_PROGRAM);
     submit_sample(scratch);
 }
 
@@ -188,7 +190,7 @@ static __always_inline int report_wait(void *ctx, u64 task) {
     ev->user_mode = 0;
     if (pc != thread->wait_pc || sp != thread->wait_sp) {
         // It waited outside a system call (a page fault's read) and ran on: the stack is another's.
-        submit_without_stack(scratch);
+        submit_without_stack(ctx, scratch);
         return 0;
     }
     if (pc == 0) return 0;
@@ -244,7 +246,7 @@ RAW_TRACEPOINT_PROBE(sched_process_exit) {
     ev->kernel_stack_id = last.kernel_stack_id;
     ev->user_mode = 0;
     if (pc != last.wait_pc || sp != last.wait_sp) {
-        submit_without_stack(scratch);
+        submit_without_stack(ctx, scratch);
         return 0;
     }
     ev->work = work_running(tid);

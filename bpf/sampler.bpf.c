@@ -54,6 +54,7 @@ _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->
 #define WALKER_PROGRAM 0
 #define COPIER_PROGRAM 1
 #define ASYNC_PROGRAM 2
+#define CONTEXT_PROGRAM 3
 
 #include "process_state.bpf.h"
 #include "dwarf_unwind.bpf.h"

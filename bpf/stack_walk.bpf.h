@@ -305,6 +305,18 @@ static __always_inline int walk_user_stack_from(void *ctx, const int walkers) {
             return 0;
         }
     }
+    if (scratch->walker_calls_left <= 1) {
+        // The calls left are the copier's: user space walks the rest, as past MAX_FRAMES.
+        if (scratch->by_frame_size) {
+            scratch->event.walk_end = WALK_TRUNCATED;
+        } else {
+            scratch->deep = 1;
+            defer_walk(scratch, scratch->exact_pc);
+        }
+        end_walk(ctx, scratch, walkers);
+        return 0;
+    }
+    scratch->walker_calls_left -= 1;
     tail_call_walker(ctx, walkers, WALKER_PROGRAM);
     // Out of tail calls (or the array is empty): keep what we have.
     scratch->event.walk_end = WALK_TRUNCATED;
@@ -361,8 +373,7 @@ static __always_inline struct walk_scratch *begin_event(u64 pid_tgid, const int 
     scratch->hotspot_gc_count = 0;
     struct v8_isolate_read *isolate = &async_walk_of(scratch)->isolate;
     isolate->address = 0;
-    read_thread_context(ev);
-    if (ev->context_size == 0) read_v8_context(ev, (u64 *)ev->copy_space, isolate); // free until the walk notes frames
+    read_thread_context(ev); // a V8 context is read by the context reader (walk_and_send)
     bpf_get_current_comm(&ev->comm, sizeof(ev->comm));
     return scratch;
 }
@@ -378,6 +389,22 @@ static __always_inline void saved_user_registers(u64 *pc, u64 *sp, u64 *fp, u64 
         bpf_probe_read_kernel(fp, sizeof(*fp), &user_regs->bp);
         if (rbx) bpf_probe_read_kernel(rbx, sizeof(*rbx), &user_regs->bx);
     }
+}
+
+// The walk of a begun event from the registers walk_and_send set: by the
+// walker, or by user space where nothing is known of the process's code yet
+// (just exec'd, or attached).
+static __always_inline void walk_begun(void *ctx, struct walk_scratch *scratch, const int walkers) {
+    if (scratch->space_tgid == 0) {
+        defer_walk(scratch, 1);
+        end_walk(ctx, scratch, walkers);
+        return;
+    }
+    tail_call_walker(ctx, walkers, WALKER_PROGRAM);
+    // The walker is not installed: report the leaf alone.
+    scratch->event.addresses[0] = scratch->pc;
+    scratch->depth = 1;
+    submit_sample(scratch);
 }
 
 // Walk the user stack from (pc, sp, fp, rbx) into the begun event and send it.
@@ -404,16 +431,42 @@ static __always_inline void walk_and_send(void *ctx, struct walk_scratch *scratc
     scratch->rbx_slot = 0;
     scratch->exact_pc = 1;
     scratch->space_tgid = address_space_of(tgid);
-    if (scratch->space_tgid == 0) {
-        // Nothing known of this process's code yet (just exec'd, or
-        // attached): user space walks the whole stack later.
-        defer_walk(scratch, 1);
-        end_walk(ctx, scratch, walkers);
-        return;
+    scratch->walker_calls_left = WALKER_CALLS;
+    if (wants_v8_context(&scratch->event)) {
+        scratch->walker_calls_left = WALKER_CALLS - 1;
+        tail_call_walker(ctx, walkers, CONTEXT_PROGRAM);
+        // The reader is not installed: the walk without the context.
     }
-    tail_call_walker(ctx, walkers, WALKER_PROGRAM);
-    // The walker is not installed: report the leaf alone.
-    scratch->event.addresses[0] = pc;
-    scratch->depth = 1;
-    submit_sample(scratch);
+    walk_begun(ctx, scratch, walkers);
 }
+
+// The sample's V8 context (the request it serves), read by a program of its
+// own: inline, its branches cost each program that begins an event about
+// 0.1 s of verification at every start (0.2 s the sampler's). Then the walk,
+// or, for a wait whose stack is not there to walk, the event as it is.
+static __always_inline int read_context_from(void *ctx, const int walkers) {
+    struct walk_scratch *scratch = scratch_of(walkers);
+    if (!scratch) return 0;
+    // The copy space is free until the walk notes frames.
+    read_v8_context(&scratch->event, (u64 *)scratch->event.copy_space, &async_walk_of(scratch)->isolate);
+    if (scratch->event.off_cpu_flags & OFF_CPU_STACK_MOVED) {
+        submit_sample(scratch);
+        return 0;
+    }
+    walk_begun(ctx, scratch, walkers);
+    return 0;
+}
+
+int read_sample_context(struct bpf_perf_event_data *ctx) {
+    return read_context_from(ctx, WALKERS_PERF_EVENT);
+}
+
+#ifdef WITH_OFF_CPU
+int read_sample_context_off_cpu(void *ctx) {
+    return read_context_from(ctx, WALKERS_TRACEPOINT);
+}
+
+int read_sample_context_uprobe(struct pt_regs *ctx) {
+    return read_context_from(ctx, WALKERS_UPROBE);
+}
+#endif

@@ -422,6 +422,17 @@ static __always_inline void read_v8_context(struct sample_event *ev, u64 *entrie
 #endif
 }
 
+// Is the event's V8 context to be read (its process's layouts known, and no
+// OpenTelemetry thread context read in its place)?
+static __always_inline int wants_v8_context(struct sample_event *ev) {
+#ifdef TASK_FSBASE_OFFSET
+    u32 tgid = ev->pid;
+    return ev->context_size == 0 && v8_context_settings.lookup(&tgid) != NULL;
+#else
+    return 0;
+#endif
+}
+
 // Was the read of a context cut short while user space learns its process?
 // Then its sample wakes the reader of the ring at once: the frame it names
 // is learned from before a scavenge moves it.

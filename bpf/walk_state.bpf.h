@@ -18,6 +18,7 @@ struct walk_scratch {
     u8 deep;              // past MAX_FRAMES: the rest is copied for user space to walk
     u8 by_frame_size;     // a JVM without frame pointers: hotspot says how to step over its compiled frames
     u8 hotspot_leaf;      // a JVM with them: hotspot says how to step over a leaf in a prologue or epilogue
+    u8 walker_calls_left; // before the rest is handed to user space (the tail calls left for the copier)
     struct v8_process v8; // builtins_end 0: not a V8 process (nor a JVM)
     u64 leaf_bcp;         // a CPU sample's r13: HotSpot's bytecode pointer, if the leaf is interpreted
     u64 hotspot_gc_count; // the JVM's GC count + 1, read at its first interpreted frame (0: not yet)
@@ -54,15 +55,17 @@ static __always_inline struct walk_scratch *scratch_of(const int walkers) {
 // The walker tail-calls itself, FRAMES_PER_CALL frames at a time: each call
 // is verified on its own, so the per-frame binary search stays within the
 // verifier's budget, and MAX_FRAMES / FRAMES_PER_CALL calls and the copier's
-// stay within the kernel's 33 tail calls. The verifier walks the loop once
-// per frame: 4 frames a call verify in 0.11 s, 8 took 0.27 s of every start.
-BPF_PROG_ARRAY(stack_walkers, 3); // WALKER_PROGRAM, COPIER_PROGRAM, ASYNC_PROGRAM
+// stay within the kernel's 33 tail calls (one walker call fewer where the V8
+// context reader takes one). The verifier walks the loop once per frame: 4
+// frames a call verify in 0.11 s, 8 took 0.27 s of every start.
+#define WALKER_CALLS ((MAX_FRAMES + FRAMES_PER_CALL - 1) / FRAMES_PER_CALL)
+BPF_PROG_ARRAY(stack_walkers, 4); // WALKER_PROGRAM, COPIER_PROGRAM, ASYNC_PROGRAM, CONTEXT_PROGRAM
 #ifdef WITH_OFF_CPU
 // The same walker and copier loaded as tracepoint programs, for waits: a
 // tail call stays within one program type, and an array serves one.
-BPF_PROG_ARRAY(off_cpu_walkers, 3);
+BPF_PROG_ARRAY(off_cpu_walkers, 4);
 // And as uprobe (kprobe-type) programs, for the threadpool's submitters.
-BPF_PROG_ARRAY(uprobe_walkers, 3);
+BPF_PROG_ARRAY(uprobe_walkers, 4);
 #endif
 
 // The next program of a walk, of the caller's type (a constant after

@@ -45,6 +45,7 @@ STACK_COPY_BYTES = 27088  # 26.5 KiB (jitprof_abi.h)
 WALKER_PROGRAM = 0
 COPIER_PROGRAM = 1
 ASYNC_PROGRAM = 2  # reads a V8 sample's async callers, then sends it
+CONTEXT_PROGRAM = 3  # reads a V8 sample's context (its request), then walks
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ class BpfProgram:
                 WALKER_PROGRAM: self._programs["walk_user_stack"],
                 COPIER_PROGRAM: self._programs["copy_user_stack"],
                 ASYNC_PROGRAM: self._programs["read_async_callers"],
+                CONTEXT_PROGRAM: self._programs["read_sample_context"],
             }
         )
         if self.options.off_cpu:
@@ -249,6 +251,7 @@ class BpfProgram:
                         WALKER_PROGRAM: self._programs[f"walk_user_stack_{suffix}"],
                         COPIER_PROGRAM: self._programs[f"copy_user_stack_{suffix}"],
                         ASYNC_PROGRAM: self._programs[f"read_async_callers_{suffix}"],
+                        CONTEXT_PROGRAM: self._programs[f"read_sample_context_{suffix}"],
                     },
                     f"{suffix}_walkers",
                 )
