@@ -55,6 +55,7 @@ _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->
 #define COPIER_PROGRAM 1
 #define ASYNC_PROGRAM 2
 #define CONTEXT_PROGRAM 3
+#define JVM_WALKER_PROGRAM 4
 
 #include "process_state.bpf.h"
 #include "dwarf_unwind.bpf.h"

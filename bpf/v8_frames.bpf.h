@@ -43,10 +43,10 @@ static __always_inline u8 in_v8_builtins(struct walk_scratch *scratch, u64 pc) {
 // slots are read with the frame's saved fp and return address, which the
 // frame-pointer step then takes from the reader.
 static __always_inline void note_v8_frame(struct walk_scratch *scratch, struct mapping_info *mapping, u8 in_builtins, u64 pc,
-                                          u64 fp, u32 depth, struct walk_reader *reader) {
+                                          u64 fp, u32 depth, struct walk_reader *reader, const int jvm) {
     if (scratch->v8.builtins_end == 0) return;
     if (scratch->v8.kind == RUNTIME_HOTSPOT) {
-        if (in_builtins) note_hotspot_frame(scratch, fp, depth, reader);
+        if (jvm && in_builtins) note_hotspot_frame(scratch, fp, depth, reader);
         return;
     }
     if (mapping->kind != MAPPING_JIT && !in_builtins) return;

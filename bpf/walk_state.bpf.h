@@ -59,13 +59,13 @@ static __always_inline struct walk_scratch *scratch_of(const int walkers) {
 // context reader takes one). The verifier walks the loop once per frame: 4
 // frames a call verify in 0.11 s, 8 took 0.27 s of every start.
 #define WALKER_CALLS ((MAX_FRAMES + FRAMES_PER_CALL - 1) / FRAMES_PER_CALL)
-BPF_PROG_ARRAY(stack_walkers, 4); // WALKER_PROGRAM, COPIER_PROGRAM, ASYNC_PROGRAM, CONTEXT_PROGRAM
+BPF_PROG_ARRAY(stack_walkers, 5); // WALKER_PROGRAM, COPIER_PROGRAM, ASYNC_PROGRAM, CONTEXT_PROGRAM, JVM_WALKER_PROGRAM
 #ifdef WITH_OFF_CPU
 // The same walker and copier loaded as tracepoint programs, for waits: a
 // tail call stays within one program type, and an array serves one.
-BPF_PROG_ARRAY(off_cpu_walkers, 4);
+BPF_PROG_ARRAY(off_cpu_walkers, 5);
 // And as uprobe (kprobe-type) programs, for the threadpool's submitters.
-BPF_PROG_ARRAY(uprobe_walkers, 4);
+BPF_PROG_ARRAY(uprobe_walkers, 5);
 #endif
 
 // The next program of a walk, of the caller's type (a constant after

@@ -23,6 +23,7 @@ import os
 import platform
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -211,9 +212,10 @@ def program_type_of(name: str) -> int:
     return PROG_TYPE_PERF_EVENT
 
 
-def load(spec: BpfObject) -> LoadedObject:
-    """Create the maps and load every program; BpfLoadError with the reason.
-    BCC's library is not needed for this (bpf_calls)."""
+def load(spec: BpfObject, later: Callable[[str], bool] = lambda _name: False) -> LoadedObject:
+    """Create the maps and load every program but those later() names (see
+    load_programs); BpfLoadError with the reason. BCC's library is not
+    needed for this (bpf_calls)."""
     loaded = LoadedObject({}, {}, {map_spec.name: map_spec for map_spec in spec.maps})
     try:
         for map_spec in spec.maps:
@@ -223,21 +225,31 @@ def load(spec: BpfObject) -> LoadedObject:
             if descriptor < 0:
                 raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(-descriptor)}", -descriptor)
             loaded.map_fds[map_spec.name] = descriptor
-        # The verifier works in the loading thread's system call, without the
-        # GIL: programs verified side by side take the longest one's time.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(spec.programs), LOAD_THREADS) or 1) as pool:
-            results = list(pool.map(lambda program: _load_one(spec, program, loaded.map_fds), spec.programs))
-        for program, descriptor in zip(spec.programs, results, strict=True):
-            if descriptor >= 0:
-                loaded.program_fds[program.name] = descriptor
-        for program, descriptor in zip(spec.programs, results, strict=True):
-            if descriptor < 0:
-                raise BpfLoadError(
-                    f"failed to load BPF program {program.name}: {_verifier_reason(spec, program, loaded.map_fds)}", -descriptor
-                )
+        loaded.program_fds.update(
+            load_programs(spec, loaded.map_fds, [program.name for program in spec.programs if not later(program.name)])
+        )
     except BaseException:
         loaded.close()
         raise
+    return loaded
+
+
+def load_programs(spec: BpfObject, map_fds: dict[str, int], names: list[str]) -> dict[str, int]:
+    """The named programs of spec loaded (their descriptors, by name), or
+    BpfLoadError with the reason, none of them left open."""
+    programs = [program for program in spec.programs if program.name in names]
+    # The verifier works in the loading thread's system call, without the
+    # GIL: programs verified side by side take the longest one's time.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(programs), LOAD_THREADS) or 1) as pool:
+        results = list(pool.map(lambda program: _load_one(spec, program, map_fds), programs))
+    loaded = {program.name: descriptor for program, descriptor in zip(programs, results, strict=True) if descriptor >= 0}
+    for program, descriptor in zip(programs, results, strict=True):
+        if descriptor < 0:
+            for opened in loaded.values():
+                os.close(opened)
+            raise BpfLoadError(
+                f"failed to load BPF program {program.name}: {_verifier_reason(spec, program, map_fds)}", -descriptor
+            )
     return loaded
 
 

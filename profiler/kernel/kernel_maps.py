@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,6 +231,14 @@ class KernelMaps:
         self._maps = map_fds
         self._specs = map_specs
         self._possible_cpus = possible_cpus
+        # Set by the program: its JVM walker loaded (once); why not, if it cannot be.
+        self.jvm_walker: Callable[[], str | None] = lambda: None
+
+    def hotspot_walker_problem(self) -> str | None:
+        """(Any thread.) Why the kernel cannot walk a JVM's frames as HotSpot
+        says, or None: it can (its walker is loaded now if it was not). A
+        JVM is told to the kernel only after this."""
+        return self.jvm_walker()
 
     def install_walkers(self, programs: dict[int, int], array: str = "stack_walkers") -> None:
         """The walker's tail-call slots: index -> program descriptor."""

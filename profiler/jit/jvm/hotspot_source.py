@@ -99,6 +99,8 @@ class HotSpotKernel(Protocol):
     frames, and to step over its compiled ones by their size when they keep
     no frame pointer."""
 
+    def hotspot_walker_problem(self) -> str | None: ...
+
     def set_hotspot_process(self, pid: int, interpreter: tuple[int, int], gc_count_at: int) -> bool: ...
 
     def set_hotspot_code(self, pid: int, code: HotSpotCode) -> bool: ...
@@ -291,6 +293,10 @@ class HotSpotStructures(JitSymbolSource):
                 jvm.thread.close()
                 jvm.reader = jvm.thread = None
                 forget_layout(jvm.libjvm_path)
+            return False
+        walker_problem = self._kernel.hotspot_walker_problem() if self._kernel is not None else None
+        if walker_problem is not None:
+            self._refuse(jvm, walker_problem)
             return False
         if self._kernel is not None and not self._kernel.set_hotspot_process(
             jvm.pid, interpreter, unloading.address if unloading is not None else 0
