@@ -148,19 +148,15 @@ class BpfProgram:
         cflags = compile_flags(options)
         self.compiled_now = False
         spec = self._compiled(cflags)
-        # A CPU sample is one of many: the readers a walk goes on without are
-        # verified while the target starts. A threadpool submit is seen once:
-        # with --off-cpu they are loaded before it starts.
-        later = _jvm_walker if options.off_cpu else _not_at_start
         try:
-            self._loaded = bpf_object.load(spec, later=later)
+            self._loaded = bpf_object.load(spec, later=_jvm_walker)
         except bpf_object.BpfLoadError as error:
             if self.compiled_now or error.out_of_resources:
                 raise _explain_load_failure(error) from error
             # A kept object this kernel refuses: compile afresh, once.
             spec = self._compiled(cflags, use_cache=False)
             try:
-                self._loaded = bpf_object.load(spec, later=later)
+                self._loaded = bpf_object.load(spec, later=_jvm_walker)
             except bpf_object.BpfLoadError as second_error:
                 raise _explain_load_failure(second_error) from second_error
         self.maps = KernelMaps(self._loaded.map_fds, self._loaded.specs, _possible_cpus())
@@ -171,42 +167,12 @@ class BpfProgram:
         self._tracepoint_fds: list[int] = []
         self.waits_at_system_calls = False  # --off-cpu: sys_exit attached
         self._rseq_compiled = any(flag.startswith("-DTASK_RSEQ_OFFSET=") for flag in cflags)
-        self.late_failure: str | None = None  # why the readers loaded late are missing, if they are
-        self._late_thread = threading.Thread(target=self._load_late, args=(spec,), name="jitprof-bpf-late", daemon=True)
-        if options.off_cpu:
-            self._load_late(spec)  # loaded already: installed now
-        else:
-            self._late_thread.start()
         self._spec = spec
         self._jvm_lock = threading.Lock()  # held while the JVM's walker loads; close() waits for it
         self._jvm_walker: str | None | bool = False  # False: not loaded yet; None: installed; else why not
         self._closed = False
         self.maps.jvm_walker = self._load_jvm_walker
         self._attach_tracepoints()
-
-    def _load_late(self, spec: bpf_object.BpfObject) -> None:
-        """(Its own thread.) The readers a walk goes on without, loaded while
-        the target starts and installed when verified: the samples before
-        have no request context or async callers, as before user space
-        knows the process's V8."""
-        names = [program.name for program in spec.programs if _loaded_late(program.name) and program.name not in self._programs]
-        try:
-            self._programs.update(bpf_object.load_programs(spec, self._loaded.map_fds, names))  # close() waits for this thread
-        except bpf_object.BpfLoadError as error:
-            self.late_failure = str(error)
-            return
-        self.maps.install_walkers(
-            {ASYNC_PROGRAM: self._programs["read_async_callers"], CONTEXT_PROGRAM: self._programs["read_sample_context"]}
-        )
-        if self.options.off_cpu:
-            for suffix in ("off_cpu", "uprobe"):
-                self.maps.install_walkers(
-                    {
-                        ASYNC_PROGRAM: self._programs[f"read_async_callers_{suffix}"],
-                        CONTEXT_PROGRAM: self._programs[f"read_sample_context_{suffix}"],
-                    },
-                    f"{suffix}_walkers",
-                )
 
     def _load_jvm_walker(self) -> str | None:
         """(Any thread.) The walker with HotSpot's steps, loaded and installed
@@ -301,6 +267,8 @@ class BpfProgram:
             {
                 WALKER_PROGRAM: self._programs["walk_user_stack"],
                 COPIER_PROGRAM: self._programs["copy_user_stack"],
+                ASYNC_PROGRAM: self._programs["read_async_callers"],
+                CONTEXT_PROGRAM: self._programs["read_sample_context"],
             }
         )
         if self.options.off_cpu:
@@ -309,6 +277,8 @@ class BpfProgram:
                     {
                         WALKER_PROGRAM: self._programs[f"walk_user_stack_{suffix}"],
                         COPIER_PROGRAM: self._programs[f"copy_user_stack_{suffix}"],
+                        ASYNC_PROGRAM: self._programs[f"read_async_callers_{suffix}"],
+                        CONTEXT_PROGRAM: self._programs[f"read_sample_context_{suffix}"],
                     },
                     f"{suffix}_walkers",
                 )
@@ -342,9 +312,7 @@ class BpfProgram:
         closed side by side); in_background hands the last references to a
         short-lived child process that closes them, so the run ends now."""
         self.stop_sampling()
-        # Not while programs are verified: their instructions name the maps by descriptor.
-        if self._late_thread.ident is not None:
-            self._late_thread.join()
+        # Not while the JVM's walker is verified: its instructions name the maps by descriptor.
         with self._jvm_lock:
             self._closed = True
         self.events.close()
@@ -366,17 +334,6 @@ class BpfProgram:
 def _jvm_walker(name: str) -> bool:
     """Is this the walker with HotSpot's steps (of a perf event's or a wait's)?"""
     return name.startswith("walk_jvm_stack")
-
-
-def _not_at_start(name: str) -> bool:
-    return _loaded_late(name) or _jvm_walker(name)
-
-
-def _loaded_late(name: str) -> bool:
-    """Is this one of the readers a walk goes on without (V8's request
-    context and async callers)? They are about half the verifier's time at
-    every start, and no sample waits for them."""
-    return name.startswith(("read_sample_context", "read_async_callers"))
 
 
 def _release_in_child(descriptors: list[int]) -> None:

@@ -588,11 +588,6 @@ class Recording:
         assert self._tracker is not None and self._symbolizer is not None
         lines = self._jit_sources.end_messages(self.profile) if self._jit_sources is not None else []
         lines += self._labels.warnings() if self._labels is not None else []
-        if self._program is not None and self._program.late_failure is not None:
-            lines.append(
-                f"{WARNING}the kernel refused the readers of V8's request context and async callers, so no sample has "
-                f"either ({self._program.late_failure}) (hint: please report it, with `uname -r`)"
-            )
         if self._originals is not None:
             lines += [f"{WARNING}{problem}" for problem in self._originals.problems]
         return lines + tracking_problems(
