@@ -27,7 +27,7 @@ def _native() -> ctypes.CDLL:
     """The native library through ctypes: the callers' keys and values are ctypes objects."""
     global _library
     if _library is None:
-        library.load()  # built and current, or an error with the fix
+        library.check_built()  # or an error with the fix
         loaded = ctypes.CDLL(str(library.LIBRARY_PATH))
         pointer, integer, unsigned = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32
         signatures: dict[str, list[Any]] = {

@@ -10,7 +10,11 @@ on a builder thread while sampling goes on.
 from __future__ import annotations
 
 import array
+import contextlib
+import hashlib
+import importlib.util
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +26,9 @@ NATIVE_DIR = Path(__file__).resolve().parents[2] / "native"
 LIBRARY_PATH = NATIVE_DIR / "build" / "libjitprof_native.so"
 HEADER_PATH = NATIVE_DIR / "jitprof_native.h"
 ABI_HEADER_PATH = NATIVE_DIR.parent / "bpf" / "jitprof_abi.h"
+# cffi's declarations parsed by set-up (out-of-line ABI mode): parsing them
+# at every start took 20 ms, holding the GIL the BPF load needs.
+DECLARATIONS_MODULE = "jitprof_cffi_declarations"
 
 ERRORS = {1: "not an ELF file", 2: "not an x86-64 ELF64 file", 3: "too large", 4: "cannot be read", 5: "out of memory"}
 
@@ -65,8 +72,20 @@ def _declarations() -> str:
     return "\n".join(parts)
 
 
+def check_built() -> None:
+    """The library is built and current, or NativeUnavailable with the fix.
+    (Cheap: what needs only its BPF calls, through ctypes, asks no more.)"""
+    if not LIBRARY_PATH.is_file():
+        raise NativeUnavailable(f"jitprof's native library is not built ({LIBRARY_PATH})", "run `make setup`")
+    sources = [path for path in NATIVE_DIR.glob("*.[ch]") if not path.name.startswith("fuzz_")]
+    # The headers shared with the BPF program (its own parts, *.bpf.h, are not built in).
+    sources += [path for path in ABI_HEADER_PATH.parent.glob("*.h") if not path.name.endswith(".bpf.h")]
+    if LIBRARY_PATH.stat().st_mtime < max(path.stat().st_mtime for path in sources):
+        raise NativeUnavailable(f"jitprof's native library is older than its source ({LIBRARY_PATH})", "run `make setup`")
+
+
 def load() -> tuple[Any, Any]:
-    """(ffi, lib), loaded once per process."""
+    """(ffi, lib), loaded once per process (cffi parses the declarations: 20 ms)."""
     global _loaded
     with _lock:
         if _loaded is None:
@@ -74,21 +93,54 @@ def load() -> tuple[Any, Any]:
                 import cffi  # noqa: PLC0415  (only where the native code is used)
             except ImportError as error:
                 raise NativeUnavailable("the cffi module is missing", "run `make setup`") from error
-            if not LIBRARY_PATH.is_file():
-                raise NativeUnavailable(f"jitprof's native library is not built ({LIBRARY_PATH})", "run `make setup`")
-            sources = [path for path in NATIVE_DIR.glob("*.[ch]") if not path.name.startswith("fuzz_")]
-            # The headers shared with the BPF program (its own parts, *.bpf.h, are not built in).
-            sources += [path for path in ABI_HEADER_PATH.parent.glob("*.h") if not path.name.endswith(".bpf.h")]
-            if LIBRARY_PATH.stat().st_mtime < max(path.stat().st_mtime for path in sources):
-                raise NativeUnavailable(f"jitprof's native library is older than its source ({LIBRARY_PATH})", "run `make setup`")
-            ffi = cffi.FFI()
-            ffi.cdef(_declarations())
+            check_built()
+            declarations = _declarations()
+            ffi = _parsed(declarations)
+            if ffi is None:
+                ffi = cffi.FFI()
+                ffi.cdef(declarations)
             try:
                 lib = ffi.dlopen(str(LIBRARY_PATH))
             except OSError as error:
                 raise NativeUnavailable(f"cannot load {LIBRARY_PATH}: {error}", "run `make setup`") from error
             _loaded = (ffi, lib)
         return _loaded
+
+
+def _declarations_path(declarations: str) -> Path:
+    key = hashlib.sha256(declarations.encode()).hexdigest()[:16]
+    return LIBRARY_PATH.parent / f"{DECLARATIONS_MODULE}_{key}.py"
+
+
+def _parsed(declarations: str) -> Any:
+    """The FFI set-up parsed for exactly these declarations, or None."""
+    path = _declarations_path(declarations)
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ffi
+
+
+def write_parsed_declarations() -> Path:
+    """(Set-up.) The declarations parsed once, as a module cffi loads
+    without parsing; those of earlier sources removed."""
+    import cffi  # noqa: PLC0415
+
+    declarations = _declarations()
+    path = _declarations_path(declarations)
+    for old in path.parent.glob(f"{DECLARATIONS_MODULE}_*.py"):
+        if old != path:
+            old.unlink()
+    builder = cffi.FFI()
+    builder.cdef(declarations)
+    builder.set_source(path.stem, None)
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # cffi says "generating ..."
+        builder.emit_python_code(str(path))
+    return path
 
 
 def compile_unwind_rows(descriptor: int) -> CompiledRows:
@@ -265,3 +317,7 @@ def source_map_lookup(
         else None
         for result in results
     ]
+
+
+if __name__ == "__main__":
+    print(f"setup: wrote {write_parsed_declarations().name}", file=sys.stderr)
