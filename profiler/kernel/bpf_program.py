@@ -165,10 +165,12 @@ class BpfProgram:
         self._programs = self._loaded.program_fds
         self._perf_event_fds: list[int] = []
         self._tracepoint_fds: list[int] = []
+        self._released_fds: list[int] = []  # others' perf events, closed with these (release_later)
         self.waits_at_system_calls = False  # --off-cpu: sys_exit attached
         self._rseq_compiled = any(flag.startswith("-DTASK_RSEQ_OFFSET=") for flag in cflags)
         self._spec = spec
         self._jvm_lock = threading.Lock()  # held while the JVM's walker loads; close() waits for it
+        self._state_lock = threading.Lock()  # for _closed and _released_fds
         self._jvm_walker: str | None | bool = False  # False: not loaded yet; None: installed; else why not
         self._closed = False
         self.maps.jvm_walker = self._load_jvm_walker
@@ -300,6 +302,16 @@ class BpfProgram:
         pid alone: the perf event's descriptor (the caller closes it), or -errno."""
         return bpf_calls.attach_uprobe(self._programs[program], path, offset, pid)
 
+    def release_later(self, descriptors: list[int]) -> None:
+        """(Any thread.) Perf events attached through attach_uprobe, closed
+        with the program's own (in close()), whose release waits for RCU
+        grace periods; at once if the program is closed already."""
+        with self._state_lock:
+            if not self._closed:
+                self._released_fds.extend(descriptors)
+                return
+        _close_perf_events(list(descriptors))
+
     def stop_sampling(self) -> None:
         """Stop sampling and following at once: no more samples or process
         events come (the programs find no followed pid). The events
@@ -313,10 +325,11 @@ class BpfProgram:
         short-lived child process that closes them, so the run ends now."""
         self.stop_sampling()
         # Not while the JVM's walker is verified: its instructions name the maps by descriptor.
-        with self._jvm_lock:
+        with self._jvm_lock, self._state_lock:
             self._closed = True
+            released, self._released_fds = self._released_fds, []
         self.events.close()
-        events = self._perf_event_fds + self._tracepoint_fds
+        events = self._perf_event_fds + self._tracepoint_fds + released
         self._perf_event_fds, self._tracepoint_fds = [], []
         if in_background and events:
             _release_in_child([*events, *self._loaded.map_fds.values(), *self._loaded.program_fds.values()])
