@@ -212,10 +212,12 @@ def program_type_of(name: str) -> int:
     return PROG_TYPE_PERF_EVENT
 
 
-def load(spec: BpfObject, later: Callable[[str], bool] = lambda _name: False) -> LoadedObject:
-    """Create the maps and load every program but those later() names (see
-    load_programs); BpfLoadError with the reason. BCC's library is not
-    needed for this (bpf_calls)."""
+def load(
+    spec: BpfObject, later: Callable[[str], bool] = lambda _name: False, maps_created: Callable[[], None] = lambda: None
+) -> LoadedObject:
+    """Create the maps (then call maps_created) and load every program but
+    those later() names (see load_programs); BpfLoadError with the reason.
+    BCC's library is not needed for this (bpf_calls)."""
     loaded = LoadedObject({}, {}, {map_spec.name: map_spec for map_spec in spec.maps})
     try:
         for map_spec in spec.maps:
@@ -225,6 +227,7 @@ def load(spec: BpfObject, later: Callable[[str], bool] = lambda _name: False) ->
             if descriptor < 0:
                 raise BpfLoadError(f"cannot create map {map_spec.name}: {os.strerror(-descriptor)}", -descriptor)
             loaded.map_fds[map_spec.name] = descriptor
+        maps_created()
         loaded.program_fds.update(
             load_programs(
                 spec, loaded.map_fds, slowest_first([program.name for program in spec.programs if not later(program.name)])

@@ -9,6 +9,7 @@ import errno
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,13 +144,13 @@ class BpfProgram:
     """The loaded sampler: its own maps and programs, by descriptor. Not
     thread-safe except where noted."""
 
-    def __init__(self, options: LoadOptions) -> None:
+    def __init__(self, options: LoadOptions, maps_created: Callable[[], None] = lambda: None) -> None:
         self.options = options
         cflags = compile_flags(options)
         self.compiled_now = False
         spec = self._compiled(cflags)
         try:
-            self._loaded = bpf_object.load(spec, later=_jvm_walker)
+            self._loaded = bpf_object.load(spec, later=_jvm_walker, maps_created=maps_created)
         except bpf_object.BpfLoadError as error:
             if self.compiled_now or error.out_of_resources:
                 raise _explain_load_failure(error) from error

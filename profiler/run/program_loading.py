@@ -19,14 +19,20 @@ class ProgramLoading:
         self._program: BpfProgram | None = None
         self._error: BaseException | None = None
         self._taken = False
+        self._maps_created = threading.Event()
         self._thread = threading.Thread(target=self._load, name="jitprof-bpf-load", daemon=True)
         self._thread.start()
+        # The maps are made in some forty system calls, each giving up the
+        # GIL: beside the imports, each waited for it (30 ms where 9 do).
+        self._maps_created.wait()
 
     def _load(self) -> None:
         try:
-            self._program = BpfProgram(self._load_options)
+            self._program = BpfProgram(self._load_options, maps_created=self._maps_created.set)
         except BaseException as error:  # raised again on the main thread, where it is said
             self._error = error
+        finally:
+            self._maps_created.set()
 
     def program(self) -> BpfProgram:
         """The loaded program (waiting for it); its load's error raised here."""
