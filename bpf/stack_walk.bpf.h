@@ -30,18 +30,21 @@ static __always_inline int jit_leaf_words_pushed(u64 pc) {
     return -1;
 }
 
+// Past the frames the kernel walks: user space walks the rest from a copy.
+// It walks by frame pointers and rows only: a JVM stepped by frame sizes is
+// cut here rather than walked wrong. Returns 1 (the walk here ended).
+static __always_inline int walk_rest_in_user_space(struct walk_scratch *scratch) {
+    if (scratch->by_frame_size) return 1;
+    scratch->deep = 1;
+    return defer_walk(scratch, scratch->exact_pc);
+}
+
 // One frame: record pc, then step to the caller. Returns 1 when the walk
 // ended (or is deferred). jvm: the JVM's walker, which steps as HotSpot says
 // (a constant: the other walker is verified without those steps).
 static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid, const int jvm) {
     u32 depth = scratch->depth;
-    if (depth >= MAX_FRAMES) {
-        // User space walks by frame pointers and rows only: a JVM stepped
-        // by frame sizes is cut here rather than walked wrong.
-        if (scratch->by_frame_size) return 1;
-        scratch->deep = 1;
-        return defer_walk(scratch, scratch->exact_pc);
-    }
+    if (depth >= MAX_FRAMES) return walk_rest_in_user_space(scratch);
     u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp, rbx = scratch->rbx, rbx_slot = scratch->rbx_slot;
     u8 exact_pc = scratch->exact_pc;
     // Caller frames hold return addresses: look up pc - 1, inside the call.
@@ -307,13 +310,8 @@ static __always_inline int walk_user_stack_from(void *ctx, const int walkers, co
         }
     }
     if (scratch->walker_calls_left <= 1) {
-        // The calls left are the copier's: user space walks the rest, as past MAX_FRAMES.
-        if (scratch->by_frame_size) {
-            scratch->event.walk_end = WALK_TRUNCATED;
-        } else {
-            scratch->deep = 1;
-            defer_walk(scratch, scratch->exact_pc);
-        }
+        // The calls left are the copier's: as past MAX_FRAMES.
+        walk_rest_in_user_space(scratch);
         end_walk(ctx, scratch, walkers);
         return 0;
     }

@@ -157,7 +157,7 @@ class BpfProgram:
             # A kept object this kernel refuses: compile afresh, once.
             spec = self._compiled(cflags, use_cache=False)
             try:
-                self._loaded = bpf_object.load(spec, later=_jvm_walker)
+                self._loaded = bpf_object.load(spec, later=_jvm_walker, maps_created=maps_created)
             except bpf_object.BpfLoadError as second_error:
                 raise _explain_load_failure(second_error) from second_error
         self.maps = KernelMaps(self._loaded.map_fds, self._loaded.specs, _possible_cpus())
@@ -172,7 +172,8 @@ class BpfProgram:
         self._spec = spec
         self._jvm_lock = threading.Lock()  # held while the JVM's walker loads; close() waits for it
         self._state_lock = threading.Lock()  # for _closed and _released_fds
-        self._jvm_walker: str | None | bool = False  # False: not loaded yet; None: installed; else why not
+        self._jvm_walker_tried = False
+        self._jvm_walker_problem: str | None = None  # why it is not installed, if it was tried and is not
         self._closed = False
         self.maps.jvm_walker = self._load_jvm_walker
         self._attach_tracepoints()
@@ -181,21 +182,20 @@ class BpfProgram:
         """(Any thread.) The walker with HotSpot's steps, loaded and installed
         the first time a JVM is known: None, or why it cannot be."""
         with self._jvm_lock:
-            if self._jvm_walker is False:
-                if self._closed:
-                    return "the run is ending"
+            if self._closed:
+                return self._jvm_walker_problem if self._jvm_walker_tried else "the run is ending"
+            if not self._jvm_walker_tried:
+                self._jvm_walker_tried = True
                 names = [program.name for program in self._spec.programs if _jvm_walker(program.name)]
                 try:
-                    descriptors = bpf_object.load_programs(self._spec, self._loaded.map_fds, names)
+                    self._programs.update(bpf_object.load_programs(self._spec, self._loaded.map_fds, names))
                 except bpf_object.BpfLoadError as error:
-                    self._jvm_walker = f"the kernel refused its walker ({error})"
-                    return self._jvm_walker
-                self._programs.update(descriptors)
+                    self._jvm_walker_problem = f"the kernel refused its walker ({error})"
+                    return self._jvm_walker_problem
                 self.maps.install_walkers({JVM_WALKER_PROGRAM: self._programs["walk_jvm_stack"]})
                 if self.options.off_cpu:
                     self.maps.install_walkers({JVM_WALKER_PROGRAM: self._programs["walk_jvm_stack_off_cpu"]}, "off_cpu_walkers")
-                self._jvm_walker = None
-            return self._jvm_walker if isinstance(self._jvm_walker, str) else None
+            return self._jvm_walker_problem
 
     def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
         """The object kept by set-up or an earlier run, or compiled by BCC
@@ -311,6 +311,12 @@ class BpfProgram:
             if not self._closed:
                 self._released_fds.extend(descriptors)
                 return
+        self.close_perf_events(descriptors)
+
+    @staticmethod
+    def close_perf_events(descriptors: list[int]) -> None:
+        """(Any thread.) Perf events closed now, side by side: each release
+        may wait for RCU grace periods, and waiting together they share them."""
         _close_perf_events(list(descriptors))
 
     def stop_sampling(self) -> None:

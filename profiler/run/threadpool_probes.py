@@ -64,8 +64,7 @@ class ThreadpoolProbes:
     def _work(self) -> None:
         while (item := self._queue.get()) is not None:
             if isinstance(item, list):
-                for descriptor in item:
-                    _close_quietly(descriptor)
+                self._program.close_perf_events(item)
             else:
                 self._attach_now(item)
         # Stopped: descriptors still queued go with the program.
@@ -103,10 +102,3 @@ class ThreadpoolProbes:
                 return
         finally:
             handle.close()
-
-
-def _close_quietly(descriptor: int) -> None:
-    try:
-        os.close(descriptor)
-    except OSError:
-        pass

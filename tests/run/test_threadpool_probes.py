@@ -14,7 +14,6 @@ import pytest
 
 from profiler.jit import registry
 from profiler.jit.contract import ProbePoint
-from profiler.run import threadpool_probes
 from profiler.run.threadpool_probes import ThreadpoolProbes
 
 POINTS = [ProbePoint(f"function_{index}", 0x1000 * index, "submit" if index == 0 else "work") for index in range(4)]
@@ -22,7 +21,8 @@ POINTS = [ProbePoint(f"function_{index}", 0x1000 * index, "submit" if index == 0
 
 class FakeProgram:
     """attach_uprobe opens a real descriptor (of /dev/null) and may be held
-    until the test lets it go; release_later keeps what it is given."""
+    until the test lets it go; release_later keeps what it is given;
+    close_perf_events closes, saying on which thread."""
 
     def __init__(self) -> None:
         self.attached: list[tuple[str, int, int]] = []
@@ -30,6 +30,8 @@ class FakeProgram:
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Semaphore(0)
+        self.closed_on: list[str] = []
+        self.all_closed = threading.Event()
 
     def attach_uprobe(self, program: str, path: str, offset: int, pid: int) -> int:
         self.entered.release()
@@ -39,6 +41,13 @@ class FakeProgram:
 
     def release_later(self, descriptors: list[int]) -> None:
         self.released.extend(descriptors)
+
+    def close_perf_events(self, descriptors: list[int]) -> None:
+        for descriptor in descriptors:
+            self.closed_on.append(threading.current_thread().name)
+            os.close(descriptor)
+            if len(self.closed_on) == len(POINTS):
+                self.all_closed.set()
 
 
 @pytest.fixture
@@ -97,31 +106,18 @@ def test_an_attach_under_way_stops_at_its_next_probe_when_the_run_ends(pool: Sim
         os.close(descriptor)
 
 
-def test_a_process_let_go_has_its_probes_closed_on_the_probes_thread(
-    pool: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_process_let_go_has_its_probes_closed_on_the_probes_thread(pool: SimpleNamespace) -> None:
     program = FakeProgram()
     probes = ThreadpoolProbes(program)  # type: ignore[arg-type]
     probes.attach(9)
-    closed_on: list[str] = []
-    closed = threading.Event()
-    real_close = threadpool_probes._close_quietly
-
-    def close_quietly(descriptor: int) -> None:
-        closed_on.append(threading.current_thread().name)
-        real_close(descriptor)
-        if len(closed_on) == len(POINTS):
-            closed.set()
-
-    monkeypatch.setattr(threadpool_probes, "_close_quietly", close_quietly)
     probes.attach(10)
     # The thread attaches in order: pid 10's last probe begun, pid 9's are all kept.
     for _point in [*POINTS, *POINTS]:
         assert program.entered.acquire(timeout=10)
     probes.detach(9)
-    assert closed.wait(10)
+    assert program.all_closed.wait(10)
     probes.close()
-    assert set(closed_on) == {"jitprof-threadpool-probes"}
+    assert set(program.closed_on) == {"jitprof-threadpool-probes"}
     # pid 10's go with the program, still open for it to close.
     assert len(program.released) == len(POINTS) and all(is_open(descriptor) for descriptor in program.released)
     for descriptor in program.released:
