@@ -8,6 +8,7 @@ interval, in its route's handler."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections import Counter
@@ -17,8 +18,11 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import ROOT, jitprof_sampling, read_folded
+from profiler.labels import context_reader_memo
 from profiler.model.profile import Profile
 from profiler.model.raw import read_raw
+from profiler.run.options import RecordingOptions
+from profiler.run.program_loading import context_reader_wanted_at_start
 from tests.push.otlp_reader import read
 from tests.push.receiver import reader_available, running_receiver
 
@@ -280,24 +284,53 @@ def test_a_store_named_by_its_field_splits_the_flame_graph_as_the_cpu_went(jitpr
     """--label-store tenant --group-by tenant, no OpenTelemetry: each
     tenant's share of the tenants' samples within 5 points of its share of
     the CPU time the program measured around each tenant's work."""
-    node = node_binary(major)
-    run = jitprof(
+    run = jitprof(*TENANT_RUN, "--", str(node_binary(major)), str(TENANTS), "3")
+    judge_tenants(run, tmp_path)
+
+
+def test_a_node_with_async_context_frames_started_by_one_without_has_its_labels(jitprof, tmp_path, symbol_cache, monkeypatch):
+    """Node 20 (no async context frames) starts node 24: jitprof, knowing
+    from an earlier run that node 20 needs no context reader, starts
+    without it, and loads it when node 24 is found. Node 24's samples are
+    labelled as when it is started alone; with --off-cpu, its waits too."""
+    launcher = "/usr/bin/node"
+    first = jitprof("--no-tui", "-o", "first.folded", "--", launcher, "-e", "0")
+    assert first.returncode == 0, first.stderr
+    monkeypatch.setenv("JITPROF_CACHE_DIR", str(symbol_cache))
+    assert context_reader_memo.recalled(os.stat(launcher)) is False  # the next run starts without the reader
+    assert not context_reader_wanted_at_start(
+        RecordingOptions(command=[launcher, "-e", LAUNCH], pids=[], frequency_hz=499, duration_s=None, outputs=[])
+    )
+    run = jitprof(*TENANT_RUN, "--", launcher, "-e", LAUNCH, str(node_binary("24")), str(TENANTS), "3")
+    judge_tenants(run, tmp_path)
+    waits = jitprof(
         "--no-tui",
-        "-F",
-        "499",
+        "--off-cpu",
         "--label-store",
         "tenant",
-        "--group-by",
-        "tenant",
         "-o",
-        "out.folded",
-        "-o",
-        "out.jitprof",
+        "waits.jitprof",
         "--",
-        str(node),
+        launcher,
+        "-e",
+        LAUNCH,
+        str(node_binary("24")),
         str(TENANTS),
         "3",
+        "2",
     )
+    assert waits.returncode == 0, waits.stderr
+    profile = read_raw(tmp_path / "waits.jitprof")
+    tenants = {dict(profile.label_sets[sample.labels]).get("tenant") for sample in profile.samples if sample.off_cpu_ns}
+    assert {"acme", "globex", "initech"} <= tenants, tenants
+
+
+# Starts the node and arguments it is given, and waits for it.
+LAUNCH = 'require("child_process").spawnSync(process.argv[1], process.argv.slice(2), { stdio: "inherit" })'
+TENANT_RUN = ("--no-tui", "-F", "499", "--label-store", "tenant", "--group-by", "tenant", "-o", "out.folded", "-o", "out.jitprof")
+
+
+def judge_tenants(run, tmp_path: Path) -> None:  # noqa: ANN001
     assert run.returncode == 0, run.stderr
     measured = {line.split()[1]: int(line.split()[2]) for line in run.stdout.splitlines() if line.startswith("tenant ")}
     assert set(measured) == {"acme", "globex", "initech"}, run.stdout

@@ -19,7 +19,9 @@ from profiler.kernel import bpf_calls, bpf_object, preflight
 from profiler.kernel.event_stream import EventStream
 from profiler.kernel.kernel_btf import task_offsets, task_rseq_offset, thread_pointer_offset
 from profiler.kernel.kernel_maps import (
+    CONTEXT_READER,
     FOLLOWED_ENTRIES,
+    JVM_WALKER,
     KERNEL_STACK_ENTRIES,
     OFF_CPU_THREADS,
     RINGBUF_PAGES,
@@ -48,6 +50,13 @@ COPIER_PROGRAM = 1
 ASYNC_PROGRAM = 2  # reads a V8 sample's async callers, then sends it
 CONTEXT_PROGRAM = 3  # reads a V8 sample's context (its request), then walks
 JVM_WALKER_PROGRAM = 4  # the walker with HotSpot's steps, for JVMs
+# Programs loaded the first time a process needs them (each 0.1-0.2 s of the
+# verifier's time): by kind, their names' prefix and tail-call slot. Until
+# then, a tail call to their empty slot falls through to what comes after.
+LATER_PROGRAMS = {
+    JVM_WALKER: ("walk_jvm_stack", JVM_WALKER_PROGRAM),
+    CONTEXT_READER: ("read_sample_context", CONTEXT_PROGRAM),
+}
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,9 @@ class LoadOptions:
     kernel_stacks: bool
     dwarf: bool = True
     off_cpu: bool = False
+    # Load V8's context reader with the rest; else the first time a process needs it
+    # (LATER_PROGRAMS). Not compiled in: the object is the same.
+    context_reader_at_start: bool = True
 
 
 def compile_flags(options: LoadOptions) -> list[str]:
@@ -149,15 +161,21 @@ class BpfProgram:
         cflags = compile_flags(options)
         self.compiled_now = False
         spec = self._compiled(cflags)
+        # Each later kind: None until tried, then why it is not installed ("" when it is).
+        self._later: dict[str, str | None] = {JVM_WALKER: None, CONTEXT_READER: "" if options.context_reader_at_start else None}
+
+        def later(name: str) -> bool:
+            return any(self._later[kind] is None and _of_kind(name, kind) for kind in LATER_PROGRAMS)
+
         try:
-            self._loaded = bpf_object.load(spec, later=_jvm_walker, maps_created=maps_created)
+            self._loaded = bpf_object.load(spec, later=later, maps_created=maps_created)
         except bpf_object.BpfLoadError as error:
             if self.compiled_now or error.out_of_resources:
                 raise _explain_load_failure(error) from error
             # A kept object this kernel refuses: compile afresh, once.
             spec = self._compiled(cflags, use_cache=False)
             try:
-                self._loaded = bpf_object.load(spec, later=_jvm_walker, maps_created=maps_created)
+                self._loaded = bpf_object.load(spec, later=later, maps_created=maps_created)
             except bpf_object.BpfLoadError as second_error:
                 raise _explain_load_failure(second_error) from second_error
         self.maps = KernelMaps(self._loaded.map_fds, self._loaded.specs, _possible_cpus())
@@ -170,32 +188,43 @@ class BpfProgram:
         self.waits_at_system_calls = False  # --off-cpu: sys_exit attached
         self._rseq_compiled = any(flag.startswith("-DTASK_RSEQ_OFFSET=") for flag in cflags)
         self._spec = spec
-        self._jvm_lock = threading.Lock()  # held while the JVM's walker loads; close() waits for it
+        self._later_lock = threading.Lock()  # held while a later program loads; close() waits for it
         self._state_lock = threading.Lock()  # for _closed and _released_fds
-        self._jvm_walker_tried = False
-        self._jvm_walker_problem: str | None = None  # why it is not installed, if it was tried and is not
         self._closed = False
-        self.maps.jvm_walker = self._load_jvm_walker
+        self._attached = False
+        self.maps.load_later = self._load_later
         self._attach_tracepoints()
 
-    def _load_jvm_walker(self) -> str | None:
-        """(Any thread.) The walker with HotSpot's steps, loaded and installed
-        the first time a JVM is known: None, or why it cannot be."""
-        with self._jvm_lock:
+    def _load_later(self, kind: str) -> str | None:
+        """(Any thread.) The programs of a kind of LATER_PROGRAMS, loaded and
+        installed the first time a process needs them: None, or why they
+        cannot be."""
+        with self._later_lock:
+            problem = self._later[kind]
+            if problem is not None:
+                return problem or None
             if self._closed:
-                return self._jvm_walker_problem if self._jvm_walker_tried else "the run is ending"
-            if not self._jvm_walker_tried:
-                self._jvm_walker_tried = True
-                names = [program.name for program in self._spec.programs if _jvm_walker(program.name)]
-                try:
-                    self._programs.update(bpf_object.load_programs(self._spec, self._loaded.map_fds, names))
-                except bpf_object.BpfLoadError as error:
-                    self._jvm_walker_problem = f"the kernel refused its walker ({error})"
-                    return self._jvm_walker_problem
-                self.maps.install_walkers({JVM_WALKER_PROGRAM: self._programs["walk_jvm_stack"]})
-                if self.options.off_cpu:
-                    self.maps.install_walkers({JVM_WALKER_PROGRAM: self._programs["walk_jvm_stack_off_cpu"]}, "off_cpu_walkers")
-            return self._jvm_walker_problem
+                return "the run is ending"
+            names = [program.name for program in self._spec.programs if _of_kind(program.name, kind)]
+            try:
+                self._programs.update(bpf_object.load_programs(self._spec, self._loaded.map_fds, names))
+            except bpf_object.BpfLoadError as error:
+                self._later[kind] = f"the kernel refused its {kind} ({error})"
+                return self._later[kind]
+            self._later[kind] = ""
+            if self._attached:  # else attach() installs it with the rest
+                self._install(kind)
+            return None
+
+    def _install(self, kind: str) -> None:
+        """A later kind's programs in their slots (of the sampler's walk, and of --off-cpu's)."""
+        prefix, slot = LATER_PROGRAMS[kind]
+        self.maps.install_walkers({slot: self._programs[prefix]})
+        if self.options.off_cpu:
+            for suffix in ("off_cpu", "uprobe"):
+                name = f"{prefix}_{suffix}"
+                if name in self._programs:
+                    self.maps.install_walkers({slot: self._programs[name]}, f"{suffix}_walkers")
 
     def _compiled(self, cflags: list[str], use_cache: bool = True) -> bpf_object.BpfObject:
         """The object kept by set-up or an earlier run, or compiled by BCC
@@ -271,7 +300,6 @@ class BpfProgram:
                 WALKER_PROGRAM: self._programs["walk_user_stack"],
                 COPIER_PROGRAM: self._programs["copy_user_stack"],
                 ASYNC_PROGRAM: self._programs["read_async_callers"],
-                CONTEXT_PROGRAM: self._programs["read_sample_context"],
             }
         )
         if self.options.off_cpu:
@@ -281,10 +309,14 @@ class BpfProgram:
                         WALKER_PROGRAM: self._programs[f"walk_user_stack_{suffix}"],
                         COPIER_PROGRAM: self._programs[f"copy_user_stack_{suffix}"],
                         ASYNC_PROGRAM: self._programs[f"read_async_callers_{suffix}"],
-                        CONTEXT_PROGRAM: self._programs[f"read_sample_context_{suffix}"],
                     },
                     f"{suffix}_walkers",
                 )
+        with self._later_lock:
+            self._attached = True
+            for kind, problem in self._later.items():
+                if problem == "":
+                    self._install(kind)
         sampler = self._programs["on_cpu_sample"]
         for cpu in _online_cpus():
             descriptor = bpf_calls.attach_perf_event(
@@ -331,8 +363,8 @@ class BpfProgram:
         closed side by side); in_background hands the last references to a
         short-lived child process that closes them, so the run ends now."""
         self.stop_sampling()
-        # Not while the JVM's walker is verified: its instructions name the maps by descriptor.
-        with self._jvm_lock, self._state_lock:
+        # Not while a later program is verified: its instructions name the maps by descriptor.
+        with self._later_lock, self._state_lock:
             self._closed = True
             released, self._released_fds = self._released_fds, []
         self.events.close()
@@ -351,9 +383,9 @@ class BpfProgram:
         return self._kernel_symbols.name(address)
 
 
-def _jvm_walker(name: str) -> bool:
-    """Is this the walker with HotSpot's steps (of a perf event's or a wait's)?"""
-    return name.startswith("walk_jvm_stack")
+def _of_kind(name: str, kind: str) -> bool:
+    """Is this program one of a later kind's (a perf event's, a wait's or a uprobe's)?"""
+    return name.startswith(LATER_PROGRAMS[kind][0])
 
 
 def _release_in_child(descriptors: list[int]) -> None:

@@ -164,6 +164,9 @@ class _V8AsyncConfig(ctypes.Structure):
 
 RUNTIME_V8 = 0
 RUNTIME_HOTSPOT = 1
+# Kinds of the program's programs loaded the first time a process needs them.
+JVM_WALKER = "JVM walker"
+CONTEXT_READER = "context reader"
 HOTSPOT_CODE_HEAPS = 3
 HOTSPOT_BLOB_HEADER_BYTES = 64
 
@@ -231,14 +234,20 @@ class KernelMaps:
         self._maps = map_fds
         self._specs = map_specs
         self._possible_cpus = possible_cpus
-        # Set by the program: its JVM walker loaded (once); why not, if it cannot be.
-        self.jvm_walker: Callable[[], str | None] = lambda: None
+        # Set by the program: a kind of its programs loaded late (once); why not, if it cannot be.
+        self.load_later: Callable[[str], str | None] = lambda _kind: None
 
     def hotspot_walker_problem(self) -> str | None:
         """(Any thread.) Why the kernel cannot walk a JVM's frames as HotSpot
         says, or None: it can (its walker is loaded now if it was not). A
         JVM is told to the kernel only after this."""
-        return self.jvm_walker()
+        return self.load_later(JVM_WALKER)
+
+    def context_reader_problem(self) -> str | None:
+        """(Any thread.) Why the kernel cannot read a node's async context at
+        its samples, or None: it can (its reader is loaded now if it was
+        not). A node's context settings are given only after this."""
+        return self.load_later(CONTEXT_READER)
 
     def install_walkers(self, programs: dict[int, int], array: str = "stack_walkers") -> None:
         """The walker's tail-call slots: index -> program descriptor."""

@@ -5,17 +5,27 @@ before the program's first instruction."""
 
 from __future__ import annotations
 
+import os
 import threading
 
+from profiler.errors import JitprofError
 from profiler.kernel import preflight
 from profiler.kernel.bpf_program import BpfProgram, LoadOptions
+from profiler.labels import context_reader_memo
 from profiler.run.options import RecordingOptions
+from profiler.run.targets import find_command
 
 
 class ProgramLoading:
     def __init__(self, options: RecordingOptions) -> None:
         preflight.check_all()  # not root, no tracefs: said first, as before any load
-        self._load_options = LoadOptions(options.frequency_hz, options.kernel_stacks, options.dwarf, options.off_cpu)
+        self._load_options = LoadOptions(
+            options.frequency_hz,
+            options.kernel_stacks,
+            options.dwarf,
+            options.off_cpu,
+            context_reader_at_start=context_reader_wanted_at_start(options),
+        )
         self._program: BpfProgram | None = None
         self._error: BaseException | None = None
         self._taken = False
@@ -51,3 +61,23 @@ class ProgramLoading:
         self._taken = True
         if self._program is not None:
             self._program.close()
+
+
+def context_reader_wanted_at_start(options: RecordingOptions) -> bool:
+    """Load V8's context reader with the rest of the program? Yes, unless
+    labels are off or each program the run starts with is known (from an
+    earlier run) to have no async context frames, as node 20 has none;
+    then it is loaded if a node that has them comes (0.1 s of the verifier
+    then, not at every start)."""
+    if not options.labels:
+        return False
+    if options.all_processes:
+        return True
+    if options.pids:
+        executables = [f"/proc/{pid}/exe" for pid in options.pids]
+    else:
+        try:
+            executables = [find_command(options.command[0], os.environ.get("PATH", os.defpath))]
+        except (JitprofError, IndexError):
+            return True  # said when it is spawned
+    return any(context_reader_memo.may_need(path) for path in executables)

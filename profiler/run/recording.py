@@ -37,7 +37,7 @@ from profiler.output.originals import with_originals
 from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
-from profiler.run.program_loading import ProgramLoading
+from profiler.run.program_loading import ProgramLoading, context_reader_wanted_at_start
 from profiler.run.summary import WARNING, Summary, report_output_errors, tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
@@ -167,7 +167,13 @@ class Recording:
             program = self._loading.program()
         else:
             program = BpfProgram(
-                LoadOptions(self.options.frequency_hz, self.options.kernel_stacks, self.options.dwarf, self.options.off_cpu)
+                LoadOptions(
+                    self.options.frequency_hz,
+                    self.options.kernel_stacks,
+                    self.options.dwarf,
+                    self.options.off_cpu,
+                    context_reader_at_start=context_reader_wanted_at_start(self.options),
+                )
             )
         self._program = program
         if self.options.off_cpu:

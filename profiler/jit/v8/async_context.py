@@ -18,6 +18,7 @@ the sample found, while that span still holds the same span id.
 from __future__ import annotations
 
 import copy
+import os
 import queue
 import struct
 import threading
@@ -30,6 +31,7 @@ from profiler.jit.v8.heap.layout import LayoutError, V8Layout, layout_of_file
 from profiler.jit.v8.heap.objects import HeapReader
 from profiler.jit.v8.heap.properties import Properties
 from profiler.kernel.process_memory import MemoryThread, ProcessMemory
+from profiler.labels import context_reader_memo
 
 MAPS_KNOWN = 4  # per object read (the kernel's V8_CONTEXT_MAPS)
 FRAME_ENTRIES = 8  # of a frame's or a context's table (the kernel's V8_CONTEXT_ENTRIES)
@@ -195,12 +197,15 @@ class NodeContexts:
         except (LayoutError, OSError, ValueError):
             return False  # not a node jitprof reads
         locations = layout.async_context
+        _remember_frames(path, isinstance(locations, IsolateLocations) and layout.objects is not None)
         if not isinstance(locations, IsolateLocations):
-            with self._lock:
-                if len(self._refused) < MAX_PROCESSES:
-                    self._refused[pid] = f"V8 {layout.version[0]}.{layout.version[1]}: {locations}"
+            self._refuse(pid, f"V8 {layout.version[0]}.{layout.version[1]}: {locations}")
             return False
         if layout.objects is None:
+            return False
+        reader_problem = getattr(self._kernel, "context_reader_problem", lambda: None)()
+        if reader_problem is not None:
+            self._refuse(pid, reader_problem)
             return False
         try:
             memory = ProcessMemory(pid)
@@ -238,6 +243,11 @@ class NodeContexts:
         with self._lock:
             self._processes[pid] = process
         return True
+
+    def _refuse(self, pid: int, why: str) -> None:
+        with self._lock:
+            if len(self._refused) < MAX_PROCESSES:
+                self._refused[pid] = why
 
     def forget(self, pid: int) -> None:
         with self._lock:
@@ -452,6 +462,14 @@ class NodeContexts:
             for pid in unseen[:MAX_NOTED]
         ]
         return notes
+
+
+def _remember_frames(path: str, has_frames: bool) -> None:
+    """For the next run's start: does this executable's V8 keep async context frames?"""
+    try:
+        context_reader_memo.remember(os.stat(path), has_frames)
+    except OSError:
+        pass
 
 
 def _learn_from_frame(properties: Properties, learned: _Learned, frame: int, label_store: str = "") -> None:

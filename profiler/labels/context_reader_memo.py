@@ -1,0 +1,66 @@
+"""Which executables' processes need the kernel's context reader (V8's
+async context frames, read at each sample: bpf/v8_context.bpf.h), as jitprof
+last found, kept across runs.
+
+The reader costs about 0.1 s of the verifier's time at every start. Node
+20's V8 has no async context frames, nor has a program that is not node: a
+run that starts or attaches only to such programs is better off loading the
+reader the first time a process that needs it is found. Before the program
+loads there is no time to read a node's layout (30-60 ms of imports alone),
+so what an earlier run found is kept here, by the executable's identity.
+
+A hint, never a truth: a wrong or missing entry costs time, not labels (the
+reader is loaded when a process that needs it is found, whatever this says).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+from profiler.native import cache
+
+KIND = "context-reader"
+MAX_ENTRY_BYTES = 64
+
+
+def _key(info: os.stat_result) -> str:
+    identity = f"{info.st_dev}\0{info.st_ino}\0{info.st_size}\0{info.st_mtime_ns}\0{info.st_ctime_ns}"
+    return "f-" + hashlib.sha256(identity.encode()).hexdigest()[:40]
+
+
+_told: dict[str, bool] = {}  # this run's: a process watched again and again costs a lookup
+_told_lock = threading.Lock()
+MAX_TOLD = 256
+
+
+def remember(info: os.stat_result, needed: bool) -> None:
+    """What watching a process of this executable found (written only when it changes)."""
+    key = _key(info)
+    with _told_lock:
+        if _told.get(key) == needed:
+            return
+        if len(_told) >= MAX_TOLD:
+            _told.clear()
+        _told[key] = needed
+    if recalled(info) != needed:
+        cache.write_json(KIND, key, {"needed": needed})
+
+
+def recalled(info: os.stat_result) -> bool | None:
+    """What was found for this executable; None: never seen (or a damaged entry)."""
+    kept = cache.read_json(KIND, _key(info), MAX_ENTRY_BYTES)
+    if not isinstance(kept, dict) or not isinstance(kept.get("needed"), bool):
+        return None
+    return kept["needed"]
+
+
+def may_need(path: str) -> bool:
+    """Might a process of the executable at path need the reader? True
+    unless an earlier run found it does not."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return True
+    return recalled(info) is not False
