@@ -234,6 +234,17 @@ int jp_ring_consume(struct jp_ring *ring, struct jp_ring_batch *batch) {
     }
 }
 
+/* Another descriptor whose readiness ends the ring's poll (a perf event's
+ * ring of mapping records): once, until it is watched again. */
+int jp_ring_watch(struct jp_ring *ring, int fd) {
+    struct epoll_event event = {.events = EPOLLIN | EPOLLONESHOT};
+    event.data.fd = fd;
+    if (epoll_ctl(ring->epoll_fd, EPOLL_CTL_MOD, fd, &event) == 0) return 0;
+    if (errno != ENOENT) return -errno;
+    if (epoll_ctl(ring->epoll_fd, EPOLL_CTL_ADD, fd, &event) == 0) return 0;
+    return -errno;
+}
+
 int jp_ring_poll(struct jp_ring *ring, int timeout_ms, struct jp_ring_batch *batch) {
     struct epoll_event event;
     if (epoll_wait(ring->epoll_fd, &event, 1, timeout_ms) < 0 && errno != EINTR) return -errno;

@@ -147,6 +147,7 @@ int jp_ring_open(int map_fd, uint64_t data_size, struct jp_ring **ring_out);
 /* Wait up to timeout_ms for a wakeup, then take records into the batch:
  * the records taken, or -errno. */
 int jp_ring_poll(struct jp_ring *ring, int timeout_ms, struct jp_ring_batch *batch);
+int jp_ring_watch(struct jp_ring *ring, int fd);
 int jp_ring_consume(struct jp_ring *ring, struct jp_ring_batch *batch);
 void jp_ring_close(struct jp_ring *ring);
 /* The sample lines of a saved profile (sample_lines.c). A line's texts

@@ -156,6 +156,10 @@ class Ring:
     def consume(self, batch: RingBatch) -> int:
         return int(self._lib.jp_ring_consume(self._ring, batch.pointer))
 
+    def watch(self, descriptor: int) -> int:
+        """The next readiness of descriptor (once) ends poll's wait too: 0, or -errno."""
+        return int(self._lib.jp_ring_watch(self._ring, descriptor))
+
     def close(self) -> None:
         if self._ring is not None:
             self._lib.jp_ring_close(self._ring)

@@ -32,6 +32,7 @@ from profiler.kernel.kernel_maps import (
     KernelMaps,
 )
 from profiler.kernel.kernel_symbols import KernelSymbols
+from profiler.kernel.mapping_records import MappingRecords
 from profiler.kernel.trie import MAX_PROVISIONAL_LENGTH
 from profiler.safety import limits
 
@@ -68,6 +69,9 @@ class LoadOptions:
     # Load V8's context reader with the rest; else the first time a process needs it
     # (LATER_PROGRAMS). Not compiled in: the object is the same.
     context_reader_at_start: bool = True
+    # New executable mappings from the kernel's mapping records; else (or where
+    # they cannot be had) from the mmap and mprotect system calls' tracepoints.
+    mapping_records: bool = True
 
 
 def compile_flags(options: LoadOptions) -> list[str]:
@@ -145,6 +149,10 @@ def compile_object(bcc: Any, cflags: list[str]) -> bpf_object.BpfObject:
         compiled.cleanup()
 
 
+# The system calls whose tracepoints tell new executable mappings where the
+# kernel's mapping records cannot be had (bpf/process_events.bpf.h;
+# profiler/kernel/mapping_records.py).
+MAPPING_CALLS = {f"sys_{edge}_{call}" for edge in ("enter", "exit") for call in ("mmap", "mprotect", "pkey_mprotect")}
 # --off-cpu: where a thread back from a wait is walked (bpf/off_cpu.bpf.h).
 RSEQ_UPDATE = "rseq_update"
 SYSTEM_CALL_EXIT = "sys_exit"
@@ -164,20 +172,34 @@ class BpfProgram:
         # Each later kind: None until tried, then why it is not installed ("" when it is).
         self._later: dict[str, str | None] = {JVM_WALKER: None, CONTEXT_READER: "" if options.context_reader_at_start else None}
 
+        # New executable mappings: from the kernel's records, or where they
+        # cannot be had from the system calls' tracepoints (then loaded).
+        try:
+            self.mapping_records = MappingRecords(_online_cpus()) if options.mapping_records else None
+        except OSError:
+            self.mapping_records = None
+
         def later(name: str) -> bool:
+            if self.mapping_records is not None and _watches_mapping_calls(name):
+                return True  # never loaded
             return any(self._later[kind] is None and _of_kind(name, kind) for kind in LATER_PROGRAMS)
 
         try:
-            self._loaded = bpf_object.load(spec, later=later, maps_created=maps_created)
-        except bpf_object.BpfLoadError as error:
-            if self.compiled_now or error.out_of_resources:
-                raise _explain_load_failure(error) from error
-            # A kept object this kernel refuses: compile afresh, once.
-            spec = self._compiled(cflags, use_cache=False)
             try:
                 self._loaded = bpf_object.load(spec, later=later, maps_created=maps_created)
-            except bpf_object.BpfLoadError as second_error:
-                raise _explain_load_failure(second_error) from second_error
+            except bpf_object.BpfLoadError as error:
+                if self.compiled_now or error.out_of_resources:
+                    raise _explain_load_failure(error) from error
+                # A kept object this kernel refuses: compile afresh, once.
+                spec = self._compiled(cflags, use_cache=False)
+                try:
+                    self._loaded = bpf_object.load(spec, later=later, maps_created=maps_created)
+                except bpf_object.BpfLoadError as second_error:
+                    raise _explain_load_failure(second_error) from second_error
+        except BaseException:
+            if self.mapping_records is not None:
+                self.mapping_records.close()
+            raise
         self.maps = KernelMaps(self._loaded.map_fds, self._loaded.specs, _possible_cpus())
         self.events = EventStream(self._loaded.map_fds["events"], self._loaded.specs["events"].max_entries)
         self._kernel_symbols = KernelSymbols()
@@ -193,6 +215,7 @@ class BpfProgram:
         self._closed = False
         self._attached = False
         self.maps.load_later = self._load_later
+        self.tracepoints: list[str] = []  # attached, as category:event
         self._attach_tracepoints()
 
     def _load_later(self, kind: str) -> str | None:
@@ -241,6 +264,7 @@ class BpfProgram:
     def _attach_tracepoints(self) -> None:
         """Follow forks, execs, exits and executable mappings from now on
         (with --off-cpu, switches and threads' returns to user space too)."""
+        self.events.mapping_records = self.mapping_records
         rseq_reports = False
         # Raw tracepoints first: where both kinds share an event (a thread's
         # exit), the kernel runs its programs in the order they were attached.
@@ -258,6 +282,7 @@ class BpfProgram:
             if not name.startswith(bpf_object.TRACEPOINT_PREFIX):
                 continue
             category, _, event = name[len(bpf_object.TRACEPOINT_PREFIX) :].partition("__")
+            self.tracepoints.append(f"{category}:{event}")
             perf_fd = bpf_calls.attach_tracepoint(descriptor, category, event)
             if perf_fd < 0:
                 self.close()
@@ -368,7 +393,9 @@ class BpfProgram:
             self._closed = True
             released, self._released_fds = self._released_fds, []
         self.events.close()
-        events = self._perf_event_fds + self._tracepoint_fds + released
+        records = self.mapping_records.let_go() if self.mapping_records is not None else []
+        self.mapping_records = self.events.mapping_records = None
+        events = self._perf_event_fds + self._tracepoint_fds + released + records
         self._perf_event_fds, self._tracepoint_fds = [], []
         if in_background and events:
             _release_in_child([*events, *self._loaded.map_fds.values(), *self._loaded.program_fds.values()])
@@ -381,6 +408,11 @@ class BpfProgram:
     def kernel_symbol(self, address: int) -> str:
         """(Symbolizer thread.) The kernel function at address, or ""."""
         return self._kernel_symbols.name(address)
+
+
+def _watches_mapping_calls(name: str) -> bool:
+    """Is this a program of a mapping system call's tracepoint?"""
+    return name.startswith(f"{bpf_object.TRACEPOINT_PREFIX}syscalls__") and name.split("__")[-1] in MAPPING_CALLS
 
 
 def _of_kind(name: str, kind: str) -> bool:

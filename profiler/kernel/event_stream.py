@@ -8,9 +8,13 @@ from collections.abc import Callable
 
 from profiler.errors import JitprofError
 from profiler.kernel.bpf_calls import Ring
-from profiler.kernel.events import KernelTraffic, MalformedEvent, ProcessEvent, RawSample, decode_event
+from profiler.kernel.events import EventType, KernelTraffic, MalformedEvent, ProcessEvent, RawSample, decode_event
+from profiler.kernel.mapping_records import MappingRecords, NewMapping
 from profiler.native.ring_batch import RingBatch
 from profiler.safety import limits
+
+
+MAPPING_WAKEUP_GAP_S = 0.05  # at most one wakeup by mapping records this often
 
 
 class EventStream:
@@ -22,6 +26,11 @@ class EventStream:
         self._malformed = 0
         self.traffic = KernelTraffic()
         self._batch: RingBatch | None = None
+        # The kernel's records of new executable mappings (None: the ring has them, from the system calls' tracepoints).
+        self.mapping_records: MappingRecords | None = None
+        self._mappings_lost = 0
+        self._mappings_armed_at: float | None = None  # when mapping records were last let wake the poll
+        self._mapping_wakeup_used = False  # records came since: a CPU's may have woken it, and wake it no more
 
     def on_event(self, handler: Callable[[RawSample | ProcessEvent], None]) -> None:
         self._handlers.append(handler)
@@ -47,15 +56,53 @@ class EventStream:
             time.sleep(timeout_ms / 1000)
             return False
         batch = self._batch
+        records = self.mapping_records
+        if records is not None and (
+            self._mappings_armed_at is None
+            or self._mapping_wakeup_used
+            and time.monotonic() - self._mappings_armed_at >= MAPPING_WAKEUP_GAP_S
+        ):
+            self._arm_mapping_wakeups(records)
         more_waiting = batch.full  # the last batch stopped short of the ring's end
         batch.clear()
         if not more_waiting:
             self._ring.poll(timeout_ms, batch)
         if not batch.full:
             self._ring.consume(batch)
+        # Read after the batch is taken: every mapping its samples ran in is
+        # here (code runs only once it is mapped). Told after them, as the
+        # kernel's events would be: a process's exec comes before its new
+        # image's mappings.
+        mappings = records.drain() if records is not None else []
         for record in batch.records():
             self._dispatch(record)
+        if records is not None:
+            self._dispatch_mappings(records, mappings)
         return batch.full
+
+    def _arm_mapping_wakeups(self, records: MappingRecords) -> None:
+        """A mapping record wakes the poll, once per CPU until armed again:
+        the first change of a quiet process is read at once, and a process
+        mapping in a loop wakes the reader at most every MAPPING_WAKEUP_GAP_S."""
+        assert self._ring is not None
+        for descriptor in records.descriptors:
+            self._ring.watch(descriptor)
+        self._mappings_armed_at = time.monotonic()
+        self._mapping_wakeup_used = False
+
+    def _dispatch_mappings(self, records: MappingRecords, mappings: list[NewMapping]) -> None:
+        now = time.monotonic_ns()
+        if mappings:
+            self._mapping_wakeup_used = True
+        for mapping in mappings:
+            event = ProcessEvent(EventType.EXEC_MAPPED, mapping.pid, mapping.tid, 0, now, "", mapping.address, mapping.length)
+            for handler in self._handlers:
+                handler(event)
+        if records.lost != self._mappings_lost:
+            self._mappings_lost = records.lost
+            lost = ProcessEvent(EventType.MAPPINGS_LOST, 0, 0, 0, now, "")
+            for handler in self._handlers:
+                handler(lost)
 
     @property
     def malformed_events(self) -> int:

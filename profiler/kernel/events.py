@@ -31,6 +31,9 @@ class EventType(enum.IntEnum):
     WORK_STARTED = 8  # --off-cpu: a pool thread starts a work item (address: its key, the time it was submitted)
     THREAD_RUNNABLE = 9  # --off-cpu: a thread exits with time runnable not reported (address: ns)
     WAITS_WITHOUT_RSEQ = 10  # --off-cpu: a thread without rseq waits: report waits at system calls' returns
+    # Not the kernel ring's: from its mapping records (profiler/kernel/mapping_records.py).
+    EXEC_MAPPED = 11  # a process made [address, address + length) executable (any process: the followed are kept)
+    MAPPINGS_LOST = 12  # records lost to a full ring: every followed process's maps are read again
 
 
 class WalkEnd(enum.IntEnum):

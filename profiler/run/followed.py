@@ -18,6 +18,11 @@ from profiler.kernel.trie import TriePrefix, covering_prefix
 from profiler.labels.label_sources import LabelSources
 
 MIN_REFRESH_INTERVAL_S = 0.05
+# New ranges noted per process while its maps are not read again (then one a
+# millisecond at most), as the kernel's side does: a process mapping in a
+# loop costs a trickle of work, not a flood (its maps tell the rest).
+MAX_RANGES_NOTED = 64
+RANGE_GAP_NS = 1_000_000
 SWEEP_KERNEL_S = 10.0
 
 
@@ -47,6 +52,7 @@ class FollowedProcesses:
         self._start_times: dict[int, int | None] = {}
         # pid -> provisional trie prefixes to drop once its maps are read
         self._pending_refresh: dict[int, list[TriePrefix]] = {}
+        self._ranges_noted: dict[int, tuple[int, int]] = {}  # pid -> ranges noted since its maps were read, the last's time
         self._exited_at: dict[int, float] = {}  # pid -> time.monotonic() of its exit
         self._last_refresh: dict[int, float] = {}
         self._next_kernel_sweep = 0.0
@@ -103,6 +109,7 @@ class FollowedProcesses:
     def forget(self, pid: int) -> None:
         """An exited process is retired: nothing of it is kept."""
         self._start_times.pop(pid, None)
+        self._ranges_noted.pop(pid, None)
         self.ignored.discard(pid)
         if self._labels is not None:
             self._labels.forget(pid)
@@ -113,7 +120,18 @@ class FollowedProcesses:
             self._tracker.note_exec_range(event.pid, event.address, event.length)
             prefix = covering_prefix(event.pid, event.address, event.length)
             if prefix is not None:
-                provisional.append(prefix)
+                provisional.append(prefix)  # the kernel covered the range with it
+        elif event.event_type is EventType.EXEC_MAPPED:
+            if event.pid not in self.live:
+                return
+            self._pending_refresh.setdefault(event.pid, [])
+            noted, last_ns = self._ranges_noted.get(event.pid, (0, 0))
+            if noted < MAX_RANGES_NOTED or event.time_ns - last_ns >= RANGE_GAP_NS:
+                self._ranges_noted[event.pid] = (noted + 1, event.time_ns)
+                self._tracker.note_exec_range(event.pid, event.address, event.length)
+        elif event.event_type is EventType.MAPPINGS_LOST:
+            for pid in self.live:
+                self._pending_refresh.setdefault(pid, [])
         elif event.event_type is EventType.FORK:
             tgid = thread_group_id(event.pid)
             if tgid is not None and tgid != event.pid:
@@ -217,6 +235,7 @@ class FollowedProcesses:
             if now < self._refresh_due_at(pid):
                 continue
             entries = self._tracker.refresh(pid, self._pending_refresh.pop(pid))
+            self._ranges_noted.pop(pid, None)
             self._last_refresh[pid] = now
             if self._labels is not None:
                 self._labels.watch(pid)  # a module loaded may publish a context

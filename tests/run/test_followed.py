@@ -177,3 +177,52 @@ def test_a_process_that_maps_its_jitdump_has_it_opened_at_once():
     followed.handle(ProcessEvent(EventType.MAPS_CHANGED, os.getpid(), os.getpid(), 0, 0, "", 0x1000, 0x1000))
     followed.refresh_changed_maps()
     assert ("maps_changed", os.getpid()) not in sources.calls  # no dump: nothing to open
+
+
+def test_a_mapping_record_of_a_followed_process_has_its_maps_read_and_others_are_left():
+    """The kernel's mapping records tell every process's new code: a followed
+    process's range is noted and its maps read; another's is not, nor is a
+    range of the kernel's covering to remove (the records cover nothing)."""
+    tracker = Recorder()
+    followed = FollowedProcesses(Recorder(), tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    tracker.calls.clear()
+    other = os.getppid()
+    followed.handle(ProcessEvent(EventType.EXEC_MAPPED, other, other, 0, 0, "", 0x7F0000000000, 0x4000))
+    assert followed.refresh_due_in_ms(250) == 250 and tracker.calls == []
+    followed.handle(ProcessEvent(EventType.EXEC_MAPPED, os.getpid(), os.getpid(), 0, 0, "", 0x7F0000000000, 0x4000))
+    assert ("note_exec_range", os.getpid()) in tracker.calls
+    assert followed.refresh_due_in_ms(250) == 0
+    followed.refresh_changed_maps()
+    assert ("refresh", os.getpid()) in tracker.calls
+    assert followed._pending_refresh == {}
+
+
+def test_lost_mapping_records_have_every_followed_process_read_again():
+    tracker = Recorder()
+    followed = FollowedProcesses(Recorder(), tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    followed.add(os.getppid())
+    followed.refresh_changed_maps()
+    tracker.calls.clear()
+    followed._last_refresh.clear()
+    followed.handle(ProcessEvent(EventType.MAPPINGS_LOST, 0, 0, 0, 0, ""))
+    followed.refresh_changed_maps()
+    assert {pid for name, pid in tracker.calls if name == "refresh"} == {os.getpid(), os.getppid()}
+
+
+def test_a_process_mapping_in_a_loop_has_a_trickle_of_its_ranges_noted():
+    tracker = Recorder()
+    followed = FollowedProcesses(Recorder(), tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    tracker.calls.clear()
+    for index in range(200):  # within one millisecond
+        followed.handle(
+            ProcessEvent(EventType.EXEC_MAPPED, os.getpid(), os.getpid(), 0, 1_000_000 + index, "", 0x1000 * index, 0x1000)
+        )
+    assert tracker.calls.count(("note_exec_range", os.getpid())) == 64
+    followed.handle(ProcessEvent(EventType.EXEC_MAPPED, os.getpid(), os.getpid(), 0, 3_000_000, "", 0x900000, 0x1000))
+    assert tracker.calls.count(("note_exec_range", os.getpid())) == 65  # a millisecond later: one more
+    followed.refresh_changed_maps()  # the maps tell the rest; then the count starts again
+    followed.handle(ProcessEvent(EventType.EXEC_MAPPED, os.getpid(), os.getpid(), 0, 3_000_001, "", 0x1000, 0x1000))
+    assert tracker.calls.count(("note_exec_range", os.getpid())) == 66
