@@ -104,6 +104,17 @@ def test_a_quiet_poll_is_woken_by_a_new_mapping():
             program.events.poll(30_000)
             woken = any(event.event_type is EventType.EXEC_MAPPED and event.address == address for event in told)
         assert woken and time.monotonic() - started < 5, "the poll slept through the record"
+        # Woken once, the records wake it no more for a while; a mapping made
+        # meanwhile is read within that while, not at the poll's timeout.
+        child.stdin.write("exec\n")
+        child.stdin.flush()
+        address, length = (int(part, 16) for part in child.stdout.readline().split())
+        started = time.monotonic()
+        seen = False
+        while not seen and time.monotonic() - started < 5:
+            program.events.poll(30_000)
+            seen = any(event.event_type is EventType.EXEC_MAPPED and event.address == address for event in told)
+        assert seen and time.monotonic() - started < 5, "a mapping made after a wakeup waited for the poll's timeout"
     finally:
         child.kill()
         child.wait()

@@ -3,6 +3,7 @@ C, see profiler/native/ring_batch.py) and handed, decoded, to the run's handlers
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 
@@ -12,7 +13,6 @@ from profiler.kernel.events import EventType, KernelTraffic, MalformedEvent, Pro
 from profiler.kernel.mapping_records import MappingRecords, NewMapping
 from profiler.native.ring_batch import RingBatch
 from profiler.safety import limits
-
 
 MAPPING_WAKEUP_GAP_S = 0.05  # at most one wakeup by mapping records this often
 
@@ -57,27 +57,49 @@ class EventStream:
             return False
         batch = self._batch
         records = self.mapping_records
-        if records is not None and (
-            self._mappings_armed_at is None
-            or self._mapping_wakeup_used
-            and time.monotonic() - self._mappings_armed_at >= MAPPING_WAKEUP_GAP_S
-        ):
-            self._arm_mapping_wakeups(records)
+        if records is not None:
+            if self._mappings_armed_at is None:
+                self._arm_mapping_wakeups(records)
+            elif self._mapping_wakeup_used:
+                left_s = self._mappings_armed_at + MAPPING_WAKEUP_GAP_S - time.monotonic()
+                if left_s <= 0:
+                    self._arm_mapping_wakeups(records)
+                else:
+                    # Not woken by records till then: wait no longer, so that
+                    # new code is read within the gap, not at the poll's timeout.
+                    timeout_ms = min(timeout_ms, math.ceil(left_s * 1000))
         more_waiting = batch.full  # the last batch stopped short of the ring's end
         batch.clear()
         if not more_waiting:
             self._ring.poll(timeout_ms, batch)
         if not batch.full:
             self._ring.consume(batch)
-        # Read after the batch is taken: every mapping its samples ran in is
-        # here (code runs only once it is mapped). Told after them, as the
-        # kernel's events would be: a process's exec comes before its new
-        # image's mappings.
-        mappings = records.drain() if records is not None else []
+        if records is None:
+            for record in batch.records():
+                self._dispatch(record)
+            return batch.full
+        # Read after the batch is taken: every mapping its events came after is
+        # here (code runs only once it is mapped). Each is told in its time's
+        # place among them, as the system calls' tracepoints told it in the
+        # ring: after the fork and exec of its process, before the samples in
+        # its code (noted even if the process is gone before its maps are read).
+        mappings = records.drain()
+        if mappings:
+            self._mapping_wakeup_used = True
+        told = 0
         for record in batch.records():
-            self._dispatch(record)
-        if records is not None:
-            self._dispatch_mappings(records, mappings)
+            event = self._decode(record)
+            if event is None:
+                continue
+            while told < len(mappings) and mappings[told].time_ns <= event.time_ns:
+                self._tell_mapping(mappings[told])
+                told += 1
+            self._deliver(event)
+        for mapping in mappings[told:]:
+            self._tell_mapping(mapping)
+        if records.lost != self._mappings_lost:
+            self._mappings_lost = records.lost
+            self._deliver(ProcessEvent(EventType.MAPPINGS_LOST, 0, 0, 0, time.monotonic_ns(), ""))
         return batch.full
 
     def _arm_mapping_wakeups(self, records: MappingRecords) -> None:
@@ -90,19 +112,10 @@ class EventStream:
         self._mappings_armed_at = time.monotonic()
         self._mapping_wakeup_used = False
 
-    def _dispatch_mappings(self, records: MappingRecords, mappings: list[NewMapping]) -> None:
-        now = time.monotonic_ns()
-        if mappings:
-            self._mapping_wakeup_used = True
-        for mapping in mappings:
-            event = ProcessEvent(EventType.EXEC_MAPPED, mapping.pid, mapping.tid, 0, now, "", mapping.address, mapping.length)
-            for handler in self._handlers:
-                handler(event)
-        if records.lost != self._mappings_lost:
-            self._mappings_lost = records.lost
-            lost = ProcessEvent(EventType.MAPPINGS_LOST, 0, 0, 0, now, "")
-            for handler in self._handlers:
-                handler(lost)
+    def _tell_mapping(self, mapping: NewMapping) -> None:
+        self._deliver(
+            ProcessEvent(EventType.EXEC_MAPPED, mapping.pid, mapping.tid, 0, mapping.time_ns, "", mapping.address, mapping.length)
+        )
 
     @property
     def malformed_events(self) -> int:
@@ -110,6 +123,11 @@ class EventStream:
         return self._malformed + (self._batch.dropped if self._batch is not None else 0)
 
     def _dispatch(self, record: memoryview) -> None:
+        event = self._decode(record)
+        if event is not None:
+            self._deliver(event)
+
+    def _decode(self, record: memoryview) -> RawSample | ProcessEvent | None:
         traffic = self.traffic
         size = len(record)
         traffic.records += 1
@@ -118,13 +136,16 @@ class EventStream:
             event = decode_event(record)
         except MalformedEvent:
             self._malformed += 1
-            return
+            return None
         if isinstance(event, RawSample):
             traffic.samples += 1
             traffic.sample_bytes += size
             if event.stack_copy is not None:
                 traffic.stack_copies += 1
                 traffic.stack_copy_bytes += len(event.stack_copy.data)
+        return event
+
+    def _deliver(self, event: RawSample | ProcessEvent) -> None:
         for handler in self._handlers:
             handler(event)
 

@@ -36,6 +36,10 @@ class EventType(enum.IntEnum):
     MAPPINGS_LOST = 12  # records lost to a full ring: every followed process's maps are read again
 
 
+# Kinds user space makes itself, never in the kernel's ring (their codes are none of jitprof_abi.h's).
+USER_SPACE_EVENTS = frozenset({EventType.EXEC_MAPPED, EventType.MAPPINGS_LOST})
+
+
 class WalkEnd(enum.IntEnum):
     """How the in-kernel stack walk ended."""
 

@@ -417,6 +417,10 @@ class KernelMaps:
         kernel sends the next maps-changed event). Returns how many times it
         has exec'd since it was followed (None: not followed)."""
         self._delete(self._maps["maps_stale"], ctypes.c_uint32(pid))
+        return self.exec_count(pid)
+
+    def exec_count(self, pid: int) -> int | None:
+        """How many times pid has exec'd since it was followed (None: not followed)."""
         value = ctypes.c_uint32()
         if not bpf_calls.lookup(self._maps["followed"], ctypes.byref(ctypes.c_uint32(pid)), ctypes.byref(value)):
             return None

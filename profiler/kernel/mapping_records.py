@@ -10,8 +10,9 @@ kernel's slow path while jitprof runs (+62 ns each, measured), where these
 records cost only the calls that map code. Only the ranges are used; the
 records' file names are not read.
 
-A record's range is told as the ring's reader finds it (before the samples
-of the same poll, which came after it: code runs only once it is mapped).
+Each record carries its time on the sampler's clock: the reader tells its
+range among the sampler's events in the order they happened, as the
+system calls' tracepoints did through the sampler's ring.
 Records lost to a full ring are counted: the caller reads every followed
 process's maps again.
 """
@@ -22,6 +23,7 @@ import ctypes
 import mmap
 import os
 import struct
+import time
 from dataclasses import dataclass
 
 PERF_EVENT_OPEN = 298  # x86-64
@@ -32,6 +34,10 @@ ATTRIBUTES_SIZE = 128  # PERF_ATTR_SIZE_VER7: the kernel takes a smaller or equa
 ATTRIBUTE_MMAP = 1 << 8  # mapping records (executable mappings only: mmap_data is off)
 ATTRIBUTE_EXCLUDE_KERNEL = 1 << 5
 ATTRIBUTE_WATERMARK = 1 << 14  # wake the reader after wakeup_watermark bytes: 1, each record
+ATTRIBUTE_SAMPLE_ID_ALL = 1 << 18  # each record ends with its time (sample_type: PERF_SAMPLE_TIME)
+ATTRIBUTE_USE_CLOCKID = 1 << 25  # on CLOCK_MONOTONIC, the sampler's clock (bpf_ktime_get_ns)
+PERF_SAMPLE_TIME = 1 << 2
+CLOCKID_AT = 92
 PAGE = mmap.PAGESIZE
 RING_PAGES = 16  # per CPU: 64 KiB, some 1,500 records between two polls
 RECORD_MMAP = 1
@@ -48,6 +54,7 @@ class NewMapping:
     tid: int
     address: int
     length: int
+    time_ns: int  # CLOCK_MONOTONIC, as the sampler's events
 
 
 class MappingRecords:
@@ -62,7 +69,10 @@ class MappingRecords:
         libc = ctypes.CDLL(None, use_errno=True)
         attributes = bytearray(ATTRIBUTES_SIZE)
         struct.pack_into("<IIQ", attributes, 0, PERF_TYPE_SOFTWARE, ATTRIBUTES_SIZE, PERF_COUNT_SW_DUMMY)
-        struct.pack_into("<QI", attributes, 40, ATTRIBUTE_MMAP | ATTRIBUTE_EXCLUDE_KERNEL | ATTRIBUTE_WATERMARK, 1)
+        struct.pack_into("<Q", attributes, 24, PERF_SAMPLE_TIME)
+        flags = ATTRIBUTE_MMAP | ATTRIBUTE_EXCLUDE_KERNEL | ATTRIBUTE_WATERMARK | ATTRIBUTE_SAMPLE_ID_ALL | ATTRIBUTE_USE_CLOCKID
+        struct.pack_into("<QI", attributes, 40, flags, 1)
+        struct.pack_into("<i", attributes, CLOCKID_AT, time.CLOCK_MONOTONIC)
         buffer = (ctypes.c_char * ATTRIBUTES_SIZE).from_buffer(attributes)
         try:
             for cpu in cpus:
@@ -83,10 +93,12 @@ class MappingRecords:
 
     def drain(self) -> list[NewMapping]:
         """The new executable ranges recorded since the last drain, every
-        CPU's (every process's: the caller keeps those it follows)."""
+        CPU's (every process's: the caller keeps those it follows), in the
+        order they were made."""
         found: list[NewMapping] = []
         for ring in self._rings:
             self._drain_ring(ring, found)
+        found.sort(key=lambda mapping: mapping.time_ns)
         return found
 
     def _drain_ring(self, ring: mmap.mmap, found: list[NewMapping]) -> None:
@@ -103,9 +115,10 @@ class MappingRecords:
             if record_size < HEADER.size or record_size % 8 != 0 or tail + record_size > head:
                 tail = head  # a torn or foreign record: what is left is skipped
                 break
-            if kind == RECORD_MMAP and record_size >= HEADER.size + MMAP_BODY.size:
+            if kind == RECORD_MMAP and record_size >= HEADER.size + MMAP_BODY.size + 8:
                 pid, tid, address, length = MMAP_BODY.unpack(self._read(ring, tail + HEADER.size, MMAP_BODY.size))
-                found.append(NewMapping(pid, tid, address, length))
+                (time_ns,) = struct.unpack("<Q", self._read(ring, tail + record_size - 8, 8))  # the record's last word
+                found.append(NewMapping(pid, tid, address, length, time_ns))
             elif kind == RECORD_LOST and record_size >= HEADER.size + 16:
                 self.lost += struct.unpack("<QQ", self._read(ring, tail + HEADER.size, 16))[1]
             tail += record_size

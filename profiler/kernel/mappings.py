@@ -171,6 +171,15 @@ class MappingTracker:
             self._trie.mark_maps_read(pid, exec_count)
         return entries
 
+    def exec_unread(self, pid: int) -> bool:
+        """Has pid exec'd since the exec its newest space is of (the event on its way)?"""
+        exec_count = self._trie.exec_count(pid)
+        with self._lock:
+            spaces = self._spaces.get(pid)
+            if not spaces or not isinstance(exec_count, int):
+                return False
+            return exec_count > spaces[-1].exec_count
+
     def release_walks(self, pid: int) -> None:
         """The kernel may walk pid's stacks with the maps a held refresh read."""
         with self._lock:

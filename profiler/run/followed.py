@@ -23,6 +23,7 @@ MIN_REFRESH_INTERVAL_S = 0.05
 # loop costs a trickle of work, not a flood (its maps tell the rest).
 MAX_RANGES_NOTED = 64
 RANGE_GAP_NS = 1_000_000
+MAX_POSTPONED = 20  # refreshes put off (one each MIN_REFRESH_INTERVAL_S) for an exec's event: then read anyway
 SWEEP_KERNEL_S = 10.0
 
 
@@ -53,6 +54,7 @@ class FollowedProcesses:
         # pid -> provisional trie prefixes to drop once its maps are read
         self._pending_refresh: dict[int, list[TriePrefix]] = {}
         self._ranges_noted: dict[int, tuple[int, int]] = {}  # pid -> ranges noted since its maps were read, the last's time
+        self._postponed: dict[int, int] = {}  # pid -> refreshes put off for an exec whose event is on its way
         self._exited_at: dict[int, float] = {}  # pid -> time.monotonic() of its exit
         self._last_refresh: dict[int, float] = {}
         self._next_kernel_sweep = 0.0
@@ -110,6 +112,7 @@ class FollowedProcesses:
         """An exited process is retired: nothing of it is kept."""
         self._start_times.pop(pid, None)
         self._ranges_noted.pop(pid, None)
+        self._postponed.pop(pid, None)
         self.ignored.discard(pid)
         if self._labels is not None:
             self._labels.forget(pid)
@@ -234,6 +237,14 @@ class FollowedProcesses:
         for pid in list(self._pending_refresh):
             if now < self._refresh_due_at(pid):
                 continue
+            if self._tracker.exec_unread(pid) and self._postponed.get(pid, 0) < MAX_POSTPONED:
+                # A new image's own mappings, told before its exec's event: that
+                # event reads its maps and tells its runtime (a read now would
+                # take the exec for known, and its runtime would not be told).
+                self._postponed[pid] = self._postponed.get(pid, 0) + 1
+                self._last_refresh[pid] = now
+                continue
+            self._postponed.pop(pid, None)
             entries = self._tracker.refresh(pid, self._pending_refresh.pop(pid))
             self._ranges_noted.pop(pid, None)
             self._last_refresh[pid] = now

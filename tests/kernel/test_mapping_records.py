@@ -19,9 +19,9 @@ def a_ring() -> tuple[MappingRecords, mmap.mmap]:
     return records, ring
 
 
-def mmap_record(pid: int, address: int, length: int, name: bytes = b"//anon") -> bytes:
+def mmap_record(pid: int, address: int, length: int, name: bytes = b"//anon", time_ns: int = 0) -> bytes:
     body = struct.pack("<IIQQQ", pid, pid + 1, address, length, 0) + name + b"\0"
-    body += b"\0" * (-len(body) % 8)
+    body += b"\0" * (-len(body) % 8) + struct.pack("<Q", time_ns or address)  # sample_id: the time
     return struct.pack("<IHH", mapping_records.RECORD_MMAP, 0, 8 + len(body)) + body
 
 
@@ -36,8 +36,10 @@ def write(ring: mmap.mmap, start: int, data: bytes) -> int:
 
 def test_records_are_read_and_the_tail_moves_past_them():
     records, ring = a_ring()
-    head = write(ring, 0, mmap_record(42, 0x7F0000001000, 0x5000) + mmap_record(43, 0x7F0000009000, 0x1000))
-    assert records.drain() == [NewMapping(42, 43, 0x7F0000001000, 0x5000), NewMapping(43, 44, 0x7F0000009000, 0x1000)]
+    first, second = mmap_record(42, 0x7F0000001000, 0x5000, time_ns=20), mmap_record(43, 0x7F0000009000, 0x1000, time_ns=10)
+    head = write(ring, 0, first + second)
+    # In the order they were made (another CPU's ring may hold an earlier one: sorted by time).
+    assert records.drain() == [NewMapping(43, 44, 0x7F0000009000, 0x1000, 10), NewMapping(42, 43, 0x7F0000001000, 0x5000, 20)]
     assert struct.unpack_from("<Q", ring, 1032)[0] == head
     assert records.drain() == []
 
@@ -45,15 +47,15 @@ def test_records_are_read_and_the_tail_moves_past_them():
 def test_a_record_that_wraps_at_the_rings_end_is_read_whole():
     records, ring = a_ring()
     start = DATA_PAGES * PAGE - 24  # the header and part of the body before the end
-    write(ring, start, mmap_record(7, 0xDEAD0000, 0x2000, b"/usr/lib/libfoo.so"))
-    assert records.drain() == [NewMapping(7, 8, 0xDEAD0000, 0x2000)]
+    write(ring, start, mmap_record(7, 0xDEAD0000, 0x2000, b"/usr/lib/libfoo.so", time_ns=99))
+    assert records.drain() == [NewMapping(7, 8, 0xDEAD0000, 0x2000, 99)]
 
 
 def test_lost_records_are_counted():
     records, ring = a_ring()
-    lost = struct.pack("<IHHQQ", mapping_records.RECORD_LOST, 0, 24, 1, 17)
-    write(ring, 0, lost + mmap_record(9, 0x1000, 0x1000))
-    assert records.drain() == [NewMapping(9, 10, 0x1000, 0x1000)]
+    lost = struct.pack("<IHHQQQ", mapping_records.RECORD_LOST, 0, 32, 1, 17, 5)
+    write(ring, 0, lost + mmap_record(9, 0x1000, 0x1000, time_ns=6))
+    assert records.drain() == [NewMapping(9, 10, 0x1000, 0x1000, 6)]
     assert records.lost == 17
 
 

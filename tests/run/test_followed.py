@@ -226,3 +226,36 @@ def test_a_process_mapping_in_a_loop_has_a_trickle_of_its_ranges_noted():
     followed.refresh_changed_maps()  # the maps tell the rest; then the count starts again
     followed.handle(ProcessEvent(EventType.EXEC_MAPPED, os.getpid(), os.getpid(), 0, 3_000_001, "", 0x1000, 0x1000))
     assert tracker.calls.count(("note_exec_range", os.getpid())) == 66
+
+
+def test_a_new_images_own_mappings_wait_for_its_exec_to_be_read():
+    """Mapping records of an exec (the new image's segments) can come before
+    the exec's event: the maps are read by that event's handling, which tells
+    the process's runtime, not by a refresh that would take the exec for known."""
+    tracker = Recorder()
+    unread = [True]
+    tracker.exec_unread = lambda pid: unread[0]  # type: ignore[method-assign]
+    followed = FollowedProcesses(Recorder(), tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    tracker.calls.clear()
+    followed.handle(ProcessEvent(EventType.EXEC_MAPPED, os.getpid(), os.getpid(), 0, 0, "", 0x400000, 0x1000))
+    followed.refresh_changed_maps()
+    assert ("refresh", os.getpid()) not in tracker.calls
+    assert 0 < followed.refresh_due_in_ms(250) <= 50  # tried again soon
+    unread[0] = False  # the exec's event was read
+    followed._last_refresh.clear()
+    followed.refresh_changed_maps()
+    assert ("refresh", os.getpid()) in tracker.calls
+
+
+def test_an_exec_whose_event_never_comes_does_not_hold_the_maps_back_for_ever():
+    tracker = Recorder()
+    tracker.exec_unread = lambda pid: True  # type: ignore[method-assign]
+    followed = FollowedProcesses(Recorder(), tracker, Recorder(), None)  # type: ignore[arg-type]
+    followed.add(os.getpid())
+    tracker.calls.clear()
+    followed.handle(ProcessEvent(EventType.EXEC_MAPPED, os.getpid(), os.getpid(), 0, 0, "", 0x400000, 0x1000))
+    for _ in range(30):
+        followed._last_refresh.clear()
+        followed.refresh_changed_maps()
+    assert tracker.calls.count(("refresh", os.getpid())) == 1

@@ -39,6 +39,9 @@ class RecordingTrie:
     def begin_maps_read(self, pid):
         return self.exec_counts.get(pid, 0)
 
+    def exec_count(self, pid):
+        return self.exec_counts.get(pid, 0)
+
     def mark_maps_read(self, pid, exec_count):
         self.maps_read[pid] = exec_count
 
