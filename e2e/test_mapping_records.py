@@ -78,6 +78,19 @@ def test_executable_mappings_come_from_the_kernels_records_not_the_system_calls(
         program.close()
 
 
+def polls_until_mapped(program: BpfProgram, child: subprocess.Popen, told: list[ProcessEvent]) -> float:
+    """The child maps executable memory: seconds until polls of 30 s have told it (5 at most)."""
+    child.stdin.write("exec\n")
+    child.stdin.flush()
+    address = int(child.stdout.readline().split()[0], 16)
+    started = time.monotonic()
+    while time.monotonic() - started < 5:
+        program.events.poll(30_000)
+        if any(event.event_type is EventType.EXEC_MAPPED and event.address == address for event in told):
+            break
+    return time.monotonic() - started
+
+
 def test_a_quiet_poll_is_woken_by_a_new_mapping():
     """The poll waits up to its timeout for the sampler's records; a mapping
     record ends the wait (once, until the reader arms it again)."""
@@ -95,26 +108,10 @@ def test_a_quiet_poll_is_woken_by_a_new_mapping():
         told.clear()
         time.sleep(2 * MAPPING_WAKEUP_GAP_S)  # armed again at the next poll
         program.events.poll(0)
-        child.stdin.write("exec\n")
-        child.stdin.flush()
-        address, length = (int(part, 16) for part in child.stdout.readline().split())
-        started = time.monotonic()
-        woken = False
-        while not woken and time.monotonic() - started < 5:
-            program.events.poll(30_000)
-            woken = any(event.event_type is EventType.EXEC_MAPPED and event.address == address for event in told)
-        assert woken and time.monotonic() - started < 5, "the poll slept through the record"
+        assert polls_until_mapped(program, child, told) < 5, "the poll slept through the record"
         # Woken once, the records wake it no more for a while; a mapping made
         # meanwhile is read within that while, not at the poll's timeout.
-        child.stdin.write("exec\n")
-        child.stdin.flush()
-        address, length = (int(part, 16) for part in child.stdout.readline().split())
-        started = time.monotonic()
-        seen = False
-        while not seen and time.monotonic() - started < 5:
-            program.events.poll(30_000)
-            seen = any(event.event_type is EventType.EXEC_MAPPED and event.address == address for event in told)
-        assert seen and time.monotonic() - started < 5, "a mapping made after a wakeup waited for the poll's timeout"
+        assert polls_until_mapped(program, child, told) < 5, "a mapping made after a wakeup waited for the poll's timeout"
     finally:
         child.kill()
         child.wait()
