@@ -81,8 +81,9 @@ def load(workdir: Path) -> list[str]:
     lines = [
         "## Faults and load",
         "",
-        "Each case once, at 99 Hz, with `--no-tui -o load.jitprof`. Events: forks, execs, exits and new executable",
-        "mappings jitprof took from the ring buffer; lost: what the kernel could not queue (counted, never silent).",
+        "Each case once, at 99 Hz, with `--no-tui -o load.jitprof`. Events: forks, execs and exits jitprof took from",
+        "the ring buffer (and new executable mappings, where the kernel's mapping records cannot be had); lost: what",
+        "the kernel could not queue (counted, never silent).",
         "",
         "| case | whole run (s) | process events | per second | events lost | samples | samples lost | outputs written |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
