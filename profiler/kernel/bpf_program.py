@@ -169,8 +169,9 @@ class BpfProgram:
         cflags = compile_flags(options)
         self.compiled_now = False
         spec = self._compiled(cflags)
-        # Each later kind: None until tried, then why it is not installed ("" when it is).
-        self._later: dict[str, str | None] = {JVM_WALKER: None, CONTEXT_READER: "" if options.context_reader_at_start else None}
+        # Later kinds whose programs were loaded (or refused), and why those refused are.
+        self._later_tried: set[str] = {CONTEXT_READER} if options.context_reader_at_start else set()
+        self._later_problems: dict[str, str] = {}
 
         # New executable mappings: from the kernel's records, or where they
         # cannot be had from the system calls' tracepoints (then loaded).
@@ -182,7 +183,7 @@ class BpfProgram:
         def later(name: str) -> bool:
             if self.mapping_records is not None and _watches_mapping_calls(name):
                 return True  # never loaded
-            return any(self._later[kind] is None and _of_kind(name, kind) for kind in LATER_PROGRAMS)
+            return any(kind not in self._later_tried and _of_kind(name, kind) for kind in LATER_PROGRAMS)
 
         try:
             try:
@@ -201,7 +202,7 @@ class BpfProgram:
                 self.mapping_records.close()
             raise
         self.maps = KernelMaps(self._loaded.map_fds, self._loaded.specs, _possible_cpus())
-        self.events = EventStream(self._loaded.map_fds["events"], self._loaded.specs["events"].max_entries)
+        self.events = EventStream(self._loaded.map_fds["events"], self._loaded.specs["events"].max_entries, self.mapping_records)
         self._kernel_symbols = KernelSymbols()
         self._programs = self._loaded.program_fds
         self._perf_event_fds: list[int] = []
@@ -223,18 +224,17 @@ class BpfProgram:
         installed the first time a process needs them: None, or why they
         cannot be."""
         with self._later_lock:
-            problem = self._later[kind]
-            if problem is not None:
-                return problem or None
+            if kind in self._later_tried:
+                return self._later_problems.get(kind)
             if self._closed:
                 return "the run is ending"
+            self._later_tried.add(kind)
             names = [program.name for program in self._spec.programs if _of_kind(program.name, kind)]
             try:
                 self._programs.update(bpf_object.load_programs(self._spec, self._loaded.map_fds, names))
             except bpf_object.BpfLoadError as error:
-                self._later[kind] = f"the kernel refused its {kind} ({error})"
-                return self._later[kind]
-            self._later[kind] = ""
+                self._later_problems[kind] = f"the kernel refused its {kind} ({error})"
+                return self._later_problems[kind]
             if self._attached:  # else attach() installs it with the rest
                 self._install(kind)
             return None
@@ -264,7 +264,6 @@ class BpfProgram:
     def _attach_tracepoints(self) -> None:
         """Follow forks, execs, exits and executable mappings from now on
         (with --off-cpu, switches and threads' returns to user space too)."""
-        self.events.mapping_records = self.mapping_records
         rseq_reports = False
         # Raw tracepoints first: where both kinds share an event (a thread's
         # exit), the kernel runs its programs in the order they were attached.
@@ -339,9 +338,8 @@ class BpfProgram:
                 )
         with self._later_lock:
             self._attached = True
-            for kind, problem in self._later.items():
-                if problem == "":
-                    self._install(kind)
+            for kind in self._later_tried - self._later_problems.keys():
+                self._install(kind)
         sampler = self._programs["on_cpu_sample"]
         for cpu in _online_cpus():
             descriptor = bpf_calls.attach_perf_event(

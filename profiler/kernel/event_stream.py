@@ -18,7 +18,7 @@ MAPPING_WAKEUP_GAP_S = 0.05  # at most one wakeup by mapping records this often
 
 
 class EventStream:
-    def __init__(self, ring_map_fd: int, ring_bytes: int) -> None:
+    def __init__(self, ring_map_fd: int, ring_bytes: int, mapping_records: MappingRecords | None = None) -> None:
         self._ring_map_fd = ring_map_fd
         self._ring_bytes = ring_bytes
         self._ring: Ring | None = None
@@ -27,7 +27,7 @@ class EventStream:
         self.traffic = KernelTraffic()
         self._batch: RingBatch | None = None
         # The kernel's records of new executable mappings (None: the ring has them, from the system calls' tracepoints).
-        self.mapping_records: MappingRecords | None = None
+        self.mapping_records = mapping_records
         self._mappings_lost = 0
         self._mappings_armed_at: float | None = None  # when mapping records were last let wake the poll
         self._mapping_wakeup_used = False  # records came since: a CPU's may have woken it, and wake it no more
@@ -74,16 +74,12 @@ class EventStream:
             self._ring.poll(timeout_ms, batch)
         if not batch.full:
             self._ring.consume(batch)
-        if records is None:
-            for record in batch.records():
-                self._dispatch(record)
-            return batch.full
         # Read after the batch is taken: every mapping its events came after is
         # here (code runs only once it is mapped). Each is told in its time's
         # place among them, as the system calls' tracepoints told it in the
         # ring: after the fork and exec of its process, before the samples in
         # its code (noted even if the process is gone before its maps are read).
-        mappings = records.drain()
+        mappings = records.drain() if records is not None else []
         if mappings:
             self._mapping_wakeup_used = True
         told = 0
@@ -97,7 +93,7 @@ class EventStream:
             self._deliver(event)
         for mapping in mappings[told:]:
             self._tell_mapping(mapping)
-        if records.lost != self._mappings_lost:
+        if records is not None and records.lost != self._mappings_lost:
             self._mappings_lost = records.lost
             self._deliver(ProcessEvent(EventType.MAPPINGS_LOST, 0, 0, 0, time.monotonic_ns(), ""))
         return batch.full
@@ -121,11 +117,6 @@ class EventStream:
     def malformed_events(self) -> int:
         """Records that could not be decoded or did not fit a batch."""
         return self._malformed + (self._batch.dropped if self._batch is not None else 0)
-
-    def _dispatch(self, record: memoryview) -> None:
-        event = self._decode(record)
-        if event is not None:
-            self._deliver(event)
 
     def _decode(self, record: memoryview) -> RawSample | ProcessEvent | None:
         traffic = self.traffic

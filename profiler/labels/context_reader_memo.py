@@ -44,13 +44,17 @@ def remember(info: os.stat_result, needed: bool) -> None:
         if len(_told) >= MAX_TOLD:
             _told.clear()
         _told[key] = needed
-    if recalled(info) != needed:
+    if _recalled(key) != needed:
         cache.write_json(KIND, key, {"needed": needed})
 
 
 def recalled(info: os.stat_result) -> bool | None:
     """What was found for this executable; None: never seen (or a damaged entry)."""
-    kept = cache.read_json(KIND, _key(info), MAX_ENTRY_BYTES)
+    return _recalled(_key(info))
+
+
+def _recalled(key: str) -> bool | None:
+    kept = cache.read_json(KIND, key, MAX_ENTRY_BYTES)
     if not isinstance(kept, dict) or not isinstance(kept.get("needed"), bool):
         return None
     return kept["needed"]

@@ -19,13 +19,7 @@ from profiler.run.targets import find_command
 class ProgramLoading:
     def __init__(self, options: RecordingOptions) -> None:
         preflight.check_all()  # not root, no tracefs: said first, as before any load
-        self._load_options = LoadOptions(
-            options.frequency_hz,
-            options.kernel_stacks,
-            options.dwarf,
-            options.off_cpu,
-            context_reader_at_start=context_reader_wanted_at_start(options),
-        )
+        self._load_options = load_options(options)
         self._program: BpfProgram | None = None
         self._error: BaseException | None = None
         self._taken = False
@@ -61,6 +55,17 @@ class ProgramLoading:
         self._taken = True
         if self._program is not None:
             self._program.close()
+
+
+def load_options(options: RecordingOptions) -> LoadOptions:
+    """What the BPF program is loaded with for a run asked for so."""
+    return LoadOptions(
+        options.frequency_hz,
+        options.kernel_stacks,
+        options.dwarf,
+        options.off_cpu,
+        context_reader_at_start=context_reader_wanted_at_start(options),
+    )
 
 
 def context_reader_wanted_at_start(options: RecordingOptions) -> bool:

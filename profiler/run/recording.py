@@ -19,7 +19,7 @@ from profiler.jit import registry
 from profiler.jit.files import JitFileJanitor
 from profiler.jit.sources import JitSources
 from profiler.kernel import preflight
-from profiler.kernel.bpf_program import BpfProgram, LoadOptions
+from profiler.kernel.bpf_program import BpfProgram
 from profiler.kernel.events import EventType, ProcessEvent, RawSample, WalkEnd, thread_waits_record, work_started_record
 from profiler.kernel.kernel_maps import UNWIND_ROWS, UNWIND_TABLES, UnreportedWaits
 from profiler.kernel.late_walks import LateWalks
@@ -37,7 +37,7 @@ from profiler.output.originals import with_originals
 from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
-from profiler.run.program_loading import ProgramLoading, context_reader_wanted_at_start
+from profiler.run.program_loading import ProgramLoading, load_options
 from profiler.run.summary import WARNING, Summary, report_output_errors, tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
@@ -166,15 +166,7 @@ class Recording:
         if self._loading is not None:
             program = self._loading.program()
         else:
-            program = BpfProgram(
-                LoadOptions(
-                    self.options.frequency_hz,
-                    self.options.kernel_stacks,
-                    self.options.dwarf,
-                    self.options.off_cpu,
-                    context_reader_at_start=context_reader_wanted_at_start(self.options),
-                )
-            )
+            program = BpfProgram(load_options(self.options))
         self._program = program
         if self.options.off_cpu:
             program.maps.set_shortest_wait(self.options.shortest_wait_ns)
