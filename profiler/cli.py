@@ -8,6 +8,7 @@ import os
 import re
 import resource
 import sys
+import threading
 from pathlib import Path
 from typing import IO
 
@@ -529,6 +530,26 @@ def _report_written(written: list[WrittenOutput]) -> int:
 
 
 SUBCOMMANDS = {"report": run_report, "diff": run_diff}
+
+
+def entry() -> None:
+    """The command (the `jitprof` script, `python -m profiler`): main(),
+    then out without the interpreter's teardown. All a run must do at its
+    end is done when main returns (outputs written and closed, helpers
+    stopped, files removed, the kernel's objects let go); the teardown
+    would free the profile's and the symbol tables' objects one by one,
+    ~30 ms more before the user has the shell back. Threads that are not
+    daemons are waited for, as the interpreter would."""
+    code = main()
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`jitprof report | head`), or a closed stream
+            pass
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

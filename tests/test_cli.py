@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 
 from profiler import __version__
@@ -178,3 +181,26 @@ def test_an_extension_that_fails_to_allocate_under_a_limit_is_one_line(monkeypat
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     with pytest.raises(SystemError):  # no memory limit: a bug, its traceback
         cli.main(["--", "true"])
+
+
+def test_the_command_exits_with_mains_code_its_output_flushed_and_its_threads_done():
+    # entry() leaves without the interpreter's teardown: nothing said or
+    # started before is lost for it.
+    script = (
+        "import sys, threading, time\n"
+        "import profiler.cli as cli\n"
+        "def main():\n"
+        "    worker = threading.Thread(target=lambda: (time.sleep(0.2), print('thread done', flush=False)))\n"
+        "    worker.start()\n"
+        "    sys.stdout.write('said ')\n"
+        "    sys.stderr.write('warned')\n"
+        "    return 3\n"
+        "cli.main = main\n"
+        "cli.entry()\n"
+        "print('never')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert done.stdout == "said thread done\n" and done.stderr == "warned"
+    version = subprocess.run([sys.executable, "-m", "profiler", "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0 and __version__ in version.stdout
