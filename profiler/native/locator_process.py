@@ -92,6 +92,7 @@ class CodeLocator:
         self._deadline_s = deadline_s
         self._lock = threading.Lock()
         self._helper: _Helper | None = None
+        self._starting: _Helper | None = None  # started by prestart, not yet heard from
         self._ids: dict[BinaryIO, int] = {}
         self._next_id = 1
         self._failed_files: set[tuple[int, int]] = set()
@@ -99,6 +100,15 @@ class CodeLocator:
         self.failures: dict[str, str] = {}  # file: why blazesym could not read it (the first MAX_FAILURES_KEPT)
         self.helpers_started = 0
         self._unavailable = ""  # why the helper could not start: not tried again
+
+    def prestart(self) -> None:
+        """Start the helper now, without waiting for it: its own start
+        (Python, cffi, blazesym's header: ~0.1 s) then goes on beside the
+        program's, instead of after the first sample, where a short
+        program's end waited for it and the names it gave."""
+        with self._lock:
+            if self._helper is None and self._starting is None and not self._unavailable:
+                self._starting = self._spawn()
 
     def locate(self, handle: BinaryIO, vaddrs: list[int], label: str = "") -> list[NativeSymbol | None]:
         """The symbols at file virtual addresses of the open file; None where
@@ -165,6 +175,19 @@ class CodeLocator:
         if self._helper is not None:
             self._helper.stop()
             self._helper = None
+        helper, self._starting = self._starting or self._spawn(), None
+        try:
+            ready = _receive(helper.channel, time.monotonic() + START_DEADLINE_S, 1024)
+        except (OSError, ValueError, _HelperFailed) as error:
+            ready = f"{type(error).__name__}: {error}"
+        if ready != {"ready": True}:
+            self._unavailable = f"blazesym's helper could not start ({str(ready)[:300]}; it {helper.stop()})"
+            self.failures.setdefault("(every file)", self._unavailable)
+            raise LocatorFailed(self._unavailable)
+        self._helper = helper
+        return helper
+
+    def _spawn(self) -> _Helper:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             process = subprocess.Popen(
@@ -179,24 +202,15 @@ class CodeLocator:
             )
         finally:
             theirs.close()
-        helper = _Helper(process, ours)
         self.helpers_started += 1
-        try:
-            ready = _receive(ours, time.monotonic() + START_DEADLINE_S, 1024)
-        except (OSError, ValueError, _HelperFailed) as error:
-            ready = f"{type(error).__name__}: {error}"
-        if ready != {"ready": True}:
-            self._unavailable = f"blazesym's helper could not start ({str(ready)[:300]}; it {helper.stop()})"
-            self.failures.setdefault("(every file)", self._unavailable)
-            raise LocatorFailed(self._unavailable)
-        self._helper = helper
-        return helper
+        return _Helper(process, ours)
 
     def close(self) -> None:
         with self._lock:
-            if self._helper is not None:
-                self._helper.stop()
-                self._helper = None
+            for helper in (self._helper, self._starting):
+                if helper is not None:
+                    helper.stop()
+            self._helper = self._starting = None
             self._ids.clear()
 
 

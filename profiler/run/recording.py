@@ -168,6 +168,10 @@ class Recording:
         else:
             program = BpfProgram(load_options(self.options))
         self._program = program
+        locator = CodeLocator()
+        # Once the verifier is done with the CPUs (beside it, it delayed the
+        # program's first instruction), before the program starts.
+        locator.prestart()
         if self.options.off_cpu:
             program.maps.set_shortest_wait(self.options.shortest_wait_ns)
             self._threadpools = ThreadpoolProbes(program)
@@ -189,7 +193,7 @@ class Recording:
             kernel_stack=program.maps.kernel_stack if self.options.kernel_stacks else None,
             kernel_symbol=program.kernel_symbol if self.options.kernel_stacks else None,
             late_walks=self._late_walks,
-            locator=CodeLocator(),
+            locator=locator,
             expand_inlining=self.options.inline,
         )
         self._inject = self._injects(run_as)

@@ -224,3 +224,21 @@ def test_a_line_table_whose_rows_name_files_it_does_not_list(tmp_path, locator):
         assert symbol is not None and symbol.name == "hot"
         assert symbol.place is None or not symbol.place.file.endswith("nofiles.c") or symbol.place.line > 0
     assert named_node(locator) == "uv_run"
+
+
+def test_a_helper_started_ahead_answers_the_first_request_and_is_stopped_unused():
+    ahead = CodeLocator()
+    ahead.prestart()
+    ahead.prestart()  # one helper, however often asked
+    assert ahead.helpers_started == 1 and ahead._starting is not None
+    try:
+        assert named_node(ahead) == "uv_run"
+        assert ahead.helpers_started == 1 and ahead._starting is None and ahead._helper is not None
+    finally:
+        ahead.close()
+    unused = CodeLocator()
+    unused.prestart()
+    assert unused._starting is not None
+    process = unused._starting.process
+    unused.close()
+    assert process.poll() is not None and unused._starting is None  # no helper left behind
