@@ -10,14 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.harness import ROOT
-from benchmarks.labels_cost import NODE_24, interleaved_rounds, table_rows
+from benchmarks.labels_cost import NEITHER, NODE_24, interleaved_rounds, paired_ratio, table_rows
 from benchmarks.off_cpu_cost import CONNECTIONS
 from profiler.model.profile import FrameKind
 from profiler.model.raw import read_raw
 
 SERVER = ROOT / "fixtures" / "js" / "async_server.js"
 LOAD_SECONDS = 5
-SETUPS = {"async callers (default)": [], "`--no-async`": ["--no-async"]}
+SETUPS = {"async callers (default)": [], "`--no-async`": ["--no-async"], NEITHER: ["--no-labels", "--no-async"]}
 
 
 def _async_share(path: Path) -> float:
@@ -43,8 +43,9 @@ def async_cost(repeats: int, workdir: Path) -> list[str]:
         f"`node fixtures/js/async_server.js` (node 24: each request's handler awaits loadUser, which awaits parseRow, "
         f"which awaits a turn of the event loop and works 50 µs) on 127.0.0.1, pinned to CPU 0, under "
         f"`fixtures/build/http_load` ({CONNECTIONS} connections, {LOAD_SECONDS} s); `jitprof -F 999 --pid` on CPU 1, "
-        "with its async callers (the kernel reads each sample's promise chain) and with `--no-async`. BPF time per "
-        "sample is the sampler's run time over the load divided by the server's CPU time at 999 Hz, both setups "
+        "with its async callers (the kernel reads each sample's promise chain), with `--no-async`, and with neither "
+        "async callers nor labels. BPF time per "
+        "sample is the sampler's run time over the load divided by the server's CPU time at 999 Hz, the setups "
         "attached at once over one more load each round (their ratio free of this machine's drift in speed). Medians of "
         f"{repeats} interleaved rounds (ratios paired within a round).",
         "",
@@ -52,6 +53,10 @@ def async_cost(repeats: int, workdir: Path) -> list[str]:
         "| parseRow samples with async callers |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         *table_rows(results, "`--no-async`"),
+        "",
+        f"Both readers (async callers and labels, the default) against neither ({NEITHER}): BPF time per sample "
+        f"{paired_ratio(results, 'async callers (default)', NEITHER, 1):.3f}, requests/s "
+        f"{paired_ratio(results, 'async callers (default)', NEITHER, 0):.3f}.",
     ]
     lines += ["", "Targets: ≥ 98 % of the requests per second, BPF time per sample within 15 %.", ""]
     return lines
