@@ -10,12 +10,18 @@ BPF_ARRAY(unwind_tables, struct unwind_table, UNWIND_TABLES);
 #endif
 
 #ifdef WITH_DWARF
-// One DWARF step: find the row for lookup_pc in the mapping's table and
-// apply it to (pc, sp, fp, rbx).
-static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_pc, u64 *pc, u64 *sp, u64 *fp, u64 *rbx,
-                                      u64 *rbx_slot) {
+// The row for lookup_pc in the mapping's table, copied into *row: STEP_DONE,
+// STEP_FALLBACK (none: a frame-pointer step) or STEP_PENDING (the table is
+// being built). *lasting: the answer holds until the trie changes (the
+// table is live: a live table's rows for a file never change).
+static __always_inline int dwarf_find_row(const struct mapping_info *mapping, u64 lookup_pc, struct unwind_row *row,
+                                          u8 *lasting) {
+    *lasting = 0;
     u32 table_id = mapping->table_id;
-    if (table_id == 0) return STEP_FALLBACK;
+    if (table_id == 0) {
+        *lasting = 1; // a file without a table: user space rewrites its entry when one comes
+        return STEP_FALLBACK;
+    }
     struct unwind_table *table = unwind_tables.lookup(&table_id);
     if (!table) return STEP_FALLBACK;
     if (table->first_row == TABLE_PENDING) return STEP_PENDING;
@@ -37,12 +43,15 @@ static __always_inline int dwarf_step(struct mapping_info *mapping, u64 lookup_p
         else
             high = middle;
     }
+    *lasting = 1;
     if (low == first) return STEP_FALLBACK;
     u32 found = low - 1;
-    struct unwind_row *row = unwind_rows.lookup(&found);
-    if (!row) return STEP_FALLBACK;
-
-    struct walk_reader reader = {};
-    return walk_apply_row(row, pc, sp, fp, rbx, rbx_slot, &reader);
+    struct unwind_row *match = unwind_rows.lookup(&found);
+    if (!match) {
+        *lasting = 0;
+        return STEP_FALLBACK;
+    }
+    *row = *match;
+    return STEP_DONE;
 }
 #endif

@@ -208,6 +208,15 @@ struct mapping_info {
     __u64 load_bias;
 };
 
+/* The trie's generation: each writer moves its own count on after it
+ * changes the trie (the kernel's with an atomic add; user space writes the
+ * whole, its own count new each time), so that a pair once left never comes
+ * back: the walkers' known frames hold the pair they were found under. */
+struct trie_generation {
+    __u32 kernel;
+    __u32 user;
+};
+
 struct process_event {
     __u32 event_type;
     __u32 pid;

@@ -119,6 +119,9 @@ static __always_inline void cover_new_exec_range(u32 tgid, u64 address, u64 leng
     key.address_be = __builtin_bswap64(address & ~((1ULL << bits) - 1));
     struct mapping_info info = {.kind = MAPPING_PROVISIONAL, .table_id = 0, .load_bias = 0};
     mappings.update(&key, &info);
+    u32 zero = 0;
+    struct trie_generation *generation = trie_generations.lookup(&zero);
+    if (generation) __sync_fetch_and_add(&generation->kernel, 1);
 }
 
 static __always_inline void finish_exec_mapping_call(long result) {

@@ -26,6 +26,7 @@ BPF_TABLE("lru_hash", u32, u8, exiting_threads, FOLLOWED_ENTRIES);
 BPF_ARRAY(settings, u32, 1);
 BPF_HASH(ignored, u32, u8, 256);
 BPF_LPM_TRIE(mappings, struct trie_key, struct mapping_info, TRIE_ENTRIES);
+BPF_ARRAY(trie_generations, struct trie_generation, 1);
 
 #ifdef WITH_KERNEL_STACKS
 BPF_STACK_TRACE(kernel_stacks, KERNEL_STACK_ENTRIES);

@@ -61,6 +61,7 @@ _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->
 #include "dwarf_unwind.bpf.h"
 #include "v8_context.bpf.h"
 #include "walk_state.bpf.h"
+#include "known_frames.bpf.h"
 #include "otel_context.bpf.h"
 #include "hotspot_frames.bpf.h"
 #include "v8_frames.bpf.h"

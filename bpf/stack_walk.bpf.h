@@ -42,17 +42,13 @@ static __always_inline int walk_rest_in_user_space(struct walk_scratch *scratch)
 // One frame: record pc, then step to the caller. Returns 1 when the walk
 // ended (or is deferred). jvm: the JVM's walker, which steps as HotSpot says
 // (a constant: the other walker is verified without those steps).
-static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid, const int jvm) {
+static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid, const int walkers, const int jvm) {
     u32 depth = scratch->depth;
     if (depth >= MAX_FRAMES) return walk_rest_in_user_space(scratch);
     u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp, rbx = scratch->rbx, rbx_slot = scratch->rbx_slot;
     u8 exact_pc = scratch->exact_pc;
     // Caller frames hold return addresses: look up pc - 1, inside the call.
     u64 lookup_pc = exact_pc ? pc : pc - 1;
-    struct mapping_info *mapping = find_mapping(tgid, lookup_pc);
-    // No entry yet (code mapped since the maps were read), a file whose
-    // table is not attached, memory just made executable: user space knows
-    // more later, and says "no mapping" if it still does not know the address.
     // V8's builtins (the interpreter among them) have no unwind rows: every
     // address of theirs falls in a gap of node's table, which sends it to the
     // frame-pointer step. They take that step at once, without the search
@@ -60,20 +56,55 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     // start), so that their JS frames are noted now, while their objects
     // are where the slots say.
     u8 builtins = in_v8_builtins(scratch, lookup_pc);
-    if (!mapping || mapping->kind == MAPPING_PROVISIONAL || (mapping->kind == MAPPING_ELF_PENDING && !builtins))
-        return defer_walk(scratch, exact_pc);
+    struct mapping_info mapping = {};
+    struct unwind_row row = {};
+    u8 row_state = ROW_NOT_SOUGHT;
+    u64 generation = trie_generation_now();
+    struct frame_known *known = known_frame_slot(walkers, tgid, lookup_pc);
+    u8 hit = known && known->pc == lookup_pc && known->tgid == tgid && known->generation == generation;
+    if (hit) {
+        mapping = known->mapping;
+        row_state = known->row_state;
+        row = known->row;
+    } else {
+        // No entry yet (code mapped since the maps were read), a file whose
+        // table is not attached, memory just made executable: user space
+        // knows more later, and says "no mapping" if it still does not know
+        // the address.
+        struct mapping_info *found = find_mapping(tgid, lookup_pc);
+        if (!found || found->kind == MAPPING_PROVISIONAL || (found->kind == MAPPING_ELF_PENDING && !builtins))
+            return defer_walk(scratch, exact_pc);
+        mapping = *found;
+    }
+#ifdef WITH_DWARF
+    if (mapping.kind == MAPPING_ELF && !builtins && row_state == ROW_NOT_SOUGHT) {
+        u8 lasting = 0;
+        int found = dwarf_find_row(&mapping, lookup_pc, &row, &lasting);
+        if (found == STEP_PENDING) return defer_walk(scratch, exact_pc);
+        // Not lasting (a table not live yet): a frame-pointer step now, and sought again next time.
+        if (found == STEP_DONE)
+            row_state = ROW_FOUND;
+        else if (lasting)
+            row_state = ROW_NONE;
+    }
+#endif
+    if (known && (!hit || row_state != known->row_state) && (mapping.kind == MAPPING_ELF || mapping.kind == MAPPING_JIT)) {
+        known->pc = lookup_pc;
+        known->generation = generation;
+        known->tgid = tgid;
+        known->row_state = row_state;
+        known->mapping = mapping;
+        known->row = row;
+    }
     scratch->event.addresses[depth] = pc;
     scratch->depth = depth + 1;
     scratch->exact_pc = 0;
     struct walk_reader reader = {};
-    note_v8_frame(scratch, mapping, builtins, pc, fp, depth, &reader, jvm);
+    note_v8_frame(scratch, &mapping, builtins, pc, fp, depth, &reader, jvm);
 #ifdef WITH_DWARF
-    if (mapping->kind == MAPPING_ELF && !builtins) {
-        int step = dwarf_step(mapping, lookup_pc, &pc, &sp, &fp, &rbx, &rbx_slot);
-        if (step == STEP_PENDING) {
-            scratch->depth = depth; // user space records this frame again
-            return defer_walk(scratch, exact_pc);
-        }
+    if (row_state == ROW_FOUND && mapping.kind == MAPPING_ELF && !builtins) {
+        struct walk_reader row_reader = {};
+        int step = walk_apply_row(&row, &pc, &sp, &fp, &rbx, &rbx_slot, &row_reader);
         if (step == STEP_END) {
             scratch->event.walk_end = WALK_COMPLETE;
             return 1;
@@ -97,7 +128,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         }
     }
 #endif
-    if (jvm && (scratch->by_frame_size || (scratch->hotspot_leaf && exact_pc)) && mapping->kind == MAPPING_JIT && !builtins) {
+    if (jvm && (scratch->by_frame_size || (scratch->hotspot_leaf && exact_pc)) && mapping.kind == MAPPING_JIT && !builtins) {
         int step = hotspot_frame_size_step(scratch, lookup_pc, exact_pc, &pc, &sp, &fp);
         if (step == STEP_FAULT) {
             scratch->event.walk_end = WALK_BAD_FRAME;
@@ -117,7 +148,7 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
         }
     }
     // V8's and HotSpot's leaves are told apart by their own frames' slots.
-    if (exact_pc && mapping->kind == MAPPING_JIT && scratch->v8.builtins_end == 0) {
+    if (exact_pc && mapping.kind == MAPPING_JIT && scratch->v8.builtins_end == 0) {
         int words = jit_leaf_words_pushed(pc);
         if (words >= 0) {
             u64 return_address = 0;
@@ -304,7 +335,7 @@ static __always_inline int walk_user_stack_from(void *ctx, const int walkers, co
     if (!scratch) return 0;
     u32 tgid = scratch->space_tgid;
     for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
-        if (walk_one_frame(scratch, tgid, jvm)) {
+        if (walk_one_frame(scratch, tgid, walkers, jvm)) {
             end_walk(ctx, scratch, walkers);
             return 0;
         }

@@ -21,7 +21,7 @@ def share(lines, predicate) -> float:
 
 @pytest.fixture(scope="module")
 def warmed(jitprof_module, fixtures_built):
-    for mode in ("recursion", "dlopen"):
+    for mode in ("recursion", "dlopen", "remapped"):
         run = jitprof_module("-o", "warm.folded", "--", str(fixtures_built / "dwarf_cases"), mode, "0.2")
         assert run.returncode == 0, run.stderr
     return fixtures_built
@@ -70,6 +70,25 @@ def test_plt_call_into_dlopened_library(jitprof, warmed, tmp_path):
     lines, _ = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "dlopen")
     assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99
     assert share(lines, lambda frames: has_chain(frames, ["main", "run_dlopen", "lib_entry", "lib_hot"])) >= 0.95
+
+
+def test_a_library_opened_where_another_was_is_stepped_by_its_own_rows(jitprof, warmed, tmp_path):
+    """The kernel keeps the rows it found for return addresses it meets
+    again; libframe_b.so, opened where libframe_a.so was, returns to the
+    same address from a frame of another size. Stepped by the first
+    library's row, its stacks would stop there (a return address read from
+    inside its buffer)."""
+    run = jitprof("-F", "999", "-o", "out.folded", "--", str(warmed / "dwarf_cases"), "remapped", "2")
+    assert run.returncode == 0, run.stderr
+    opened = dict(line.split(" ", 1) for line in run.stdout.splitlines() if line.startswith("through_"))
+    # The case holds only if the second library took the first one's place.
+    assert opened.keys() == {"through_a", "through_b"} and opened["through_a"] == opened["through_b"], run.stdout
+    lines = read_folded(tmp_path / "out.folded")
+    for through in ("through_a", "through_b"):
+        sampled = [line for line in lines if through in line.frames]
+        assert total(sampled) >= 200, (through, lines)
+        whole = [*START, "run_remapped", through, "remapped_work"]
+        assert share(sampled, lambda frames, whole=whole: has_chain(frames, whole)) >= 0.95, (through, sampled)
 
 
 def test_lazy_binding_through_the_dynamic_loaders_trampoline(jitprof, warmed, tmp_path):

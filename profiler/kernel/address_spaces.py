@@ -70,6 +70,7 @@ class AddressSpace:
     # for code mapped and gone (or the process gone) before the maps were read.
     provisional: list[KnownMapping] = field(default_factory=list)
     revision: int = 0  # changes with any of the above: an address may resolve differently
+    files_replaced: int = 0  # file mappings gone from current: an address may name another file's code now
     exec_count: int = 0  # the kernel's count of the process's execs, for this one
     # Maps read after an exec whose event had not come: started_ns is when
     # they were read, until the event tells when the exec was.

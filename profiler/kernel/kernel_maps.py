@@ -223,6 +223,10 @@ class _OffCpuThread(ctypes.Structure):
     ]
 
 
+class _TrieGeneration(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_uint32), ("user", ctypes.c_uint32)]
+
+
 class _UnwindTable(ctypes.Structure):
     _fields_ = [("first_row", ctypes.c_uint32), ("row_count", ctypes.c_uint32)]
 
@@ -236,6 +240,7 @@ class KernelMaps:
         self._possible_cpus = possible_cpus
         # Set by the program: a kind of its programs loaded late (once); why not, if it cannot be.
         self.load_later: Callable[[str], str | None] = lambda _kind: None
+        self._trie_changes = 0
 
     def hotspot_walker_problem(self) -> str | None:
         """(Any thread.) Why the kernel cannot walk a JVM's frames as HotSpot
@@ -443,6 +448,7 @@ class KernelMaps:
             pid_be, address_be = prefix.key_fields()
             if not self._update(trie, _TrieKey(prefix.prefix_len, pid_be, address_be), leaf):
                 rejected += 1
+        self._trie_changed()
         return rejected
 
     def remove_prefixes(self, prefixes: list[TriePrefix]) -> None:
@@ -450,6 +456,22 @@ class KernelMaps:
         for prefix in prefixes:
             pid_be, address_be = prefix.key_fields()
             self._delete(trie, _TrieKey(prefix.prefix_len, pid_be, address_be))
+        self._trie_changed()
+
+    def _trie_changed(self) -> None:
+        """After the trie changed: the walkers' known frames from before are
+        let go. Our count is new each time; the kernel's, written back as
+        read, may lose a step the kernel took meanwhile, but ours alone makes
+        the pair one the walkers have not seen."""
+        generations = self._maps.get("trie_generations")
+        if generations is None:
+            return
+        value = _TrieGeneration()
+        if not bpf_calls.lookup(generations, ctypes.byref(ctypes.c_uint32(0)), ctypes.byref(value)):
+            return
+        self._trie_changes = (self._trie_changes + 1) & 0xFFFFFFFF
+        value.user = self._trie_changes
+        self._update(generations, ctypes.c_uint32(0), value)
 
     # Unwind tables -------------------------------------------------------
 

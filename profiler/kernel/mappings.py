@@ -161,6 +161,8 @@ class MappingTracker:
                 for mapping in removed:
                     self._installer.remove(mapping, keep=in_use)
                     space.retired.append(mapping)
+                    if not mapping.entry.is_anonymous_exec:
+                        space.files_replaced += 1
                 self._trie.remove_prefixes([prefix for prefix in provisional or [] if prefix not in in_use])
             if exec_count is None or pid in self._exited:
                 return entries
@@ -265,12 +267,14 @@ class MappingTracker:
             settled = space is not self._spaces[pid][-1] or pid in self._exited
             return SpaceView(pid, space.generation, space.maps_read_ns, settled, space.walkable())
 
-    def space_state(self, pid: int, time_ns: int) -> tuple[int, int]:
-        """(generation, revision) of pid's exec running at a sample time: while
-        both stay the same, its addresses resolve to the same mappings."""
+    def space_state(self, pid: int, time_ns: int) -> tuple[tuple[int, int], int]:
+        """((generation, files replaced), revision) of pid's exec running at a
+        sample time: while the first stays the same, a file's address names
+        the same code (a library closed and another opened in its place
+        changes it); while both do, its addresses resolve to the same mappings."""
         with self._lock:
             space = self._space_at(pid, time_ns)
-            return (space.generation, space.revision) if space is not None else (0, 0)
+            return ((space.generation, space.files_replaced), space.revision) if space is not None else ((0, 0), 0)
 
     def _space_at(self, pid: int, time_ns: int) -> AddressSpace | None:
         spaces = self._spaces.get(pid)

@@ -270,11 +270,12 @@ class Symbolizer:
         self.work = WorkCharges(profile) if profile.info.off_cpu else None  # threadpool work charged to who queued it
         self.labels: SampleLabels | None = None  # each sample's labels, where processes publish them
         self.jit_sources: list[JitSymbolSource] = []
-        # By process, so that a process's entries go with it: (generation, address) -> frame ids
-        self._memo: dict[int, dict[tuple[int, int], tuple[int, ...]]] = {}
+        # By process, so that a process's entries go with it: (era, address) -> frame ids, an era
+        # the exec's generation and how many of its file mappings were replaced (space_state)
+        self._memo: dict[int, dict[tuple[tuple[int, int], int], tuple[int, ...]]] = {}
         self._memo_entries = 0
-        # pid -> (generation, the callers' words) -> (what was known then, the callers' frame ids)
-        self._stacks: dict[int, dict[tuple[int, object], tuple[object, tuple[int, ...]]]] = {}
+        # pid -> (era, the callers' words) -> (what was known then, the callers' frame ids)
+        self._stacks: dict[int, dict[tuple[tuple[int, int], object], tuple[object, tuple[int, ...]]]] = {}
         self._stack_entries = 0
         self.stack_hits = 0
         # pid -> the JIT sources' epochs and latest news, while a batch is named (see _epochs)
@@ -519,15 +520,15 @@ class Symbolizer:
         # new is known of the process's mappings or JIT code (and taken after
         # the latest news, which may have been about earlier times), have the
         # same frames. The leaf is named on its own, from the memos.
-        generation, revision = self._tracker.space_state(raw.pid, raw.time_ns)  # once a sample, not once a frame
+        era, revision = self._tracker.space_state(raw.pid, raw.time_ns)  # once a sample, not once a frame
         epochs, latest = self._epochs(raw.pid)
         known = (revision, epochs)
         addresses = raw.addresses
-        leaf_ids = self._resolve_frame(raw, generation, 0, raw.leaf_v8_frame, may_park)[0] if addresses else []
+        leaf_ids = self._resolve_frame(raw, era, 0, raw.leaf_v8_frame, may_park)[0] if addresses else []
         async_ids = self._async_callers(raw) if raw.async_frames else ()
         stacks = self._stacks.setdefault(raw.pid, {})
         callers_key: object = raw.caller_words or (addresses[1:], raw.v8_frames)
-        stack_key = (generation, (callers_key, raw.async_frames, async_ids) if raw.async_frames else callers_key)
+        stack_key = (era, (callers_key, raw.async_frames, async_ids) if raw.async_frames else callers_key)
         settled = raw.time_ns >= latest
         remembered = stacks.get(stack_key) if settled else None
         if remembered is not None and remembered[0] == known:
@@ -539,10 +540,10 @@ class Symbolizer:
             all_read = True
             collected: list[int] = []
             records = {record.frame_index: record for record in raw.v8_frames}
-            self._name_callers_ahead(raw, generation, records)
+            self._name_callers_ahead(raw, era, records)
             frames_at: dict[int, list[int]] = {0: leaf_ids}
             for depth in range(len(addresses) - 1, 0, -1):  # root first
-                frame_ids, read = self._resolve_frame(raw, generation, depth, records.get(depth), may_park)
+                frame_ids, read = self._resolve_frame(raw, era, depth, records.get(depth), may_park)
                 collected.extend(frame_ids)
                 if async_ids:
                     frames_at[depth] = frame_ids
@@ -622,7 +623,7 @@ class Symbolizer:
         return known
 
     def _resolve_frame(
-        self, raw: RawSample, generation: int, depth: int, record: V8FrameSlots | None, may_park: bool
+        self, raw: RawSample, era: tuple[int, int], depth: int, record: V8FrameSlots | None, may_park: bool
     ) -> tuple[list[int], bool]:
         """The frame ids at one depth of the stack, outermost first, and
         whether the words the kernel read for it (record, if any) could be read."""
@@ -633,9 +634,9 @@ class Symbolizer:
                 frame_ids = [self._profile.intern(frame) for frame in recorded.frames]
                 if recorded.keep_native:
                     # The address's own frame, an interpreter's handler say, is below them.
-                    frame_ids.append(self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, False)[-1])
+                    frame_ids.append(self._resolve_user(raw.pid, raw.time_ns, era, address, depth > 0, False)[-1])
                 return frame_ids, True
-        return self._resolve_user(raw.pid, raw.time_ns, generation, address, depth > 0, may_park), record is None
+        return self._resolve_user(raw.pid, raw.time_ns, era, address, depth > 0, may_park), record is None
 
     def _resolve_recorded(self, pid: int, address: int, record: V8FrameSlots, depth: int, time_ns: int) -> RecordedFrames | None:
         """A frame the kernel read a runtime's words for, named from them."""
@@ -656,47 +657,49 @@ class Symbolizer:
         for raw in batch:
             if not raw.addresses or raw.stack_copy is not None:
                 continue  # its callers are known once its walk is finished
-            generation = self._tracker.space_state(raw.pid, raw.time_ns)[0]
+            era = self._tracker.space_state(raw.pid, raw.time_ns)[0]
             if raw.leaf_v8_frame is None:
-                mapping = self._unknown_native(raw, generation, raw.addresses[0])
+                mapping = self._unknown_native(raw, era, raw.addresses[0])
                 if mapping is not None:
                     wanted.append((mapping, raw.addresses[0]))
             recorded = {record.frame_index for record in raw.v8_frames}
             for depth in range(1, len(raw.addresses)):
                 lookup_address = raw.addresses[depth] - 1
-                mapping = None if depth in recorded else self._unknown_native(raw, generation, lookup_address)
+                mapping = None if depth in recorded else self._unknown_native(raw, era, lookup_address)
                 if mapping is not None:
                     wanted.append((mapping, lookup_address))
         if len(wanted) >= 2:
             self.elf.name_ahead(wanted)
 
-    def _name_callers_ahead(self, raw: RawSample, generation: int, records: dict[int, V8FrameSlots]) -> None:
+    def _name_callers_ahead(self, raw: RawSample, era: tuple[int, int], records: dict[int, V8FrameSlots]) -> None:
         """The native callers the memo does not know, named in a batch."""
         wanted = []
         for depth in range(1, len(raw.addresses)):
             lookup_address = raw.addresses[depth] - 1
-            mapping = None if depth in records else self._unknown_native(raw, generation, lookup_address)
+            mapping = None if depth in records else self._unknown_native(raw, era, lookup_address)
             if mapping is not None:
                 wanted.append((mapping, lookup_address))
         if len(wanted) >= 2:
             self.elf.name_ahead(wanted)
 
-    def _unknown_native(self, raw: RawSample, generation: int, lookup_address: int) -> KnownMapping | None:
+    def _unknown_native(self, raw: RawSample, era: tuple[int, int], lookup_address: int) -> KnownMapping | None:
         """The file mapping of an address the memo has not named, if it is one
         (JIT code is named by the JIT sources, never ahead)."""
-        if (generation, lookup_address) in self._memo.get(raw.pid, {}):
+        if (era, lookup_address) in self._memo.get(raw.pid, {}):
             return None
         mapping = self._tracker.find(raw.pid, raw.time_ns, lookup_address).mapping
         return mapping if mapping is not None and not mapping.entry.is_anonymous_exec else None
 
-    def _resolve_user(self, pid: int, time_ns: int, generation: int, address: int, caller: bool, may_park: bool) -> list[int]:
+    def _resolve_user(
+        self, pid: int, time_ns: int, era: tuple[int, int], address: int, caller: bool, may_park: bool
+    ) -> list[int]:
         """The frame ids at one return address, outermost first (more than
         one where JIT code inlined functions)."""
         # A caller's address is a return address: the call is the byte before.
         lookup_address = address - 1 if caller else address
         # The memo comes first: a native frame seen before costs no mapping search.
         memo = self._memo.setdefault(pid, {})
-        key = (generation, lookup_address)
+        key = (era, lookup_address)
         remembered = memo.get(key)
         if remembered is not None:
             return list(remembered)

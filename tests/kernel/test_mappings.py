@@ -2,6 +2,7 @@
 read and its files being opened must not cost every later process the same
 file's symbols and unwind table."""
 
+import dataclasses
 import os
 import subprocess
 import time
@@ -192,5 +193,36 @@ def test_a_rescan_reads_only_the_processes_asked_for(monkeypatch):
         assert read == [1002]
         tracker.refresh_all()
         assert sorted(read[1:]) == [1001, 1002, 1003]
+    finally:
+        tracker.close()
+
+
+def test_a_file_opened_where_another_was_starts_a_new_era_of_names(monkeypatch):
+    """A library closed and another opened at its address (dlclose, then
+    dlopen): the symbolizer's names for that address, kept by era, must not
+    outlive the first. The same maps read again, or JIT memory coming and
+    going, keep the era (and the names)."""
+    own = [entry for entry in read_maps(os.getpid()) if entry.executable]
+    libc = next(entry for entry in own if entry.path.endswith("/libc.so.6"))
+    other = next(entry for entry in own if entry.is_file_backed and entry.inode != libc.inode)
+    in_its_place = dataclasses.replace(libc, path=other.path, inode=other.inode, device=other.device)
+    jit = dataclasses.replace(libc, start=1 << 40, end=(1 << 40) + 4096, offset=0, device="00:00", inode=0, path="")
+    shown = {"maps": own}
+    monkeypatch.setattr(mappings, "read_maps", lambda pid, executable_only=False: shown["maps"])
+    tracker = MappingTracker(RecordingTrie(), TableStates())
+    try:
+        pid = 1001
+        tracker.add_process(pid)
+        first, _revision = tracker.space_state(pid, time.monotonic_ns())
+        shown["maps"] = [*own, jit]
+        tracker.refresh(pid)
+        shown["maps"] = own
+        tracker.refresh(pid)
+        assert tracker.space_state(pid, time.monotonic_ns())[0] == first
+        shown["maps"] = [in_its_place if entry is libc else entry for entry in own]
+        tracker.refresh(pid)
+        era, _revision = tracker.space_state(pid, time.monotonic_ns())
+        assert era != first and era[0] == first[0]  # the same exec
+        assert tracker.find(pid, time.monotonic_ns(), libc.start).mapping.entry.path == other.path
     finally:
         tracker.close()
