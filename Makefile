@@ -52,7 +52,7 @@ lint: setup-tests
 	$(VENV)/bin/ruff format --check profiler tests e2e benchmarks
 	clang-format --dry-run -Werror bpf/*.c bpf/*.h native/*.c native/*.h
 	$(VENV)/bin/ruff check profiler tests e2e benchmarks
-	$(VENV)/bin/mypy profiler
+	$(VENV)/bin/mypy profiler benchmarks
 
 clean:
 	$(MAKE) -s -C fixtures clean

@@ -69,7 +69,7 @@ def _reading_cost() -> tuple[int, float, float, float]:
         heaps = reader.code_heaps()
         layout_s = time.process_time() - started
         # The blobs, block after block (each block's header says how many segments it takes).
-        starts = []
+        starts: list[int] = []
         for heap in heaps:
             segment, segments = 0, (heap.high - heap.low) >> heap.log2_segment
             while segment < segments and len(starts) < 1_000_000:

@@ -71,7 +71,10 @@ def measured_run(command: list[str], workdir: Path, env: dict[str, str] | None =
             infos, sampler_ns = reading, run_time
         time.sleep(0.2)
     _, stderr = process.communicate(timeout=120)
-    samples = int(re.search(r"jitprof: ([\d,]+) samples", stderr).group(1).replace(",", ""))
+    said = re.search(r"jitprof: ([\d,]+) samples", stderr)
+    if said is None:
+        raise RuntimeError(f"jitprof did not say how many samples it took: {stderr.strip()[-500:]}")
+    samples = int(said.group(1).replace(",", ""))
     memory = sum(int(info.get("memlock", 0)) for info in infos if "map_type" in info)
     return KernelCost(sampler_ns / max(samples, 1) * (1 if samples else 0), samples, memory)
 
@@ -80,7 +83,8 @@ def labels_cost(workdir: Path, rounds: int = 3) -> tuple[float, float]:
     """BPF time per sample of fixtures/otel_context (its threads' records read
     at every sample) with labels and with --no-labels: medians of interleaved runs."""
     program = str(ROOT / "fixtures" / "build" / "otel_context")
-    labelled, unlabelled = [], []
+    labelled: list[float] = []
+    unlabelled: list[float] = []
     for _round in range(rounds):
         for flags, into in (([], labelled), (["--no-labels"], unlabelled)):
             command = [*JITPROF, "-F", "999", *flags, "-o", "cost.folded", "--", program, "3", "2"]

@@ -50,9 +50,7 @@ def _round(
     return rate, labelled, 1e6 * server_cpu / max(rate * elapsed, 1.0)
 
 
-def _together(
-    setups: dict[str, list[str]], server: int, port: int, workdir: Path, earlier: list[str] | None
-) -> dict[str, float]:
+def _together(setups: dict[str, list[str]], server: int, port: int, workdir: Path, earlier: list[str] | None) -> dict[str, float]:
     """BPF ns per sample of each setup, all attached at once over one load:
     each one's sampler counts its own run time over the same stretch of the
     server's life, so this machine's drift in speed (tens of per cent over

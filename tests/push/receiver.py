@@ -123,7 +123,8 @@ class Receiver:
                 profile = b""
                 for part in message.iter_parts():
                     if part.get_param("name", header="content-disposition") == "profile":
-                        profile = part.get_payload(decode=True)
+                        payload = part.get_payload(decode=True)
+                        profile = payload if isinstance(payload, bytes) else b""
                 query = dict(urllib.parse.parse_qsl(parsed.query))
                 with receiver.lock:
                     receiver.received.append(Received(query, headers, profile, time.time()))
