@@ -448,7 +448,8 @@ class KernelMaps:
             pid_be, address_be = prefix.key_fields()
             if not self._update(trie, _TrieKey(prefix.prefix_len, pid_be, address_be), leaf):
                 rejected += 1
-        self._trie_changed()
+        if rejected < len(prefixes):
+            self._trie_changed()
         return rejected
 
     def remove_prefixes(self, prefixes: list[TriePrefix]) -> None:
@@ -456,11 +457,12 @@ class KernelMaps:
         for prefix in prefixes:
             pid_be, address_be = prefix.key_fields()
             self._delete(trie, _TrieKey(prefix.prefix_len, pid_be, address_be))
-        self._trie_changed()
+        if prefixes:
+            self._trie_changed()
 
     def _trie_changed(self) -> None:
-        """After the trie changed: the walkers' known frames from before are
-        let go. Our count is new each time; the kernel's, written back as
+        """After the trie changed (only then: each change lets go of every
+        CPU's known frames): the walkers' known frames from before are let go. Our count is new each time; the kernel's, written back as
         read, may lose a step the kernel took meanwhile, but ours alone makes
         the pair one the walkers have not seen."""
         generations = self._maps.get("trie_generations")
