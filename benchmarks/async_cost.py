@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.harness import ROOT
-from benchmarks.labels_cost import NEITHER, NODE_24, against_earlier, interleaved_rounds, paired_ratio, table_rows
+from benchmarks.labels_cost import NEITHER, NODE_24, interleaved_rounds, readers_lines, table_rows
 from benchmarks.off_cpu_cost import CONNECTIONS
 from profiler.model.profile import FrameKind
 from profiler.model.raw import read_raw
@@ -53,12 +53,5 @@ def async_cost(repeats: int, workdir: Path) -> list[str]:
         "| parseRow samples with async callers |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         *table_rows(results, "`--no-async`"),
-        "",
-        f"Both readers (async callers and labels, the default) against neither ({NEITHER}): BPF time per sample "
-        f"{paired_ratio(results, 'async callers (default)', NEITHER, 1):.3f}, requests/s "
-        f"{paired_ratio(results, 'async callers (default)', NEITHER, 0):.3f}.",
-        "",
-        against_earlier(results, earlier_ns, "async callers (default)"),
     ]
-    lines += ["", "Targets: ≥ 98 % of the requests per second; BPF time per sample within 15 % of the day they were set.", ""]
-    return lines
+    return lines + readers_lines(results, earlier_ns, "async callers (default)", "async callers and labels", 15)

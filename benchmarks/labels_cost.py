@@ -139,7 +139,22 @@ def _interleaved_rounds(
     return results, earlier_ns
 
 
-def against_earlier(results: Rows, earlier_ns: list[float], default: str) -> str:
+def readers_lines(results: Rows, earlier_ns: list[float], default: str, readers: str, within_percent: int) -> list[str]:
+    """What follows a reader's table: both readers against neither, against
+    the earlier jitprof, and the targets."""
+    return [
+        "",
+        f"Both readers ({readers}, the default) against neither ({NEITHER}): BPF time per sample "
+        f"{paired_ratio(results, default, NEITHER, 1):.3f}, requests/s {paired_ratio(results, default, NEITHER, 0):.3f}.",
+        "",
+        _against_earlier(results, earlier_ns, default),
+        "",
+        f"Targets: ≥ 98 % of the requests per second; BPF time per sample within {within_percent} % of the day they were set.",
+        "",
+    ]
+
+
+def _against_earlier(results: Rows, earlier_ns: list[float], default: str) -> str:
     """The default's and both readers off's BPF time per sample against the
     earlier jitprof's, paired within a round: the targets as the issues set them."""
     if not earlier_ns:
@@ -194,12 +209,5 @@ def labels_cost(repeats: int, workdir: Path) -> list[str]:
         "| samples with a trace id |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         *table_rows(results, "`--no-labels`"),
-        "",
-        f"Both readers (labels and async callers, the default) against neither ({NEITHER}): BPF time per sample "
-        f"{paired_ratio(results, 'labels (default)', NEITHER, 1):.3f}, requests/s "
-        f"{paired_ratio(results, 'labels (default)', NEITHER, 0):.3f}.",
-        "",
-        against_earlier(results, earlier_ns, "labels (default)"),
     ]
-    lines += ["", "Targets: ≥ 98 % of the requests per second; BPF time per sample within 10 % of the day they were set.", ""]
-    return lines
+    return lines + readers_lines(results, earlier_ns, "labels (default)", "labels and async callers", 10)
