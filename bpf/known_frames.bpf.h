@@ -50,3 +50,38 @@ static __always_inline u64 trie_generation_now(void) {
     if (!generation) return 0;
     return ((u64)generation->user << 32) | generation->kernel;
 }
+
+// What a frame's step found before the row's search: passed through memory,
+// so that the verifier knows the same of it whichever way it was found (a
+// known frame, the trie), and the search and the rest of the step are
+// verified once, not once per way (three times the walker's verification,
+// when the known frames came). One per kind of walker, as the scratch is.
+struct frame_found {
+    u64 generation; // the trie's, when the frame was looked up
+    struct mapping_info mapping;
+    struct unwind_row row;
+    u8 row_state;
+    u8 known; // found among the known frames
+};
+BPF_PERCPU_ARRAY(frames_found, struct frame_found, 3);
+
+static __always_inline struct frame_found *frame_found_of(const int walkers) {
+    u32 index = walkers;
+    return frames_found.lookup(&index);
+}
+
+// Keep what the step found for the next time the CPU meets the address
+// (only lasting answers about code: the caller says which are).
+static __always_inline void remember_frame(const int walkers, u32 tgid, u64 lookup_pc, const struct frame_found *found,
+                                           const struct mapping_info *mapping, const struct unwind_row *row, u8 row_state) {
+    if (found->known && row_state == found->row_state) return; // kept as it is
+    if (mapping->kind != MAPPING_ELF && mapping->kind != MAPPING_JIT) return;
+    struct frame_known *known = known_frame_slot(walkers, tgid, lookup_pc);
+    if (!known) return;
+    known->pc = lookup_pc;
+    known->generation = found->generation;
+    known->tgid = tgid;
+    known->row_state = row_state;
+    known->mapping = *mapping;
+    known->row = *row;
+}

@@ -42,7 +42,8 @@ static __always_inline int walk_rest_in_user_space(struct walk_scratch *scratch)
 // One frame: record pc, then step to the caller. Returns 1 when the walk
 // ended (or is deferred). jvm: the JVM's walker, which steps as HotSpot says
 // (a constant: the other walker is verified without those steps).
-static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid, const int walkers, const int jvm) {
+static __always_inline int walk_one_frame(struct walk_scratch *scratch, struct frame_found *found, u32 tgid, const int walkers,
+                                          const int jvm) {
     u32 depth = scratch->depth;
     if (depth >= MAX_FRAMES) return walk_rest_in_user_space(scratch);
     u64 pc = scratch->pc, sp = scratch->sp, fp = scratch->fp, rbx = scratch->rbx, rbx_slot = scratch->rbx_slot;
@@ -61,41 +62,33 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, u32 tgid
     u8 row_state = ROW_NOT_SOUGHT;
     u64 generation = trie_generation_now();
     struct frame_known *known = known_frame_slot(walkers, tgid, lookup_pc);
-    u8 hit = known && known->pc == lookup_pc && known->tgid == tgid && known->generation == generation;
-    if (hit) {
+    if (known && known->pc == lookup_pc && known->tgid == tgid && known->generation == generation) {
         mapping = known->mapping;
         row_state = known->row_state;
         row = known->row;
+        found->known = 1;
     } else {
-        // No entry yet (code mapped since the maps were read), a file whose
-        // table is not attached, memory just made executable: user space
-        // knows more later, and says "no mapping" if it still does not know
-        // the address.
-        struct mapping_info *found = find_mapping(tgid, lookup_pc);
-        if (!found || found->kind == MAPPING_PROVISIONAL || (found->kind == MAPPING_ELF_PENDING && !builtins))
+        struct mapping_info *in_trie = find_mapping(tgid, lookup_pc);
+        if (!in_trie || in_trie->kind == MAPPING_PROVISIONAL || (in_trie->kind == MAPPING_ELF_PENDING && !builtins))
             return defer_walk(scratch, exact_pc);
-        mapping = *found;
+        mapping = *in_trie;
+        found->known = 0;
     }
+    found->generation = generation;
+    found->row_state = row_state;
 #ifdef WITH_DWARF
     if (mapping.kind == MAPPING_ELF && !builtins && row_state == ROW_NOT_SOUGHT) {
         u8 lasting = 0;
-        int found = dwarf_find_row(&mapping, lookup_pc, &row, &lasting);
-        if (found == STEP_PENDING) return defer_walk(scratch, exact_pc);
+        int searched = dwarf_find_row(&mapping, lookup_pc, &row, &lasting);
+        if (searched == STEP_PENDING) return defer_walk(scratch, exact_pc);
         // Not lasting (a table not live yet): a frame-pointer step now, and sought again next time.
-        if (found == STEP_DONE)
+        if (searched == STEP_DONE)
             row_state = ROW_FOUND;
         else if (lasting)
             row_state = ROW_NONE;
     }
 #endif
-    if (known && (!hit || row_state != known->row_state) && (mapping.kind == MAPPING_ELF || mapping.kind == MAPPING_JIT)) {
-        known->pc = lookup_pc;
-        known->generation = generation;
-        known->tgid = tgid;
-        known->row_state = row_state;
-        known->mapping = mapping;
-        known->row = row;
-    }
+    remember_frame(walkers, tgid, lookup_pc, found, &mapping, &row, row_state);
     scratch->event.addresses[depth] = pc;
     scratch->depth = depth + 1;
     scratch->exact_pc = 0;
@@ -333,9 +326,11 @@ static __always_inline void end_walk(void *ctx, struct walk_scratch *scratch, co
 static __always_inline int walk_user_stack_from(void *ctx, const int walkers, const int jvm) {
     struct walk_scratch *scratch = scratch_of(walkers);
     if (!scratch) return 0;
+    struct frame_found *found = frame_found_of(walkers);
+    if (!found) return 0;
     u32 tgid = scratch->space_tgid;
     for (int frame = 0; frame < FRAMES_PER_CALL; frame++) {
-        if (walk_one_frame(scratch, tgid, walkers, jvm)) {
+        if (walk_one_frame(scratch, found, tgid, walkers, jvm)) {
             end_walk(ctx, scratch, walkers);
             return 0;
         }
