@@ -37,10 +37,12 @@ from benchmarks.sampling_cost import sampling_cost
 from benchmarks.source_map_cost import source_map_cost
 from benchmarks.table_build import table_build
 from benchmarks.v8_heap_cost import v8_heap_cost
+from benchmarks.verification_cost import verification_cost
 from benchmarks.whole_machine import whole_machine
 
 SECTIONS = {
     "run_cost": lambda repeats, perf, workdir: run_cost(repeats, perf, workdir),
+    "verification_cost": lambda repeats, perf, workdir: verification_cost(),
     "sampling_cost": lambda repeats, perf, workdir: sampling_cost(repeats, perf, workdir),
     "node_cost": lambda repeats, perf, workdir: node_cost(max(repeats - 2, 3), perf, workdir),
     "v8_heap_cost": lambda repeats, perf, workdir: v8_heap_cost(max(repeats - 2, 3), workdir),

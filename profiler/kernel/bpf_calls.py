@@ -71,8 +71,10 @@ def load_program(
     license_name: str,
     kernel_version: int,
     log: ctypes.Array[ctypes.c_char] | None = None,
+    log_level: int = 1,
 ) -> int:
-    """A loaded program's descriptor, or -errno; with log, the verifier's words land there."""
+    """A loaded program's descriptor, or -errno; with log, the verifier's
+    words land there (log_level 4: its statistics only)."""
     return int(
         _native().jp_bpf_prog_load(
             program_type,
@@ -81,7 +83,7 @@ def load_program(
             len(code),
             license_name.encode(),
             kernel_version,
-            1 if log is not None else 0,
+            log_level if log is not None else 0,
             log,
             len(log) if log is not None else 0,
         )
