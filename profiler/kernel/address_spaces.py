@@ -4,6 +4,7 @@ the records the tracker (kernel/mappings.py), the installer
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -76,10 +77,16 @@ class AddressSpace:
     # they were read, until the event tells when the exec was.
     dated: bool = True
 
+    # The current mappings by start, for find (a JVM has hundreds, and every
+    # frame of every sample looks one up): made again when they change.
+    _sorted_for: tuple[int, int] = field(default=(-1, -1), init=False, repr=False, compare=False)
+    _starts: list[int] = field(default_factory=list, init=False, repr=False, compare=False)
+    _by_start: list[KnownMapping] = field(default_factory=list, init=False, repr=False, compare=False)
+
     def find(self, address: int) -> KnownMapping | None:
-        for mapping in self.current.values():
-            if mapping.entry.contains(address):
-                return mapping
+        mapping = self._current_at(address)
+        if mapping is not None:
+            return mapping
         for mapping in reversed(self.retired):
             if mapping.entry.contains(address):
                 return mapping
@@ -87,6 +94,20 @@ class AddressSpace:
             if mapping.entry.contains(address):
                 return mapping
         return None
+
+    def _current_at(self, address: int) -> KnownMapping | None:
+        """The current mapping holding address (they never overlap)."""
+        if self._sorted_for != (self.revision, len(self.current)):
+            self._by_start = sorted(self.current.values(), key=lambda mapping: mapping.entry.start)
+            self._starts = [mapping.entry.start for mapping in self._by_start]
+            self._sorted_for = (self.revision, len(self.current))
+        index = bisect.bisect_right(self._starts, address) - 1
+        if index < 0:
+            return None
+        mapping = self._by_start[index]
+        if not mapping.entry.contains(address):
+            return None
+        return mapping if self.current.get((mapping.entry.start, mapping.entry.end)) is mapping else None
 
     def walkable(self) -> list[KnownMapping]:
         """Every mapping a stack walk may step through, sorted by start, one

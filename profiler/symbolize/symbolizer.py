@@ -48,6 +48,7 @@ MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
 MAX_STACKS = 20_000  # stacks' callers remembered (see resolve_sample): a few MiB
 EPOCHS_REUSE_S = 0.01  # as often as the JIT sources read what their processes write
 MAX_MEMO = 1_000_000  # named addresses remembered
+MAX_JIT_SEEN = 200_000  # addresses found in JIT code, not looked up again for the names asked ahead
 MAX_FUNCTION_LINES = 100_000
 MAX_NAMED_AHEAD = 65_536  # addresses named ahead and not yet taken (a stack that never came back)
 MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
@@ -274,6 +275,12 @@ class Symbolizer:
         # the exec's generation and how many of its file mappings were replaced (space_state)
         self._memo: dict[int, dict[tuple[tuple[int, int], int], tuple[int, ...]]] = {}
         self._memo_entries = 0
+        # By pid: (era, address) found in JIT code, which is never named
+        # ahead (a compiling JVM's samples are mostly such frames, each looked
+        # up twice more). An address mapped as a file since, in the same era,
+        # is only named on its own, as before the batches.
+        self._jit_seen: dict[int, set[tuple[tuple[int, int], int]]] = {}
+        self._jit_seen_entries = 0
         # pid -> (era, the callers' words) -> (what was known then, the callers' frame ids)
         self._stacks: dict[int, dict[tuple[tuple[int, int], object], tuple[object, tuple[int, ...]]]] = {}
         self._stack_entries = 0
@@ -413,6 +420,7 @@ class Symbolizer:
         except Exception as error:  # a bug here must not lose the run
             self.errors.append(f"{type(error).__name__}: {error}")
         self._memo_entries -= len(self._memo.pop(request.pid, {}))
+        self._jit_seen_entries -= len(self._jit_seen.pop(request.pid, set()))
         self._stack_entries -= len(self._stacks.pop(request.pid, {}))
 
     def _call(self, request: _Call) -> None:
@@ -685,10 +693,18 @@ class Symbolizer:
     def _unknown_native(self, raw: RawSample, era: tuple[int, int], lookup_address: int) -> KnownMapping | None:
         """The file mapping of an address the memo has not named, if it is one
         (JIT code is named by the JIT sources, never ahead)."""
-        if (era, lookup_address) in self._memo.get(raw.pid, {}):
+        key = (era, lookup_address)
+        if key in self._memo.get(raw.pid, {}) or key in self._jit_seen.get(raw.pid, ()):
             return None
         mapping = self._tracker.find(raw.pid, raw.time_ns, lookup_address).mapping
-        return mapping if mapping is not None and not mapping.entry.is_anonymous_exec else None
+        if mapping is not None and mapping.entry.is_anonymous_exec:
+            if self._jit_seen_entries >= MAX_JIT_SEEN:
+                self._jit_seen.clear()
+                self._jit_seen_entries = 0
+            self._jit_seen.setdefault(raw.pid, set()).add(key)
+            self._jit_seen_entries += 1
+            return None
+        return mapping
 
     def _resolve_user(
         self, pid: int, time_ns: int, era: tuple[int, int], address: int, caller: bool, may_park: bool

@@ -81,6 +81,7 @@ MAX_AHEAD = 8192  # samples waiting for the reader
 MAX_BLOBS = 100_000  # per JVM (a big server has 20 k nmethods)
 MAX_RETIRED = 4096  # blobs gone, kept for the samples taken while they were there
 MAX_METHODS = 200_000
+MAX_INTERPRETED_FRAMES = 50_000  # per JVM: (method, bytecode index) pairs named
 METHODS_LIFETIME_S = 60.0
 MAX_FRAMES_PER_BLOB = 4096
 MAX_REFUSALS_SAID = 64  # refusals remembered for the end of the run
@@ -148,6 +149,8 @@ class _Jvm:
     methods: dict[int, _MethodEntry] = field(default_factory=dict)
     retired_methods: dict[int, collections.deque[_MethodEntry]] = field(default_factory=dict)  # by address: those replaced
     methods_since: float = field(default_factory=time.monotonic)
+    # Interpreted frames named, by (id of their Method's record, bci): the record is kept with them.
+    interpreted_frames: dict[tuple[int, int], tuple[JavaMethod, RecordedFrames]] = field(default_factory=dict)
     revision: int = 0
     news_ns: int = 0
     ahead_queued_ns: int = 0  # the latest sample given to the reader
@@ -871,7 +874,16 @@ class HotSpotStructures(JitSymbolSource):
             method = None  # not in its bytecodes: a frame being built (its slots its caller's)
         if method is None:
             return None
-        return RecordedFrames((_java_frame(method, record.bytecode_array - method.bytecode_start, "interpreted", False),), False)
+        # A busy interpreter is at the same few bytecodes sample after sample.
+        bci = record.bytecode_array - method.bytecode_start
+        known = jvm.interpreted_frames.get((id(method), bci))
+        if known is not None and known[0] is method:
+            return known[1]
+        frames = RecordedFrames((_java_frame(method, bci, "interpreted", False),), False)
+        if len(jvm.interpreted_frames) >= MAX_INTERPRETED_FRAMES:
+            jvm.interpreted_frames.clear()
+        jvm.interpreted_frames[(id(method), bci)] = (method, frames)
+        return frames
 
     def record_walked_frames(self, pid: int, frames: list[WalkedFrame], stack: StackCopy) -> tuple[V8FrameSlots, ...]:
         """Interpreted frames walked in user space from a stack copy: their slots from the copy."""
