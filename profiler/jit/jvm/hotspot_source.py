@@ -123,6 +123,7 @@ class _Blob:
     frames: dict[tuple[int, bool], tuple[Frame, ...]] = field(default_factory=dict)  # by (address, caller)
     gone: bool = False  # replaced, or freed: it names only the samples it was read for
     inlines: bool | None = None  # does any of its pcs have an inlined method (None: not looked yet)
+    pc_index: compressed.PcIndex | None = None  # its code's descriptors by pc (None: not made yet)
 
 
 @dataclass
@@ -710,10 +711,14 @@ class HotSpotStructures(JitSymbolSource):
         if caller or relative not in code.safepoints or not self._polls_at(jvm, address):
             relative += 1
 
+        if blob.pc_index is None:
+            blob.pc_index = compressed.pc_index(
+                code.scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset, layout.pc_desc_scope
+            ) or compressed.PcIndex((), ())
+        pcs = blob.pc_index
+
         def scope_at(exact: bool) -> int | None:
-            return compressed.scope_offset(
-                code.scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset, layout.pc_desc_scope, relative, exact
-            )
+            return pcs.scope_at(relative, exact)
 
         decode = scope_at(caller)
         if decode is None and caller and code.records_every_pc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import random
 import struct
 import threading
 
@@ -129,6 +130,31 @@ def test_pc_descriptors_the_first_at_or_after_the_pc():
     assert compressed.scope_offset(table, 16, 0, 4, 70) == 0  # a descriptor without scope
     assert compressed.scope_offset(table, 16, 0, 4, 81) is None
     assert compressed.scope_offset(table, 16, 0, 14, 17) is None  # a field past the descriptor's size
+
+
+def test_pc_descriptors_found_by_bisection_as_by_a_scan_of_the_table():
+    """The index answers as a scan of the table in its own order does: the
+    smallest pc at or after, the first of several at one pc; exact, only at it.
+    Tables in pc order (as HotSpot writes them) and out of it (a torn read)."""
+    chooser = random.Random(5)
+
+    def scanned(table: list[tuple[int, int]], relative: int, exact: bool) -> int | None:
+        best = None
+        for pc, scope in table:
+            if relative <= pc and (best is None or pc < best[0]) and (pc == relative or not exact):
+                best = (pc, scope)
+        return best[1] if best is not None else None
+
+    for _round in range(200):
+        table = [(chooser.randrange(-1, 60), chooser.randrange(0, 1000)) for _ in range(chooser.randrange(0, 12))]
+        if chooser.random() < 0.5:
+            table.sort(key=lambda descriptor: descriptor[0])
+        raw = b"".join(struct.pack("<iiii", pc, scope, 0, 0) for pc, scope in table)
+        index = compressed.pc_index(raw, 16, 0, 4)
+        assert index is not None
+        for relative in range(-2, 63):
+            for exact in (False, True):
+                assert index.scope_at(relative, exact) == scanned(table, relative, exact), (table, relative, exact)
 
 
 def test_descriptors_read_as_the_perf_map_writes_them():

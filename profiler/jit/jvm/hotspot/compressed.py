@@ -11,6 +11,7 @@ more than its digit (the excluded byte, X = 1)."""
 
 from __future__ import annotations
 
+import bisect
 import struct
 from dataclasses import dataclass
 
@@ -133,26 +134,51 @@ def scope_chain(scopes_data: bytes, decode_offset: int, excluded: int) -> tuple[
     return tuple(scopes)
 
 
+@dataclass(frozen=True)
+class PcIndex:
+    """A PcDesc table's pcs (relative to the code's start) and scope
+    descriptor offsets, in pc order: a pc's descriptor found by bisection
+    (an nmethod recorded at every pc has thousands; a busy JVM's samples
+    look one up for each new pc)."""
+
+    pcs: tuple[int, ...]
+    scopes: tuple[int, ...]
+
+    def scope_at(self, relative_pc: int, exact: bool = False) -> int | None:
+        """The scope descriptor offset of a pc: the first descriptor at or
+        after it (a leaf's code belongs to the scope of the next safepoint or
+        call: HotSpot's own approximation, exact with -XX:+DebugNonSafepoints),
+        or with exact the one at it (a call's, at its return address; a call
+        HotSpot records none for, a leaf call into the runtime, has none).
+        None: no descriptor; 0: one without scope."""
+        at = bisect.bisect_left(self.pcs, relative_pc)
+        if at == len(self.pcs) or (exact and self.pcs[at] != relative_pc):
+            return None
+        return self.scopes[at]
+
+
+def pc_index(scopes_pcs: bytes, pc_desc_size: int, pc_offset_at: int, decode_at: int) -> PcIndex | None:
+    """The table's descriptors by pc, or None if a field lies past a
+    descriptor's size. HotSpot writes them in pc order; sorted here all the
+    same (stably: of descriptors at one pc, the first in the table answers)."""
+    if pc_desc_size <= 0 or max(pc_offset_at, decode_at) + 4 > pc_desc_size:
+        return None
+    descriptors = sorted(
+        (
+            (_S32.unpack_from(scopes_pcs, start + pc_offset_at)[0], _S32.unpack_from(scopes_pcs, start + decode_at)[0])
+            for start in range(0, len(scopes_pcs) - pc_desc_size + 1, pc_desc_size)
+        ),
+        key=lambda descriptor: descriptor[0],
+    )
+    return PcIndex(tuple(pc for pc, _ in descriptors), tuple(scope for _, scope in descriptors))
+
+
 def scope_offset(
     scopes_pcs: bytes, pc_desc_size: int, pc_offset_at: int, decode_at: int, relative_pc: int, exact: bool = False
 ) -> int | None:
-    """The scope descriptor offset of a pc (relative to the code's start) in a
-    PcDesc table: the first descriptor at or after it (a leaf's code belongs
-    to the scope of the next safepoint or call: HotSpot's own approximation,
-    exact with -XX:+DebugNonSafepoints), or with exact the one at it (a
-    call's, at its return address; a call HotSpot records none for, a leaf
-    call into the runtime, has none). None: no descriptor; 0: one without scope."""
-    if pc_desc_size <= 0 or max(pc_offset_at, decode_at) + 4 > pc_desc_size:
-        return None
-    best_pc: int | None = None
-    best_scope = 0
-    for start in range(0, len(scopes_pcs) - pc_desc_size + 1, pc_desc_size):
-        (pc,) = _S32.unpack_from(scopes_pcs, start + pc_offset_at)
-        if relative_pc <= pc and (best_pc is None or pc < best_pc) and (pc == relative_pc or not exact):
-            best_pc, best_scope = pc, _S32.unpack_from(scopes_pcs, start + decode_at)[0]
-            if pc == relative_pc:
-                break
-    return best_scope if best_pc is not None else None
+    """PcIndex.scope_at, for one lookup in a table."""
+    index = pc_index(scopes_pcs, pc_desc_size, pc_offset_at, decode_at)
+    return index.scope_at(relative_pc, exact) if index is not None else None
 
 
 def pc_offsets(scopes_pcs: bytes, pc_desc_size: int, pc_offset_at: int) -> list[int]:
