@@ -51,17 +51,15 @@ static __always_inline u64 trie_generation_now(void) {
     return ((u64)generation->user << 32) | generation->kernel;
 }
 
-// What a frame's step found before the row's search: passed through memory,
-// so that the verifier knows the same of it whichever way it was found (a
-// known frame, the trie), and the search and the rest of the step are
-// verified once, not once per way (three times the walker's verification,
-// when the known frames came). One per kind of walker, as the scratch is.
+// Whether a frame was a known one, and the trie's generation when it was
+// looked up, kept in memory across the row's search, not in registers: there
+// the verifier walked the search and the rest of the step once for each way
+// the frame was found (three times the walker's verification, when the known
+// frames came). One per kind of walker, as the scratch is.
 struct frame_found {
-    u64 generation; // the trie's, when the frame was looked up
-    struct mapping_info mapping;
-    struct unwind_row row;
-    u8 row_state;
-    u8 known; // found among the known frames
+    u64 generation;
+    u8 row_state; // as found, before the search
+    u8 known;
 };
 BPF_PERCPU_ARRAY(frames_found, struct frame_found, 3);
 

@@ -68,6 +68,10 @@ static __always_inline int walk_one_frame(struct walk_scratch *scratch, struct f
         row = known->row;
         found->known = 1;
     } else {
+        // No entry yet (code mapped since the maps were read), a file whose
+        // table is not attached, memory just made executable: user space
+        // knows more later, and says "no mapping" if it still does not know
+        // the address.
         struct mapping_info *in_trie = find_mapping(tgid, lookup_pc);
         if (!in_trie || in_trie->kind == MAPPING_PROVISIONAL || (in_trie->kind == MAPPING_ELF_PENDING && !builtins))
             return defer_walk(scratch, exact_pc);
