@@ -4,12 +4,14 @@ file's symbols and unwind table."""
 
 import dataclasses
 import os
+import random
 import subprocess
 import time
 
 from profiler.kernel import file_images, mappings
+from profiler.kernel.address_spaces import AddressSpace, KnownMapping
 from profiler.kernel.mappings import MappingTracker
-from profiler.kernel.procmaps import read_maps
+from profiler.kernel.procmaps import MapEntry, read_maps
 from tests.kernel.test_late_walks import TableStates, libc_text
 from tests.symbolize.test_symbolize import RecordingTrie
 
@@ -226,3 +228,34 @@ def test_a_file_opened_where_another_was_starts_a_new_era_of_names(monkeypatch):
         assert tracker.find(pid, time.monotonic_ns(), libc.start).mapping.entry.path == other.path
     finally:
         tracker.close()
+
+
+def test_an_address_is_found_in_the_current_mappings_as_a_scan_finds_it():
+    """find() looks the current mappings up by bisection, made again when they
+    change: it answers as a scan of them does, before and after mappings come
+    and go, and a retired mapping answers only where no current one does."""
+
+    def mapping(start: int, end: int) -> KnownMapping:
+        return KnownMapping(MapEntry(start, end, True, False, True, 0, "00:00", 0, ""), [], None)
+
+    def scanned(space: AddressSpace, address: int) -> KnownMapping | None:
+        current = [known for known in space.current.values() if known.entry.contains(address)]
+        retired = [known for known in reversed(space.retired) if known.entry.contains(address)]
+        return (current or retired or [None])[0]
+
+    chooser = random.Random(3)
+    space = AddressSpace(1, 0, 0)
+    space.retired.append(mapping(0x1000, 0x900000))
+    for page in chooser.sample(range(16, 2000), 300):
+        known = mapping(page << 12, (page << 12) + chooser.choice([1, 2]) * 0x800)
+        space.current[(known.entry.start, known.entry.end)] = known
+    space.revision += 1
+    for _round in range(3):
+        for address in [chooser.randrange(0, 0x900000) for _ in range(2000)]:
+            assert space.find(address) is scanned(space, address), hex(address)
+        for key in chooser.sample(list(space.current), 40):
+            del space.current[key]
+        for page in chooser.sample(range(2000, 2200), 20):
+            known = mapping(page << 12, (page << 12) + 0x1000)
+            space.current[(known.entry.start, known.entry.end)] = known
+        space.revision += 1
