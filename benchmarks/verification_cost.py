@@ -18,6 +18,7 @@ from profiler.run.program_loading import load_options
 
 LOG_STATS = 4  # the verifier's statistics only: its time, the instructions it walked
 ROUNDS = 5
+MIN_INSTRUCTIONS = 500  # smaller programs verify in a few milliseconds
 # Loaded when a process needs them (a JVM, a node with async context frames), not at every start.
 LATER = ("walk_jvm_stack", "read_sample_context")
 
@@ -59,22 +60,18 @@ def _verify_all(cflags: list[str], off_cpu: bool) -> list[Verified]:
     spec = bpf_object.load_cached(key)
     if spec is None:
         spec = bpf_program.compile_object(preflight.import_bcc(), cflags)
-    map_fds = {}
+    maps_only = bpf_object.load(spec, later=lambda _name: True)  # the maps the programs refer to
     try:
-        for map_spec in spec.maps:
-            descriptor = bpf_calls.create_map(
-                map_spec.map_type, map_spec.name, map_spec.key_size, map_spec.value_size, map_spec.max_entries, map_spec.flags
-            )
-            if descriptor < 0:
-                raise RuntimeError(f"cannot create map {map_spec.name}: {os.strerror(-descriptor)}")
-            map_fds[map_spec.name] = descriptor
         programs = [
             program for program in spec.programs if not off_cpu or program.name.endswith("_off_cpu") and "stack" in program.name
         ]
-        return [_verify(spec, program, map_fds) for program in programs if len(program.instructions) >= 8 * 500]
+        return [
+            _verify(spec, program, maps_only.map_fds)
+            for program in programs
+            if len(program.instructions) >= bpf_object.INSTRUCTION.size * MIN_INSTRUCTIONS
+        ]
     finally:
-        for descriptor in map_fds.values():
-            os.close(descriptor)
+        maps_only.close()
 
 
 def _verify(spec: bpf_object.BpfObject, program: bpf_object.ProgramSpec, map_fds: dict[str, int]) -> Verified:
@@ -96,4 +93,4 @@ def _verify(spec: bpf_object.BpfObject, program: bpf_object.ProgramSpec, map_fds
             raise RuntimeError(f"no verifier statistics for {program.name}: {text[-200:]!r}")
         walked = int(processed.group(1))
         times.append(int(took.group(1)) / 1e6)
-    return Verified(program.name, len(program.instructions) // 8, walked, statistics.median(times))
+    return Verified(program.name, len(program.instructions) // bpf_object.INSTRUCTION.size, walked, statistics.median(times))

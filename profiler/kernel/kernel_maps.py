@@ -461,10 +461,10 @@ class KernelMaps:
             self._trie_changed()
 
     def _trie_changed(self) -> None:
-        """After the trie changed (only then: each change lets go of every
-        CPU's known frames): the walkers' known frames from before are let go. Our count is new each time; the kernel's, written back as
-        read, may lose a step the kernel took meanwhile, but ours alone makes
-        the pair one the walkers have not seen."""
+        """After the trie changed, and only then: the walkers' known frames
+        from before, every CPU's, are let go. Our count is new each time; the
+        kernel's, written back as read, may lose a step the kernel took
+        meanwhile, but ours alone makes the pair one the walkers have not seen."""
         generations = self._maps.get("trie_generations")
         if generations is None:
             return

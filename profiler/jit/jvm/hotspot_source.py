@@ -715,14 +715,9 @@ class HotSpotStructures(JitSymbolSource):
             blob.pc_index = compressed.pc_index(
                 code.scopes_pcs, layout.pc_desc_size, layout.pc_desc_pc_offset, layout.pc_desc_scope
             ) or compressed.PcIndex((), ())
-        pcs = blob.pc_index
-
-        def scope_at(exact: bool) -> int | None:
-            return pcs.scope_at(relative, exact)
-
-        decode = scope_at(caller)
+        decode = blob.pc_index.scope_at(relative, exact=caller)
         if decode is None and caller and code.records_every_pc:
-            decode = scope_at(False)  # a leaf call into the runtime: the instructions' record, dense
+            decode = blob.pc_index.scope_at(relative)  # a leaf call into the runtime: the instructions' record, dense
         recorded = code.records_every_pc or (caller and decode is not None)
         if not recorded and self._inlines(blob, code, layout):
             # Where HotSpot recorded nothing, the nearest record is often another inlined method's.

@@ -125,11 +125,13 @@ def test_a_scope_chain_that_points_forward_or_loops_is_nothing():
 
 def test_pc_descriptors_the_first_at_or_after_the_pc():
     table = b"".join(struct.pack("<iiii", pc, scope, 0, 0) for pc, scope in [(-1, 0), (16, 5), (40, 9), (80, 0)])
-    assert compressed.scope_offset(table, 16, 0, 4, 16) == 5  # exactly there
-    assert compressed.scope_offset(table, 16, 0, 4, 17) == 9
-    assert compressed.scope_offset(table, 16, 0, 4, 70) == 0  # a descriptor without scope
-    assert compressed.scope_offset(table, 16, 0, 4, 81) is None
-    assert compressed.scope_offset(table, 16, 0, 14, 17) is None  # a field past the descriptor's size
+    index = compressed.pc_index(table, 16, 0, 4)
+    assert index is not None
+    assert index.scope_at(16) == 5  # exactly there
+    assert index.scope_at(17) == 9
+    assert index.scope_at(70) == 0  # a descriptor without scope
+    assert index.scope_at(81) is None
+    assert compressed.pc_index(table, 16, 0, 14) is None  # a field past the descriptor's size
 
 
 def test_pc_descriptors_found_by_bisection_as_by_a_scan_of_the_table():

@@ -173,14 +173,6 @@ def pc_index(scopes_pcs: bytes, pc_desc_size: int, pc_offset_at: int, decode_at:
     return PcIndex(tuple(pc for pc, _ in descriptors), tuple(scope for _, scope in descriptors))
 
 
-def scope_offset(
-    scopes_pcs: bytes, pc_desc_size: int, pc_offset_at: int, decode_at: int, relative_pc: int, exact: bool = False
-) -> int | None:
-    """PcIndex.scope_at, for one lookup in a table."""
-    index = pc_index(scopes_pcs, pc_desc_size, pc_offset_at, decode_at)
-    return index.scope_at(relative_pc, exact) if index is not None else None
-
-
 def pc_offsets(scopes_pcs: bytes, pc_desc_size: int, pc_offset_at: int) -> list[int]:
     """The pcs (relative to the code's start) of a PcDesc table's descriptors, in order."""
     if pc_desc_size <= 0 or pc_offset_at + 4 > pc_desc_size:
