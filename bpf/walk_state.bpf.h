@@ -15,7 +15,7 @@ struct walk_scratch {
     u32 readable;   // read_stack_prefix: the bytes copied so far
     u16 v8_count;
     u8 exact_pc;          // the leaf, or a frame a signal interrupted: no pc - 1
-    u8 deep;              // past MAX_FRAMES: the rest is copied for user space to walk
+    u8 deep;              // past MAX_FRAMES: the rest is copied for user space to walk, in a record of its own size
     u8 by_frame_size;     // a JVM without frame pointers: hotspot says how to step over its compiled frames
     u8 hotspot_leaf;      // a JVM with them: hotspot says how to step over a leaf in a prologue or epilogue
     u8 walker_calls_left; // before the rest is handed to user space (the tail calls left for the copier)

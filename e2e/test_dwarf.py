@@ -50,6 +50,21 @@ def test_deep_recursion(jitprof, warmed, tmp_path):
         assert cut.group(2) in ("1 read fault", "1 no mapping"), run.stderr
 
 
+def test_fresh_code_under_a_deep_stack_keeps_its_root(jitprof, warmed, tmp_path):
+    """Code mapped since the maps were read, under 70 KiB of stack: the
+    kernel defers the walk at the leaf, and the copy it sends must hold the
+    whole stack (an ordinary deferred copy is 26.5 KiB), else each such
+    sample loses its root as a JIT's new code under a deep recursion did."""
+    lines, _ = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "fresh", "-F", "499", seconds="1.5")
+    # The fixture spends its CPU under spin_in_fresh_code; a walk cut at the leaf
+    # shows only the fresh code's frame.
+    in_fresh = [line for line in lines if "spin_in_fresh_code" in line.frames or line.frames[-1].endswith("([jit])")]
+    assert sum(line.count for line in in_fresh) / total(lines) >= 0.9, lines
+    chain = START + ["run_fresh_code"] + ["descend"] * 401 + ["spin_in_fresh_code"]
+    whole = sum(line.count for line in in_fresh if has_chain(line.frames, chain))
+    assert whole / sum(line.count for line in in_fresh) >= 0.95, sorted((len(line.frames), line.count) for line in in_fresh)[:10]
+
+
 def test_qsort_comparator_callback(jitprof, warmed, tmp_path):
     lines, _ = profile_case(jitprof, tmp_path, warmed / "dwarf_cases", "qsort")
     assert share(lines, lambda frames: has_chain(frames, START)) >= 0.99
