@@ -326,7 +326,7 @@ def assert_pool_charged(pool: PoolTime, truth: dict[str, float]) -> None:
     assert pool.charged_share() >= 0.95, pool
     shares = pool.shares()
     for name in HANDLERS:
-        assert abs(shares[name] - truth[name]) <= 0.05, f"{name}: {shares} against {truth}"
+        assert abs(shares[name] - truth[name]) <= 0.05, f"{name}: {shares} against {truth}; {pool}"
 
 
 @pytest.fixture(scope="module")

@@ -73,6 +73,11 @@ SOURCE_MAPS_BUDGET_S = 30.0  # after that, frames not mapped yet are shown as ge
 # more: they are removed and its state goes, so long runs stay flat.
 RETIRE_AFTER_S = 10.0
 SAMPLING_LINE = "jitprof: sampling "  # how an attached or --all run says it has begun (tests and benchmarks wait for it)
+# It is said once the threadpool probes of the processes found are in (about
+# 0.1 s after, on their own thread), so that what a pool does from then on is
+# charged whole; at the latest this long after sampling began.
+SAMPLING_LINE_WAIT_S = 2.0
+SAMPLING_LINE_POLL_MS = 20
 TRIM_HEAP_S = 60.0  # --push: freed memory is handed back to the system this often
 
 
@@ -117,6 +122,7 @@ class Recording:
         self._inject = False  # the command's runtimes are given their JIT-symbol flags
         self._originals: registry.SourceMapper | None = None  # source maps' frames, unless --no-source-maps
         self._threadpools: ThreadpoolProbes | None = None  # --off-cpu
+        self._sampling_line_by: float | None = None  # an attached run says it samples by then
         self._waits_at_end: list[UnreportedWaits] = []  # --off-cpu: what the kernel held when sampling stopped
 
     # The run -------------------------------------------------------------
@@ -272,7 +278,8 @@ class Recording:
                 self._originals.start()
             self.profile.info.started_ns = time.monotonic_ns()
             if not self.options.live_view and not self.options.command:
-                say(self._sampling_line())  # attached, nothing else says it has begun (as py-spy does)
+                # Attached: nothing else says it has begun (as py-spy does).
+                self._sampling_line_by = time.monotonic() + SAMPLING_LINE_WAIT_S
             if self._push is not None:
                 self._push.begin()
             if self.options.live_view:
@@ -287,6 +294,7 @@ class Recording:
                 )
                 self._view.start()
             self._sample_loop(program)
+            self._say_sampling(force=True)
         finally:
             program.stop_sampling()
             self.profile.info.ended_ns = time.monotonic_ns()
@@ -371,7 +379,10 @@ class Recording:
         next_trim = time.monotonic() + TRIM_HEAP_S
         while self._stop_signal is None:
             interval_ms = POLL_MS if self._view is not None else POLL_QUIET_MS
+            if self._sampling_line_by is not None:
+                interval_ms = SAMPLING_LINE_POLL_MS
             self._poll(program, self._followed.refresh_due_in_ms(interval_ms))
+            self._say_sampling(force=False)
             if self._view is not None:
                 self._view.tick()
                 if self._view.stop_requested:
@@ -402,6 +413,17 @@ class Recording:
                 return
             if deadline is not None and now >= deadline:
                 return
+
+    def _say_sampling(self, force: bool) -> None:
+        """The sampling line, once due: the threadpools found are probed (or
+        it is late, or the sampling is over)."""
+        by = self._sampling_line_by
+        if by is None:
+            return
+        attaching = self._threadpools is not None and self._threadpools.attaching
+        if force or not attaching or time.monotonic() >= by:
+            self._sampling_line_by = None
+            say(self._sampling_line())
 
     def _run_counters(self) -> RunCounters:
         assert self._program is not None

@@ -35,6 +35,7 @@ class ThreadpoolProbes:
         self._closing = False
         # What the thread does next: a pid to attach, descriptors to close; None: stop.
         self._queue: queue.SimpleQueue[int | list[int] | None] = queue.SimpleQueue()
+        self._pending = 0  # pids queued or being attached
         self._thread = threading.Thread(target=self._work, name="jitprof-threadpool-probes", daemon=True)
         self._thread.start()
         self.failures: dict[int, str] = {}  # pid -> why its threadpool is not followed
@@ -42,7 +43,15 @@ class ThreadpoolProbes:
     def attach(self, pid: int) -> None:
         """pid's maps were read (it started, exec'd or was found): probe its threadpool (soon)."""
         self.detach(pid)
+        with self._lock:
+            self._pending += 1
         self._queue.put(pid)
+
+    @property
+    def attaching(self) -> bool:
+        """Are probes of a process known to run node still being attached?"""
+        with self._lock:
+            return self._pending > 0
 
     def detach(self, pid: int) -> None:
         with self._lock:
@@ -66,7 +75,11 @@ class ThreadpoolProbes:
             if isinstance(item, list):
                 self._program.close_perf_events(item)
             else:
-                self._attach_now(item)
+                try:
+                    self._attach_now(item)
+                finally:
+                    with self._lock:
+                        self._pending -= 1
         # Stopped: descriptors still queued go with the program.
         while not self._queue.empty():
             item = self._queue.get()

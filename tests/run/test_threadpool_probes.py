@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -120,5 +121,30 @@ def test_a_process_let_go_has_its_probes_closed_on_the_probes_thread(pool: Simpl
     assert set(program.closed_on) == {"jitprof-threadpool-probes"}
     # pid 10's go with the program, still open for it to close.
     assert len(program.released) == len(POINTS) and all(is_open(descriptor) for descriptor in program.released)
+    for descriptor in program.released:
+        os.close(descriptor)
+
+
+def test_it_says_it_is_attaching_until_every_probe_asked_for_is_in(pool: SimpleNamespace) -> None:
+    """An attached run says it samples once this is false: a pool's work from
+    then on is charged whole."""
+    program = FakeProgram()
+    program.gate.clear()
+    probes = ThreadpoolProbes(program)  # type: ignore[arg-type]
+    assert not probes.attaching
+    probes.attach(11)
+    probes.attach(12)
+    assert probes.attaching
+    assert program.entered.acquire(timeout=10)
+    assert probes.attaching  # pid 11's first probe held in the kernel
+    program.gate.set()
+    for _point in [*POINTS[1:], *POINTS]:
+        assert program.entered.acquire(timeout=10)
+    deadline = time.monotonic() + 10
+    while probes.attaching and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not probes.attaching
+    assert len(program.attached) == 2 * len(POINTS)
+    probes.close()
     for descriptor in program.released:
         os.close(descriptor)
