@@ -6,7 +6,6 @@ import errno
 import importlib
 import io
 import os
-import secrets
 import stat
 import tempfile
 from collections.abc import Callable
@@ -87,12 +86,16 @@ class UnknownFormat(ValueError):
 
 @dataclass(frozen=True)
 class OutputRequest:
+    """An output asked for: a path and its format."""
+
     path: Path
     format_name: str
 
 
 @dataclass(frozen=True)
 class WrittenOutput:
+    """Where an output was written, or why not."""
+
     requested: Path
     written: Path | None  # None when nothing could be written at all
     error: str = ""  # why the requested path was not used
@@ -217,7 +220,7 @@ def _as_user(owner: RunAs | None, action: Callable[[], None]) -> None:
 
 def _write_fallback(path: Path, produce: Callable[[IO[bytes]], None], owner: RunAs | None) -> Path | None:
     for directory in _fallback_directories():
-        fallback = Path(directory) / f"jitprof-{os.getpid()}-{secrets.token_hex(3)}-{path.name}"
+        fallback = Path(directory) / f"jitprof-{os.getpid()}-{os.urandom(3).hex()}-{path.name}"
         try:
             _as_user(owner, lambda target=fallback: _replace(target, produce, devices=False))  # type: ignore[misc]
         except OSError:
