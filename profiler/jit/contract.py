@@ -78,6 +78,8 @@ class Threadpool:
 
 @dataclass(frozen=True, eq=False)  # compared by identity: one record per runtime
 class Runtime:
+    """A JIT runtime as jitprof knows it: how it is recognised, flagged, read and named."""
+
     name: str  # "Node.js"
     fix: str  # how to make it describe its JIT code
     label: str = "jit"  # what a store's series calls it
@@ -112,6 +114,9 @@ class Runtime:
     # The symbol sources it brings to a run, asked before the generic ones
     # (jitdumps, perf maps).
     symbol_sources: Callable[[SourceSettings], list[JitSymbolSource]] | None = None
+    # Its sources are made (and their modules imported) when a run finds the
+    # first process of it, not at every start: a node run does not pay for a JVM's.
+    sources_when_found: bool = False
     # What to tell a user who attaches to a process of it, given the run's
     # sources and whether inlined frames are wanted; None: the generic "writes
     # no perf map" warning, when it writes none.

@@ -7,7 +7,7 @@ code log, the JVM's maps asked for), then the generic ones: jitdump files
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from profiler.jit import runtimes
@@ -64,8 +64,20 @@ class JitSources:
             jvm_debug_non_safepoints,
             async_callers,
         )
-        own = [source for runtime in runtimes.RUNTIMES if runtime.symbol_sources for source in runtime.symbol_sources(settings)]
+        self._settings = settings
+        with_sources = [runtime for runtime in runtimes.RUNTIMES if runtime.symbol_sources is not None]
+        own = [
+            source
+            for runtime in with_sources
+            if not runtime.sources_when_found and runtime.symbol_sources is not None
+            for source in runtime.symbol_sources(settings)
+        ]
+        # The runtimes whose sources are made when their first process is found.
+        self._later = [runtime for runtime in with_sources if runtime.sources_when_found]
+        self._own_count = len(own)
+        # Replaced whole, never changed in place: other threads go on over the list they took.
         self._sources: list[JitSymbolSource] = [*own, self.jitdumps, self.perf_maps]
+        self.on_sources_changed: Callable[[list[JitSymbolSource]], None] | None = None
         self._injected = injected  # jitprof gave the command's runtimes their JIT-symbol flags
         self._janitor = janitor
         # What is kept of processes forgotten during the run (see forget).
@@ -89,8 +101,26 @@ class JitSources:
 
     def watch(self, pid: int) -> None:
         """A process is followed (or has just exec'd): note what it runs."""
+        self._make_sources_for(pid)
         for source in self._sources:
             source.watch(pid)
+
+    def _make_sources_for(self, pid: int) -> None:
+        """The first process of a runtime whose sources wait for one: they are
+        made now, after the runtimes' own sources so far, before the generic ones."""
+        if not self._later:
+            return
+        runtime = runtimes.runtime_of(pid)
+        if runtime is None or not any(runtime is later for later in self._later):
+            return
+        self._later = [later for later in self._later if later is not runtime]
+        assert runtime.symbol_sources is not None
+        made = runtime.symbol_sources(self._settings)
+        own = self._sources[: self._own_count]
+        self._own_count += len(made)
+        self._sources = [*own, *made, *self._sources[len(own) :]]
+        if self.on_sources_changed is not None:
+            self.on_sources_changed(list(self._sources))
 
     def has_source(self, pid: int) -> bool:
         return pid in self._had_source or any(source.has_source(pid) for source in self._sources)
@@ -115,6 +145,7 @@ class JitSources:
         runtime = runtimes.runtime_of(pid)
         if runtime is None:
             return
+        self._make_sources_for(pid)
         if runtime.attach_notes is not None:
             notes = list(runtime.attach_notes(pid, self._sources, inline))
         elif not any(os.path.exists(path) for path in candidate_paths(pid)):

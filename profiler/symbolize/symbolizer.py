@@ -83,6 +83,8 @@ class _Call:
 
 @dataclass
 class _Parked:
+    """A sample waiting for its process's code to be known."""
+
     raw: RawSample
     since: float  # time.monotonic() when first tried
 
@@ -304,6 +306,12 @@ class Symbolizer:
         """The JIT sources of a run, in the order they are asked."""
         for source in jit.symbol_sources():
             self.add_jit_source(source)
+        jit.on_sources_changed = self._jit_sources_changed
+
+    def _jit_sources_changed(self, sources: list[JitSymbolSource]) -> None:
+        """(A run's first process of a runtime brought its sources.) Replaced
+        whole: a lookup under way goes on over the list it took."""
+        self.jit_sources = sources
 
     def add_jit_source(self, source: JitSymbolSource) -> None:
         self.jit_sources.append(source)

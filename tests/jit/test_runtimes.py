@@ -8,7 +8,7 @@ import pytest
 
 from profiler.jit import runtimes
 from profiler.jit.options import merge_options
-from profiler.jit.runtimes import NODE, PYTHON, inject_environment, runtime_of
+from profiler.jit.runtimes import BUN, JAVA, NODE, PYTHON, inject_environment, runtime_of
 from profiler.jit.v8.preload import PRELOAD_NAME, SCRIPT, install
 from profiler.jit.v8.runtime import NODE_FLAGS, node_flags
 from tests.helpers import TESTS
@@ -123,31 +123,64 @@ def test_a_renamed_node_is_recognised_by_what_it_exports(tmp_path):
         sleeper.wait()
 
 
-def test_each_runtime_brings_its_own_sources_and_the_generic_ones_come_last():
+def test_each_runtime_brings_its_own_sources_and_the_generic_ones_come_last(monkeypatch):
     """A runtime's sources are declared by its record (jit/contract.py), so
-    the run builds, watches, forgets and asks them all alike."""
+    the run builds, watches, forgets and asks them all alike. The JVM's and
+    Bun's are made when the run finds its first process of them."""
     from profiler.jit.files import JitFileJanitor  # noqa: PLC0415
     from profiler.jit.sources import JitSources  # noqa: PLC0415
 
     spawned = JitSources(None, True, JitFileJanitor())
     names = [type(source).__name__ for source in spawned.symbol_sources()]
+    assert names == ["V8HeapSymbols", "V8LogSymbols", "JitdumpSymbols", "PerfMapSymbols"]
+    told: list[list[str]] = []
+    spawned.on_sources_changed = lambda sources: told.append([type(source).__name__ for source in sources])
+    found = {}
+    monkeypatch.setattr(runtimes, "runtime_of", lambda pid: found.get(pid))
+    sleeper = subprocess.Popen(["sleep", "20"])  # stands for each runtime's process (its sources ask the process itself)
+    try:
+        found[sleeper.pid] = JAVA
+        spawned.watch(sleeper.pid)
+        spawned.watch(sleeper.pid)  # made once
+        found[sleeper.pid] = BUN
+        spawned.watch(sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    names = [type(source).__name__ for source in spawned.symbol_sources()]
     assert names == [
         "V8HeapSymbols",
         "V8LogSymbols",
-        "BunPlaceNotes",
-        "BunInterpreterNames",
         "HotSpotStructures",
         "JvmPerfMaps",
+        "BunPlaceNotes",
+        "BunInterpreterNames",
         "JitdumpSymbols",
         "PerfMapSymbols",
     ]
+    assert told == [names[:4] + names[-2:], names]
     whole_machine = JitSources(None, True, JitFileJanitor(), ask_processes=False)
+    found[1 << 29] = JAVA
+    whole_machine.watch(1 << 29)
     whole_names = [type(source).__name__ for source in whole_machine.symbol_sources()]
     assert "HotSpotStructures" in whole_names and "JvmPerfMaps" not in whole_names  # JVMs are read, never asked
     for source in spawned.symbol_sources():
         assert source.forget(1 << 30, None) == [] and not source.has_source(1 << 30)
     spawned.close()
     whole_machine.close()
+
+
+def test_a_run_imports_no_runtimes_sources_before_it_finds_one_of_their_processes():
+    """The JVM's and Bun's modules are a fifth of a start's imports."""
+    listed = subprocess.run(
+        [sys.executable, "-c", "import sys, profiler.cli, profiler.run.recording; print(*sorted(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert "profiler.jit.v8.heap_source" in listed  # what a node run needs is there
+    assert not [name for name in listed if name.startswith(("profiler.jit.jvm.hotspot", "profiler.jit.jvm.perfmap_source"))]
+    assert not [name for name in listed if name.startswith("profiler.jit.bun.") and name != "profiler.jit.bun.runtime"]
 
 
 @pytest.mark.parametrize(

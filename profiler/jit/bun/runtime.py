@@ -19,9 +19,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from profiler.jit.bun.functions import BunFunctions
-from profiler.jit.bun.interpreter import BunInterpreterNames
-from profiler.jit.contract import Runtime
+from profiler.jit.contract import Runtime, SourceSettings
 from profiler.jit.jitdump_files import maps_a_jitdump
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -65,25 +63,16 @@ def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) ->
     return [f"jitprof: warning: bun (pid {pid}) writes no jitdump, so its JavaScript frames will show as addresses; {FIX}"]
 
 
-_FUNCTIONS = BunFunctions()
+def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
+    from profiler.jit.bun.sources import bun_sources  # noqa: PLC0415  (made when the first bun is found)
+
+    return bun_sources(lambda pid: BUN.executable(executable_name(pid)))
 
 
-class BunPlaceNotes(JitSymbolSource):
-    """Has a followed bun's scripts transpiled at once, while it lives, and
-    says at the end of a run which processes' functions could not be placed."""
+def _place_frame(pid: int, name: str, frame: Frame) -> Frame:
+    from profiler.jit.bun.sources import place_frame  # noqa: PLC0415
 
-    def watch(self, pid: int) -> None:
-        if BUN.executable(executable_name(pid)):
-            _FUNCTIONS.prepare(pid)
-
-    def close(self) -> None:
-        _FUNCTIONS.stop()
-
-    def warnings(self) -> list[str]:
-        return [
-            f"jitprof: note: bun (pid {pid}): {problem}, so its JavaScript frames are named without their scripts and lines"
-            for pid, problem in _FUNCTIONS.problems().items()
-        ]
+    return place_frame(pid, name, frame)
 
 
 BUN = Runtime(
@@ -94,8 +83,9 @@ BUN = Runtime(
     spawn_environment=_spawn_environment,
     jitdump_directory_variable=JIT_DUMP_DIRECTORY,
     frame_for_name=frame_for_jsc_name,
-    place_frame=_FUNCTIONS.place_frame,
-    symbol_sources=lambda _settings: [BunPlaceNotes(), BunInterpreterNames()],
+    place_frame=_place_frame,
+    symbol_sources=_symbol_sources,
+    sources_when_found=True,
     own_names_only=True,
     attach_notes=_attach_notes,
 )

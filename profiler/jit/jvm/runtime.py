@@ -12,9 +12,7 @@ from pathlib import Path
 
 from profiler.jit.contract import Runtime, SourceSettings
 from profiler.jit.jvm.application import java_main
-from profiler.jit.jvm.hotspot_source import HotSpotStructures
 from profiler.jit.jvm.idle import waits_for_work
-from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps
 from profiler.jit.options import merge_options
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import JIT_MODULE
@@ -50,7 +48,10 @@ def _frame_for_name(name: str) -> Frame:
 
 def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
     """The JVM's structures; where they cannot be read, a perf map asked for
-    (not under --all: root would write into every JVM's /tmp)."""
+    (not under --all: root would write into every JVM's /tmp). Made, and
+    their modules imported, when the run finds its first JVM."""
+    from profiler.jit.jvm.hotspot_source import HotSpotStructures  # noqa: PLC0415
+    from profiler.jit.jvm.perfmap_source import JvmPerfMaps  # noqa: PLC0415
 
     def is_java(pid: int) -> bool:
         return settings.runtime_of(pid) is JAVA
@@ -62,6 +63,9 @@ def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
 
 
 def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) -> list[str]:
+    from profiler.jit.jvm.hotspot_source import HotSpotStructures  # noqa: PLC0415  (made by now: a JVM was found)
+    from profiler.jit.jvm.perfmap_source import REFRESH_S, JvmPerfMaps  # noqa: PLC0415
+
     structures = next((source for source in sources if isinstance(source, HotSpotStructures)), None)
     if structures is not None and structures.reads(pid):
         return []
@@ -86,6 +90,7 @@ JAVA = Runtime(
     own_names_only=True,
     application=lambda pid, arguments: java_main(arguments),
     symbol_sources=_symbol_sources,
+    sources_when_found=True,
     attach_notes=_attach_notes,
     waits_for_work=waits_for_work,
 )
