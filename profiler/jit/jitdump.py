@@ -62,6 +62,8 @@ class JitdumpError(Exception):
 
 @dataclass(frozen=True)
 class JitdumpHeader:
+    """A jitdump file's header, as the file says it."""
+
     version: int
     elf_machine: int
     pid: int
@@ -71,6 +73,8 @@ class JitdumpHeader:
 
 @dataclass(frozen=True)
 class DebugLine:
+    """One line entry of a debug-info record: where in the code a source line begins."""
+
     address: int  # where the line's code starts (bias removed)
     line: int
     column: int  # the spec's "discriminator"; V8 and others put the column there

@@ -33,6 +33,8 @@ MAX_DUMPS_PER_PROCESS = 64  # JavaScriptCore writes one per thread that compiles
 
 @dataclass
 class _ProcessDumps:
+    """The jitdumps of one process, and when they were last read."""
+
     pid: int
     owner_uid: int | None
     runtime: Runtime | None = None
@@ -45,6 +47,8 @@ class _ProcessDumps:
 
 @dataclass(frozen=True)
 class JitdumpReport:
+    """What one process's jitdumps gave, for the end of a run."""
+
     pid: int
     path: str
     loads: int

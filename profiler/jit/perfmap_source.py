@@ -28,6 +28,8 @@ TAIL_INTERVAL_S = 0.01
 
 @dataclass
 class _ProcessMap:
+    """The perf map of one process, and what was read of it."""
+
     pid: int
     owner_uid: int | None
     runtime: runtimes.Runtime | None
@@ -41,6 +43,8 @@ class _ProcessMap:
 
 @dataclass(frozen=True)
 class PerfMapReport:
+    """What one process's perf map gave, for the end of a run."""
+
     pid: int
     path: str
     entries: int

@@ -15,6 +15,8 @@ RESCAN_MAX_S = 1.6
 
 @dataclass
 class Rescan:
+    """When to look again for something a process may still write."""
+
     next_at: float = 0.0
     interval_s: float = RESCAN_FIRST_S
 

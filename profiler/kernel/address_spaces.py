@@ -42,6 +42,8 @@ class TrieSink(Protocol):
 
 @dataclass
 class KnownMapping:
+    """An executable mapping of a process, as the trie and the walkers know it."""
+
     entry: MapEntry
     prefixes: list[TriePrefix]
     image: ElfImage | None  # None for JIT memory and unreadable files
@@ -136,11 +138,15 @@ class SpaceView:
 
 @dataclass(frozen=True)
 class MappingLookup:
+    """The mapping an address was in, and the maps' generation then."""
+
     generation: int
     mapping: KnownMapping | None
 
 
 @dataclass
 class TrackerStats:
+    """What the mapping tracker could not do, for the end of a run."""
+
     trie_rejected: int = 0
     unreadable_files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path: (a pid mapping it, why)

@@ -62,6 +62,8 @@ LATER_PROGRAMS = {
 
 @dataclass(frozen=True)
 class LoadOptions:
+    """What the sampler is loaded with for one run."""
+
     frequency_hz: int
     kernel_stacks: bool
     dwarf: bool = True

@@ -280,6 +280,8 @@ def leaf_v8_frame(v8_frames: tuple[V8FrameSlots, ...]) -> V8FrameSlots | None:
 
 @dataclass(frozen=True)
 class ProcessEvent:
+    """A process's fork, exec, exit or new code, from the ring or the mapping records."""
+
     event_type: EventType
     pid: int
     tid: int

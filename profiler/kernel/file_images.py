@@ -21,6 +21,8 @@ MAX_UNUSABLE_FILES = 1 << 16  # files remembered as unusable (then forgotten, an
 
 @dataclass(frozen=True)
 class FileKey:
+    """A file by device and inode."""
+
     device: str
     inode: int
 

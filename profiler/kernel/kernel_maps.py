@@ -29,6 +29,8 @@ BPF_NOEXIST = 1
 
 @dataclass(frozen=True)
 class KernelCounters:
+    """The kernel side's counters, summed over the CPUs."""
+
     samples: int
     ringbuf_full: int
     kernel_stack_failed: int

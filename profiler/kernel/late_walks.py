@@ -51,6 +51,8 @@ class FrameRecorder(Protocol):
 
 @dataclass
 class LateWalkStats:
+    """How the walks finished in user space went."""
+
     finished: int = 0
     waited: int = 0  # tries that found the process or a table not known yet
     copy_bytes: int = 0

@@ -50,6 +50,8 @@ MAX_RECORDS_PER_DRAIN = 8192  # per CPU and poll: the rest waits for the next
 
 @dataclass(frozen=True)
 class NewMapping:
+    """Memory a process made executable, from the kernel's records."""
+
     pid: int
     tid: int
     address: int

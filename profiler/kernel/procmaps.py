@@ -17,6 +17,8 @@ JITDUMP_MARKER = re.compile(r"/jit-\d+(?:-\d+)?\.dump$")
 
 @dataclass(frozen=True)
 class MapEntry:
+    """One line of /proc/PID/maps."""
+
     start: int
     end: int
     readable: bool

@@ -16,6 +16,8 @@ FULL_PREFIX = PID_BITS + ADDRESS_BITS
 
 @dataclass(frozen=True)
 class TriePrefix:
+    """A key of the kernel's trie: an aligned block of one process's addresses."""
+
     pid: int
     address: int  # first address of the aligned block
     prefix_len: int  # bits of (pid, address) that must match

@@ -37,6 +37,8 @@ class Memory(Protocol):
 
 @dataclass(frozen=True)
 class ProcessContext:
+    """What a process publishes of its OpenTelemetry resource and thread records."""
+
     resource: tuple[tuple[str, str], ...]  # the resource's attributes (service.name, ...)
     thread_keys: tuple[str, ...]  # a thread record's attribute names, by key index
     schema: str  # the thread context's schema version ("" if none published)

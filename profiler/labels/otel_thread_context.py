@@ -37,6 +37,8 @@ class Memory(Protocol):
 
 @dataclass(frozen=True)
 class ThreadContext:
+    """A thread's current trace, span and attributes, as published."""
+
     trace_id: str  # hex, "" when none is active (all zeros)
     span_id: str
     attributes: tuple[tuple[str, str], ...]

@@ -30,6 +30,8 @@ class FrameKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Frame:
+    """One frame of a stack, as shown: a function and where it is."""
+
     name: str
     module: str
     kind: FrameKind
@@ -58,6 +60,8 @@ MAX_LABEL_SETS = 1 << 18  # distinct label sets of one profile
 
 @dataclass(slots=True)  # an hour of a busy machine is millions of these (not frozen: a frozen one is built several times slower)
 class Sample:
+    """One sample: a thread's stack at a moment (or a wait, with its length)."""
+
     time_ns: int
     pid: int
     tid: int
@@ -82,6 +86,8 @@ StackKey = tuple[Any, ...]  # a sample's fields (by default its command name and
 
 @dataclass
 class RunInfo:
+    """What was profiled, how and when."""
+
     command: list[str]
     pids: list[int]
     frequency_hz: int
@@ -101,6 +107,8 @@ class RunInfo:
 
 @dataclass
 class LossCounts:
+    """Samples lost, by why."""
+
     ringbuf_full: int = 0
     malformed: int = 0
     kernel_stack_failed: int = 0
@@ -147,6 +155,8 @@ class ModuleFile:
 
 @dataclass
 class Profile:
+    """A run's samples, their frames and what went wrong, for every output."""
+
     info: RunInfo
     frames: list[Frame] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)

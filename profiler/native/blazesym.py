@@ -38,6 +38,8 @@ _loaded: tuple[Any, Any] | None = None
 
 @dataclass(frozen=True)
 class SourcePlace:
+    """A file, line and column from debug information."""
+
     file: str  # as the debug info has it: directory/file when both are known
     line: int
     column: int
@@ -45,6 +47,8 @@ class SourcePlace:
 
 @dataclass(frozen=True)
 class InlinedCall:
+    """A function inlined at an address, and where its next call is."""
+
     name: str
     place: SourcePlace | None  # where in this function the next one in (or the address) is
     start_line: int = 0  # the line the function begins on, where known (Go's inline tree has it)

@@ -52,6 +52,8 @@ class ElfFormatError(ValueError):
 
 @dataclass(frozen=True)
 class LoadSegment:
+    """A PT_LOAD segment: where file bytes are mapped."""
+
     file_offset: int
     vaddr: int
     file_size: int
@@ -59,6 +61,8 @@ class LoadSegment:
 
 @dataclass(frozen=True)
 class SectionHeader:
+    """An ELF section header, its name resolved."""
+
     name: str
     kind: int
     address: int
@@ -69,6 +73,8 @@ class SectionHeader:
 
 @dataclass(frozen=True)
 class ElfHeader:
+    """The ELF header fields jitprof reads."""
+
     elf_class: int
     entry: int
     program_offset: int
@@ -303,6 +309,8 @@ def dynamic_strings(handle: BinaryIO, max_bytes: int) -> bytes:
 
 @dataclass(frozen=True)
 class NamedSymbol:
+    """A symbol-table entry, its name resolved."""
+
     name: str
     value: int
     size: int

@@ -74,6 +74,8 @@ class _InlineData:
 
 @dataclass
 class _Function:
+    """A Go function's entry in the pc-line table."""
+
     entry: int  # offset from the text start
     pcfile: int
     pcln: int

@@ -42,6 +42,8 @@ class NativeUnavailable(JitprofError):
 
 @dataclass(frozen=True)
 class CompiledRows:
+    """A file's unwind rows compiled for the walker, and what failed."""
+
     packed: bytes  # rows in the BPF walker's layout
     fdes: int
     failed_fdes: int
@@ -198,6 +200,8 @@ WALK_PENDING = 64  # jitprof_native.h: JP_WALK_PENDING
 
 @dataclass(frozen=True)
 class WalkMapping:
+    """A mapping as the user-space walker steps through it."""
+
     start: int
     end: int
     load_bias: int
@@ -207,6 +211,8 @@ class WalkMapping:
 
 @dataclass(frozen=True)
 class WalkStack:
+    """The copy of a stack a walk goes over."""
+
     data: bytes
     address: int  # of data[0]
     reached_end: bool  # memory beyond data was not readable
@@ -214,6 +220,8 @@ class WalkStack:
 
 @dataclass(frozen=True)
 class WalkRegisters:
+    """The registers a walk resumes from."""
+
     pc: int
     sp: int
     fp: int
@@ -223,6 +231,8 @@ class WalkRegisters:
 
 @dataclass(frozen=True)
 class WalkResult:
+    """The frames a walk found and how it ended."""
+
     frames: tuple[int, ...]
     end: int  # a WalkEnd value, or WALK_PENDING
     pending_address: int | None = None  # WALK_PENDING: the address in the mapping it waits for

@@ -61,6 +61,8 @@ class LocatorFailed(OSError):
 
 @dataclass
 class _Helper:
+    """The running helper process and the files it holds."""
+
     process: subprocess.Popen[bytes]
     channel: socket.socket
     known: set[int] = field(default_factory=set)  # file ids whose descriptor it holds

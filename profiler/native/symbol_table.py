@@ -14,6 +14,8 @@ NAME_END = re.compile(b"\0")
 
 @dataclass(frozen=True)
 class SymbolHit:
+    """The function an address is in, and how far into it."""
+
     name: str
     offset: int  # bytes into the function
 

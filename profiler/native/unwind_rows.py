@@ -59,6 +59,8 @@ class RbxRule(enum.IntEnum):
 
 @dataclass(frozen=True)
 class UnwindRow:
+    """How to find the caller's frame from one address on."""
+
     pc: int
     cfa_type: CfaType
     cfa_offset: int = 0
@@ -76,6 +78,8 @@ class UnwindRow:
 
 @dataclass
 class UnwindTable:
+    """A file's unwind rows, sorted by address."""
+
     rows: list[UnwindRow]
     fde_count: int = 0
     failed_fde_starts: list[int] = field(default_factory=list)  # undecodable: they stay gaps

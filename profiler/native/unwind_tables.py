@@ -40,12 +40,16 @@ class RowsState(enum.Enum):
 
 @dataclass(frozen=True)
 class TableRows:
+    """A file's rows for a walk in user space, and whether they are ready."""
+
     state: RowsState
     packed: bytes = b""
 
 
 @dataclass
 class TableStats:
+    """How the kernel's row array is used, and what did not fit."""
+
     tables_live: int = 0
     rows_used: int = 0
     rows_capacity: int = 0
@@ -56,6 +60,8 @@ class TableStats:
 
 @dataclass
 class _Table:
+    """A file's table in the kernel: where its rows are and who uses it."""
+
     table_id: int
     image: ElfImage
     references: int = 1

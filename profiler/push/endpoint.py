@@ -35,6 +35,8 @@ class Result(enum.Enum):
 
 @dataclass(frozen=True)
 class Outcome:
+    """How one send to a store went."""
+
     result: Result
     detail: str = ""  # for the log: "HTTP 500: ...", "connection refused"
     retry_after_s: float | None = None  # what the store asked for (429/503)
@@ -42,6 +44,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Endpoint:
+    """Where a signal is sent, with its headers."""
+
     url: str  # the store's base URL + the signal's path
     headers: dict[str, str] = field(default_factory=dict)
     signal_path: str = ""  # "/ingest", "/v1development/profiles"

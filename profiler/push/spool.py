@@ -31,6 +31,8 @@ class SpoolError(Exception):
 
 @dataclass(frozen=True)
 class SpooledProfile:
+    """A profile kept on disk until the store takes it."""
+
     name: str
     query: dict[str, str]
     profile: bytes
@@ -38,6 +40,8 @@ class SpooledProfile:
 
 @dataclass
 class SpoolStats:
+    """What the spool had to drop."""
+
     dropped: int = 0  # the oldest, for room (or that could not be written)
     dropped_bytes: int = 0
 

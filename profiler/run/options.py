@@ -29,6 +29,8 @@ class PushOptions:
 
 @dataclass
 class RecordingOptions:
+    """What the command line asked of a run."""
+
     command: list[str]
     pids: list[int]
     frequency_hz: int

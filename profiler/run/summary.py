@@ -14,6 +14,8 @@ from profiler.symbolize.waits import duration_text
 
 @dataclass
 class Summary:
+    """The run's one line at its end."""
+
     samples: int
     processes: int
     lost: int

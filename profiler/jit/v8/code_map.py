@@ -40,6 +40,8 @@ MAX_INLINE_DEPTH = 64  # a cycle in a hostile table must end
 
 @dataclass
 class Script:
+    """A script of the code log: its URL and, once its source came, where its lines begin."""
+
     url: str
     line_starts: Sequence[int] | None = None  # None until its script-source arrives (an array: 4 bytes a line)
 
@@ -100,6 +102,8 @@ class InlineSource:
 
 @dataclass
 class CodeObject:
+    """A piece of code the log created, where it lives until moved or retired."""
+
     sequence: int  # unique within its process: a memo key that survives moves
     start: int
     size: int

@@ -93,6 +93,8 @@ def _frame_key(record: V8FrameSlots, address: int, leaf: bool) -> tuple[object, 
 
 @dataclass
 class _Process:
+    """One node process whose V8 objects are read: its layout and what was read."""
+
     pid: int
     layout: V8Layout
     reader: HeapReader
@@ -158,6 +160,8 @@ class _Process:
 
 @dataclass(frozen=True)
 class _Inlining:
+    """An optimized code's inlined functions and their call positions."""
+
     shared: int  # the code's own function (tagged SharedFunctionInfo)
     functions: tuple[SharedInfo | None, ...]  # inlined, by the ids the positions table uses
     positions: bytes  # 16 bytes each: the caller's position, the function's index
@@ -165,6 +169,8 @@ class _Inlining:
 
 @dataclass(frozen=True)
 class V8HeapReport:
+    """Whether one process's V8 objects could be read, for the end of a run."""
+
     pid: int
     problem: str  # "" when its frames could be read
 

@@ -31,6 +31,8 @@ _MARKER = re.compile(r"^o?[~^+*]?'?$")
 
 @dataclass(frozen=True)
 class CodeCreation:
+    """A code-creation event of the log."""
+
     tag: str  # JS, Builtin, Handler, RegExp, ... (LazyCompile/Function before Node 19)
     time_us: int  # since the isolate's logger started
     start: int
@@ -62,6 +64,8 @@ class PositionTable:
 
 @dataclass(frozen=True)
 class Inlining:
+    """One inlined call of an optimized code, as the log gives it."""
+
     function_index: int  # into CodeSourceInfo.inlined_functions; -1 when V8 had none
     call_site: int  # script offset of the call in the parent
     parent: int  # the parent inlining id, -1 for the outer function
@@ -69,6 +73,8 @@ class Inlining:
 
 @dataclass(frozen=True)
 class CodeSourceInfo:
+    """An optimized code's source positions and inlined functions."""
+
     start: int
     script_id: int
     positions: str  # as logged: PositionTable.parse reads it
@@ -78,6 +84,8 @@ class CodeSourceInfo:
 
 @dataclass(frozen=True)
 class ScriptSource:
+    """A script's source event, kept as where its lines begin."""
+
     script_id: int
     url: str
     line_starts: array.array  # UTF-16 offset where each line begins; the source itself is not kept
@@ -85,12 +93,16 @@ class ScriptSource:
 
 @dataclass(frozen=True)
 class CodeMove:
+    """Code moved by the garbage collector."""
+
     source: int
     destination: int
 
 
 @dataclass(frozen=True)
 class SharedFunctionMove:
+    """A SharedFunctionInfo moved by the garbage collector."""
+
     source: int
     destination: int
 
@@ -100,6 +112,8 @@ V8LogEvent = CodeCreation | CodeSourceInfo | ScriptSource | CodeMove | SharedFun
 
 @dataclass(frozen=True)
 class V8Version:
+    """The V8 version the log says it was written by."""
+
     major: int
     minor: int
 

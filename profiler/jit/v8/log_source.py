@@ -41,6 +41,8 @@ UNKNOWN_INLINED = "(inlined function, not in the log)"
 
 @dataclass
 class _LogFile:
+    """One V8 log file of a process, read as it grows."""
+
     descriptor: int
     identity: tuple[int, int]  # (st_dev, st_ino)
     isolate: IsolateLog = field(default_factory=IsolateLog)
@@ -52,6 +54,8 @@ class _LogFile:
 
 @dataclass
 class _ProcessLogs:
+    """The V8 logs of one process and the code they describe."""
+
     pid: int
     owner_uid: int | None
     logs: list[_LogFile] = field(default_factory=list)
@@ -64,6 +68,8 @@ class _ProcessLogs:
 
 @dataclass(frozen=True)
 class V8LogReport:
+    """What one process's V8 logs gave, for the end of a run."""
+
     pid: int
     logs: int
     code_objects: int

@@ -29,6 +29,8 @@ class Tier(str, enum.Enum):
 
 @dataclass(frozen=True)
 class V8Name:
+    """A V8 code name taken apart: function, script, position and tier."""
+
     display: str  # "render view.js:42", "[builtin] ArrayPrototypePush"
     function: str  # "" for an anonymous function
     script: str  # full script path or URL; "" for non-JS code

@@ -48,6 +48,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_$][\w$]*")
 
 @dataclass
 class OriginalStats:
+    """How many source maps were found and read, and frames mapped."""
+
     with_maps: int = 0  # scripts found to name a map
     maps_read: int = 0
     frames_mapped: int = 0
@@ -55,6 +57,8 @@ class OriginalStats:
 
 @dataclass(frozen=True)
 class _Process:
+    """Whose files a process's source maps are read as, and from which root."""
+
     root: tuple[int, int]  # its root directory's device and inode
     user: TargetUser
 
@@ -75,6 +79,8 @@ def _own_root() -> tuple[int, int]:
 
 @dataclass
 class _Script:
+    """A generated script's source map, and the frames waiting for it."""
+
     files: ScriptFiles | None  # None: no map, or one that cannot be used
     parsed: SourceMap | None = None
     frames: list[Frame] = field(default_factory=list)  # waiting for the next pass

@@ -41,6 +41,8 @@ class SourceMapUnavailable(Exception):
 
 @dataclass(frozen=True)
 class TargetUser:
+    """The user and groups a target's files are read as."""
+
     uid: int
     gids: frozenset[int]
 

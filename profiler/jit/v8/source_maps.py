@@ -46,6 +46,8 @@ class Original:
 
 @dataclass(frozen=True)
 class _Section:
+    """A section of an index source map: where it begins and its map."""
+
     line: int  # where it begins in the generated script, 0-based
     column: int
     source_map: SourceMap
@@ -53,6 +55,8 @@ class _Section:
 
 @dataclass(frozen=True)
 class SourceMap:
+    """A parsed source map, its mappings kept encoded."""
+
     sources: tuple[str, ...]
     names: tuple[str, ...]
     mappings: bytes

@@ -70,6 +70,8 @@ class AsyncChainError(Exception):
 
 @dataclass(frozen=True)
 class AsyncChain:
+    """Where a V8 build keeps what the async callers' walk starts from."""
+
     isolate_tls: int  # g_current_isolate_ from the thread pointer
     microtask_at: int  # the isolate's current microtask
     builtins: tuple[tuple[int, int], ...]  # (builtin id, ROLE_*)

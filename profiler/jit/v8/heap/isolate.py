@@ -27,6 +27,8 @@ class IsolateError(Exception):
 
 @dataclass(frozen=True)
 class IsolateLocations:
+    """Where a thread's isolate and its continuation data are found."""
+
     isolate_tls: int  # g_current_isolate_ from the thread pointer (x86-64: below it)
     embedder_data: int  # the continuation-preserved embedder data in the Isolate
 

@@ -68,6 +68,8 @@ class ObjectLayout:
 
 @dataclass(frozen=True)
 class V8Layout:
+    """The offsets and type ids of one V8 build's objects, from its binary."""
+
     version: tuple[int, int]
     builtins: tuple[int, int]  # file addresses [start, end) of the embedded builtins
     interpreter_entry: tuple[int, int]  # InterpreterEntryTrampoline's [start, end)

@@ -59,6 +59,8 @@ def smi_value(word: int) -> int:
 
 @dataclass(frozen=True)
 class Script:
+    """A script read from the heap: its name and where its lines end."""
+
     name: str
     line_ends: array | None  # offset of each line's end (its newline), ascending; None: not known
 
@@ -84,6 +86,8 @@ class SharedInfo:
 
 @dataclass(frozen=True)
 class CodeInfo:
+    """What naming needs of a Code object read from the heap."""
+
     kind: int
     instruction_start: int
     instruction_size: int
