@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from profiler.native import cache, debuginfod, elf_format
+from profiler.native.dwarf_coverage import DwarfCoverage, dwarf_coverage
 from profiler.native.elf_format import ELF64_SYMBOL, MAX_STRING_TABLE_BYTES, MAX_SYMBOL_ENTRIES, LoadSegment
 from profiler.native.gopclntab import GoFunctions, read_go_functions
 from profiler.native.linkage import linkage_symbols
@@ -64,6 +65,7 @@ class ElfImage:
     _go_read: bool = field(default=False, repr=False)
     _debug_tried: bool = field(default=False, repr=False)
     _has_dwarf: bool | None = field(default=None, repr=False)
+    _dwarf_coverage: DwarfCoverage | None = field(default=None, repr=False)
 
     def vaddr_for_file_offset(self, file_offset: int) -> int | None:
         for segment in self.segments:
@@ -110,6 +112,14 @@ class ElfImage:
                     names = set()
                 self._has_dwarf = bool(names & DWARF_SECTIONS)
         return self._has_dwarf
+
+    def dwarf_covers(self, vaddr: int) -> bool:
+        """(A file with DWARF.) May its DWARF describe vaddr? Where it does
+        not, blazesym names the address by the symbol table, as this file's
+        own table does without the helper."""
+        if self._dwarf_coverage is None:
+            self._dwarf_coverage = dwarf_coverage(self.debug_handle() or self.handle)
+        return self._dwarf_coverage.covers(vaddr)
 
     def _has_symtab(self) -> bool:
         """Does the file keep its full symbol table (not stripped)?"""

@@ -69,6 +69,7 @@ class SectionHeader:
     offset: int
     size: int
     link: int
+    flags: int = 0  # SHF_*
 
 
 @dataclass(frozen=True)
@@ -277,8 +278,8 @@ def section_headers(handle: BinaryIO, header: ElfHeader | None = None) -> list[S
                 names = b""
     result = []
     for fields in raw:
-        name_offset, kind, _flags, address, offset, size, link = fields[:7]
-        result.append(SectionHeader(string_at(names, name_offset), kind, address, offset, size, link))
+        name_offset, kind, flags, address, offset, size, link = fields[:7]
+        result.append(SectionHeader(string_at(names, name_offset), kind, address, offset, size, link, flags))
     return result
 
 

@@ -10,9 +10,6 @@ on a builder thread while sampling goes on.
 from __future__ import annotations
 
 import array
-import contextlib
-import hashlib
-import importlib.util
 import os
 import sys
 import threading
@@ -21,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.errors import JitprofError
+from profiler.native.cffi_declarations import parsed_ffi, write_parsed
 
 NATIVE_DIR = Path(__file__).resolve().parents[2] / "native"
 LIBRARY_PATH = NATIVE_DIR / "build" / "libjitprof_native.so"
@@ -87,20 +85,16 @@ def check_built() -> None:
 
 
 def load() -> tuple[Any, Any]:
-    """(ffi, lib), loaded once per process (cffi parses the declarations: 20 ms)."""
+    """(ffi, lib), loaded once per process."""
     global _loaded
     with _lock:
         if _loaded is None:
             try:
-                import cffi  # noqa: PLC0415  (only where the native code is used)
+                import cffi  # noqa: F401, PLC0415  (missing: one error with the fix, not an ImportError later)
             except ImportError as error:
                 raise NativeUnavailable("the cffi module is missing", "run `make setup`") from error
             check_built()
-            declarations = _declarations()
-            ffi = _parsed(declarations)
-            if ffi is None:
-                ffi = cffi.FFI()
-                ffi.cdef(declarations)
+            ffi = parsed_ffi(LIBRARY_PATH.parent, DECLARATIONS_MODULE, _declarations())
             try:
                 lib = ffi.dlopen(str(LIBRARY_PATH))
             except OSError as error:
@@ -109,40 +103,9 @@ def load() -> tuple[Any, Any]:
         return _loaded
 
 
-def _declarations_path(declarations: str) -> Path:
-    key = hashlib.sha256(declarations.encode()).hexdigest()[:16]
-    return LIBRARY_PATH.parent / f"{DECLARATIONS_MODULE}_{key}.py"
-
-
-def _parsed(declarations: str) -> Any:
-    """The FFI set-up parsed for exactly these declarations, or None."""
-    path = _declarations_path(declarations)
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None:
-        return None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.ffi
-
-
 def write_parsed_declarations() -> Path:
-    """(Set-up.) The declarations parsed once, as a module cffi loads
-    without parsing; those of earlier sources removed."""
-    import cffi  # noqa: PLC0415
-
-    declarations = _declarations()
-    path = _declarations_path(declarations)
-    for old in path.parent.glob(f"{DECLARATIONS_MODULE}_*.py"):
-        if old != path:
-            old.unlink()
-    builder = cffi.FFI()
-    builder.cdef(declarations)
-    builder.set_source(path.stem, None)
-    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # cffi says "generating ..."
-        builder.emit_python_code(str(path))
-    return path
+    """(Set-up.) native/'s declarations parsed once."""
+    return write_parsed(LIBRARY_PATH.parent, DECLARATIONS_MODULE, _declarations())
 
 
 def compile_unwind_rows(descriptor: int) -> CompiledRows:

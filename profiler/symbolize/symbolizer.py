@@ -117,7 +117,7 @@ class ElfSymbols:
             if image is None or not image.has_dwarf():
                 continue  # its symbol table names it, here
             vaddr = image.vaddr_for_file_offset(address - mapping.entry.start + mapping.entry.offset)
-            if vaddr is not None and (image.cache_key, vaddr) not in self._named_ahead:
+            if vaddr is not None and image.dwarf_covers(vaddr) and (image.cache_key, vaddr) not in self._named_ahead:
                 by_image.setdefault(id(image), (image, []))[1].append(vaddr)
         if len(self._named_ahead) >= MAX_NAMED_AHEAD:
             self._named_ahead.clear()
@@ -162,7 +162,8 @@ class ElfSymbols:
         # A file without DWARF is named by its symbol table, here, as blazesym
         # would name it (but for which of a folded function's names): its
         # helper's round trip per address cost a compiling JVM 0.2 ms a frame.
-        if self._locator is not None and image.has_dwarf():
+        # So is an address its DWARF does not describe (node's, but libuv's).
+        if self._locator is not None and image.has_dwarf() and image.dwarf_covers(vaddr):
             key = (image.cache_key, vaddr)
             if key in self._named_ahead:
                 located = self._named_ahead.pop(key)
