@@ -312,6 +312,29 @@ def _symbols_from(answer: Any, count: int) -> list[NativeSymbol | None]:
     return located
 
 
+def answer_of(symbols: list[NativeSymbol | None]) -> list[Any]:
+    """Symbols in the form the helper answers in (kept so on disk: located_names)."""
+    return [
+        None
+        if symbol is None
+        else [
+            symbol.name,
+            symbol.start,
+            _place_to(symbol.place),
+            [[call.name, _place_to(call.place), call.start_line] for call in symbol.inlined],
+        ]
+        for symbol in symbols
+    ]
+
+
+def symbols_of(answer: Any) -> list[NativeSymbol | None]:
+    """An answer in that form read back, checked as the helper's own are
+    (TypeError, ValueError or KeyError when it is not one)."""
+    if not isinstance(answer, list):
+        raise TypeError("not a list of symbols")
+    return _symbols_from({"symbols": answer}, len(answer))
+
+
 # --- The helper ---------------------------------------------------------------
 
 

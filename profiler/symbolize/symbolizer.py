@@ -33,6 +33,7 @@ from profiler.model.profile import MAX_SAMPLE_FRAMES, Frame, FrameKind, ModuleFi
 from profiler.native.blazesym import NativeSymbol, SourcePlace
 from profiler.native.demangle import PLT_SUFFIX
 from profiler.native.elf import ElfImage, UnreadableElf
+from profiler.native.located_names import LocatedNames
 from profiler.native.locator_process import CodeLocator
 from profiler.symbolize.waits import WaitRecorder, is_wait_record, needs_stack
 from profiler.symbolize.work_charges import WorkCharges
@@ -104,6 +105,7 @@ class ElfSymbols:
         # taken by resolve_chain: the helper's round trip, not blazesym, is
         # most of what naming one address costs.
         self._named_ahead: dict[tuple[str, int], NativeSymbol | None] = {}
+        self._located = LocatedNames()  # what the helper said, in this run and earlier ones
         self.requests = 0  # to blazesym's helper
 
     def name_ahead(self, wanted: list[tuple[KnownMapping, int]]) -> None:
@@ -136,13 +138,22 @@ class ElfSymbols:
                 self._keep_function_line(image, start, symbol)
 
     def _locate(self, image: ElfImage, vaddrs: list[int]) -> dict[int, NativeSymbol | None] | None:
+        """blazesym's names for these addresses: as an earlier run was told
+        them, else asked now; None when the file cannot be read by it."""
         assert self._locator is not None
-        self.requests += 1
-        try:
-            located = self._locator.locate(image.debug_handle() or image.handle, vaddrs, image.path)
-        except (OSError, ValueError):
-            return None
-        return dict(zip(vaddrs, located, strict=True))
+        handle = image.debug_handle() or image.handle
+        key = image.cache_key + ("-d" if image.debug_file else "")
+        known = self._located.known(key)
+        missing = sorted({vaddr for vaddr in vaddrs if vaddr not in known})
+        asked: dict[int, NativeSymbol | None] = {}
+        if missing:
+            self.requests += 1
+            try:
+                asked = dict(zip(missing, self._locator.locate(handle, missing, image.path), strict=True))
+            except (OSError, ValueError):
+                return None
+            self._located.add(key, asked)
+        return {vaddr: asked[vaddr] if vaddr in asked else known[vaddr] for vaddr in vaddrs}
 
     def resolve_chain(self, pid: int, mapping: KnownMapping, address: int) -> list[Frame] | None:
         """The frames at an address, outermost first: the function, then what
@@ -231,6 +242,7 @@ class ElfSymbols:
 
     def close(self) -> None:
         if self._locator is not None:
+            self._located.save()
             self._locator.close()
 
 

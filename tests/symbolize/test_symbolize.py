@@ -3,8 +3,10 @@
 import ctypes
 import os
 import subprocess
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.events import RawSample, WalkEnd
@@ -414,11 +416,14 @@ def test_native_frames_through_blazesym_inlined_and_plt():
     assert chain[0].name in ("qsort_r", "__qsort_r") and chain[-1].line_exact and chain[-1].file.endswith(".c")
 
 
-def named_through_the_helper(stacks: list[tuple[int, ...]], batched: bool) -> tuple[Profile, int]:
+def named_through_the_helper(stacks: list[tuple[int, ...]], batched: bool, fresh_cache: bool = True) -> tuple[Profile, int]:
     """The stacks (this process's addresses, leaf first) named as one batch,
-    with or without naming ahead; the profile and the requests it took."""
+    with or without naming ahead; the profile and the requests it took.
+    fresh_cache: none of what earlier runs were told by the helper."""
     from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
 
+    if fresh_cache:
+        os.environ["JITPROF_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-", dir=Path(os.environ["JITPROF_CACHE_DIR"]).parent)
     locator = CodeLocator()
     profile = Profile(RunInfo([], [os.getpid()], 99))
     tracker = MappingTracker(RecordingTrie())
@@ -451,6 +456,41 @@ def test_a_new_stack_s_native_callers_are_named_in_one_request_per_file():
         assert requests <= 4 if batched else requests >= 2 * (len(names) - 1), requests
     assert frames[True] == frames[False]
     assert sum(1 for name, _file, _line in frames[True] if name.lstrip("_").startswith(("qsort", "strlen", "malloc"))) >= 2
+
+
+def test_what_the_helper_said_names_the_next_run_without_it():
+    """Its answers are kept on disk by the file's key: the next run over the
+    same addresses asks nothing and names them alike (lines, inlined
+    functions); an address not seen before is asked for."""
+    names = ["qsort", "memcpy", "strlen", "malloc", "free", "getenv"]
+    addresses = tuple(libc_function_address(name) + 5 for name in names)
+    first, first_requests = named_through_the_helper([addresses], batched=True)
+    again, again_requests = named_through_the_helper([addresses], batched=True, fresh_cache=False)
+    assert first_requests >= 1 and again_requests == 0
+    shown = [
+        [(frame.name, frame.file, frame.line, frame.inlined) for frame in profile.stack(profile.samples[0])]
+        for profile in (first, again)
+    ]
+    assert shown[0] == shown[1]
+    _more, more_requests = named_through_the_helper(
+        [(libc_function_address("strtol") + 3, *addresses)], batched=True, fresh_cache=False
+    )
+    assert more_requests >= 1
+
+
+def test_a_damaged_kept_answer_is_not_taken(tmp_path):
+    """The kept answers are checked as the helper's are: a file whose entry is
+    not one is asked again."""
+    from profiler.native import cache  # noqa: PLC0415
+    from profiler.native.located_names import KIND, LocatedNames  # noqa: PLC0415
+
+    for damaged in ({"addresses": [1, 2], "symbols": [None]}, {"addresses": [1], "symbols": [["f", -1, None, []]]},
+                    {"addresses": [1], "symbols": [["f", 1, ["a.c", "x", 1], []]]}, [1, 2], {"addresses": ["1"], "symbols": [None]}):  # fmt: skip
+        cache.write_json(KIND, "b-00ff", damaged)
+        assert LocatedNames().known("b-00ff") == {}
+    cache.write_json(KIND, "b-00ff", {"addresses": [16], "symbols": [["f", 8, ["a.c", 3, 1], [["g", None, 2]]]]})
+    kept = LocatedNames().known("b-00ff")[16]
+    assert kept is not None and kept.name == "f" and kept.place.line == 3 and kept.inlined[0].name == "g"
 
 
 def test_a_batch_s_new_native_leaves_are_named_in_one_request_per_file():
