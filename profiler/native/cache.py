@@ -214,6 +214,12 @@ def load(key: str) -> SymbolTable | None:
         return None  # as many names as symbols, or it is not our entry
 
 
+def has_symbols(key: str) -> bool:
+    """Is there a symbol table entry for the file (without reading it)?"""
+    path = entry_path("symbols", key, ".syms")
+    return path is not None and path.is_file()
+
+
 def store(key: str, table: SymbolTable) -> None:
     path = entry_path("symbols", key, ".syms")
     if path is None:

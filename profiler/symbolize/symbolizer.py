@@ -119,7 +119,7 @@ class ElfSymbols:
             if image is None or not image.has_dwarf():
                 continue  # its symbol table names it, here
             vaddr = image.vaddr_for_file_offset(address - mapping.entry.start + mapping.entry.offset)
-            if vaddr is not None and image.dwarf_covers(vaddr) and (image.cache_key, vaddr) not in self._named_ahead:
+            if vaddr is not None and self._by_blazesym(image, vaddr) and (image.cache_key, vaddr) not in self._named_ahead:
                 by_image.setdefault(id(image), (image, []))[1].append(vaddr)
         if len(self._named_ahead) >= MAX_NAMED_AHEAD:
             self._named_ahead.clear()
@@ -136,6 +136,11 @@ class ElfSymbols:
                     starts.add(symbol.start)
             for start, symbol in (self._locate(image, sorted(starts)) or {}).items() if starts else ():
                 self._keep_function_line(image, start, symbol)
+
+    @staticmethod
+    def _by_blazesym(image: ElfImage, vaddr: int) -> bool:
+        """(A file with DWARF.) Is the address named by blazesym, not by the file's symbol table here?"""
+        return image.dwarf_covers(vaddr) or not image.symbols_at_hand()
 
     def _locate(self, image: ElfImage, vaddrs: list[int]) -> dict[int, NativeSymbol | None] | None:
         """blazesym's names for these addresses: as an earlier run was told
@@ -173,8 +178,9 @@ class ElfSymbols:
         # A file without DWARF is named by its symbol table, here, as blazesym
         # would name it (but for which of a folded function's names): its
         # helper's round trip per address cost a compiling JVM 0.2 ms a frame.
-        # So is an address its DWARF does not describe (node's, but libuv's).
-        if self._locator is not None and image.has_dwarf() and image.dwarf_covers(vaddr):
+        # So is an address its DWARF does not describe (node's, but libuv's),
+        # once the file's symbol table is at hand.
+        if self._locator is not None and image.has_dwarf() and self._by_blazesym(image, vaddr):
             key = (image.cache_key, vaddr)
             if key in self._named_ahead:
                 located = self._named_ahead.pop(key)
