@@ -24,8 +24,7 @@ from profiler.output import (
     write_path,
     write_text,
 )
-from profiler.push.endpoint import BadEndpoint
-from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
+from profiler.push.defaults import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 from profiler.run.options import DEFAULT_SHORTEST_WAIT_NS, PushOptions, RecordingOptions
 from profiler.run.program_loading import ProgramLoading
 from profiler.run.summary import report_output_errors
@@ -356,6 +355,7 @@ def _push_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     # Imported only for a push: they bring the runtimes' registry (0.1 s of every start).
     from profiler.push import ingest, otlp  # noqa: PLC0415
     from profiler.push.apps import LABEL_KEY, RESERVED_LABELS, label_name  # noqa: PLC0415
+    from profiler.push.endpoint import BadEndpoint  # noqa: PLC0415
 
     for option, url, endpoint in (("--push", args.push, ingest.endpoint), ("--otlp", args.otlp, otlp.endpoint)):
         if url is not None:

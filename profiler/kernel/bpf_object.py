@@ -19,7 +19,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import platform
 import re
 import struct
 import threading
@@ -143,8 +142,8 @@ def object_key(source: bytes, cflags: list[str]) -> str:
         [
             source,
             "\0".join(cflags).encode(),
-            platform.release().encode(),
-            platform.version().encode(),
+            os.uname().release.encode(),
+            os.uname().version.encode(),
             bcc_version().encode(),
             str(FORMAT_VERSION).encode(),
         ]

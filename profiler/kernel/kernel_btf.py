@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import platform
+import os
 import struct
 
 from profiler.errors import JitprofError
@@ -50,7 +50,7 @@ def member_offsets(wanted: dict[str, list[str]]) -> dict[str, int]:
 @functools.cache
 def _kernel_fields() -> dict[str, int]:
     """The fields of KERNEL_FIELDS the running kernel has (those it lacks absent)."""
-    identity = "\0".join([platform.release(), platform.version(), json.dumps(KERNEL_FIELDS, sort_keys=True)])
+    identity = "\0".join([os.uname().release, os.uname().version, json.dumps(KERNEL_FIELDS, sort_keys=True)])
     key = "k-" + hashlib.sha256(identity.encode()).hexdigest()[:48]
     kept = cache.read_json("btf", key, MAX_FIELDS_BYTES)
     if isinstance(kept, dict) and all(isinstance(value, int) for value in kept.values()):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 from pathlib import Path
 
@@ -26,7 +25,7 @@ def kernel_headers_dir() -> Path:
     override = os.environ.get("BCC_KERNEL_SOURCE")
     if override:
         return Path(override)
-    return Path("/lib/modules") / platform.release() / "build"
+    return Path("/lib/modules") / os.uname().release / "build"
 
 
 def require_kernel_headers() -> None:

@@ -14,15 +14,17 @@ import os
 import stat
 import struct
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from profiler.native import cache, debuginfod, elf_format
 from profiler.native.dwarf_coverage import DwarfCoverage, dwarf_coverage
 from profiler.native.elf_format import ELF64_SYMBOL, MAX_STRING_TABLE_BYTES, MAX_SYMBOL_ENTRIES, LoadSegment
-from profiler.native.gopclntab import GoFunctions, read_go_functions
 from profiler.native.linkage import linkage_symbols
 from profiler.native.symbol_table import SymbolTable
 from profiler.safety import files
+
+if TYPE_CHECKING:
+    from profiler.native.gopclntab import GoFunctions
 
 MAX_ELF_BYTES = 4 << 30  # refuse larger files: a target could map anything
 STT_FUNC = 2
@@ -191,6 +193,8 @@ class ElfImage:
     def go_functions(self) -> GoFunctions | None:
         """A Go program's functions from .gopclntab (kept when stripped)."""
         if not self._go_read:
+            from profiler.native.gopclntab import read_go_functions  # noqa: PLC0415  (off the start's path)
+
             self._go_read = True
             try:
                 self._go_functions = read_go_functions(self.handle)

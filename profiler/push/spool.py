@@ -19,8 +19,6 @@ from pathlib import Path
 
 from profiler.safety.files import UnsafePath, create_exclusive, open_root_directory
 
-DEFAULT_DIRECTORY = Path("/var/spool/jitprof")
-DEFAULT_MAX_BYTES = 64 << 20
 _ENTRY = re.compile(r"(\d{12})\.push\Z")
 _TEMPORARY_PREFIX = ".new-"
 

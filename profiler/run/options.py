@@ -9,7 +9,7 @@ from profiler.output import OutputRequest
 
 # --off-cpu-min's default: see docs/off-cpu.md.
 DEFAULT_SHORTEST_WAIT_NS = 1_000_000
-from profiler.push.spool import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
+from profiler.push.defaults import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 
 
 @dataclass

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import resource
 import signal
 import struct
@@ -106,7 +105,7 @@ def confine(address_space_bytes: int, data_bytes: int, cpu_seconds: int, open_fi
     if os.getppid() != parent:
         raise ConfinementFailed("the parent exited")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    if platform.machine() == "x86_64":
+    if os.uname().machine == "x86_64":
         _install_filter(_x86_64_filter())
 
 
