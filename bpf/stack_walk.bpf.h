@@ -267,10 +267,11 @@ static __always_inline int send_deep_copy(struct walk_scratch *scratch, u32 dept
 // A deferred sample: the walked addresses, where to resume, and as much of
 // the stack from the resume sp up as is readable, STACK_COPY_BYTES at most:
 // the whole copy in one read, else the largest readable prefix in halves.
-// A stack that goes on past that copy is sent as a deep one, in its own
-// size class, even when the walk stopped short of MAX_FRAMES (at code
-// mapped since the trie was filled, a table not attached yet): else a deep
-// recursion caught then loses its root.
+// A sample's stack that goes on past that copy is sent as a deep one, in
+// its own size class, even when the walk stopped short of MAX_FRAMES (at
+// code mapped since the trie was filled, a table not attached yet): else a
+// deep recursion caught then loses its root. Not a wait's: switches come in
+// bursts (a JVM's threads at its start), whose large copies filled the ring.
 static __always_inline int copy_user_stack_now(const int walkers) {
     struct walk_scratch *scratch = scratch_of(walkers);
     if (!scratch) return 0;
@@ -279,7 +280,7 @@ static __always_inline int copy_user_stack_now(const int walkers) {
     scratch->event.frame_count = depth;
     u32 v8_bytes = place_v8_frames(scratch, depth);
     if (v8_bytes > MAX_V8_FRAMES * sizeof(struct v8_frame)) return 0;
-    u8 goes_on = scratch->deep || readable_at(scratch->sp + STACK_COPY_BYTES + sizeof(u64));
+    u8 goes_on = scratch->deep || (walkers == WALKERS_PERF_EVENT && readable_at(scratch->sp + STACK_COPY_BYTES + sizeof(u64)));
     if (goes_on && send_deep_copy(scratch, depth, v8_bytes)) return 0;
     u8 *payload = (u8 *)scratch->event.addresses + depth * 8 + v8_bytes;
     struct stack_copy *resume = (struct stack_copy *)payload;
