@@ -65,17 +65,18 @@ class JitSources:
             async_callers,
         )
         self._settings = settings
-        with_sources = [runtime for runtime in runtimes.RUNTIMES if runtime.symbol_sources is not None]
         own = [
             source
-            for runtime in with_sources
-            if not runtime.sources_when_found and runtime.symbol_sources is not None
+            for runtime in runtimes.RUNTIMES
+            if runtime.symbol_sources is not None and not runtime.sources_when_found
             for source in runtime.symbol_sources(settings)
         ]
         # The runtimes whose sources are made when their first process is found.
-        self._later = [runtime for runtime in with_sources if runtime.sources_when_found]
-        self._own_count = len(own)
-        # Replaced whole, never changed in place: other threads go on over the list they took.
+        self._later = [
+            runtime for runtime in runtimes.RUNTIMES if runtime.symbol_sources is not None and runtime.sources_when_found
+        ]
+        # The runtimes' own, then the generic ones. Replaced whole, never
+        # changed in place: other threads go on over the list they took.
         self._sources: list[JitSymbolSource] = [*own, self.jitdumps, self.perf_maps]
         self.on_sources_changed: Callable[[list[JitSymbolSource]], None] | None = None
         self._injected = injected  # jitprof gave the command's runtimes their JIT-symbol flags
@@ -111,14 +112,11 @@ class JitSources:
         if not self._later:
             return
         runtime = runtimes.runtime_of(pid)
-        if runtime is None or not any(runtime is later for later in self._later):
+        if runtime is None or runtime not in self._later:  # records compare by identity
             return
-        self._later = [later for later in self._later if later is not runtime]
+        self._later.remove(runtime)
         assert runtime.symbol_sources is not None
-        made = runtime.symbol_sources(self._settings)
-        own = self._sources[: self._own_count]
-        self._own_count += len(made)
-        self._sources = [*own, *made, *self._sources[len(own) :]]
+        self._sources = [*self._sources[:-2], *runtime.symbol_sources(self._settings), self.jitdumps, self.perf_maps]
         if self.on_sources_changed is not None:
             self.on_sources_changed(list(self._sources))
 

@@ -214,10 +214,14 @@ def load(key: str) -> SymbolTable | None:
         return None  # as many names as symbols, or it is not our entry
 
 
+def _has_entry(kind: str, key: str, suffix: str) -> bool:
+    path = entry_path(kind, key, suffix)
+    return path is not None and path.is_file()
+
+
 def has_symbols(key: str) -> bool:
     """Is there a symbol table entry for the file (without reading it)?"""
-    path = entry_path("symbols", key, ".syms")
-    return path is not None and path.is_file()
+    return _has_entry("symbols", key, ".syms")
 
 
 def store(key: str, table: SymbolTable) -> None:
@@ -239,9 +243,8 @@ def store(key: str, table: SymbolTable) -> None:
 
 
 def is_cached(key: str) -> bool:
-    """Is there a cache entry for the file (without reading it)?"""
-    path = entry_path("unwind", key, ".rows")
-    return path is not None and path.is_file()
+    """Is there an unwind rows entry for the file (without reading it)?"""
+    return _has_entry("unwind", key, ".rows")
 
 
 def load_cached(key: str) -> bytes | None:

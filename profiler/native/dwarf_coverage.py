@@ -65,6 +65,21 @@ def dwarf_coverage(handle: BinaryIO) -> DwarfCoverage:
     return _merged([pair for pairs in ranges.values() for pair in pairs])
 
 
+def _initial_length(data: bytes, at: int) -> tuple[int, int] | None:
+    """A unit's length and the size of the field that gave it (4, or 12 in
+    the 64-bit format); None: cut short, or a reserved value."""
+    if len(data) - at < 4:
+        return None
+    length = int.from_bytes(data[at : at + 4], "little")
+    if length == 0xFFFFFFFF:
+        if len(data) - at < 12:
+            return None
+        return int.from_bytes(data[at + 4 : at + 12], "little"), 12
+    if length >= 0xFFFFFFF0:
+        return None
+    return length, 4
+
+
 def _unit_offsets(handle: BinaryIO, start: int, size: int, file_size: int) -> set[int] | None:
     """The offset of each unit in .debug_info (None: too many, or malformed)."""
     if start < 0 or size < 0 or start + size > file_size:
@@ -75,18 +90,10 @@ def _unit_offsets(handle: BinaryIO, start: int, size: int, file_size: int) -> se
     while position < size:
         if len(offsets) >= MAX_UNITS:
             return None
-        word = os.pread(descriptor, 12, start + position)
-        if len(word) < 4:
+        initial = _initial_length(os.pread(descriptor, 12, start + position), 0)
+        if initial is None:
             return None
-        length = int.from_bytes(word[:4], "little")
-        if length == 0xFFFFFFFF:
-            if len(word) < 12:
-                return None
-            length, header_size = int.from_bytes(word[4:12], "little"), 12
-        elif length >= 0xFFFFFFF0:
-            return None  # reserved
-        else:
-            header_size = 4
+        length, header_size = initial
         if length == 0 or position + header_size + length > size:
             return None
         offsets.add(position)
@@ -100,17 +107,11 @@ def _address_ranges(data: bytes) -> dict[int, list[tuple[int, int]]] | None:
     ranges: dict[int, list[tuple[int, int]]] = {}
     position = 0
     while position < len(data):
-        if len(data) - position < 4:
+        initial = _initial_length(data, position)
+        if initial is None:
             return None
-        length = int.from_bytes(data[position : position + 4], "little")
-        if length == 0xFFFFFFFF:
-            if len(data) - position < 12:
-                return None
-            length, header_size, offset_size = int.from_bytes(data[position + 4 : position + 12], "little"), 12, 8
-        elif length >= 0xFFFFFFF0:
-            return None
-        else:
-            header_size, offset_size = 4, 4
+        length, header_size = initial
+        offset_size = 8 if header_size == 12 else 4
         end = position + header_size + length
         fixed = header_size + 2 + offset_size + 2  # length, version, unit offset, address and segment sizes
         if end > len(data) or header_size + length < fixed:

@@ -94,7 +94,7 @@ class ElfImage:
     def symbols(self) -> SymbolTable:
         if self._symbols is None:
             self._fetch_debug_file()
-            key = self._symbols_key()
+            key = self.names_key()
             cached = cache.load(key)
             if cached is None:
                 cached, complete = self._read_all_symbols()
@@ -116,7 +116,8 @@ class ElfImage:
                 self._has_dwarf = bool(names & DWARF_SECTIONS)
         return self._has_dwarf
 
-    def _symbols_key(self) -> str:
+    def names_key(self) -> str:
+        """The cache key of what is named from the file: with its debug file, if it has one."""
         return self.cache_key + ("-d" if self.debug_file else "")
 
     def symbols_at_hand(self) -> bool:
@@ -127,7 +128,7 @@ class ElfImage:
             return True
         if self._symbols_cached is None:  # asked once: a run does not cache a table it does not read
             self._fetch_debug_file()
-            self._symbols_cached = cache.has_symbols(self._symbols_key())
+            self._symbols_cached = cache.has_symbols(self.names_key())
         return self._symbols_cached
 
     def dwarf_covers(self, vaddr: int) -> bool:

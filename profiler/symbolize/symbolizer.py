@@ -146,8 +146,8 @@ class ElfSymbols:
         """blazesym's names for these addresses: as an earlier run was told
         them, else asked now; None when the file cannot be read by it."""
         assert self._locator is not None
-        handle = image.debug_handle() or image.handle
-        key = image.cache_key + ("-d" if image.debug_file else "")
+        handle = image.debug_handle() or image.handle  # first: the debug file is part of the key
+        key = image.names_key()
         known = self._located.known(key)
         missing = sorted({vaddr for vaddr in vaddrs if vaddr not in known})
         asked: dict[int, NativeSymbol | None] = {}
