@@ -76,6 +76,8 @@ SETUP_GIVE_UP_S = 120.0
 AHEAD_PAUSE_S = 0.05  # the reader takes the samples queued meanwhile together: one check of a blob for all
 AHEAD_WAIT_S = 0.5  # how long naming a sample newer than its blob's last sight waits for the reader's check
 MAX_CHECKED_PER_TRIP = 4096  # blobs seen again, checked in one trip to the memory thread
+MAX_METHODS_PER_TRIP = 256  # Methods read in one trip (a batch's interpreted ones, a compiled method's scopes')
+MAX_BLOBS_PER_TRIP = 1024  # new code a batch of samples ran in, read in one trip
 MAX_NO_BLOB = 4096  # addresses found in no blob, remembered (free space sampled as code is made there)
 MAX_AHEAD = 8192  # samples waiting for the reader
 MAX_BLOBS = 100_000  # per JVM (a big server has 20 k nmethods)
@@ -132,6 +134,23 @@ class _MethodEntry:
     confirmed_ns: int  # it was there from valid_from_ns to confirmed_ns
     valid_from_ns: int
     collections: int | None = None  # the JVM's GC count when it was read or confirmed (None: unknown)
+
+
+@dataclass(frozen=True)
+class _BlobsRead:
+    """New code read ahead of _blob: by address, its blob (None: none there)."""
+
+    read_ns: int  # taken before the trip
+    found: dict[int, tuple[CodeBlob, CompiledCode | None] | None]
+
+
+@dataclass(frozen=True)
+class _MethodRead:
+    """A Method read ahead of _method, with the JVM's count read just before it."""
+
+    read_ns: int  # taken before the trip
+    collections: int | None
+    method: JavaMethod | None
 
 
 @dataclass
@@ -486,14 +505,24 @@ class HotSpotStructures(JitSymbolSource):
                 continue
             if jvm.heaps and jvm.thread is not None:
                 self._check_seen(jvm, wanted)  # the blobs known, in one trip
-                for (address, caller), time_ns in sorted(wanted.items()):
-                    if not jvm.in_code(address):
+                named: dict[int, tuple[_Blob, dict[tuple[int, bool], tuple[Frame, ...]]]] = {}
+                in_code = [
+                    (address, caller, time_ns) for (address, caller), time_ns in sorted(wanted.items()) if jvm.in_code(address)
+                ]
+                new_code = self._new_blobs_read(jvm, in_code)  # in one trip
+                for address, caller, time_ns in in_code:
+                    blob = self._blob(jvm, address, time_ns, read=new_code)  # new code, once for all its addresses
+                    if blob is None or blob.gone or (address, caller) in blob.frames:
                         continue
-                    blob = self._blob(jvm, address, time_ns)  # new code read, once for all its addresses
-                    if blob is not None:
-                        self._frames_at(jvm, blob, address, caller)  # while the process lives
-                for method, (time_ns, gc_count) in methods.get(pid, {}).items():
-                    self._method(jvm, method, time_ns, time_ns, gc_count)
+                    frames = self._blob_frames(jvm, blob, address, caller)  # while the process lives
+                    named.setdefault(blob.start, (blob, {}))[1][(address, caller)] = frames
+                # Their methods were read now: theirs if each blob is still
+                # there, checked once per blob after all its pcs were named.
+                self._keep_if_still_there(jvm, list(named.values()))
+                sampled = methods.get(pid, {})
+                read = self._methods_read(jvm, {method: time_ns for method, (time_ns, _count) in sampled.items()})
+                for method, (time_ns, gc_count) in sampled.items():
+                    self._method(jvm, method, time_ns, time_ns, gc_count, read=read.get(method))
             with jvm.ahead_done:
                 jvm.ahead_done_ns = max(jvm.ahead_done_ns, max(wanted.values(), default=0))
                 jvm.ahead_done.notify_all()
@@ -511,7 +540,14 @@ class HotSpotStructures(JitSymbolSource):
                     due[blob.start] = blob
         if not due:
             return
-        blobs = list(due.values())[:MAX_CHECKED_PER_TRIP]
+        self._confirm(jvm, list(due.values())[:MAX_CHECKED_PER_TRIP])
+
+    def _confirm(self, jvm: _Jvm, blobs: list[_Blob]) -> list[bool]:
+        """Is each blob still the one read? One trip for all: those that are
+        were there until now, the others are retired (none is known when the
+        memory stopped answering)."""
+        if not blobs:
+            return []
         assert jvm.thread is not None and jvm.reader is not None
         reader = jvm.reader
         block_size = reader.layout.heap_block_size
@@ -519,12 +555,28 @@ class HotSpotStructures(JitSymbolSource):
         now = time.monotonic_ns()
         reads = jvm.thread.run(lambda: [reader.memory.read(blob.address - block_size, size) for blob in blobs])
         if reads is None:
-            return  # its memory stopped answering: nothing is known of them
+            return [False] * len(blobs)  # its memory stopped answering: nothing is known of them
+        there = []
         for blob, read in zip(blobs, reads, strict=True):
-            if self._same_blob(reader, blob, read):
+            there.append(self._same_blob(reader, blob, read))
+            if there[-1]:
                 blob.confirmed_ns = max(blob.confirmed_ns, now)
             else:
                 self._retire(jvm, blob)
+        return there
+
+    def _keep_if_still_there(self, jvm: _Jvm, named: list[tuple[_Blob, dict[tuple[int, bool], tuple[Frame, ...]]]]) -> None:
+        """Keep frames named from blobs' methods where the blob is still there
+        after they were read (stubs never move: kept as they are)."""
+        compiled = [(blob, frames) for blob, frames in named if blob.code is not None]
+        for blob, frames in named:
+            if blob.code is None:
+                _keep_frames(blob, frames)
+        for start in range(0, len(compiled), MAX_CHECKED_PER_TRIP):
+            chunk = compiled[start : start + MAX_CHECKED_PER_TRIP]
+            for (blob, frames), there in zip(chunk, self._confirm(jvm, [blob for blob, _frames in chunk]), strict=True):
+                if there:
+                    _keep_frames(blob, frames)
 
     def _wait_for_ahead(self, jvm: _Jvm, time_ns: int) -> bool:
         """Wait (a while) for the reader to have checked the blobs of the
@@ -541,10 +593,45 @@ class HotSpotStructures(JitSymbolSource):
 
     # Blobs ----------------------------------------------------------------
 
-    def _blob(self, jvm: _Jvm, address: int, time_ns: int, wait_for_ahead: bool = False) -> _Blob | None:
+    def _new_blobs_read(self, jvm: _Jvm, wanted: list[tuple[int, bool, int]]) -> _BlobsRead | None:
+        """The blobs at the addresses (address, caller, sample's time) in no
+        blob known, read in one trip: a compiling JVM's batch of samples
+        runs in tens of new nmethods, each a trip of its own otherwise."""
+        with jvm.lock:
+            unknown = sorted(
+                {
+                    address
+                    for address, _caller, time_ns in wanted
+                    if _known_blob(jvm, address) is None and jvm.no_blob.get(address, 0) < time_ns
+                }
+            )[:MAX_BLOBS_PER_TRIP]
+        if len(unknown) < 2:
+            return None  # one read is one trip either way
+        assert jvm.thread is not None and jvm.reader is not None
+        reader = jvm.reader
+
+        def read_all() -> dict[int, tuple[CodeBlob, CompiledCode | None] | None]:
+            found: dict[int, tuple[CodeBlob, CompiledCode | None] | None] = {}
+            last: tuple[CodeBlob, CompiledCode | None] | None = None
+            for address in unknown:  # sorted: a blob read covers the addresses after it in its code
+                if last is not None and last[0].code_begin <= address < last[0].code_end:
+                    found[address] = last
+                    continue
+                found[address] = _read_blob(reader, address)
+                last = found[address] or last
+            return found
+
+        read_ns = time.monotonic_ns()
+        found = jvm.thread.run(read_all)
+        return _BlobsRead(read_ns, found) if found is not None else None
+
+    def _blob(
+        self, jvm: _Jvm, address: int, time_ns: int, wait_for_ahead: bool = False, read: _BlobsRead | None = None
+    ) -> _Blob | None:
         """The blob that held address at time_ns, or None when that cannot be
         known. wait_for_ahead: new code, or a blob not seen since the sample,
-        is read or checked by the reader, which this waits for."""
+        is read or checked by the reader, which this waits for. read: new
+        code read already (its read is taken for address, if it has it)."""
         with jvm.lock:
             blob = _known_blob(jvm, address)
         if blob is not None:
@@ -559,14 +646,15 @@ class HotSpotStructures(JitSymbolSource):
             self._retire(jvm, blob)
         elif wait_for_ahead and self._wait_for_ahead(jvm, time_ns):
             return self._blob(jvm, address, time_ns)  # new code: the reader has read it, or tried
-        now = time.monotonic_ns()
+        ahead = read is not None and address in read.found
+        now = read.read_ns if read is not None and ahead else time.monotonic_ns()
         if time_ns < now - EARLY_SLACK_NS:
             return self._retired_at(jvm, address, time_ns)  # read too late: something else may have been there then
         if jvm.no_blob.get(address, 0) >= time_ns:
             return None  # looked for since the sample (by the reader), and not found
         assert jvm.thread is not None and jvm.reader is not None
         reader = jvm.reader
-        found = jvm.thread.run(lambda: _read_blob(reader, address))
+        found = read.found[address] if read is not None and ahead else jvm.thread.run(lambda: _read_blob(reader, address))
         if found is None:
             if len(jvm.no_blob) >= MAX_NO_BLOB:
                 jvm.no_blob.clear()
@@ -674,6 +762,8 @@ class HotSpotStructures(JitSymbolSource):
         blob = self._blob(jvm, address, time_ns, wait_for_ahead=True)
         if blob is None:
             return (UNKNOWN_JIT,)
+        if (address, caller) not in blob.frames:
+            self._wait_for_ahead(jvm, time_ns)  # the reader names its batch's pcs, a trip per blob, not per pc
         return self._frames_at(jvm, blob, address, caller)
 
     def _frames_at(self, jvm: _Jvm, blob: _Blob, address: int, caller: bool) -> tuple[Frame, ...]:
@@ -686,8 +776,7 @@ class HotSpotStructures(JitSymbolSource):
             if blob.code is not None and not self._still_there(jvm, blob):
                 self._retire(jvm, blob)
                 return (UNKNOWN_JIT,)
-            if len(blob.frames) < MAX_FRAMES_PER_BLOB:
-                blob.frames[(address, caller)] = frames
+            _keep_frames(blob, {(address, caller): frames})
         return frames
 
     def _blob_frames(self, jvm: _Jvm, blob: _Blob, address: int, caller: bool) -> tuple[Frame, ...]:
@@ -732,8 +821,10 @@ class HotSpotStructures(JitSymbolSource):
             method = self._method(jvm, code.method, blob.first_seen_ns)
             return (_java_frame(method, -1, tier, False),) if method is not None else (UNKNOWN_JIT,)
         frames: list[Frame] = []
+        read = self._methods_read(jvm, {code.method_at(scope.method_index): blob.first_seen_ns for scope in scopes})
         for depth, scope in enumerate(reversed(scopes)):  # outermost first
-            method = self._method(jvm, code.method_at(scope.method_index), blob.first_seen_ns)
+            address = code.method_at(scope.method_index)
+            method = self._method(jvm, address, blob.first_seen_ns, read=read.get(address))
             if method is None:
                 break  # the rest is not known: the frames so far, the last one's line where it called on
             frames.append(_java_frame(method, scope.bci, tier, depth > 0))
@@ -762,8 +853,45 @@ class HotSpotStructures(JitSymbolSource):
             )
         return blob.inlines
 
+    def _methods_read(self, jvm: _Jvm, wanted: dict[int, int]) -> dict[int, _MethodRead]:
+        """Methods (address: known alive since then) that _method would read,
+        or read again, read in one trip with the JVM's count before them: a
+        batch's interpreted frames, an inlining method's scopes, name a
+        handful each, a trip each otherwise. One the count vouches for is
+        not read (the count is kept: _method confirms it from that)."""
+        due: list[tuple[int, int | None]] = []
+        with jvm.lock:
+            for address, alive_since_ns in wanted.items():
+                entry = jvm.methods.get(address) if plausible(address) else None
+                if plausible(address) and (entry is None or entry.confirmed_ns < alive_since_ns):
+                    due.append((address, entry.collections if entry is not None else None))
+        if len(due) < 2:
+            return {}  # one read is one trip either way
+        due = due[:MAX_METHODS_PER_TRIP]
+        assert jvm.thread is not None and jvm.reader is not None
+        reader = jvm.reader
+
+        def read_all() -> tuple[int | None, list[tuple[int, JavaMethod | None]]]:
+            count = self._unloading_count_now(jvm)
+            return count, [(address, reader.method(address)) for address, known in due if count is None or known != count]
+
+        read_ns = time.monotonic_ns()
+        found = jvm.thread.run(read_all)
+        if found is None:
+            return {}
+        count, methods = found
+        if count is not None:
+            jvm.gc_seen = (count, read_ns)  # read after read_ns: vouches from then on
+        return {address: _MethodRead(read_ns, count, method) for address, method in methods}
+
     def _method(
-        self, jvm: _Jvm, address: int, alive_since_ns: int, sampled_ns: int | None = None, sampled_collections: int = 0
+        self,
+        jvm: _Jvm,
+        address: int,
+        alive_since_ns: int,
+        sampled_ns: int | None = None,
+        sampled_collections: int = 0,
+        read: _MethodRead | None = None,
     ) -> JavaMethod | None:
         """The Method at address, known to have been there from alive_since_ns
         on (a compiled method's is alive while its blob is); for a sample's
@@ -772,7 +900,8 @@ class HotSpotStructures(JitSymbolSource):
         and another class's may take their place: one read before
         alive_since_ns is read again; one replaced still
         names the samples from while it was seen, and its successor none
-        from before it was read."""
+        from before it was read. read: the Method already read (with the
+        count before it, and when), instead of a trip of its own."""
         if not plausible(address):
             return None
         assert jvm.thread is not None and jvm.reader is not None
@@ -786,7 +915,7 @@ class HotSpotStructures(JitSymbolSource):
             entry = jvm.methods.get(address)
         if sampled_ns is not None and entry is not None and sampled_ns < entry.valid_from_ns:
             return self._retired_method(jvm, address, sampled_ns)
-        now = time.monotonic_ns()
+        now = time.monotonic_ns() if read is None else read.read_ns
         if entry is not None and entry.confirmed_ns < alive_since_ns and entry.collections is not None:
             # Methods are freed only when a collection unloads their class:
             # with no collection since it was read, it is still there (one
@@ -799,7 +928,11 @@ class HotSpotStructures(JitSymbolSource):
             # Read again whole: a class made from the same bytes, in the
             # memory an unloaded one freed, has the same layout at the same
             # addresses, down to its name's Symbol; only what it says differs.
-            found_again = jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
+            found_again = (
+                (read.collections, read.method)
+                if read is not None
+                else jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
+            )
             collections_then, again = found_again if found_again is not None else (None, None)
             if again is not None and again == entry.method:
                 entry.confirmed_ns = now
@@ -811,7 +944,11 @@ class HotSpotStructures(JitSymbolSource):
         if entry is None:
             if sampled_ns is not None and sampled_ns < now - EARLY_SLACK_NS:
                 return self._retired_method(jvm, address, sampled_ns)  # read too late: another method may have been there then
-            found = jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
+            found = (
+                (read.collections, read.method)
+                if read is not None
+                else jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
+            )
             gc_count, method = found if found is not None else (None, None)
             if sampled_ns is None:
                 valid_from = now - EARLY_SLACK_NS  # a compiled method's: its blob says since when
@@ -931,6 +1068,13 @@ def _identity_fields(reader: HotSpotReader) -> tuple[tuple[int, int], ...]:
         (layout.nmethod_method, 8),
         (layout.nmethod_compile_id, 4),
     )
+
+
+def _keep_frames(blob: _Blob, frames: dict[tuple[int, bool], tuple[Frame, ...]]) -> None:
+    for key, named in frames.items():
+        if len(blob.frames) >= MAX_FRAMES_PER_BLOB:
+            return
+        blob.frames[key] = named
 
 
 def _known_blob(jvm: _Jvm, address: int) -> _Blob | None:

@@ -659,6 +659,94 @@ def test_blobs_seen_again_are_checked_in_one_trip_and_naming_waits_for_it(monkey
         source.close()
 
 
+class _FreeingThread(_CountingThread):
+    """Frees a block of the fake JVM's code cache as its trip number `at` begins."""
+
+    def __init__(self, jvm: Jvm, at: int, block: tuple[int, int]) -> None:
+        super().__init__()
+        self.jvm, self.at, self.block = jvm, at, block
+
+    def run(self, operation):  # noqa: ANN001, ANN201
+        if len(self.trips) + 1 == self.at:
+            self.jvm.free(*self.block)
+        return super().run(operation)
+
+
+def _inlining_pair(jvm: Jvm) -> tuple[int, int]:
+    """Two nmethods, each of run with step and leaf inlined at its pc 48; where their code begins."""
+    run, step, leaf = hot_class(jvm)
+    data, innermost = scopes([(1, 5), (2, 3), (3, 2)], 0)
+    table = [(-1, 0), (48, innermost), (96, 0)]
+    first = jvm.nmethod(10, 8, run, 77, [run, step, leaf], table, data, [96])
+    second = jvm.nmethod(18, 8, run, 78, [run, step, leaf], table, data, [96])
+    return first, second
+
+
+def _read_ahead_of_naming(source: HotSpotStructures, pid: int, addresses: tuple[int, ...]) -> int:
+    """A sample the reader takes before naming; its time."""
+    sample = RawSample(pid, pid, 0, _now(), "java", addresses, WalkEnd.COMPLETE, -1, True)
+    source.note_sample(sample)
+    return sample.time_ns
+
+
+def test_a_batchs_new_code_is_read_and_checked_in_a_trip_each(monkeypatch):
+    """A compiling JVM's samples run in new nmethods batch after batch: the
+    reader reads the batch's new blobs in one trip, the methods a pc's
+    scopes name in one, and checks each blob is still there after its
+    methods were read in one more; naming then makes none."""
+    monkeypatch.setattr(hotspot_source, "AHEAD_WAIT_S", 60.0)  # however slow this machine's reader is
+    jvm = Jvm()
+    first, second = _inlining_pair(jvm)
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    memory_thread = _CountingThread()
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, reader, memory_thread, (CODE, CODE), ((CODE, CODE + len(jvm.code)),), reader.unloading_count()
+    )
+    source._thread = threading.Thread(target=source._run, name="reader", daemon=True)
+    source._thread.start()
+    try:
+        leaf, caller = first + 40, second + 48  # the caller's return address: its call's record is there
+        time_ns = _read_ahead_of_naming(source, pid, (leaf, caller))
+        names = [frame.name for frame in source.expand(pid, time_ns, leaf)]
+        names += [frame.name for frame in source.expand(pid, time_ns, caller - 1, caller=True)]
+        assert names == ["Hot.run(long)", "Hot.step(long)", "Hot.leaf(long)"] * 2
+        # The blobs, the three Methods (with the GC count), the check: one trip each, none from naming.
+        assert memory_thread.trips == ["reader"] * 3
+    finally:
+        source.close()
+
+
+def test_frames_read_from_a_blob_freed_before_its_check_are_not_kept(monkeypatch):
+    """The methods a blob's pcs name were its methods only if it was still
+    there after they were read: a blob freed before the reader's check
+    names nothing, the other of the batch its methods."""
+    monkeypatch.setattr(hotspot_source, "AHEAD_WAIT_S", 60.0)
+    jvm = Jvm()
+    first, second = _inlining_pair(jvm)
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    reader = HotSpotReader(jvm.memory, LAYOUT, BIAS)
+    memory_thread = _FreeingThread(jvm, 3, (10, 8))  # the first nmethod freed as the check begins
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, reader, memory_thread, (CODE, CODE), ((CODE, CODE + len(jvm.code)),), reader.unloading_count()
+    )
+    source._thread = threading.Thread(target=source._run, name="reader", daemon=True)
+    source._thread.start()
+    try:
+        leaf, caller = first + 40, second + 48
+        time_ns = _read_ahead_of_naming(source, pid, (leaf, caller))
+        assert source.expand(pid, time_ns, leaf) == (UNKNOWN_JIT,)
+        assert source.expand(pid, time_ns, caller - 1, caller=True)[0].name == "Hot.run(long)"
+        assert memory_thread.trips[:3] == ["reader"] * 3
+        # Retired with nothing named from it: a sample from while it was seen finds no methods read after.
+        (freed,) = source._jvms[pid].retired
+        assert freed.start == first and freed.frames == {}
+    finally:
+        source.close()
+
+
 def test_naming_does_not_wait_for_a_sample_the_reader_never_had(monkeypatch):
     monkeypatch.setattr(hotspot_source, "AHEAD_WAIT_S", 60.0)  # a wait would be plain on any machine
     jvm = Jvm()
