@@ -41,6 +41,14 @@ class JitSymbolSource:
         outermost first; None: not known here."""
         return None
 
+    def leaf_caller_skipped(self, pid: int, time_ns: int, leaf: int) -> bool:
+        """Did the kernel's walk of a sample skip its leaf's caller? A leaf
+        caught before its frame was built (or after it was taken down) has
+        the caller's frame pointer: a frame-pointer step from it lands on the
+        caller's caller. Only a source that knows where the kernel could not
+        tell so answers True."""
+        return False
+
     def expand_recorded(
         self, pid: int, address: int, record: V8FrameSlots, leaf: bool, time_ns: int = 0
     ) -> RecordedFrames | None:

@@ -560,6 +560,13 @@ class Symbolizer:
         known = (revision, epochs)
         addresses = raw.addresses
         leaf_ids = self._resolve_frame(raw, era, 0, raw.leaf_v8_frame, may_park)[0] if addresses else []
+        if len(addresses) > 1 and self._leaf_caller_skipped(raw):
+            # Its callers would read as the leaf's: the walk is cut at the leaf.
+            leaf_records = tuple(record for record in raw.v8_frames if record.frame_index == 0)
+            raw = dataclasses.replace(
+                raw, addresses=addresses[:1], walk_end=WalkEnd.BAD_FRAME, caller_words=b"", v8_frames=leaf_records
+            )
+            addresses = raw.addresses
         async_ids = self._async_callers(raw) if raw.async_frames else ()
         stacks = self._stacks.setdefault(raw.pid, {})
         callers_key: object = raw.caller_words or (addresses[1:], raw.v8_frames)
@@ -602,6 +609,9 @@ class Symbolizer:
         if len(stack) > MAX_SAMPLE_FRAMES:
             stack = stack[-MAX_SAMPLE_FRAMES:]
         return Sample(raw.time_ns, raw.pid, raw.tid, raw.comm, self._profile.intern_stack(stack), raw.walk_end, labels=raw.labels)
+
+    def _leaf_caller_skipped(self, raw: RawSample) -> bool:
+        return any(source.leaf_caller_skipped(raw.pid, raw.time_ns, raw.addresses[0]) for source in self.jit_sources)
 
     def _async_callers(self, raw: RawSample) -> tuple[int, ...]:
         """The ids of the async functions awaiting the sample's code, outermost first."""

@@ -11,7 +11,7 @@ from pathlib import Path
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.events import RawSample, WalkEnd
 from profiler.kernel.mappings import MappingTracker
-from profiler.model.profile import FrameKind, Profile, RunInfo
+from profiler.model.profile import FrameKind, Profile, RunInfo, Sample
 from profiler.native.library import MAPPING_ELF, MAPPING_JIT
 from profiler.symbolize.symbolizer import Symbolizer
 
@@ -167,6 +167,35 @@ def test_a_repeated_stack_is_named_once_while_nothing_new_is_known():
         assert symbolizer.stack_hits == 1
         resolve()
         assert symbolizer.stack_hits == 2
+    finally:
+        tracker.close()
+
+
+def test_a_leaf_whose_caller_the_walk_skipped_is_a_stack_cut_at_the_leaf():
+    """A source that knows the kernel's walk skipped the leaf's caller (a JVM's
+    leaf in a prologue, walked before the kernel could step it): the sample
+    keeps its leaf alone and says its walk was cut, never a wrong chain."""
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    getpid, qsort = libc_function_address("getpid"), libc_function_address("qsort")
+
+    class Skipped(JitSymbolSource):
+        def leaf_caller_skipped(self, pid, time_ns, leaf):
+            return leaf == getpid + 2
+
+    symbolizer.add_jit_source(Skipped())
+
+    def resolve(leaf: int) -> Sample:
+        sample = RawSample(os.getpid(), os.getpid(), 0, time.monotonic_ns(), "t", (leaf, qsort + 5), WalkEnd.COMPLETE, -1, True)
+        return symbolizer.resolve_sample(sample)
+
+    try:
+        whole, cut = resolve(getpid + 1), resolve(getpid + 2)
+        assert [profile.frames[frame].name for frame in whole.frame_ids] == ["qsort", "getpid"]
+        assert whole.walk_end is WalkEnd.COMPLETE
+        assert [profile.frames[frame].name for frame in cut.frame_ids] == ["getpid"] and cut.walk_end is WalkEnd.BAD_FRAME
     finally:
         tracker.close()
 

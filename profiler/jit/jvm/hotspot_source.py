@@ -183,6 +183,9 @@ class _Jvm:
     turned_on_non_safepoints: bool | None = None  # jitprof turned it on (True), or could not (False)
     unknown_inlining: int = 0  # frames named without their inlined methods (not recorded)
     walked_by_frame_size: bool = False  # without frame pointers: the kernel steps over compiled frames by their size
+    # Since when the kernel steps its compiled code (by frame size, or a leaf
+    # in a prologue or epilogue); None: not yet, or never.
+    kernel_steps_since_ns: int | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     setting_up: threading.Lock = field(default_factory=threading.Lock)  # one thread sets it up; the others go on
     libjvm_path: str = ""  # its map_files entry
@@ -331,7 +334,8 @@ class HotSpotStructures(JitSymbolSource):
         elif preserves_frame_pointers and self._kernel is not None and jvm.reader is not None:
             # A leaf in a compiled method's prologue or epilogue: its rbp is its
             # caller's, and the frame-pointer step would skip that caller.
-            self._kernel.set_hotspot_code(jvm.pid, frame_size_walk(jvm.reader.layout, heaps, frame_pointers=True))
+            if self._kernel.set_hotspot_code(jvm.pid, frame_size_walk(jvm.reader.layout, heaps, frame_pointers=True)):
+                jvm.kernel_steps_since_ns = time.monotonic_ns()  # samples taken before were walked without it
         jvm.interpreter = interpreter
         jvm.unloading = unloading
         jvm.preserves_frame_pointers = preserves_frame_pointers
@@ -766,6 +770,30 @@ class HotSpotStructures(JitSymbolSource):
             self._wait_for_ahead(jvm, time_ns)  # the reader names its batch's pcs, a trip per blob, not per pc
         return self._frames_at(jvm, blob, address, caller)
 
+    def leaf_caller_skipped(self, pid: int, time_ns: int, leaf: int) -> bool:
+        """A JVM keeping frame pointers, sampled before the kernel stepped its
+        compiled code (it learns of it once the code heaps are read): a leaf
+        in a compiled method's prologue or epilogue had its caller skipped,
+        as the kernel's own check would have found."""
+        if self._kernel is None:
+            return False  # nothing is known of how the samples were walked
+        with self._lock:
+            jvm = self._jvms.get(pid)
+        if jvm is None or not jvm.heaps or not jvm.preserves_frame_pointers or not jvm.in_code(leaf):
+            return False
+        if jvm.kernel_steps_since_ns is not None and time_ns >= jvm.kernel_steps_since_ns:
+            return False
+        with jvm.lock:
+            blob = _known_blob(jvm, leaf)  # named just before: read if it could be
+        if blob is None or blob.code is None or jvm.reader is None or jvm.thread is None:
+            return False
+        reader = jvm.reader
+        complete = _frame_complete(reader.layout, blob.code.blob.header)
+        if complete is not None and leaf < blob.start + complete:
+            return True
+        code = jvm.thread.run(lambda: reader.memory.read(leaf, 16))
+        return code is not None and _in_epilogue(code)
+
     def _frames_at(self, jvm: _Jvm, blob: _Blob, address: int, caller: bool) -> tuple[Frame, ...]:
         frames = blob.frames.get((address, caller))
         if frames is None:
@@ -1068,6 +1096,46 @@ def _identity_fields(reader: HotSpotReader) -> tuple[tuple[int, int], ...]:
         (layout.nmethod_method, 8),
         (layout.nmethod_compile_id, 4),
     )
+
+
+def _frame_complete(layout: HotSpotLayout, header: bytes) -> int | None:
+    """Where a compiled method's frame is whole (bytes from its code's start), or None: not known."""
+    width = layout.blob_frame_complete_bytes
+    at = layout.blob_frame_complete
+    if at < 0 or width not in (2, 4) or at + width > len(header):
+        return None
+    complete = int.from_bytes(header[at : at + width], "little", signed=True)
+    return complete if complete >= 0 else None
+
+
+def _in_epilogue(code: bytes) -> bool:
+    """Do the instructions at a pc (x86-64) take the frame down and return:
+    `pop rbp`, then `ret` or the return's poll of the thread's stack
+    watermark (`cmp rsp, [r15 + disp]` and `ja`, or the `ja` alone)?
+    HotSpot's epilogue, as the kernel's walker reads it."""
+    at = 1 if code[:1] == b"\x5d" else 0
+    return _returns(code, at)
+
+
+def _returns(code: bytes, at: int) -> bool:
+    if code[at : at + 1] == b"\xc3":
+        return True
+    if code[at : at + 2] == b"\x49\x3b":
+        operand = code[at + 2 : at + 3]
+        if operand == b"\xa7":
+            return _jumps_then_returns(code, at + 7)
+        if operand == b"\x67":
+            return _jumps_then_returns(code, at + 4)
+        return False
+    return _jumps_then_returns(code, at)
+
+
+def _jumps_then_returns(code: bytes, at: int) -> bool:
+    if code[at : at + 2] == b"\x0f\x87":  # ja rel32
+        return code[at + 6 : at + 7] == b"\xc3"
+    if code[at : at + 1] == b"\x77":  # ja rel8
+        return code[at + 2 : at + 3] == b"\xc3"
+    return False
 
 
 def _keep_frames(blob: _Blob, frames: dict[tuple[int, bool], tuple[Frame, ...]]) -> None:

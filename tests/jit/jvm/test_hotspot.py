@@ -1014,6 +1014,64 @@ def test_a_jvm_without_frame_pointers_gives_the_kernel_its_frame_sizes():
     assert not kernel.set_hotspot_code(1, dataclasses.replace(code, frame_complete_bytes=2, frame_complete_at=21))
 
 
+class _SteppingKernel:
+    """The kernel's side of a JVM's set-up: it takes every JVM."""
+
+    def hotspot_walker_problem(self) -> str | None:
+        return None
+
+    def set_hotspot_process(self, pid: int, interpreter: tuple[int, int], gc_count_at: int) -> bool:
+        return True
+
+    def set_hotspot_code(self, pid: int, code: HotSpotCode) -> bool:
+        return True
+
+    def clear_v8_process(self, pid: int) -> None:
+        return None
+
+
+def test_a_leaf_in_a_prologue_or_epilogue_sampled_before_the_kernel_stepped_the_jvm_skipped_its_caller():
+    """Until the kernel knows a JVM's code heaps, its walk of a JVM that
+    keeps frame pointers is by frame pointers alone: a leaf caught before its
+    compiled method's frame is built, or after it is taken down, has its
+    caller's rbp, and the step from it skips that caller (main went missing
+    under run so). Such a sample's callers are not the leaf's; once the
+    kernel steps the JVM's code, it handles those leaves itself."""
+    layout = dataclasses.replace(LAYOUT, blob_frame_complete=12, blob_frame_complete_bytes=4)
+    jvm = Jvm()
+    run, _step, _leaf = hot_class(jvm)
+    begin = jvm.nmethod(10, 8, run, 77, [run], [(64, 0)], b"")
+    struct.pack_into("<i", jvm.code, 10 * SEGMENT + layout.heap_block_size + 12, 16)  # the frame whole 16 bytes in
+    jvm.code[begin - CODE + 100 : begin - CODE + 102] = b"\x5d\xc3"  # pop rbp; ret
+    jvm.publish()
+    source = HotSpotStructures(_SteppingKernel(), lambda _pid: True)
+    pid = 4242
+    ready = _Jvm(pid, 0.0, HotSpotReader(jvm.memory, layout, BIAS), _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),))
+    ready.preserves_frame_pointers = True
+    source._jvms[pid] = ready
+    before = _now()
+    for pc in (begin + 4, begin + 40, begin + 100):
+        assert source.expand(pid, before, pc)[0].name == "Hot.run(long)"
+    assert [source.leaf_caller_skipped(pid, before, pc) for pc in (begin + 4, begin + 40, begin + 100)] == [True, False, True]
+    assert not source.leaf_caller_skipped(pid, before, 0x1000)  # not the JVM's code
+    ready.kernel_steps_since_ns = _now()
+    assert source.leaf_caller_skipped(pid, before, begin + 4)  # still walked without it then
+    assert not source.leaf_caller_skipped(pid, _now(), begin + 4) and not source.leaf_caller_skipped(pid, _now(), begin + 100)
+    ready.preserves_frame_pointers = False  # stepped by frame sizes: the walk ends at compiled code, as it says
+    assert not source.leaf_caller_skipped(pid, before, begin + 4)
+
+
+def test_epilogues_are_read_as_the_kernel_reads_them():
+    assert hotspot_source._in_epilogue(b"\xc3" + bytes(15))  # ret
+    assert hotspot_source._in_epilogue(b"\x5d\xc3" + bytes(14))  # pop rbp; ret
+    # pop rbp; cmp rsp, [r15 + disp32]; ja rel32; ret (the return's poll)
+    assert hotspot_source._in_epilogue(b"\x5d\x49\x3b\xa7\x00\x01\x00\x00\x0f\x87\x10\x00\x00\x00\xc3\x90")
+    assert hotspot_source._in_epilogue(b"\x49\x3b\x67\x20\x77\x05\xc3" + bytes(9))  # cmp rsp, [r15 + disp8]; ja; ret
+    assert not hotspot_source._in_epilogue(b"\x5d\x90\xc3" + bytes(13))
+    assert not hotspot_source._in_epilogue(b"\x48\x89\xe5" + bytes(13))
+    assert not hotspot_source._in_epilogue(b"\x5d")  # cut short: nothing past it
+
+
 def test_a_build_whose_tables_do_not_check_out_is_read_again_after_a_growing_pause_then_refused(monkeypatch):
     """A user's fake JVM forks children, each mapping the same fake libjvm.so:
     its tables are read at most once a pause (doubling to 2 s), whatever JVM
