@@ -138,12 +138,13 @@ def load_library() -> Any:
 
 def object_key(source: bytes, cflags: list[str]) -> str:
     """What the compiled object depends on: source, flags, kernel, BCC."""
+    kernel = os.uname()
     identity = b"\0".join(
         [
             source,
             "\0".join(cflags).encode(),
-            os.uname().release.encode(),
-            os.uname().version.encode(),
+            kernel.release.encode(),
+            kernel.version.encode(),
             bcc_version().encode(),
             str(FORMAT_VERSION).encode(),
         ]

@@ -50,7 +50,8 @@ def member_offsets(wanted: dict[str, list[str]]) -> dict[str, int]:
 @functools.cache
 def _kernel_fields() -> dict[str, int]:
     """The fields of KERNEL_FIELDS the running kernel has (those it lacks absent)."""
-    identity = "\0".join([os.uname().release, os.uname().version, json.dumps(KERNEL_FIELDS, sort_keys=True)])
+    kernel = os.uname()
+    identity = "\0".join([kernel.release, kernel.version, json.dumps(KERNEL_FIELDS, sort_keys=True)])
     key = "k-" + hashlib.sha256(identity.encode()).hexdigest()[:48]
     kept = cache.read_json("btf", key, MAX_FIELDS_BYTES)
     if isinstance(kept, dict) and all(isinstance(value, int) for value in kept.values()):

@@ -546,10 +546,10 @@ class HotSpotStructures(JitSymbolSource):
             return
         self._confirm(jvm, list(due.values())[:MAX_CHECKED_PER_TRIP])
 
-    def _confirm(self, jvm: _Jvm, blobs: list[_Blob]) -> list[bool]:
+    def _confirm(self, jvm: _Jvm, blobs: list[_Blob], unanswered_gone: bool = False) -> list[bool]:
         """Is each blob still the one read? One trip for all: those that are
-        were there until now, the others are retired (none is known when the
-        memory stopped answering)."""
+        were there until now, the others are retired. When the memory stopped
+        answering, none is known: retired too only if unanswered_gone."""
         if not blobs:
             return []
         assert jvm.thread is not None and jvm.reader is not None
@@ -559,7 +559,10 @@ class HotSpotStructures(JitSymbolSource):
         now = time.monotonic_ns()
         reads = jvm.thread.run(lambda: [reader.memory.read(blob.address - block_size, size) for blob in blobs])
         if reads is None:
-            return [False] * len(blobs)  # its memory stopped answering: nothing is known of them
+            if unanswered_gone:
+                for blob in blobs:
+                    self._retire(jvm, blob)
+            return [False] * len(blobs)
         there = []
         for blob, read in zip(blobs, reads, strict=True):
             there.append(self._same_blob(reader, blob, read))
@@ -647,7 +650,6 @@ class HotSpotStructures(JitSymbolSource):
                 return self._blob(jvm, address, time_ns)  # checked, retired or replaced meanwhile: looked up again
             if time_ns <= blob.confirmed_ns or self._still_there(jvm, blob):
                 return blob
-            self._retire(jvm, blob)
         elif wait_for_ahead and self._wait_for_ahead(jvm, time_ns):
             return self._blob(jvm, address, time_ns)  # new code: the reader has read it, or tried
         ahead = read is not None and address in read.found
@@ -716,21 +718,13 @@ class HotSpotStructures(JitSymbolSource):
 
     def _still_there(self, jvm: _Jvm, blob: _Blob) -> bool:
         """Is the blob still the one read (its heap block in use, its header's
-        identity unchanged)? Then it was there until now. A freed blob's
+        identity unchanged)? Then it was there until now; if not, it is
+        retired (so too when its memory no longer answers). A freed blob's
         bytes stay as they were: HotSpot carves new code from the end of a
         free block, so a blob's header outlives it in free space at the
         block's start, while other code runs at its pcs; only the block's
         used flag says it is gone."""
-        assert jvm.thread is not None and jvm.reader is not None
-        reader = jvm.reader
-        layout = reader.layout
-        now = time.monotonic_ns()
-        block = blob.address - layout.heap_block_size
-        read = jvm.thread.run(lambda: reader.memory.read(block, layout.heap_block_size + _identity_bytes(reader)))
-        if not self._same_blob(reader, blob, read):
-            return False
-        blob.confirmed_ns = max(blob.confirmed_ns, now)
-        return True
+        return self._confirm(jvm, [blob], unanswered_gone=True)[0]
 
     @staticmethod
     def _same_blob(reader: HotSpotReader, blob: _Blob, read: bytes | None) -> bool:
@@ -802,7 +796,6 @@ class HotSpotStructures(JitSymbolSource):
             frames = self._blob_frames(jvm, blob, address, caller)
             # Its methods were read now: they were its methods if it is still there.
             if blob.code is not None and not self._still_there(jvm, blob):
-                self._retire(jvm, blob)
                 return (UNKNOWN_JIT,)
             _keep_frames(blob, {(address, caller): frames})
         return frames
@@ -890,8 +883,10 @@ class HotSpotStructures(JitSymbolSource):
         due: list[tuple[int, int | None]] = []
         with jvm.lock:
             for address, alive_since_ns in wanted.items():
-                entry = jvm.methods.get(address) if plausible(address) else None
-                if plausible(address) and (entry is None or entry.confirmed_ns < alive_since_ns):
+                if not plausible(address):
+                    continue
+                entry = jvm.methods.get(address)
+                if entry is None or entry.confirmed_ns < alive_since_ns:
                     due.append((address, entry.collections if entry is not None else None))
         if len(due) < 2:
             return {}  # one read is one trip either way
@@ -933,7 +928,14 @@ class HotSpotStructures(JitSymbolSource):
         if not plausible(address):
             return None
         assert jvm.thread is not None and jvm.reader is not None
-        reader = jvm.reader
+        reader, thread = jvm.reader, jvm.thread
+
+        def read_now() -> tuple[int | None, JavaMethod | None] | None:
+            """(The count, then the Method): the one read ahead, else a trip."""
+            if read is not None:
+                return read.collections, read.method
+            return thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
+
         now_s = time.monotonic()
         with jvm.lock:
             if now_s - jvm.methods_since > METHODS_LIFETIME_S or len(jvm.methods) >= MAX_METHODS:
@@ -956,11 +958,7 @@ class HotSpotStructures(JitSymbolSource):
             # Read again whole: a class made from the same bytes, in the
             # memory an unloaded one freed, has the same layout at the same
             # addresses, down to its name's Symbol; only what it says differs.
-            found_again = (
-                (read.collections, read.method)
-                if read is not None
-                else jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
-            )
+            found_again = read_now()
             collections_then, again = found_again if found_again is not None else (None, None)
             if again is not None and again == entry.method:
                 entry.confirmed_ns = now
@@ -972,11 +970,7 @@ class HotSpotStructures(JitSymbolSource):
         if entry is None:
             if sampled_ns is not None and sampled_ns < now - EARLY_SLACK_NS:
                 return self._retired_method(jvm, address, sampled_ns)  # read too late: another method may have been there then
-            found = (
-                (read.collections, read.method)
-                if read is not None
-                else jvm.thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
-            )
+            found = read_now()
             gc_count, method = found if found is not None else (None, None)
             if sampled_ns is None:
                 valid_from = now - EARLY_SLACK_NS  # a compiled method's: its blob says since when
