@@ -15,8 +15,7 @@ static __always_inline void read_thread_context(struct sample_event *ev) {
     u32 tgid = ev->pid;
     s64 *offset = thread_context_offsets.lookup(&tgid);
     if (!offset) return;
-    u64 thread_pointer = 0;
-    bpf_probe_read_kernel(&thread_pointer, sizeof(thread_pointer), (void *)(bpf_get_current_task() + TASK_FSBASE_OFFSET));
+    u64 thread_pointer = current_thread_pointer();
     if (thread_pointer == 0) return;
     u64 record = 0;
     if (bpf_probe_read_user(&record, sizeof(record), (void *)(thread_pointer + *offset)) != 0 || record == 0) return;

@@ -39,6 +39,17 @@ static __always_inline void count(int index) {
     if (value) *value += 1;
 }
 
+// The current thread's thread pointer (x86-64: fs's base, where its TLS and
+// its descriptor are), or 0: not known (the running kernel's BTF did not
+// say where the task keeps it).
+static __always_inline u64 current_thread_pointer(void) {
+    u64 thread_pointer = 0;
+#ifdef TASK_FSBASE_OFFSET
+    bpf_probe_read_kernel(&thread_pointer, sizeof(thread_pointer), (void *)(bpf_get_current_task() + TASK_FSBASE_OFFSET));
+#endif
+    return thread_pointer;
+}
+
 static __always_inline int is_followed(u32 tgid) {
     return tgid != 0 && followed.lookup(&tgid) != NULL;
 }

@@ -255,13 +255,31 @@ static __always_inline int send_deep_copy_of(struct walk_scratch *scratch, u32 p
     return 1;
 }
 
-static __always_inline int send_deep_copy(struct walk_scratch *scratch, u32 depth, u32 v8_bytes) {
+// Whether a copy of bytes from sp up holds all of the stack there is: it
+// reaches the stack's end, or memory that cannot be read.
+static __always_inline u8 holds_the_rest(u64 sp, u32 bytes, u64 stack_end) {
+    return sp + bytes >= stack_end || !readable_at(sp + bytes);
+}
+
+static __always_inline int send_deep_copy(struct walk_scratch *scratch, u32 depth, u32 v8_bytes, u64 stack_end) {
     u32 prefix = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes;
     u64 sp = scratch->sp;
-    if (!readable_at(sp + DEEP_COPY_BYTES / 8)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 8);
-    if (!readable_at(sp + DEEP_COPY_BYTES / 4)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 4);
-    if (!readable_at(sp + DEEP_COPY_BYTES / 2)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 2);
+    if (holds_the_rest(sp, DEEP_COPY_BYTES / 8, stack_end)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 8);
+    if (holds_the_rest(sp, DEEP_COPY_BYTES / 4, stack_end)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 4);
+    if (holds_the_rest(sp, DEEP_COPY_BYTES / 2, stack_end)) return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES / 2);
     return send_deep_copy_of(scratch, prefix, DEEP_COPY_BYTES);
+}
+
+// Where the current thread's stack ends at the latest, seen from sp: a
+// thread glibc or musl made keeps its descriptor (fs's base) just above its
+// stack, and past that lies other memory, as often readable (another
+// thread's stack, a library): a copy sized by what it could read took it
+// in, 128-256 KiB a sample where a thread spun in code without frame
+// pointers, and filled the ring. A main thread's descriptor lies below its
+// stack: no bound but what can be read.
+static __always_inline u64 stack_end_above(u64 sp) {
+    u64 thread_pointer = current_thread_pointer();
+    return thread_pointer > sp ? thread_pointer : ~0ULL;
 }
 
 // A deferred sample: the walked addresses, where to resume, and as much of
@@ -280,8 +298,10 @@ static __always_inline int copy_user_stack_now(const int walkers) {
     scratch->event.frame_count = depth;
     u32 v8_bytes = place_v8_frames(scratch, depth);
     if (v8_bytes > MAX_V8_FRAMES * sizeof(struct v8_frame)) return 0;
-    u8 goes_on = scratch->deep || (walkers == WALKERS_PERF_EVENT && readable_at(scratch->sp + STACK_COPY_BYTES + sizeof(u64)));
-    if (goes_on && send_deep_copy(scratch, depth, v8_bytes)) return 0;
+    u64 stack_end = stack_end_above(scratch->sp);
+    u8 goes_on = scratch->deep ||
+                 (walkers == WALKERS_PERF_EVENT && !holds_the_rest(scratch->sp, STACK_COPY_BYTES + sizeof(u64), stack_end));
+    if (goes_on && send_deep_copy(scratch, depth, v8_bytes, stack_end)) return 0;
     u8 *payload = (u8 *)scratch->event.addresses + depth * 8 + v8_bytes;
     struct stack_copy *resume = (struct stack_copy *)payload;
     u8 *copy = payload + sizeof(struct stack_copy);

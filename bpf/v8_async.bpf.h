@@ -270,8 +270,7 @@ static __always_inline u64 async_first_promise(const struct v8_async_config *con
 #ifdef TASK_FSBASE_OFFSET
     u64 isolate = walk->isolate.tls == config->isolate_tls ? walk->isolate.address : 0;
     if (isolate == 0) {
-        u64 thread_pointer = 0;
-        bpf_probe_read_kernel(&thread_pointer, sizeof(thread_pointer), (void *)(bpf_get_current_task() + TASK_FSBASE_OFFSET));
+        u64 thread_pointer = current_thread_pointer();
         if (thread_pointer == 0) return 0;
         if (bpf_probe_read_user(&isolate, sizeof(isolate), (void *)(thread_pointer + config->isolate_tls)) != 0 || isolate == 0)
             return 0;

@@ -16,6 +16,7 @@ import pytest
 
 from e2e.conftest import NOBODY, StderrLines, jitprof_environment, read_folded, total
 from e2e.test_native_profile import cpu_seconds
+from profiler.model.raw import read_raw
 from profiler.native.locator_process import DEADLINE_S
 from tests.native.test_elf_damaged import forged_notes_file
 
@@ -132,14 +133,18 @@ def test_a_forged_elf_any_user_maps_does_not_hold_the_run(symbol_cache, tmp_path
     assert len(warnings) == 1 and f"pid {attacker.pid}" in warnings[0] and "program headers" in warnings[0], result.stderr
 
 
+ORDINARY_RECORD_BYTES = 32 << 10
+
 # Code that spins in anonymous executable memory, as JIT code would: `jmp .`
-# at the start of an RWX page, run on a thread through ctypes.
+# at the start of an RWX page, run on THREADS threads through ctypes.
 SPIN_IN_JIT_CODE = """
     import ctypes, mmap, sys, threading, time
+    THREADS = 1
     page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
     page.write(b"\\xeb\\xfe")
     address = ctypes.addressof(ctypes.c_char.from_buffer(page))
-    threading.Thread(target=ctypes.CFUNCTYPE(None)(address), daemon=True).start()
+    for _ in range(THREADS):
+        threading.Thread(target=ctypes.CFUNCTYPE(None)(address), daemon=True).start()
     print(hex(address), flush=True)
     time.sleep(60)
 """
@@ -175,6 +180,32 @@ def test_a_perf_map_of_ten_million_entries_is_cut_at_its_limit(symbol_cache, tmp
     assert total(lines) >= 200 and total(named) >= 0.9 * total(lines), (total(named), total(lines))
     warnings = [line for line in result.stderr.splitlines() if f"perf map of pid {attacker.pid}" in line]
     assert len(warnings) == 1 and "500,000 entries" in warnings[0], result.stderr
+
+
+def test_threads_spinning_where_frame_pointers_mislead_send_small_copies(symbol_cache, tmp_path, background):
+    """Code without frame pointers, spinning on every CPU: the frame-pointer
+    step from it reads a return address where nothing is mapped, and the
+    stack is copied for user space to walk. Where the memory above a
+    thread's stack was readable, that copy was 128-256 KiB a sample (137 KiB
+    on average, 150 MB in 3 s): the 4 MiB ring filled whenever jitprof's
+    reader was held up for a few tens of milliseconds, and the samples of
+    every process went with it (6-27 lost beside a large perf map). Now such
+    a copy is the ordinary one at most, and nothing is lost."""
+    spinners = os.cpu_count() or 2
+    attacker = as_nobody(background, SPIN_IN_JIT_CODE.replace("THREADS = 1", f"THREADS = {spinners}"))
+    attacker.stdout.readline()
+    sampled_cpu = {attacker.pid: 0.0}
+    result, _, _ = run_all(symbol_cache, tmp_path, 3, "-o", "all.jitprof", sampled_cpu=sampled_cpu)
+    assert result.returncode == 0, result.stderr
+    assert ", 0 lost;" in result.stderr, result.stderr
+    # Its samples follow the CPU it had while jitprof sampled.
+    expected = 199 * sampled_cpu[attacker.pid]
+    assert expected > 0 and samples_of(tmp_path / "all.folded", attacker.pid) >= 0.8 * expected, (expected, result.stderr)
+    # Every sample a copy, each record an ordinary one: within the 32 KiB a
+    # CPU's walk state holds (the deep ones are reserved at 32-256 KiB).
+    traffic = read_raw(tmp_path / "all.jitprof").traffic
+    assert traffic.stack_copies >= 0.8 * expected, traffic
+    assert traffic.sample_bytes <= ORDINARY_RECORD_BYTES * traffic.samples, traffic
 
 
 # A library of 64 functions, each its own addresses, that a program loads

@@ -373,4 +373,7 @@ def test_a_storm_of_waits_keeps_off_cpu_memory_bounded(symbol_cache, tmp_path, b
     lost = int(result.stderr.split(" lost;")[0].rsplit(", ", 1)[1].replace(",", ""))
     # More waits than were kept: the bound was reached, and said.
     assert lost > 0 and samples_of(tmp_path / "all.folded", attacker.pid) > 0, result.stderr
+    # And why, each kind with its count.
+    reasons = [line.split("warning: ")[1] for line in result.stderr.splitlines() if " samples lost: " in line]
+    assert sum(int(reason.split()[0].replace(",", "")) for reason in reasons) == lost, result.stderr
     assert peak_kib < baseline_kib + (120 << 10), f"peak RSS {peak_kib >> 10} MiB, {baseline_kib >> 10} MiB without the storm"

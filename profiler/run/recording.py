@@ -38,7 +38,7 @@ from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
 from profiler.run.program_loading import ProgramLoading, load_options
-from profiler.run.summary import WARNING, Summary, report_output_errors, tracking_problems, warn
+from profiler.run.summary import WARNING, Summary, loss_reasons, report_output_errors, tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
 from profiler.safety.terminal import say
@@ -320,11 +320,12 @@ class Recording:
             self._mode.show_captured_output(1.0)
         if self._push is not None:
             self._push.finish(self.profile, self._symbolizer.forget_frame_ids, lambda: self._stop_requests >= 2, self._status)
+        self._count_losses(program)
         problems = self._problems()
         # Kept with the profile, so report.html (and `jitprof report` later) shows them too.
         said = (self._jit_sources.said_on_attach if self._jit_sources is not None else []) + self._said_during_run + problems
         self.profile.info.warnings = [line.removeprefix("jitprof: ") for line in said]
-        summary = self._finish_outputs(program)
+        summary = self._finish_outputs()
         say(summary.render())
         if self._push is not None:
             for line in self._push.summary():
@@ -550,7 +551,7 @@ class Recording:
                 recorder.add_still_waiting(waits.pid, waits.tid, comm, ended_ns, ended_ns - waits.left_ns)
         self.profile.waits.untracked = program.maps.counters().off_cpu_untracked
 
-    def _finish_outputs(self, program: BpfProgram) -> Summary:
+    def _count_losses(self, program: BpfProgram) -> None:
         counters = program.maps.counters()
         losses = self.profile.losses
         losses.ringbuf_full = counters.ringbuf_full
@@ -558,6 +559,8 @@ class Recording:
         losses.kernel_stack_failed = counters.kernel_stack_failed
         losses.process_events_lost = counters.events_lost
         self.profile.traffic = program.events.traffic
+
+    def _finish_outputs(self) -> Summary:
         # With --push the samples went with their intervals: the processes are those followed.
         processes = self._followed.followed_total if self.options.push is not None and self._followed is not None else None
         if self.options.push is not None and not self.options.outputs:
@@ -614,11 +617,15 @@ class Recording:
         lines += self._labels.warnings() if self._labels is not None else []
         if self._originals is not None:
             lines += [f"{WARNING}{problem}" for problem in self._originals.problems]
-        return lines + tracking_problems(
-            self._tracker,
-            self._unwind_tables.stats if self._unwind_tables is not None else None,
-            self._symbolizer.errors,
-            self._symbolizer.elf.naming_failures(),
+        return (
+            lines
+            + loss_reasons(self.profile.losses)
+            + tracking_problems(
+                self._tracker,
+                self._unwind_tables.stats if self._unwind_tables is not None else None,
+                self._symbolizer.errors,
+                self._symbolizer.elf.naming_failures(),
+            )
         )
 
     def _status(self, message: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from profiler.kernel.mappings import MappingTracker
-from profiler.model.profile import Profile
+from profiler.model.profile import LossCounts, Profile
 from profiler.native.unwind_tables import TableStats
 from profiler.output import WrittenOutput
 from profiler.safety.terminal import say
@@ -100,6 +100,28 @@ def report_output_errors(outputs: list[WrittenOutput]) -> None:
         elif output.error:
             where = f"wrote {output.written} instead" if output.written else "and no fallback was writable"
             warn(f"cannot write {output.requested}: {output.error}; {where}")
+
+
+def loss_reasons(losses: LossCounts) -> list[str]:
+    """Why the samples the summary counts as lost were lost, with what to do."""
+    lines: list[str] = []
+    if losses.ringbuf_full:
+        lines.append(
+            f"{WARNING}{losses.ringbuf_full:,} samples lost: the kernel's ring buffer was full (jitprof's reader fell "
+            "behind, its CPU taken by other work); hint: a lower -F"
+        )
+    if losses.backlog_full:
+        lines.append(
+            f"{WARNING}{losses.backlog_full:,} samples lost: too many waited to be named (an event storm); "
+            "hint: a lower -F, or --pid for the processes that matter"
+        )
+    if losses.not_symbolised_in_time:
+        lines.append(
+            f"{WARNING}{losses.not_symbolised_in_time:,} samples lost: not named in the time the run waits after sampling"
+        )
+    if losses.malformed:
+        lines.append(f"jitprof: internal error: {losses.malformed:,} records of the kernel could not be read (please report)")
+    return lines
 
 
 def tracking_problems(
