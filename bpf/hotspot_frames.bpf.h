@@ -35,71 +35,19 @@ static __always_inline void note_hotspot_frame(struct walk_scratch *scratch, u64
     scratch->v8_count = index + 1;
 }
 
-// The code bytes at a leaf's pc, as scalars: indexing a stack buffer at an
-// offset the compiler computes would make it or a pointer.
-struct code_bytes {
-    u64 words[3];
-};
-static __always_inline u8 code_byte(const struct code_bytes *code, const u32 at) {
-    return (u8)(code->words[(at >> 3) % 3] >> ((at & 7) * 8));
-}
-
-// Do the instructions at code[at] return? `ret`, or the return's poll of the
-// thread's stack watermark before it: `cmp rsp, [r15 + disp32 or disp8]`
-// and `ja`, or the `ja` alone.
-static __always_inline int hotspot_jumps_then_returns(const struct code_bytes *code, const u32 at) {
-    if (code_byte(code, at) == 0x0f && code_byte(code, at + 1) == 0x87) return code_byte(code, at + 6) == 0xc3; // ja rel32
-    if (code_byte(code, at) == 0x77) return code_byte(code, at + 2) == 0xc3;                                    // ja rel8
-    return 0;
-}
-
-static __always_inline int hotspot_returns(const struct code_bytes *code, const u32 at) {
-    if (code_byte(code, at) == 0xc3) return 1;
-    if (code_byte(code, at) != 0x49 || code_byte(code, at + 1) != 0x3b) return hotspot_jumps_then_returns(code, at);
-    if (code_byte(code, at + 2) == 0xa7) return hotspot_jumps_then_returns(code, at + 7);
-    if (code_byte(code, at + 2) == 0x67) return hotspot_jumps_then_returns(code, at + 4);
-    return 0;
-}
-
-// A leaf caught in a compiled method's epilogue, decoded forward from pc
-// (an instruction's start): 1 when only the return address is left on the
-// stack (at `ret`, or at the return's poll after `pop rbp`), 2 when rbp is
-// too (at `pop rbp`), 0 otherwise (the frame is whole).
+// A leaf caught in a compiled method's epilogue (bpf/hotspot_code.h): the
+// words left above the return address, 0 when the frame is whole.
 static __always_inline int hotspot_epilogue(u64 pc) {
     struct code_bytes code;
     if (bpf_probe_read_user(&code, sizeof(code), (void *)pc) != 0) return 0;
-    if (code_byte(&code, 0) == 0x5d) return hotspot_returns(&code, 1) ? 2 : 0; // pop rbp
-    return hotspot_returns(&code, 0);
+    return hotspot_epilogue_of(&code);
 }
 
-// A leaf caught in a compiled method's prologue (before its frame is
-// complete), from the bytes at pc and the three before it. The prologue is
-// HotSpot's own (C1 and C2 alike): stack bangs `mov [rsp - N], eax`, then
-// `push rbp` (`mov rbp, rsp` with frame pointers) and `sub rsp, size`; or,
-// for a small frame without a bang, `sub rsp, size` then `mov [rsp + d], rbp`;
-// then a compare and branch of the nmethod entry barrier.
-#define PROLOGUE_UNKNOWN 0     // the unverified entry, or code not recognised: no step
-#define PROLOGUE_RETURN_ONLY 1 // nothing but the return address pushed yet
-#define PROLOGUE_RBP_PUSHED 2  // the return address and the caller's rbp
-#define PROLOGUE_RBP_UNSAVED 3 // the frame allocated, the caller's rbp still in rbp
-#define PROLOGUE_FRAME_BUILT 4 // the frame whole (the entry barrier follows)
+// A leaf caught in a compiled method's prologue (bpf/hotspot_code.h).
 static __always_inline int hotspot_prologue(u64 pc) {
-    struct code_bytes code; // code_byte(&code, 3) is the byte at pc
-    if (bpf_probe_read_user(&code, sizeof(code), (void *)(pc - 3)) != 0) return PROLOGUE_UNKNOWN;
-    u8 first = code_byte(&code, 3), second = code_byte(&code, 4), third = code_byte(&code, 5);
-    // After `push rbp`, alone or followed by `mov rbp, rsp`.
-    u8 pushed = code_byte(&code, 2) == 0x55 ||
-                (code_byte(&code, 0) == 0x48 && code_byte(&code, 1) == 0x89 && code_byte(&code, 2) == 0xe5);
-    if (first == 0x89 && second == 0x84 && third == 0x24) return PROLOGUE_RETURN_ONLY; // mov [rsp + disp32], eax
-    if (first == 0x55) return PROLOGUE_RETURN_ONLY;                                    // push rbp
-    if (first == 0x48 && second == 0x89 && third == 0xe5) return PROLOGUE_RBP_PUSHED;  // mov rbp, rsp
-    if (first == 0x48 && (second == 0x83 || second == 0x81) && third == 0xec)          // sub rsp, imm
-        return pushed ? PROLOGUE_RBP_PUSHED : PROLOGUE_RETURN_ONLY;
-    if (first == 0x48 && second == 0x89 && (third == 0x6c || third == 0xac) && code_byte(&code, 6) == 0x24)
-        return PROLOGUE_RBP_UNSAVED; // mov [rsp + disp], rbp
-    if (first == 0x41 && (second == 0x81 || second == 0x83) && third == 0x7f)
-        return PROLOGUE_FRAME_BUILT; // cmp dword [r15 + disp8], imm: the entry barrier
-    return PROLOGUE_UNKNOWN;
+    struct code_bytes code;
+    if (bpf_probe_read_user(&code, sizeof(code), (void *)(pc - HOTSPOT_PROLOGUE_BEFORE)) != 0) return PROLOGUE_UNKNOWN;
+    return hotspot_prologue_of(&code);
 }
 
 // Is the blob whose name pointer is at name_field one of vtable and itable

@@ -43,6 +43,8 @@ static __always_inline int walk_read_frame(struct walk_reader *reader, u64 fp, _
 
 #define WALK_STEP_INLINE __always_inline
 #include "walk_step.h"
+#define HOTSPOT_CODE_INLINE __always_inline
+#include "hotspot_code.h"
 
 _Static_assert(COMM_LEN == TASK_COMM_LEN, "a comm is the kernel's");
 _Static_assert(sizeof(struct sample_event) - sizeof(((struct sample_event *)0)->addresses) -

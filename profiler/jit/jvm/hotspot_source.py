@@ -66,6 +66,7 @@ from profiler.kernel.procmaps import read_maps
 from profiler.model.profile import Frame, FrameKind
 from profiler.native import elf_format
 from profiler.native.elf import MAX_ELF_BYTES
+from profiler.native.hotspot_code import CODE_BYTES, epilogue_words
 from profiler.safety import files
 
 # A blob read this long after a sample still names it (samples come up the
@@ -785,8 +786,8 @@ class HotSpotStructures(JitSymbolSource):
         complete = _frame_complete(reader.layout, blob.code.blob.header)
         if complete is not None and leaf < blob.start + complete:
             return True
-        code = jvm.thread.run(lambda: reader.memory.read(leaf, 16))
-        return code is not None and _in_epilogue(code)
+        code = jvm.thread.run(lambda: reader.memory.read(leaf, CODE_BYTES))
+        return code is not None and len(code) == CODE_BYTES and epilogue_words(code) != 0
 
     def _frames_at(self, jvm: _Jvm, blob: _Blob, address: int, caller: bool) -> tuple[Frame, ...]:
         frames = blob.frames.get((address, caller))
@@ -1100,36 +1101,6 @@ def _frame_complete(layout: HotSpotLayout, header: bytes) -> int | None:
         return None
     complete = int.from_bytes(header[at : at + width], "little", signed=True)
     return complete if complete >= 0 else None
-
-
-def _in_epilogue(code: bytes) -> bool:
-    """Do the instructions at a pc (x86-64) take the frame down and return:
-    `pop rbp`, then `ret` or the return's poll of the thread's stack
-    watermark (`cmp rsp, [r15 + disp]` and `ja`, or the `ja` alone)?
-    HotSpot's epilogue, as the kernel's walker reads it."""
-    at = 1 if code[:1] == b"\x5d" else 0
-    return _returns(code, at)
-
-
-def _returns(code: bytes, at: int) -> bool:
-    if code[at : at + 1] == b"\xc3":
-        return True
-    if code[at : at + 2] == b"\x49\x3b":
-        operand = code[at + 2 : at + 3]
-        if operand == b"\xa7":
-            return _jumps_then_returns(code, at + 7)
-        if operand == b"\x67":
-            return _jumps_then_returns(code, at + 4)
-        return False
-    return _jumps_then_returns(code, at)
-
-
-def _jumps_then_returns(code: bytes, at: int) -> bool:
-    if code[at : at + 2] == b"\x0f\x87":  # ja rel32
-        return code[at + 6 : at + 7] == b"\xc3"
-    if code[at : at + 1] == b"\x77":  # ja rel8
-        return code[at + 2 : at + 3] == b"\xc3"
-    return False
 
 
 def _keep_frames(blob: _Blob, frames: dict[tuple[int, bool], tuple[Frame, ...]]) -> None:

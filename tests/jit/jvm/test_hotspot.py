@@ -1061,17 +1061,6 @@ def test_a_leaf_in_a_prologue_or_epilogue_sampled_before_the_kernel_stepped_the_
     assert not source.leaf_caller_skipped(pid, before, begin + 4)
 
 
-def test_epilogues_are_read_as_the_kernel_reads_them():
-    assert hotspot_source._in_epilogue(b"\xc3" + bytes(15))  # ret
-    assert hotspot_source._in_epilogue(b"\x5d\xc3" + bytes(14))  # pop rbp; ret
-    # pop rbp; cmp rsp, [r15 + disp32]; ja rel32; ret (the return's poll)
-    assert hotspot_source._in_epilogue(b"\x5d\x49\x3b\xa7\x00\x01\x00\x00\x0f\x87\x10\x00\x00\x00\xc3\x90")
-    assert hotspot_source._in_epilogue(b"\x49\x3b\x67\x20\x77\x05\xc3" + bytes(9))  # cmp rsp, [r15 + disp8]; ja; ret
-    assert not hotspot_source._in_epilogue(b"\x5d\x90\xc3" + bytes(13))
-    assert not hotspot_source._in_epilogue(b"\x48\x89\xe5" + bytes(13))
-    assert not hotspot_source._in_epilogue(b"\x5d")  # cut short: nothing past it
-
-
 def test_a_build_whose_tables_do_not_check_out_is_read_again_after_a_growing_pause_then_refused(monkeypatch):
     """A user's fake JVM forks children, each mapping the same fake libjvm.so:
     its tables are read at most once a pause (doubling to 2 s), whatever JVM
