@@ -1,11 +1,14 @@
-// Run by jitprof with a process's own bun, as that process's user: the
-// scripts that process runs (those its arguments name, `bun test`'s test
-// files, and what they import, found the way bun finds them), each with its
-// text and bun's runtime copy of it (what JavaScriptCore compiles and
+// Run by jitprof with its own bun, as a bun process's user: the scripts that
+// process runs (those its arguments name, `bun test`'s test files, and what
+// they import, found the way bun finds them), each with its text, and bun's
+// runtime copy of each script asked for (what JavaScriptCore compiles and
 // hashes). Nothing is run or written. Prints one JSON document.
-// Usage: bun transpile.js MAX_SCRIPTS MAX_BYTES DIRECTORY ARGUMENT...
-// (the process's working directory and its arguments after bun's path)
-const [maxScripts, maxBytes, directory, ...commandLine] = process.argv.slice(2);
+// Usage: bun transpile.js find MAX_SCRIPTS MAX_BYTES DIRECTORY ARGUMENT...
+//   (the process's working directory and its arguments after bun's path):
+//   the scripts and their texts, no copies;
+// bun transpile.js copy MAX_SCRIPTS MAX_BYTES DIRECTORY PATH...:
+//   these scripts' texts and copies (those jitprof keeps no copy of).
+const [mode, maxScripts, maxBytes, directory, ...commandLine] = process.argv.slice(2);
 const LOADERS = { js: "js", mjs: "js", cjs: "js", jsx: "jsx", ts: "ts", mts: "ts", cts: "ts", tsx: "tsx" };
 const TEST_FILES = "**/*{.test,_test,.spec,_spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}";
 const transpilers = {};
@@ -37,12 +40,14 @@ function resolved(specifier, from) {
 }
 
 // What the arguments name: `bun app.ts`, `bun run app`, `bun ./src/index`.
-for (const argument of commandLine) {
+for (const argument of mode === "find" ? commandLine : []) {
   if (argument.startsWith("-")) continue;
   const path = resolved(argument.startsWith("/") ? argument : `./${argument}`, directory);
   if (path && loaderOf(path)) enqueue(path);
 }
-if (commandLine.find((argument) => !argument.startsWith("-")) === "test") {
+if (mode === "copy") {
+  for (const path of commandLine) if (path.startsWith("/") && loaderOf(path)) enqueue(path);
+} else if (commandLine.find((argument) => !argument.startsWith("-")) === "test") {
   for (const relative of new Bun.Glob(TEST_FILES).scanSync({ cwd: directory, onlyFiles: true })) {
     if (queued.size >= Number(maxScripts)) break;
     if (!relative.split("/").includes("node_modules")) enqueue(`${directory}/${relative}`);
@@ -60,9 +65,14 @@ while (queue.length > 0) {
     }
     const original = await file.text();
     transpilers[loader] ??= new Bun.Transpiler({ loader, target: "bun", inline: true });
-    const runtime = transpilers[loader].transformSync(original);
-    bytes += original.length + runtime.length;
-    scripts.push({ path, original, runtime });
+    if (mode === "copy") {
+      const runtime = transpilers[loader].transformSync(original);
+      bytes += original.length + runtime.length;
+      scripts.push({ path, original, runtime });
+      continue;
+    }
+    bytes += original.length;
+    scripts.push({ path, original });
     const importer = path.slice(0, path.lastIndexOf("/")) || "/";
     for (const imported of transpilers[loader].scanImports(original)) {
       const found = resolved(imported.path, importer);

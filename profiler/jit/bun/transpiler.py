@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.jit.bun import runtime_copies
 from profiler.kernel.proc_status import command_line, status_field
 from profiler.safety.processes import run_as_user
 
@@ -36,6 +37,7 @@ MAX_SCRIPT_BYTES = 16 << 20  # their text and copies together (tsc: 11.5 MiB)
 MAX_OUTPUT_BYTES = 3 * MAX_SCRIPT_BYTES  # JSON escapes: a little over the two texts
 MAX_PATH_BYTES = 4096
 TRANSPILE_DEADLINE_S = 10.0  # about 60 ms for a few small scripts, 0.3 s for tsc
+_TOO_LARGE = f"its scripts are over {MAX_SCRIPT_BYTES >> 20} MiB together; those past that are not read"
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ def transpiled_scripts(
     pid: int, running: Callable[[int | None], None] | None = None, bun: Path = OWN_BUN
 ) -> tuple[list[TranspiledScript], str]:
     """The scripts a live bun process runs and their runtime copies (or why
-    not), made by jitprof's own bun as the process's user."""
+    not), found and made by jitprof's own bun as the process's user: the
+    copies of texts seen before come from the cache."""
     command = command_of(pid)
     uid_words, gid_words = status_field(pid, "Uid:"), status_field(pid, "Gid:")
     if command is None or uid_words is None or gid_words is None or len(uid_words) < 2 or len(gid_words) < 2:
@@ -88,22 +91,58 @@ def transpiled_scripts(
     if untrusted:
         return [], f"jitprof's own bun cannot be run ({untrusted}; make setup installs it)"
     directory, arguments = command
+    user = (int(uid_words[1]), int(gid_words[1]))
+    found, problem = _transpile(bun, "find", directory, arguments, user, running)
+    keys = {script.path: runtime_copies.key_of(script.path, script.original, TRANSPILER, BUN_VERSION) for script in found}
+    copies = {path: runtime_copies.load(key, MAX_SCRIPT_BYTES) for path, key in keys.items()}
+    missing = [script.path for script in found if copies[script.path] is None]
+    if missing:
+        made, copy_problem = _transpile(bun, "copy", directory, missing, user, running)
+        problem = problem or copy_problem
+        originals = {script.path: script.original for script in found}
+        for script in made:
+            # The file may have changed between the two runs: a copy of another text is no copy of this one.
+            if originals.get(script.path) == script.original:
+                copies[script.path] = script.runtime
+                runtime_copies.store(keys[script.path], script.runtime)
+    scripts: list[TranspiledScript] = []
+    total = 0
+    for script in found:
+        runtime = copies[script.path]
+        if runtime is None:
+            continue
+        total += len(script.original) + len(runtime)
+        if total > MAX_SCRIPT_BYTES:
+            return scripts, _TOO_LARGE
+        scripts.append(TranspiledScript(script.path, script.original, runtime))
+    return scripts, problem
+
+
+def _transpile(
+    bun: Path,
+    mode: str,
+    directory: str,
+    arguments: list[str],
+    user: tuple[int, int],
+    running: Callable[[int | None], None] | None,
+) -> tuple[list[TranspiledScript], str]:
     try:
         run = run_as_user(
-            [str(bun), str(TRANSPILER), str(MAX_SCRIPTS), str(MAX_SCRIPT_BYTES), directory, *arguments],
-            int(uid_words[1]), int(gid_words[1]), MAX_OUTPUT_BYTES, TRANSPILE_DEADLINE_S, running,
+            [str(bun), str(TRANSPILER), mode, str(MAX_SCRIPTS), str(MAX_SCRIPT_BYTES), directory, *arguments],
+            *user, MAX_OUTPUT_BYTES, TRANSPILE_DEADLINE_S, running,
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError, ValueError) as error:
         return [], f"its scripts could not be transpiled ({type(error).__name__})"
     if run.returncode != 0:
         why = run.overrun or f"bun exited with {run.returncode}"
         return [], f"its scripts could not be transpiled ({why})"
-    return checked_answer(run.output)
+    return checked_answer(run.output, copies=mode == "copy")
 
 
-def checked_answer(output: bytes) -> tuple[list[TranspiledScript], str]:
+def checked_answer(output: bytes, copies: bool = True) -> tuple[list[TranspiledScript], str]:
     """transpile.js's answer, taken as a target's words: its caps enforced
-    here, whatever the program that wrote it did."""
+    here, whatever the program that wrote it did. Without copies (its find
+    mode) each script's runtime is ""."""
     if len(output) > MAX_OUTPUT_BYTES:
         return [], "its scripts' transpiler answered too much"
     try:
@@ -117,13 +156,13 @@ def checked_answer(output: bytes) -> tuple[list[TranspiledScript], str]:
     for entry in listed[:MAX_SCRIPTS]:
         if not isinstance(entry, dict):
             continue
-        path, original, runtime = entry.get("path"), entry.get("original"), entry.get("runtime")
+        path, original, runtime = entry.get("path"), entry.get("original"), entry.get("runtime", None if copies else "")
         if not (isinstance(path, str) and isinstance(original, str) and isinstance(runtime, str)):
             continue
-        if not path.startswith("/") or len(path) > MAX_PATH_BYTES:
+        if not path.startswith("/") or len(path) > MAX_PATH_BYTES or "\0" in path:
             continue
         total += len(original) + len(runtime)
         if total > MAX_SCRIPT_BYTES:
-            return scripts, f"its scripts are over {MAX_SCRIPT_BYTES >> 20} MiB together; those past that are not read"
+            return scripts, _TOO_LARGE
         scripts.append(TranspiledScript(path, original, runtime))
     return scripts, ""
