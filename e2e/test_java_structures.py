@@ -527,16 +527,13 @@ def test_a_leaf_in_a_dispatch_stub_or_a_prologue_keeps_its_caller(jitprof, tmp_p
     stop_jvm(target)
     assert run.returncode == 0, run.stderr
     profile = read_raw(tmp_path / "out.jitprof")
-    in_stub = [
+    stacks = [
         [profile.frames[index].name for index in sample.frame_ids]
         for sample in profile.samples
-        if sample.pid == target.pid and sample.frame_ids and profile.frames[sample.frame_ids[-1]].name == "[stub] vtable chunks"
+        if sample.pid == target.pid and sample.frame_ids
     ]
-    in_dispatch = sum(
-        1
-        for sample in profile.samples
-        if sample.pid == target.pid and any(profile.frames[index].name.startswith("Dispatch.run(") for index in sample.frame_ids)
-    )
+    in_stub = [names for names in stacks if names[-1] == "[stub] vtable chunks"]
+    in_dispatch = sum(1 for names in stacks if any(name.startswith("Dispatch.run(") for name in names))
     # The stubs' share is the program's own; a few percent of its samples are plenty to judge.
     assert len(in_stub) >= 0.02 * in_dispatch and len(in_stub) >= 20, (len(in_stub), in_dispatch)
     shown = [[name for name in names if name.startswith("Dispatch.")] for names in in_stub]
@@ -549,11 +546,7 @@ def test_a_leaf_in_a_dispatch_stub_or_a_prologue_keeps_its_caller(jitprof, tmp_p
     # prologue and epilogue a good share of them) keeps run and main.
     in_callee = [
         [name.split("(")[0] for name in names if name.startswith("Dispatch")]
-        for names in (
-            [profile.frames[index].name for index in sample.frame_ids]
-            for sample in profile.samples
-            if sample.pid == target.pid and sample.frame_ids
-        )
+        for names in stacks
         if names[-1].startswith("Dispatch$") and names[-1].split("(")[0].endswith((".area", ".size"))
     ]
     # Cut there were 13-48 % of them on JDK 25 and 43 % on JDK 17 with frame

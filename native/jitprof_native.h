@@ -188,7 +188,7 @@ void jp_sample_reader_free(struct jp_sample_reader *reader);
 int jp_sample_lines(struct jp_sample_reader *reader, const uint8_t *text, uint64_t length, uint64_t line_count,
                     uint64_t number_limit, struct jp_sample_columns *columns, struct jp_sample_text *news, uint64_t *news_count);
 /* HotSpot's compiled code at a leaf (bpf/hotspot_code.h): bytes holds at
- * least 24 bytes, from pc - 3 for the prologue, from pc for the epilogue.
+ * least 24 bytes, from pc - 8 for the prologue, from pc for the epilogue.
  * The prologue's PROLOGUE_* state, or the epilogue's words left above the
  * return address (0: the frame is whole); -1 for too few bytes. */
 int jp_hotspot_prologue(const uint8_t *bytes, uint64_t length);

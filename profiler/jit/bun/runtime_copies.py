@@ -10,6 +10,7 @@ the cap that bounds what transpile.js may answer).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 
@@ -17,19 +18,21 @@ from profiler.native import cache
 
 KIND = "bun-copies"
 SUFFIX = ".js"
-_fingerprint: list[bytes] = []
 
 
 def key_of(path: str, original: str, transpiler: Path, bun_version: str) -> str:
     """The key of a script's copy: its text, and its name's extension (which
     chooses the loader: a .ts and a .js of one text are copied apart)."""
-    if not _fingerprint:
-        _fingerprint.append(hashlib.sha256(transpiler.read_bytes() + bun_version.encode()).digest())
-    digest = hashlib.sha256(_fingerprint[0])
+    digest = hashlib.sha256(_fingerprint(transpiler, bun_version))
     extension = path.rsplit("/", 1)[-1].rpartition(".")[2]
     digest.update(extension.encode("utf-8", "surrogatepass") + b"\0")
     digest.update(original.encode("utf-8", "surrogatepass"))
     return "k-" + digest.hexdigest()[:40]
+
+
+@functools.cache
+def _fingerprint(transpiler: Path, bun_version: str) -> bytes:
+    return hashlib.sha256(transpiler.read_bytes() + bun_version.encode()).digest()
 
 
 def load(key: str, max_bytes: int) -> str | None:

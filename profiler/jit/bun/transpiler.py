@@ -37,7 +37,6 @@ MAX_SCRIPT_BYTES = 16 << 20  # their text and copies together (tsc: 11.5 MiB)
 MAX_OUTPUT_BYTES = 3 * MAX_SCRIPT_BYTES  # JSON escapes: a little over the two texts
 MAX_PATH_BYTES = 4096
 TRANSPILE_DEADLINE_S = 10.0  # about 60 ms for a few small scripts, 0.3 s for tsc
-_TOO_LARGE = f"its scripts are over {MAX_SCRIPT_BYTES >> 20} MiB together; those past that are not read"
 
 
 @dataclass(frozen=True)
@@ -105,17 +104,13 @@ def transpiled_scripts(
             if originals.get(script.path) == script.original:
                 copies[script.path] = script.runtime
                 runtime_copies.store(keys[script.path], script.runtime)
-    scripts: list[TranspiledScript] = []
-    total = 0
-    for script in found:
-        runtime = copies[script.path]
-        if runtime is None:
-            continue
-        total += len(script.original) + len(runtime)
-        if total > MAX_SCRIPT_BYTES:
-            return scripts, _TOO_LARGE
-        scripts.append(TranspiledScript(script.path, script.original, runtime))
-    return scripts, problem
+    paired = [
+        TranspiledScript(script.path, script.original, runtime)
+        for script in found
+        if (runtime := copies[script.path]) is not None
+    ]
+    scripts, too_large = _within_cap(paired)
+    return scripts, too_large or problem
 
 
 def _transpile(
@@ -152,7 +147,6 @@ def checked_answer(output: bytes, copies: bool = True) -> tuple[list[TranspiledS
     except (ValueError, KeyError, TypeError, RecursionError):
         return [], "its scripts' transpiler answered nonsense"
     scripts: list[TranspiledScript] = []
-    total = 0
     for entry in listed[:MAX_SCRIPTS]:
         if not isinstance(entry, dict):
             continue
@@ -161,8 +155,15 @@ def checked_answer(output: bytes, copies: bool = True) -> tuple[list[TranspiledS
             continue
         if not path.startswith("/") or len(path) > MAX_PATH_BYTES or "\0" in path:
             continue
-        total += len(original) + len(runtime)
-        if total > MAX_SCRIPT_BYTES:
-            return scripts, _TOO_LARGE
         scripts.append(TranspiledScript(path, original, runtime))
+    return _within_cap(scripts)
+
+
+def _within_cap(scripts: list[TranspiledScript]) -> tuple[list[TranspiledScript], str]:
+    """The scripts up to MAX_SCRIPT_BYTES of texts and copies together, and why not all ("" when all)."""
+    total = 0
+    for index, script in enumerate(scripts):
+        total += len(script.original) + len(script.runtime)
+        if total > MAX_SCRIPT_BYTES:
+            return scripts[:index], f"its scripts are over {MAX_SCRIPT_BYTES >> 20} MiB together; those past that are not read"
     return scripts, ""
