@@ -145,12 +145,7 @@ class JitdumpSymbols(JitSymbolSource):
         key = (pid, number, load.sequence, line.address if line is not None else -1)
         frame = self._frames.get(key)
         if frame is None:
-            frame = frame_for_name(load.name)
-            with self._lock:
-                state = self._processes.get(pid)
-            runtime = state.runtime if state is not None and not frame.file else None
-            if runtime is not None and runtime.place_frame is not None:
-                frame = runtime.place_frame(pid, load.name, frame)
+            frame = self._function_frame(pid, number, load)
             if line is not None and line.line > 0:
                 frame = Frame(
                     frame.name,
@@ -164,6 +159,21 @@ class JitdumpSymbols(JitSymbolSource):
                     function_line=frame.function_line,
                     function_column=frame.function_column,
                 )
+            self._frames[key] = frame
+        return frame
+
+    def _function_frame(self, pid: int, number: int, load: CodeLoad) -> Frame:
+        """The load's function, placed by its runtime: once per load, not
+        once per line in it (placing asks the process's start time)."""
+        key = (pid, number, load.sequence, -1)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = frame_for_name(load.name)
+            with self._lock:
+                state = self._processes.get(pid)
+            runtime = state.runtime if state is not None and not frame.file else None
+            if runtime is not None and runtime.place_frame is not None:
+                frame = runtime.place_frame(pid, load.name, frame)
             self._frames[key] = frame
         return frame
 

@@ -17,6 +17,7 @@ from profiler.jit.bun.interpreter import (
     keep_handlers,
     names_table,
     opcode_tables,
+    text_range,
 )
 from profiler.jit.bun.transpiler import OWN_BUN
 from profiler.native import cache
@@ -54,8 +55,11 @@ def test_a_table_ends_at_an_entry_that_is_not_a_name():
     assert names_table(rodata_with(["op_enter", "Not A Name"]), BASE) == ("op_enter",)
 
 
+TEXT = (0x1000000, 0x2000000)
+
+
 def tables(names=tuple(NAMES)) -> OpcodeTables:
-    return OpcodeTables(tuple(names), 0x6000000, 16384, 0x1000000, 0x2000000)
+    return OpcodeTables(tuple(names), 0x6000000, 16384, *TEXT)
 
 
 def maps_with(narrow: list[int], wide16: list[int], wide32: list[int], size: int = 16384) -> bytes:
@@ -96,11 +100,14 @@ def test_bun_s_own_binary_has_the_tables():
     assert found.names[:2] == ("op_tail_call_varargs", "op_call_varargs") and "op_enter" in found.names
     assert len(found.names) >= 200 and 3 * 8 * len(found.names) <= found.maps_size
     assert found.text_start < found.text_end
+    with OWN_BUN.open("rb") as handle:
+        assert text_range(handle) == (found.text_start, found.text_end)  # what kept handlers are checked against
 
 
 def test_other_files_have_none(chain_binary):
     with open(chain_binary, "rb") as handle:
         assert opcode_tables(handle) is None
+        assert text_range(handle) is None  # not linked at fixed addresses
 
 
 def test_handlers_a_live_bun_showed_are_kept_for_a_bun_gone_too_soon():
@@ -109,8 +116,8 @@ def test_handlers_a_live_bun_showed_are_kept_for_a_bun_gone_too_soon():
     handlers = handlers_from(tables(), maps_with(narrow, wide, [0] * 5), load_bias=0)
     assert handlers is not None
     keep_handlers("f-b0a1", handlers)
-    assert cached_handlers("f-b0a1", tables()) == handlers
-    assert cached_handlers("f-b0a2", tables()) is None  # another binary's: none
+    assert cached_handlers("f-b0a1", TEXT) == handlers
+    assert cached_handlers("f-b0a2", TEXT) is None  # another binary's: none
 
 
 @pytest.mark.parametrize(
@@ -128,4 +135,4 @@ def test_a_kept_entry_is_checked_as_a_live_read_is(kept):
     assert path is not None
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(kept))
-    assert cached_handlers("f-b0a3", tables()) is None
+    assert cached_handlers("f-b0a3", TEXT) is None

@@ -8,6 +8,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from profiler.jit import jitdump
 from profiler.jit.jitdump import HEADER, MAGIC, CodeIndex, CodeLoad, JitdumpFile, JitdumpReader, RecordType
 from profiler.jit.names import frame_for_name
 from tests.helpers import DATA
@@ -142,12 +143,28 @@ def test_bad_files_are_reported():
     assert truncated.error == "" and [code.name for code in truncated.code._loads] == ["whole"]  # the rest may come
 
 
-def test_code_index_scan_is_bounded_by_the_largest_code():
+def test_code_index_finds_small_code_over_large_code_by_page():
     index = CodeIndex()
-    for number in range(1000):
+    index.add(CodeLoad(0x10000, 0x20000, "large", 0, 0, 0))  # 32 pages
+    for number in range(1, 1001):
         index.add(CodeLoad(0x10000 + number * 0x100, 0x80, f"f{number}", number, number, number))
     assert index.lookup(0x10000 + 500 * 0x100 + 4).name == "f500"
-    assert index.lookup(0x10000 + 500 * 0x100 + 0x90) is None
+    assert index.lookup(0x10000 + 500 * 0x100 + 0x90).name == "large"  # between the small ones
+    assert index.lookup(0x10000 + 500 * 0x100 + 4, 499).name == "large"  # before f500 was loaded
+    assert index.lookup(0x10000 + 0x20000 + 0x90) is None  # past the large, between small ones
+    assert len(index) == 1001
+
+
+def test_code_index_past_its_page_budget_still_finds_code(monkeypatch):
+    monkeypatch.setattr(jitdump, "MAX_PAGE_ENTRIES", 8)
+    index = CodeIndex()
+    index.add(CodeLoad(0x1000, 0x100, "paged", 1, 1, 1))
+    index.add(CodeLoad(0x0, 1 << 40, "absurd", 2, 2, 2))  # a writer's size: not 2**28 pages
+    index.add(CodeLoad(0x3000, 0x100, "paged too", 3, 3, 3))
+    assert index.lookup(0x1010).name == "absurd"  # the newer
+    assert index.lookup(0x1010, 1).name == "paged"
+    assert index.lookup(0x3010).name == "paged too"
+    assert index.lookup(0x5_0000_0000).name == "absurd"
 
 
 def test_file_is_tailed_as_it_grows(tmp_path):
