@@ -50,6 +50,7 @@ MAX_STACKS = 20_000  # stacks' callers remembered (see resolve_sample): a few Mi
 EPOCHS_REUSE_S = 0.01  # as often as the JIT sources read what their processes write
 MAX_MEMO = 1_000_000  # named addresses remembered
 MAX_JIT_SEEN = 200_000  # addresses found in JIT code, not looked up again for the names asked ahead
+MAX_INTERNED_TUPLES = 20_000  # JIT sources' frame tuples whose ids are kept
 MAX_FUNCTION_LINES = 100_000
 MAX_NAMED_AHEAD = 65_536  # addresses named ahead and not yet taken (a stack that never came back)
 MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
@@ -302,6 +303,11 @@ class Symbolizer:
         # is only named on its own, as before the batches.
         self._jit_seen: dict[int, set[tuple[tuple[int, int], int]]] = {}
         self._jit_seen_entries = 0
+        # id of a frame tuple a JIT source handed out -> (that tuple, its frame ids). The
+        # sources keep one tuple per code and pc (a compiling JVM's 50 JIT frames a
+        # sample), so its frames are interned once; holding it keeps its id unused.
+        self._interned_tuples: dict[int, tuple[tuple[Frame, ...], tuple[int, ...]]] = {}
+        self._asked_ahead: set[int] = set()  # ids of the batch's samples whose native frames were asked ahead
         # pid -> (era, the callers' words) -> (what was known then, the callers' frame ids)
         self._stacks: dict[int, dict[tuple[tuple[int, int], object], tuple[object, tuple[int, ...]]]] = {}
         self._stack_entries = 0
@@ -425,6 +431,7 @@ class Symbolizer:
                             self._give_up(raw[index:])
                             return
                         self._add(sample, time.monotonic(), may_park=True)
+                    self._asked_ahead.clear()  # its ids may be others' once it is let go
             now = time.monotonic()
             if self._parked and now >= next_retry:
                 next_retry = now + PARK_RETRY_S
@@ -582,7 +589,8 @@ class Symbolizer:
             all_read = True
             collected: list[int] = []
             records = {record.frame_index: record for record in raw.v8_frames}
-            self._name_callers_ahead(raw, era, records)
+            if id(raw) not in self._asked_ahead:
+                self._name_callers_ahead(raw, era, records)
             frames_at: dict[int, list[int]] = {0: leaf_ids}
             for depth in range(len(addresses) - 1, 0, -1):  # root first
                 frame_ids, read = self._resolve_frame(raw, era, depth, records.get(depth), may_park)
@@ -676,7 +684,7 @@ class Symbolizer:
         if record is not None:
             recorded = self._resolve_recorded(raw.pid, address, record, depth, raw.time_ns)
             if recorded is not None:
-                frame_ids = [self._profile.intern(frame) for frame in recorded.frames]
+                frame_ids = self._interned(recorded.frames)
                 if recorded.keep_native:
                     # The address's own frame, an interpreter's handler say, is below them.
                     frame_ids.append(self._resolve_user(raw.pid, raw.time_ns, era, address, depth > 0, False)[-1])
@@ -702,6 +710,7 @@ class Symbolizer:
         for raw in batch:
             if not raw.addresses or raw.stack_copy is not None:
                 continue  # its callers are known once its walk is finished
+            self._asked_ahead.add(id(raw))  # the batch holds it: the id is its own while it is named
             era = self._tracker.space_state(raw.pid, raw.time_ns)[0]
             if raw.leaf_v8_frame is None:
                 mapping = self._unknown_native(raw, era, raw.addresses[0])
@@ -756,14 +765,18 @@ class Symbolizer:
         remembered = memo.get(key)
         if remembered is not None:
             return list(remembered)
-        mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
-        if mapping is not None and mapping.entry.is_anonymous_exec:
+        # JIT code seen in this era (the names asked ahead saw it) needs no mapping search.
+        known_jit = key in self._jit_seen.get(pid, ())
+        mapping = None if known_jit else self._tracker.find(pid, time_ns, lookup_address).mapping
+        if known_jit or (mapping is not None and mapping.entry.is_anonymous_exec):
             # JIT code: addresses are reused, so no memo here; the JIT
             # sources memoise per code object instead.
             for source in self.jit_sources:
                 frames = source.expand(pid, time_ns, lookup_address, caller)
                 if frames:
-                    return [self._profile.intern(frame) for frame in frames]
+                    return self._interned(frames)
+            if mapping is None:
+                mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
             frame = self._name(pid, mapping, lookup_address)
             if not frame.symbolized and may_park and len(self._parked) < MAX_PARKED:
                 raise _NotNamedYet()
@@ -781,6 +794,17 @@ class Symbolizer:
                 memo = self._memo.setdefault(pid, {})
             memo[key] = frame_ids
             self._memo_entries += 1
+        return list(frame_ids)
+
+    def _interned(self, frames: tuple[Frame, ...]) -> list[int]:
+        """The ids of a JIT source's frames, kept by the tuple's identity."""
+        kept = self._interned_tuples.get(id(frames))
+        if kept is not None and kept[0] is frames:
+            return list(kept[1])
+        frame_ids = tuple(self._profile.intern(frame) for frame in frames)
+        if len(self._interned_tuples) >= MAX_INTERNED_TUPLES:
+            self._interned_tuples.clear()
+        self._interned_tuples[id(frames)] = (frames, frame_ids)
         return list(frame_ids)
 
     def _name_chain(self, pid: int, mapping: KnownMapping | None, address: int) -> list[Frame]:

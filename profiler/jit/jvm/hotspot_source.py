@@ -192,7 +192,10 @@ class _Jvm:
     libjvm_path: str = ""  # its map_files entry
 
     def in_code(self, address: int) -> bool:
-        return any(low <= address < high for low, high in self.heaps)
+        for low, high in self.heaps:  # (a loop: asked for each compiled frame; a generator cost twice as much)
+            if low <= address < high:
+                return True
+        return False
 
 
 def frame_size_walk(layout: HotSpotLayout, heaps: tuple[CodeHeap, ...], frame_pointers: bool = False) -> HotSpotCode:

@@ -118,6 +118,8 @@ class V8LogSymbols(JitSymbolSource):
             state = self._processes.get(pid)
         if state is None:
             state = self._state(pid)
+        if not state.logs and not state.rescan.due(time.monotonic()):
+            return None  # no log (a JVM's, a bun's code): asked for each of its JIT frames
         now = self._tail_if_due(state)
         code = state.code.lookup(address, time_ns)
         if code is None and state.rescan.due(now):

@@ -476,7 +476,13 @@ class HotSpotReader:
         if not 0 < length <= MAX_METHODS_PER_CLASS:
             return False
         listed = memory.read(methods + layout.array_data, 8 * length)
-        return listed is not None and _WORD.pack(method) in {listed[index : index + 8] for index in range(0, len(listed), 8)}
+        if listed is None:
+            return False
+        wanted = _WORD.pack(method)
+        at = listed.find(wanted)
+        while at >= 0 and at % 8:  # a word of the array, not bytes across two
+            at = listed.find(wanted, at + 1)
+        return at >= 0
 
     def _line_table(self, address: int) -> tuple[tuple[int, int], ...]:
         """The table after the bytecodes: its length is only known by decoding it (reads grow, a few at most)."""
