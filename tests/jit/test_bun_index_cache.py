@@ -40,6 +40,9 @@ def damaged(entry: dict) -> list[dict]:
     return [
         {**entry, "hashes": {"x": [len(FIB_COPY) + 1]}},  # past its text
         {**entry, "hashes": {"x": [-2]}},
+        {**entry, "hashes": {"x": [-1, 2, -2]}},  # top-level code's -1 with one outside
+        {**entry, "runtime_definitions": {"fib": [-1]}},  # -1 only where top-level code is
+        {**entry, "hashes": {"x": [1.5]}},
         {**entry, "original_definitions": {"fib": ["12"]}},
         {**entry, "names_at": [[3, [7]]]},
         {**entry, "names_at": {"3": ["fib"]}},

@@ -972,8 +972,12 @@ class HotSpotStructures(JitSymbolSource):
                     jvm.retired_methods.setdefault(address, collections.deque(maxlen=8)).append(entry)
                 entry = None
         if entry is None:
-            if sampled_ns is not None and sampled_ns < now - EARLY_SLACK_NS:
-                return self._retired_method(jvm, address, sampled_ns)  # read too late: another method may have been there then
+            if sampled_ns is not None and sampled_ns < now - EARLY_SLACK_NS and not sampled_collections:
+                # Read too late: another method may have been there then. (With
+                # the sample's own count, one read now that finds the same count
+                # vouches for it: nothing was freed since; a busy naming thread
+                # reaches its first samples late.)
+                return self._retired_method(jvm, address, sampled_ns)
             found = read_now()
             gc_count, method = found if found is not None else (None, None)
             if sampled_ns is None:

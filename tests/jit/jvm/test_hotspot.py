@@ -814,6 +814,26 @@ def test_interpreted_frames_are_named_from_the_method_and_bytecode_pointer():
     )
 
 
+def test_a_late_first_read_is_vouched_for_by_the_samples_own_gc_count():
+    """A busy naming thread reaches a sample long after it was taken: the
+    method read first then names it if the JVM's count is the sample's (no
+    collection since to free it), and nobody's otherwise."""
+    jvm = Jvm()
+    run, step, leaf = hot_class(jvm)
+    source, pid = interpreting_source(jvm)
+
+    def record(method: int, collections: int) -> V8FrameSlots:
+        bytecodes = jvm.memory.word(method + 8) + LAYOUT.const_method_size
+        return V8FrameSlots(0, method, collections, bytecodes + 1, V8_NO_BYTECODE_OFFSET, True)
+
+    long_ago = _now() - 2 * EARLY_SLACK_NS
+    named = source.expand_recorded(pid, CODE + 8, record(step, 3 + 1), True, long_ago)  # the count then: 3, as now
+    assert named is not None and [frame.name for frame in named.frames] == ["Hot.step(long)"]
+    assert source.expand_recorded(pid, CODE + 8, record(run, 0), True, long_ago) is None  # no count with it
+    jvm.collections(4)
+    assert source.expand_recorded(pid, CODE + 8, record(leaf, 3 + 1), True, long_ago) is None  # one since
+
+
 def test_an_endless_segment_map_ends():
     jvm = Jvm()
     for index in range(len(jvm.segmap)):
