@@ -292,8 +292,12 @@ def unattacked_seconds(symbol_cache, tmp_path_factory):
 def cpu_seconds_of(pid: int, main_thread: bool = True) -> float:
     """The CPU time the process's main thread (main_thread False: the whole
     process) has run, user and system."""
-    path = Path(f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat")
-    stat = path.read_text()
+    return cpu_seconds_in(Path(f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat"))
+
+
+def cpu_seconds_in(stat_path: Path) -> float:
+    """User and system CPU time from a /proc stat file (a process's or a thread's)."""
+    stat = stat_path.read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

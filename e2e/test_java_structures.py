@@ -9,7 +9,6 @@ thread, no perf map."""
 
 from __future__ import annotations
 
-import os
 import re
 import selectors
 import signal
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.conftest import ROOT
+from e2e.conftest import ROOT, cpu_seconds_in
 from profiler.jit.jvm.hotspot.layout import layout_of
 from profiler.jit.jvm.hotspot.objects import HotSpotReader
 from profiler.jit.jvm.hotspot_source import INLINED_UNKNOWN, HotSpotStructures, libjvm_of
@@ -118,16 +117,10 @@ def java_cpu_seconds(pid: int) -> float:
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             if (task / "comm").read_text().strip() == "java":
-                total += _task_cpu(task)
+                total += cpu_seconds_in(task / "stat")
         except OSError:
             continue
     return total
-
-
-def _task_cpu(task: Path) -> float:
-    stat = (task / "stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def enough_samples(java_cpu_s: float) -> float:

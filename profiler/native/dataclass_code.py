@@ -115,8 +115,7 @@ def write_table(path: Path = TABLE) -> int:
     import tempfile  # noqa: PLC0415
 
     global _recording, _kept
-    _recording, _kept = {}, {}  # every text compiled afresh
-    dataclasses.exec = _exec  # type: ignore[attr-defined]
+    _recording, _kept = {}, {}  # every text compiled afresh (dataclasses' exec is ours: profiler/__init__)
     import profiler  # noqa: PLC0415
 
     for module in pkgutil.walk_packages(profiler.__path__, "profiler."):

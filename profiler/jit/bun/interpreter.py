@@ -113,19 +113,31 @@ def names_table(rodata: bytes, base: int) -> tuple[str, ...]:
     return tuple(names)
 
 
-def opcode_tables(handle: BinaryIO) -> OpcodeTables | None:
-    """The binary's opcode names and where its maps are, or None (not bun's
-    JavaScriptCore, or not linked at fixed addresses)."""
+def _fixed_address_sections(handle: BinaryIO) -> tuple[elf_format.ElfHeader, dict[str, elf_format.SectionHeader]] | None:
+    """The binary's header and its sections by name, or None: not ELF, or
+    not linked at fixed addresses."""
     try:
         header = elf_format.read_header(handle)
         if header.file_type != elf_format.ET_EXEC:
             return None
-        sections = {section.name: section for section in elf_format.section_headers(handle, header)}
-        rodata, maps, text = sections.get(".rodata"), sections.get(OPCODE_SECTION), sections.get(".text")
-        if rodata is None or maps is None or text is None:
-            return None
-        if rodata.size > MAX_RODATA_BYTES or not 0 < maps.size <= MAX_SECTION_BYTES:
-            return None
+        return header, {section.name: section for section in elf_format.section_headers(handle, header)}
+    except (elf_format.ElfFormatError, OSError):
+        return None
+
+
+def opcode_tables(handle: BinaryIO) -> OpcodeTables | None:
+    """The binary's opcode names and where its maps are, or None (not bun's
+    JavaScriptCore, or not linked at fixed addresses)."""
+    found = _fixed_address_sections(handle)
+    if found is None:
+        return None
+    header, sections = found
+    rodata, maps, text = sections.get(".rodata"), sections.get(OPCODE_SECTION), sections.get(".text")
+    if rodata is None or maps is None or text is None:
+        return None
+    if rodata.size > MAX_RODATA_BYTES or not 0 < maps.size <= MAX_SECTION_BYTES:
+        return None
+    try:
         names = names_table(elf_format.section_data(handle, header, rodata, MAX_RODATA_BYTES), rodata.address)
     except (elf_format.ElfFormatError, OSError):
         return None
@@ -138,13 +150,8 @@ def text_range(handle: BinaryIO) -> tuple[int, int] | None:
     """Where a binary linked at fixed addresses keeps its text: what kept
     handlers are checked against, without the opcode names' search of
     .rodata (60 ms for bun 1.4's 22 MiB, at every run)."""
-    try:
-        header = elf_format.read_header(handle)
-        if header.file_type != elf_format.ET_EXEC:
-            return None
-        text = next((section for section in elf_format.section_headers(handle, header) if section.name == ".text"), None)
-    except (elf_format.ElfFormatError, OSError):
-        return None
+    found = _fixed_address_sections(handle)
+    text = found[1].get(".text") if found is not None else None
     return (text.address, text.address + text.size) if text is not None else None
 
 
