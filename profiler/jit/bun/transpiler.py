@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from profiler.jit.bun import runtime_copies
+from profiler.jit.bun import runtime_copies, script_lists
+from profiler.jit.v8.source_map_files import TargetUser
 from profiler.kernel.proc_status import command_line, status_field
 from profiler.safety.processes import run_as_user
 
@@ -80,8 +81,9 @@ def transpiled_scripts(
     pid: int, running: Callable[[int | None], None] | None = None, bun: Path = OWN_BUN
 ) -> tuple[list[TranspiledScript], str]:
     """The scripts a live bun process runs and their runtime copies (or why
-    not), found and made by jitprof's own bun as the process's user: the
-    copies of texts seen before come from the cache."""
+    not), found and made by jitprof's own bun as the process's user: a
+    command's list of scripts and the copies of texts seen before come from
+    the cache."""
     command = command_of(pid)
     uid_words, gid_words = status_field(pid, "Uid:"), status_field(pid, "Gid:")
     if command is None or uid_words is None or gid_words is None or len(uid_words) < 2 or len(gid_words) < 2:
@@ -91,7 +93,7 @@ def transpiled_scripts(
         return [], f"jitprof's own bun cannot be run ({untrusted}; make setup installs it)"
     directory, arguments = command
     user = (int(uid_words[1]), int(gid_words[1]))
-    found, problem = _transpile(bun, "find", directory, arguments, user, running)
+    found, problem = _found_scripts(pid, bun, directory, arguments, user, running)
     keys = {script.path: runtime_copies.key_of(script.path, script.original, TRANSPILER, BUN_VERSION) for script in found}
     copies = {path: runtime_copies.load(key, MAX_SCRIPT_BYTES) for path, key in keys.items()}
     missing = [script.path for script in found if copies[script.path] is None]
@@ -111,6 +113,29 @@ def transpiled_scripts(
     ]
     scripts, too_large = _within_cap(paired)
     return scripts, too_large or problem
+
+
+def _found_scripts(
+    pid: int,
+    bun: Path,
+    directory: str,
+    arguments: list[str],
+    user: tuple[int, int],
+    running: Callable[[int | None], None] | None,
+) -> tuple[list[TranspiledScript], str]:
+    """The scripts the command runs, with their texts: the list kept from an
+    earlier run while its scripts are unchanged, else found by jitprof's bun."""
+    key = script_lists.key_of(directory, arguments, user, TRANSPILER, BUN_VERSION)
+    reader = TargetUser.of_process(pid)
+    kept = script_lists.load(key, reader, MAX_SCRIPTS, MAX_SCRIPT_BYTES) if reader is not None else None
+    if kept is not None:
+        return [TranspiledScript(path, original, "") for path, original in kept], ""
+    found, problem = _transpile(bun, "find", directory, arguments, user, running)
+    if found and not problem:
+        listed = [script_lists.listed(script.path, script.original) for script in found]
+        if all(entry is not None for entry in listed):
+            script_lists.store(key, [entry for entry in listed if entry is not None])
+    return found, problem
 
 
 def _transpile(
