@@ -33,12 +33,15 @@ def _key(info: os.stat_result) -> str:
 _told: dict[str, bool] = {}  # this run's: a process watched again and again costs a lookup
 _told_lock = threading.Lock()
 MAX_TOLD = 256
+_needed_in_run: list[bool] = []  # one True once a process of this run needed the reader
 
 
 def remember(info: os.stat_result, needed: bool) -> None:
     """What watching a process of this executable found (written only when it changes)."""
     key = _key(info)
     with _told_lock:
+        if needed and not _needed_in_run:
+            _needed_in_run.append(True)
         if _told.get(key) == needed:
             return
         if len(_told) >= MAX_TOLD:
@@ -46,6 +49,18 @@ def remember(info: os.stat_result, needed: bool) -> None:
         _told[key] = needed
     if _recalled(key) != needed:
         cache.write_json(KIND, key, {"needed": needed})
+
+
+def remember_started(info: os.stat_result) -> None:
+    """(At the end of a run.) A program the run started with, remembered by
+    whether any process of the run needed the reader, unless a watch of its
+    own process judged it (a node is judged by its own V8, not by what it
+    started): a bun, a JVM or a native program needs none, and a wrapper
+    (`time node app.js`) needs what its node needed."""
+    with _told_lock:
+        if _key(info) in _told:
+            return
+    remember(info, bool(_needed_in_run))
 
 
 def recalled(info: os.stat_result) -> bool | None:

@@ -78,11 +78,30 @@ def context_reader_wanted_at_start(options: RecordingOptions) -> bool:
         return False
     if options.all_processes:
         return True
-    if options.pids:
-        executables = [f"/proc/{pid}/exe" for pid in options.pids]
-    else:
+    executables = _started_with(options)
+    return executables is None or any(context_reader_memo.may_need(path) for path in executables)
+
+
+def remember_reader_needed(options: RecordingOptions) -> None:
+    """(At the end of a run that saw its programs through.) Keep, for the
+    programs it started with, whether the run needed the reader: only
+    node's own executable was remembered, so a bun's, a JVM's or a native
+    program's every run verified it at start (0.12 s of the verifier,
+    beside a program that may use every CPU)."""
+    if not options.labels or options.all_processes:
+        return
+    for path in _started_with(options) or []:
         try:
-            executables = [find_command(options.command[0], os.environ.get("PATH", os.defpath))]
-        except (JitprofError, IndexError):
-            return True  # said when it is spawned
-    return any(context_reader_memo.may_need(path) for path in executables)
+            context_reader_memo.remember_started(os.stat(path))
+        except OSError:
+            pass
+
+
+def _started_with(options: RecordingOptions) -> list[str] | None:
+    """The executables of the processes a run starts with (None: not known)."""
+    if options.pids:
+        return [f"/proc/{pid}/exe" for pid in options.pids]
+    try:
+        return [find_command(options.command[0], os.environ.get("PATH", os.defpath))]
+    except (JitprofError, IndexError):
+        return None  # said when it is spawned

@@ -37,7 +37,7 @@ from profiler.output.originals import with_originals
 from profiler.run.followed import FollowedProcesses
 from profiler.run.modes import Attach, RunMode, Spawn, WholeMachine
 from profiler.run.options import RecordingOptions
-from profiler.run.program_loading import ProgramLoading, load_options
+from profiler.run.program_loading import ProgramLoading, load_options, remember_reader_needed
 from profiler.run.summary import WARNING, Summary, loss_reasons, report_output_errors, tracking_problems, warn
 from profiler.run.targets import perf_maps_unwritable, validate_attach_pids
 from profiler.run.threadpool_probes import ThreadpoolProbes
@@ -318,6 +318,8 @@ class Recording:
                 say(f"jitprof: internal error while adding the last waits (please report): {type(error).__name__}: {error}")
         if self._mode.exited:
             self._mode.show_captured_output(1.0)
+        if self._mode.exited or self.options.pids:
+            remember_reader_needed(self.options)
         if self._push is not None:
             self._push.finish(self.profile, self._symbolizer.forget_frame_ids, lambda: self._stop_requests >= 2, self._status)
         self._count_losses(program)
