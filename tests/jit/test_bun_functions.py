@@ -212,9 +212,14 @@ def test_a_scripts_copy_is_made_once_for_its_text_then_taken_from_the_cache(tmp_
     scripts' list and their copies from the cache (no run of jitprof's bun),
     while its scripts and their directories are as they were; a text
     changed since is found again and has a new copy."""
+    app = tmp_path / "app"
+    app.mkdir()
     for name in ("main.cjs", "spin.ts"):
-        shutil.copy(APP / name, tmp_path / name)
-    process = subprocess.Popen([str(BUN), "main.cjs", "30"], cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+        shutil.copy(APP / name, app / name)
+    # Written a second ago, not while bun searches (a list found then is not kept).
+    written = time.time_ns() - 10**9
+    os.utime(app, ns=(written, written))
+    process = subprocess.Popen([str(BUN), "main.cjs", "30"], cwd=app, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None and process.stdout.readline().strip() == "ready"
 
@@ -228,16 +233,16 @@ def test_a_scripts_copy_is_made_once_for_its_text_then_taken_from_the_cache(tmp_
         assert runs == 2 and made["spin.ts"] == SPIN_COPY and set(made) == {"main.cjs", "spin.ts"}
         kept, runs = transpiled()
         assert runs == 0 and kept == made
-        (tmp_path / "spin.ts").write_text(SPIN_TS.replace("17", "19"))
+        (app / "spin.ts").write_text(SPIN_TS.replace("17", "19"))
         changed, runs = transpiled()
         assert runs == 2 and changed["spin.ts"] == SPIN_COPY.replace("17", "19") and changed["main.cjs"] == made["main.cjs"]
         assert transpiled() == (changed, 0)
         # A file beside the scripts may change what an import resolves to: found again.
-        (tmp_path / "spin.js").write_text("export function spin() {}\n")
+        (app / "spin.js").write_text("export function spin() {}\n")
         assert transpiled() == (changed, 1)
         # A listed script now a link (to what the user may not read) is not followed: found again by the user's bun.
-        (tmp_path / "main.cjs").rename(tmp_path / "main-real.cjs")
-        (tmp_path / "main.cjs").symlink_to(tmp_path / "main-real.cjs")
+        (app / "main.cjs").rename(app / "main-real.cjs")
+        (app / "main.cjs").symlink_to(app / "main-real.cjs")
         assert transpiled()[1] >= 1
     finally:
         process.kill()

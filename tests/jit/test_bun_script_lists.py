@@ -4,6 +4,7 @@ while every script on it reads as it did, as the target's user."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ def kept_list(tmp_path: Path, texts: dict[str, str]) -> str:
     key = script_lists.key_of(str(tmp_path), ["main.js"], (0, 0), TRANSPILER, "1.0")
     entries = [script_lists.listed(str(tmp_path / "app" / name), text) for name, text in texts.items()]
     assert all(entry is not None for entry in entries)
-    script_lists.store(key, [entry for entry in entries if entry is not None])
+    assert script_lists.store(key, [entry for entry in entries if entry is not None], time.time_ns() + 10**9)
     return key
 
 
@@ -107,5 +108,19 @@ def test_a_text_not_utf8_is_a_miss(tmp_path):
     key = script_lists.key_of(str(tmp_path), ["main.js"], (0, 0), TRANSPILER, "1.0")
     entry = script_lists.listed(str(script), "x = '\udcff'\n")
     assert entry is not None
-    script_lists.store(key, [entry])
+    assert script_lists.store(key, [entry], time.time_ns() + 10**9)
+    assert script_lists.load(key, OWNER, 10, 1 << 20) is None
+
+
+def test_a_list_whose_directory_changed_while_it_was_searched_is_not_kept(tmp_path):
+    """A file added beside the scripts while bun searched may be missing
+    from what it found: the next run searches again."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "main.js").write_text("x\n")
+    searched_since = time.time_ns()
+    (tmp_path / "app" / "util.ts").write_text("y\n")  # during the search
+    entry = script_lists.listed(str(tmp_path / "app" / "main.js"), "x\n")
+    assert entry is not None
+    key = script_lists.key_of(str(tmp_path), ["main.js"], (0, 0), TRANSPILER, "1.0")
+    assert not script_lists.store(key, [entry], searched_since)
     assert script_lists.load(key, OWNER, 10, 1 << 20) is None

@@ -7,8 +7,9 @@ arguments, the user, the transpiler) and taken again only while every
 script on it is unchanged: each is read again as the target's user
 (open_in_root_as: no link, no `..`, each directory searchable by that
 user), its text must hash as it did, and the directory holding it must not
-have changed (a `util.ts` added beside the `util.js` an import found). A
-list that does not hold is a miss, and jitprof's bun finds the scripts
+have changed (a `util.ts` added beside the `util.js` an import found); a
+list is not kept at all when a directory of it changed while bun searched.
+A list that does not hold is a miss, and jitprof's bun finds the scripts
 again; one that holds while an import would now resolve elsewhere (a
 package's directory changed, not a listed script's) leaves that script's
 functions unplaced, never misplaced: copies are keyed by their own text.
@@ -28,6 +29,9 @@ from profiler.safety.files import open_in_root_as
 
 KIND = "bun-script-lists"
 MAX_LIST_BYTES = 1 << 20  # 256 paths of at most 4 KiB, with their hashes
+# A directory's time is the kernel's coarse clock (a tick behind at most):
+# one changed this near the search's start may have changed during it.
+MTIME_SLACK_NS = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,15 @@ def listed(path: str, original: str) -> ListedScript | None:
     return ListedScript(path, hashlib.sha256(original.encode("utf-8", "surrogatepass")).hexdigest(), info.st_mtime_ns)
 
 
-def store(key: str, scripts: list[ListedScript]) -> None:
+def store(key: str, scripts: list[ListedScript], searched_since_ns: int) -> bool:
+    """Keep the list found by a search begun at searched_since_ns (the wall
+    clock), unless a directory of it changed since then (or about then): a
+    file added while bun searched may not be in it, and the next run must
+    search again rather than take it. Whether it was kept."""
+    if any(script.directory_mtime_ns >= searched_since_ns - MTIME_SLACK_NS for script in scripts):
+        return False
     cache.write_json(KIND, key, [[script.path, script.text_sha256, script.directory_mtime_ns] for script in scripts])
+    return True
 
 
 def load(key: str, user: TargetUser, max_scripts: int, max_bytes: int) -> list[tuple[str, str]] | None:

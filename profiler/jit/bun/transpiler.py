@@ -21,6 +21,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,11 +131,12 @@ def _found_scripts(
     kept = script_lists.load(key, reader, MAX_SCRIPTS, MAX_SCRIPT_BYTES) if reader is not None else None
     if kept is not None:
         return [TranspiledScript(path, original, "") for path, original in kept], ""
+    searched_since_ns = time.time_ns()
     found, problem = _transpile(bun, "find", directory, arguments, user, running)
     if found and not problem:
         listed = [script_lists.listed(script.path, script.original) for script in found]
         if all(entry is not None for entry in listed):
-            script_lists.store(key, [entry for entry in listed if entry is not None])
+            script_lists.store(key, [entry for entry in listed if entry is not None], searched_since_ns)
     return found, problem
 
 
