@@ -33,15 +33,15 @@ def _key(info: os.stat_result) -> str:
 _told: dict[str, bool] = {}  # this run's: a process watched again and again costs a lookup
 _told_lock = threading.Lock()
 MAX_TOLD = 256
-_needed_in_run: list[bool] = []  # one True once a process of this run needed the reader
+_needed_in_run = False  # has a process of this run needed the reader?
 
 
 def remember(info: os.stat_result, needed: bool) -> None:
     """What watching a process of this executable found (written only when it changes)."""
+    global _needed_in_run
     key = _key(info)
     with _told_lock:
-        if needed and not _needed_in_run:
-            _needed_in_run.append(True)
+        _needed_in_run = _needed_in_run or needed
         if _told.get(key) == needed:
             return
         if len(_told) >= MAX_TOLD:
@@ -60,7 +60,7 @@ def remember_started(info: os.stat_result) -> None:
     with _told_lock:
         if _key(info) in _told:
             return
-    remember(info, bool(_needed_in_run))
+    remember(info, _needed_in_run)
 
 
 def recalled(info: os.stat_result) -> bool | None:

@@ -61,7 +61,7 @@ def test_a_program_that_is_not_node_is_remembered_by_what_its_run_needed(cache_d
     """A bun, a JVM or a native program is never judged by a watch of
     V8's: its run's end remembers that nothing in it needed the reader, so
     its next run starts without it; a wrapper whose node needed it keeps it."""
-    monkeypatch.setattr(context_reader_memo, "_needed_in_run", [])
+    monkeypatch.setattr(context_reader_memo, "_needed_in_run", False)
     run = options([sys.executable, "-c", "0"])
     remember_reader_needed(run)
     assert not context_reader_wanted_at_start(run)
@@ -72,7 +72,7 @@ def test_a_program_that_is_not_node_is_remembered_by_what_its_run_needed(cache_d
 
 
 def test_a_node_is_remembered_by_its_own_v8_not_by_what_it_started(cache_dir, monkeypatch):
-    monkeypatch.setattr(context_reader_memo, "_needed_in_run", [])
+    monkeypatch.setattr(context_reader_memo, "_needed_in_run", False)
     run = options([sys.executable, "-c", "0"])
     context_reader_memo.remember(os.stat(sys.executable), False)  # its own V8 has no async context frames
     context_reader_memo.remember(os.stat(f"/proc/{os.getpid()}/cwd"), True)  # the node it started has
@@ -81,7 +81,7 @@ def test_a_node_is_remembered_by_its_own_v8_not_by_what_it_started(cache_dir, mo
 
 
 def test_a_run_without_labels_or_of_the_whole_machine_remembers_nothing(cache_dir, monkeypatch):
-    monkeypatch.setattr(context_reader_memo, "_needed_in_run", [])
+    monkeypatch.setattr(context_reader_memo, "_needed_in_run", False)
     remember_reader_needed(options([sys.executable, "-c", "0"], labels=False))
     remember_reader_needed(options([], all_processes=True))
     assert context_reader_memo.recalled(os.stat(sys.executable)) is None

@@ -23,7 +23,7 @@ SUFFIX = ".js"
 def key_of(path: str, original: str, transpiler: Path, bun_version: str) -> str:
     """The key of a script's copy: its text, and its name's extension (which
     chooses the loader: a .ts and a .js of one text are copied apart)."""
-    digest = hashlib.sha256(_fingerprint(transpiler, bun_version))
+    digest = hashlib.sha256(transpiler_fingerprint(transpiler, bun_version))
     extension = path.rsplit("/", 1)[-1].rpartition(".")[2]
     digest.update(extension.encode("utf-8", "surrogatepass") + b"\0")
     digest.update(original.encode("utf-8", "surrogatepass"))
@@ -31,7 +31,8 @@ def key_of(path: str, original: str, transpiler: Path, bun_version: str) -> str:
 
 
 @functools.cache
-def _fingerprint(transpiler: Path, bun_version: str) -> bytes:
+def transpiler_fingerprint(transpiler: Path, bun_version: str) -> bytes:
+    """What makes a transpiler's answers differ: transpile.js and bun's version (read once a run)."""
     return hashlib.sha256(transpiler.read_bytes() + bun_version.encode()).digest()
 
 

@@ -23,6 +23,7 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
+from profiler.jit.bun.runtime_copies import transpiler_fingerprint
 from profiler.jit.v8.source_map_files import TargetUser
 from profiler.native import cache
 from profiler.safety.files import open_in_root_as
@@ -42,7 +43,7 @@ class ListedScript:
 
 
 def key_of(directory: str, arguments: list[str], user: tuple[int, int], transpiler: Path, bun_version: str) -> str:
-    digest = hashlib.sha256(transpiler.read_bytes() + bun_version.encode())
+    digest = hashlib.sha256(transpiler_fingerprint(transpiler, bun_version))
     for part in (directory, *arguments, str(user[0]), str(user[1])):
         digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
     return "k-" + digest.hexdigest()[:40]
@@ -52,10 +53,15 @@ def listed(path: str, original: str) -> ListedScript | None:
     """A found script as kept: its text's hash and its directory's change
     time now (None when its directory cannot be seen)."""
     try:
-        info = os.stat(posixpath.dirname(path) or "/", follow_symlinks=False)
+        directory_mtime_ns = _directory_mtime_ns(path)
     except OSError:
         return None
-    return ListedScript(path, hashlib.sha256(original.encode("utf-8", "surrogatepass")).hexdigest(), info.st_mtime_ns)
+    return ListedScript(path, hashlib.sha256(original.encode("utf-8", "surrogatepass")).hexdigest(), directory_mtime_ns)
+
+
+def _directory_mtime_ns(path: str) -> int:
+    """When the directory holding path last changed (a stat only: nothing in it is read)."""
+    return os.stat(posixpath.dirname(path) or "/", follow_symlinks=False).st_mtime_ns
 
 
 def store(key: str, scripts: list[ListedScript], searched_since_ns: int) -> bool:
@@ -91,11 +97,11 @@ def load(key: str, user: TargetUser, max_scripts: int, max_bytes: int) -> list[t
         try:
             with open_in_root_as("/", path, max_bytes - total, user.may_search, user.may_read) as handle:
                 data = handle.read(max_bytes - total + 1)
-            directory = os.stat(posixpath.dirname(path) or "/", follow_symlinks=False)
+            changed = _directory_mtime_ns(path) != directory_mtime_ns
         except (OSError, ValueError):
             return None
         total += len(data)
-        if total > max_bytes or directory.st_mtime_ns != directory_mtime_ns or hashlib.sha256(data).hexdigest() != text_sha256:
+        if total > max_bytes or changed or hashlib.sha256(data).hexdigest() != text_sha256:
             return None
         try:
             scripts.append((path, data.decode("utf-8")))
