@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.events import RawSample, StackCopy, V8FrameSlots
@@ -28,6 +29,14 @@ class RecordedFrames:
     keep_native: bool
 
 
+class CodeLifetime(Protocol):
+    """When the code a source named at an address held it, as far as is known now."""
+
+    def names_sample_at(self, time_ns: int) -> bool:
+        """Was the code there at time_ns the one named (so the same frames name a sample then)?"""
+        ...
+
+
 class JitSymbolSource:
     def async_callers(self, sample: RawSample) -> tuple[Frame, ...] | None:
         """The async functions awaiting a sample's code, as the kernel read
@@ -39,6 +48,13 @@ class JitSymbolSource:
         """The JIT code at an address at a sample time (a caller's: its return
         address - 1), as its source frames (inlined functions included),
         outermost first; None: not known here."""
+        return None
+
+    def code_lifetime(self, pid: int, address: int) -> CodeLifetime | None:
+        """(Just after expand named address.) What says at which times the
+        frames it gave name the code there, so that the symbolizer may keep
+        them for later samples; None: ask expand each time (code this source
+        cannot follow may move or be replaced unseen)."""
         return None
 
     def leaf_caller_skipped(self, pid: int, time_ns: int, leaf: int) -> bool:

@@ -24,7 +24,7 @@ from typing import Protocol
 
 from profiler.jit import registry
 from profiler.jit.sources import JitSources
-from profiler.jit.symbol_source import JitSymbolSource, RecordedFrames
+from profiler.jit.symbol_source import CodeLifetime, JitSymbolSource, RecordedFrames
 from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.events import RawSample, V8FrameSlots, WalkEnd
 from profiler.kernel.late_walks import LateWalks
@@ -50,6 +50,7 @@ MAX_STACKS = 20_000  # stacks' callers remembered (see resolve_sample): a few Mi
 EPOCHS_REUSE_S = 0.01  # as often as the JIT sources read what their processes write
 MAX_MEMO = 1_000_000  # named addresses remembered
 MAX_JIT_SEEN = 200_000  # addresses found in JIT code, not looked up again for the names asked ahead
+MAX_JIT_KEPT = 200_000  # JIT addresses whose frames are kept with what says when they hold
 MAX_INTERNED_TUPLES = 20_000  # JIT sources' frame tuples whose ids are kept
 MAX_FUNCTION_LINES = 100_000
 MAX_NAMED_AHEAD = 65_536  # addresses named ahead and not yet taken (a stack that never came back)
@@ -303,6 +304,12 @@ class Symbolizer:
         # is only named on its own, as before the batches.
         self._jit_seen: dict[int, set[tuple[tuple[int, int], int]]] = {}
         self._jit_seen_entries = 0
+        # By pid: (address, caller) in JIT code -> (what says when its frames
+        # hold, their ids). A compiling JVM's samples are mostly compiled
+        # frames at a few thousand return addresses, each asked of every
+        # JIT source in turn and its frames interned, sample after sample.
+        self._jit_kept: dict[int, dict[tuple[int, bool], tuple[CodeLifetime, tuple[int, ...]]]] = {}
+        self._jit_kept_entries = 0
         # id of a frame tuple a JIT source handed out -> (that tuple, its frame ids). The
         # sources keep one tuple per code and pc (a compiling JVM's 50 JIT frames a
         # sample), so its frames are interned once; holding it keeps its id unused.
@@ -374,6 +381,8 @@ class Symbolizer:
         id remembered may be used again."""
         self._memo.clear()
         self._memo_entries = 0
+        self._jit_kept.clear()
+        self._jit_kept_entries = 0
         self._stacks.clear()
         self._stack_entries = 0
         self._kernel_memo.clear()
@@ -455,6 +464,7 @@ class Symbolizer:
             self.errors.append(f"{type(error).__name__}: {error}")
         self._memo_entries -= len(self._memo.pop(request.pid, {}))
         self._jit_seen_entries -= len(self._jit_seen.pop(request.pid, set()))
+        self._jit_kept_entries -= len(self._jit_kept.pop(request.pid, {}))
         self._stack_entries -= len(self._stacks.pop(request.pid, {}))
 
     def _call(self, request: _Call) -> None:
@@ -765,6 +775,10 @@ class Symbolizer:
         remembered = memo.get(key)
         if remembered is not None:
             return list(remembered)
+        kept = self._jit_kept.get(pid)
+        held = kept.get((lookup_address, caller)) if kept is not None else None
+        if held is not None and held[0].names_sample_at(time_ns):
+            return list(held[1])
         # JIT code seen in this era (the names asked ahead saw it) needs no mapping search.
         known_jit = key in self._jit_seen.get(pid, ())
         mapping = None if known_jit else self._tracker.find(pid, time_ns, lookup_address).mapping
@@ -774,7 +788,9 @@ class Symbolizer:
             for source in self.jit_sources:
                 frames = source.expand(pid, time_ns, lookup_address, caller)
                 if frames:
-                    return self._interned(frames)
+                    named_ids = self._interned(frames)
+                    self._keep_jit(pid, time_ns, lookup_address, caller, source, frames, named_ids)
+                    return named_ids
             if mapping is None:
                 mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
             frame = self._name(pid, mapping, lookup_address)
@@ -795,6 +811,31 @@ class Symbolizer:
             memo[key] = frame_ids
             self._memo_entries += 1
         return list(frame_ids)
+
+    def _keep_jit(
+        self,
+        pid: int,
+        time_ns: int,
+        address: int,
+        caller: bool,
+        source: JitSymbolSource,
+        frames: tuple[Frame, ...],
+        frame_ids: list[int],
+    ) -> None:
+        """Keep a JIT address's frames for the samples its code names (the
+        source says when that is), if all of them are named."""
+        if not all(frame.symbolized for frame in frames):
+            return  # not known yet: asked again
+        lifetime = source.code_lifetime(pid, address)
+        if lifetime is None or not lifetime.names_sample_at(time_ns):
+            return  # what the source named from is not (or no longer) the code there now
+        if self._jit_kept_entries >= MAX_JIT_KEPT:
+            self._jit_kept.clear()
+            self._jit_kept_entries = 0
+        kept = self._jit_kept.setdefault(pid, {})
+        if (address, caller) not in kept:
+            self._jit_kept_entries += 1
+        kept[(address, caller)] = (lifetime, tuple(frame_ids))
 
     def _interned(self, frames: tuple[Frame, ...]) -> list[int]:
         """The ids of a JIT source's frames, kept by the tuple's identity."""

@@ -292,6 +292,75 @@ def test_jit_samples_wait_for_a_late_perf_map_line(tmp_path, monkeypatch):
     assert symbolizer.parked_then_named == 1
 
 
+def test_a_jit_address_s_frames_are_kept_while_its_source_says_its_code_held_them():
+    """Compiled code named once: later samples at the same address take the
+    frames kept while the source says that code was there at their time,
+    and ask the source again once it says not (code replaced, or a sample
+    from before it was there). Frames not named yet are never kept."""
+    import mmap
+
+    from profiler.model.profile import Frame
+
+    region = mmap.mmap(-1, 8192, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+
+    class Lifetime:
+        def __init__(self, since_ns):
+            self.since_ns = since_ns
+            self.gone = False
+
+        def names_sample_at(self, time_ns):
+            return not self.gone and time_ns >= self.since_ns
+
+    class Compiled(JitSymbolSource):
+        def __init__(self):
+            self.asked = 0
+            self.name = "first"
+            self.lifetime = Lifetime(0)
+            self.unknown = set()
+
+        def expand(self, pid, time_ns, address, caller=False):
+            self.asked += 1
+            if address in self.unknown:
+                return (Frame("[unknown] ([jit])", "[jit]", FrameKind.UNKNOWN),)
+            return (Frame("outer", "[jit]", FrameKind.JIT), Frame(self.name, "[jit]", FrameKind.JIT, inlined=True))
+
+        def code_lifetime(self, pid, address):
+            return self.lifetime
+
+    source = Compiled()
+    symbolizer.add_jit_source(source)
+
+    def leaf_names(leaf, time_ns):
+        sample = RawSample(os.getpid(), os.getpid(), 0, time_ns, "t", (leaf,), WalkEnd.COMPLETE, -1, True)
+        return [profile.frames[frame].name for frame in symbolizer.resolve_sample(sample).frame_ids]
+
+    try:
+        assert leaf_names(address + 16, 100) == ["outer", "first"] and source.asked == 1
+        assert leaf_names(address + 16, 200) == ["outer", "first"] and source.asked == 1
+        source.lifetime.gone, source.name = True, "second"  # replaced: asked again, then kept anew
+        source.lifetime = Lifetime(300)
+        assert leaf_names(address + 16, 400) == ["outer", "second"] and source.asked == 2
+        assert leaf_names(address + 16, 500) == ["outer", "second"] and source.asked == 2
+        # A sample from before the new code was there is the source's to name.
+        source.name = "before"
+        assert leaf_names(address + 16, 250) == ["outer", "before"] and source.asked == 3
+        source.unknown.add(address + 32)
+        leaf_names(address + 32, 600)
+        leaf_names(address + 32, 700)
+        assert source.asked == 5
+        symbolizer.forget_frame_ids()  # a new frame table: no id kept may be used again
+        assert leaf_names(address + 16, 800) == ["outer", "before"] and source.asked == 6
+    finally:
+        tracker.close()
+        del address
+        region.close()
+
+
 class StallingSource:
     """A symbol source stuck as if in open() on a FIFO a target planted."""
 

@@ -128,6 +128,13 @@ class _Blob:
     inlines: bool | None = None  # does any of its pcs have an inlined method (None: not looked yet)
     pc_index: compressed.PcIndex | None = None  # its code's descriptors by pc (None: not made yet)
 
+    def names_sample_at(self, time_ns: int) -> bool:
+        """Did it hold its code at time_ns, as far as is known now? (A stub,
+        an adapter or the interpreter is made once and never moves.)"""
+        if self.gone:
+            return False
+        return self.code is None or self.valid_from_ns <= time_ns <= self.confirmed_ns
+
 
 @dataclass
 class _MethodEntry:
@@ -767,6 +774,16 @@ class HotSpotStructures(JitSymbolSource):
         if (address, caller) not in blob.frames:
             self._wait_for_ahead(jvm, time_ns)  # the reader names its batch's pcs, a trip per blob, not per pc
         return self._frames_at(jvm, blob, address, caller)
+
+    def code_lifetime(self, pid: int, address: int) -> _Blob | None:
+        """The blob read for address: its frames hold while it was seen there
+        (see _blob); a blob found gone or replaced says so."""
+        with self._lock:
+            jvm = self._jvms.get(pid)
+        if jvm is None:
+            return None
+        with jvm.lock:
+            return _known_blob(jvm, address)
 
     def leaf_caller_skipped(self, pid: int, time_ns: int, leaf: int) -> bool:
         """A JVM keeping frame pointers, sampled before the kernel stepped its

@@ -573,6 +573,36 @@ def test_code_replaced_under_the_reader_is_never_named_with_the_old_method():
     assert source.expand(pid, after - 2 * EARLY_SLACK_NS, begin + 8) == (UNKNOWN_JIT,)
 
 
+def test_a_blob_s_lifetime_says_which_samples_its_kept_frames_name():
+    """The symbolizer keeps a compiled pc's frames with its blob: they name a
+    sample from while the blob was seen there, never one after its last
+    sight (not yet checked), and nothing once another took its place."""
+    jvm = Jvm()
+    run, _step, _leaf = hot_class(jvm)
+    other = jvm.klass("Other", "Other.java", [("spin", "(J)J", [(0, 7)])])[0]
+    begin = jvm.nmethod(10, 8, run, 77, [run], [(64, 0)], b"")
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
+    )
+    assert source.code_lifetime(pid, begin + 8) is None  # nothing read there yet
+    before = _now()
+    assert source.expand(pid, before, begin + 8)[0].name == "Hot.run(long)"
+    lifetime = source.code_lifetime(pid, begin + 8)
+    assert lifetime is not None and lifetime.names_sample_at(before)
+    assert not lifetime.names_sample_at(lifetime.confirmed_ns + 1)  # after its last sight: to be checked first
+    assert source.code_lifetime(4243, begin + 8) is None
+    jvm.free(10, 8)
+    jvm.nmethod(10, 8, other, 78, [other], [(64, 0)], b"")
+    source.expand(pid, lifetime.confirmed_ns + 1, begin + 8)  # finds the new code
+    after = _now()
+    assert source.expand(pid, after, begin + 8)[0].name == "Other.spin(long)"
+    assert not lifetime.names_sample_at(before)  # gone: its frames are not taken any more
+    replaced = source.code_lifetime(pid, begin + 8)
+    assert replaced is not lifetime and replaced.names_sample_at(after) and not replaced.names_sample_at(before)
+
+
 def test_code_carved_from_the_end_of_a_freed_blob_is_never_named_with_the_old_method():
     """HotSpot carves new code from the end of a free block: a freed blob's
     header stays at the block's start, word for word, while other code runs
