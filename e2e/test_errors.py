@@ -106,6 +106,39 @@ def test_ctrl_c_writes_the_outputs(fixtures_built, tmp_path, symbol_cache):
     assert "wrote" in stderr and "Traceback" not in stderr
 
 
+def test_a_start_stopped_again_and_again_says_so_and_is_not_called_a_bug(tmp_path, symbol_cache):
+    """A debugger or a sampling profiler stopping jitprof as it starts: the
+    kernel's verifier gives up on each try of a program (a stop is a signal
+    pending), and the run ends with one line saying so and what to do,
+    not as a jitprof bug, and without compiling the sampler again."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "profiler", "--no-tui", "-o", "out.folded", "--", "true"],
+        cwd=tmp_path,
+        env=jitprof_environment(symbol_cache),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                os.kill(process.pid, signal.SIGSTOP)
+                os.kill(process.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                break
+            time.sleep(0.0005)
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1, stderr
+    (line,) = error_lines(stderr)
+    assert "interrupted by signals" in line and "hint:" in line and "jitprof bug" not in line
+    assert "Traceback" not in stderr
+    assert not (tmp_path / "out.folded").exists()
+
+
 def _has_child(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as handle:

@@ -63,6 +63,11 @@ class BpfLoadError(Exception):
         """Descriptors or memory ran out: compiling again would not help."""
         return self.error_number in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
 
+    @property
+    def interrupted(self) -> bool:
+        """Signals kept interrupting the verifier: the program itself is not at fault."""
+        return self.error_number == errno.EAGAIN
+
 
 @dataclass(frozen=True)
 class MapSpec:
@@ -270,6 +275,10 @@ def load_programs(spec: BpfObject, map_fds: dict[str, int], names: list[str]) ->
         if descriptor < 0:
             for opened in loaded.values():
                 os.close(opened)
+            if descriptor == -errno.EAGAIN:  # its log would be interrupted too
+                raise BpfLoadError(
+                    f"loading BPF program {program.name} was interrupted by signals, {LOAD_RETRIES + 1} times", errno.EAGAIN
+                )
             raise BpfLoadError(
                 f"failed to load BPF program {program.name}: {_verifier_reason(spec, program, map_fds)}", -descriptor
             )

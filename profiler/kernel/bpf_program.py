@@ -191,7 +191,7 @@ class BpfProgram:
             try:
                 self._loaded = bpf_object.load(spec, later=later, maps_created=maps_created)
             except bpf_object.BpfLoadError as error:
-                if self.compiled_now or error.out_of_resources:
+                if self.compiled_now or error.out_of_resources or error.interrupted:
                     raise _explain_load_failure(error) from error
                 # A kept object this kernel refuses: compile afresh, once.
                 spec = self._compiled(cflags, use_cache=False)
@@ -235,7 +235,8 @@ class BpfProgram:
             try:
                 self._programs.update(bpf_object.load_programs(self._spec, self._loaded.map_fds, names))
             except bpf_object.BpfLoadError as error:
-                self._later_problems[kind] = f"the kernel refused its {kind} ({error})"
+                refused = "could not verify" if error.interrupted else "refused"
+                self._later_problems[kind] = f"the kernel {refused} its {kind} ({error})"
                 return self._later_problems[kind]
             if self._attached:  # else attach() installs it with the rest
                 self._install(kind)
@@ -504,6 +505,12 @@ def _explain_load_failure(error: Exception) -> JitprofError:
     limited = limits.describe_limits()
     if limited:
         return JitprofError(f"cannot load the BPF program: {first_line}", f"{limited}: raise it and run again")
+    if isinstance(error, bpf_object.BpfLoadError) and error.interrupted:
+        return JitprofError(
+            f"the kernel's verifier could not finish checking the BPF program: {first_line}",
+            "something keeps signalling or stopping jitprof (a debugger, or a profiler sampling it such as py-spy); "
+            "run it again without that",
+        )
     if "operation not permitted" in lowered or f"errno {errno.EPERM}" in lowered:
         return JitprofError(
             "the kernel refused to load the BPF program (operation not permitted)",

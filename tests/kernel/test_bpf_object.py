@@ -82,3 +82,21 @@ def test_the_program_text_holds_each_part_once_in_place():
     for part in parts:
         assert text.count(f'#line 1 "{part}"') == 1, part
     assert "int on_cpu_sample(" in text and "RAW_TRACEPOINT_PROBE(sched_switch)" in text
+
+
+def test_a_load_interrupted_by_signals_is_said_so_not_called_a_bug():
+    """The verifier gives up when signals keep coming (a debugger or a
+    profiler stopping jitprof): the user is told that, not that the program
+    is at fault, and a refused program is still told as refused."""
+    import errno
+
+    from profiler.kernel.bpf_program import _explain_load_failure
+
+    interrupted = bpf_object.BpfLoadError("loading BPF program walk_user_stack was interrupted by signals, 6 times", errno.EAGAIN)
+    assert interrupted.interrupted and not interrupted.out_of_resources
+    told = _explain_load_failure(interrupted)
+    assert "interrupted by signals" in told.message and "walk_user_stack" in told.message
+    assert "jitprof bug" not in told.render() and "py-spy" in told.render()
+    refused = _explain_load_failure(bpf_object.BpfLoadError("failed to load BPF program x: R1 invalid mem access", errno.EACCES))
+    assert not bpf_object.BpfLoadError("x", errno.EACCES).interrupted
+    assert "rejected" in refused.message and "jitprof bug" in refused.render()
