@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import goals
 from benchmarks.async_cost import async_cost
 from benchmarks.bun_functions import bun_functions
 from benchmarks.code_log_parsing import code_log_parsing
@@ -35,6 +36,7 @@ from benchmarks.perf_map_tailing import perf_map_tailing
 from benchmarks.run_cost import run_cost
 from benchmarks.sampling_cost import sampling_cost
 from benchmarks.source_map_cost import source_map_cost
+from benchmarks.syscall_cost import syscall_cost
 from benchmarks.table_build import table_build
 from benchmarks.v8_heap_cost import v8_heap_cost
 from benchmarks.verification_cost import verification_cost
@@ -51,13 +53,14 @@ SECTIONS = {
     "jvm_compiling_cost": lambda repeats, perf, workdir: jvm_compiling_cost(max(repeats - 2, 3), workdir),
     "javascript_runtimes_cost": lambda repeats, perf, workdir: javascript_runtimes_cost(max(repeats - 2, 3), workdir),
     "bun_functions": lambda repeats, perf, workdir: bun_functions(workdir, 3),
-    "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(repeats + 2, workdir),
+    "off_cpu_cost": lambda repeats, perf, workdir: off_cpu_cost(repeats + 2, workdir, perf),
     "perf_map_tailing": lambda repeats, perf, workdir: perf_map_tailing(workdir),
     "code_log_parsing": lambda repeats, perf, workdir: code_log_parsing(workdir, 5),
     "source_map_cost": lambda repeats, perf, workdir: source_map_cost(workdir, 5),
     "format_conversion": lambda repeats, perf, workdir: format_conversion(workdir),
     "live_view_cost": lambda repeats, perf, workdir: live_view_cost(3, workdir),
     "kernel_costs": lambda repeats, perf, workdir: kernel_costs(workdir),
+    "syscall_cost": lambda repeats, perf, workdir: syscall_cost(repeats, perf, workdir),
     "labels_cost": lambda repeats, perf, workdir: labels_cost(max(repeats, 5), workdir),
     "async_cost": lambda repeats, perf, workdir: async_cost(max(repeats, 5), workdir),
     "completeness": lambda repeats, perf, workdir: completeness(perf, workdir),
@@ -96,10 +99,16 @@ def main() -> int:
         f"{time.strftime('%Y-%m-%d')}, kernel {platform.release()}, {os.cpu_count()} CPUs.",
         "",
     ]
-    if only and args.write and args.write.exists():
-        text = _replace_sections(args.write.read_text(), sections, only)
+    earlier = args.write.read_text() if only and args.write and args.write.exists() else ""
+    rows = goals.merged(goals.rows_in(earlier), goals.recorded())
+    measured_on = f"Measured on {time.strftime('%Y-%m-%d')}, kernel {platform.release()}, {os.cpu_count()} CPUs"
+    summary = goals.section(
+        rows, f"{measured_on} (rows of sections not re-run: from their last run)." if earlier else f"{measured_on}."
+    )
+    if earlier:
+        text = _replace_sections(earlier, [summary, *sections] if rows else sections, only, first=goals.TITLE)
     else:
-        text = "\n".join(header + [line for section in sections for line in section])
+        text = "\n".join(header + (summary if rows else []) + [line for section in sections for line in section])
     print(text)
     if args.write:
         args.write.parent.mkdir(parents=True, exist_ok=True)
@@ -107,9 +116,10 @@ def main() -> int:
     return 0
 
 
-def _replace_sections(text: str, sections: list[list[str]], names: list[str]) -> str:
+def _replace_sections(text: str, sections: list[list[str]], names: list[str], first: str = "") -> str:
     """The report with each new section in place of the one of the same
-    heading (appended if new), and a note of which were re-run when."""
+    heading (appended if new; the one headed `first` put first if new), and
+    a note of which were re-run when."""
     lines = text.split("\n")
     for section in sections:
         heading = section[0]
@@ -117,6 +127,9 @@ def _replace_sections(text: str, sections: list[list[str]], names: list[str]) ->
             start = lines.index(heading)
             end = next((index for index in range(start + 1, len(lines)) if lines[index].startswith("## ")), len(lines))
             lines[start:end] = section
+        elif heading == first:
+            at = next((index for index, line in enumerate(lines) if line.startswith("## ")), len(lines))
+            lines[at:at] = section
         else:
             lines += section
     today = time.strftime("%Y-%m-%d")
