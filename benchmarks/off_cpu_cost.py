@@ -134,7 +134,7 @@ def _round(flags: list[str] | None, server: int, port: int, workdir: Path) -> tu
     the server's CPU µs per request, requests/s in the first load) over the
     load that follows a first one (jitprof's start: the server's code named)."""
     jitprof = None
-    if flags is not None and flags[:1] == ["perf"]:
+    if flags and Path(flags[0]).name == "perf":
         jitprof = _perf_attached([*_pinned(1), *flags, "-p", str(server)], workdir)
     elif flags is not None:
         jitprof = _attached(
