@@ -546,11 +546,7 @@ def test_code_replaced_under_the_reader_is_never_named_with_the_old_method():
     run, step, leaf = hot_class(jvm)
     other = jvm.klass("Other", "Other.java", [("spin", "(J)J", [(0, 7)])])[0]
     begin = jvm.nmethod(10, 8, run, 77, [run], [(64, 0)], b"")
-    source = HotSpotStructures(None, lambda _pid: True)
-    pid = 4242
-    source._jvms[pid] = _Jvm(
-        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
-    )
+    source, pid = compiling_source(jvm)
     before = _now()
     assert source.expand(pid, before, begin + 8)[0].name == "Hot.run(long)"
     revision = source.epoch(pid)[0]
@@ -581,11 +577,7 @@ def test_a_blob_s_lifetime_says_which_samples_its_kept_frames_name():
     run, _step, _leaf = hot_class(jvm)
     other = jvm.klass("Other", "Other.java", [("spin", "(J)J", [(0, 7)])])[0]
     begin = jvm.nmethod(10, 8, run, 77, [run], [(64, 0)], b"")
-    source = HotSpotStructures(None, lambda _pid: True)
-    pid = 4242
-    source._jvms[pid] = _Jvm(
-        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
-    )
+    source, pid = compiling_source(jvm)
     assert source.code_lifetime(pid, begin + 8) is None  # nothing read there yet
     before = _now()
     assert source.expand(pid, before, begin + 8)[0].name == "Hot.run(long)"
@@ -613,11 +605,7 @@ def test_code_carved_from_the_end_of_a_freed_blob_is_never_named_with_the_old_me
     run, _step, _leaf = hot_class(jvm)
     other = jvm.klass("Other", "Other.java", [("spin", "(J)J", [(0, 7)])])[0]
     begin = jvm.nmethod(10, 14, run, 77, [run], [(64, 0)], b"", code_size=512)
-    source = HotSpotStructures(None, lambda _pid: True)
-    pid = 4242
-    source._jvms[pid] = _Jvm(
-        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
-    )
+    source, pid = compiling_source(jvm)
     pc = begin + 200
     assert source.expand(pid, _now(), pc)[0].name == "Hot.run(long)"
     jvm.free(10, 14)
@@ -653,12 +641,8 @@ def test_blobs_seen_again_are_checked_in_one_trip_and_naming_waits_for_it(monkey
     begins = [
         jvm.nmethod(10 + 8 * index, 8, method, 77 + index, [method], [(64, 0)], b"") for index, method in enumerate(methods)
     ]
-    source = HotSpotStructures(None, lambda _pid: True)
-    pid = 4242
     memory_thread = _CountingThread()
-    source._jvms[pid] = _Jvm(
-        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), memory_thread, (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
-    )
+    source, pid = compiling_source(jvm, memory_thread)
     leaf, callers = begins[2] + 8, (begins[1] + 9, begins[0] + 9)  # callers: return addresses
 
     def sample_now() -> RawSample:
@@ -782,12 +766,8 @@ def test_naming_does_not_wait_for_a_sample_the_reader_never_had(monkeypatch):
     jvm = Jvm()
     run, _step, _leaf = hot_class(jvm)
     begin = jvm.nmethod(10, 8, run, 77, [run], [(64, 0)], b"")
-    source = HotSpotStructures(None, lambda _pid: True)
-    pid = 4242
     memory_thread = _CountingThread()
-    source._jvms[pid] = _Jvm(
-        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), memory_thread, (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
-    )
+    source, pid = compiling_source(jvm, memory_thread)
     assert source.expand(pid, _now(), begin + 8)[0].name == "Hot.run(long)"
     source._thread = threading.Thread(target=source._run, name="reader", daemon=True)
     source._thread.start()
@@ -799,6 +779,17 @@ def test_naming_does_not_wait_for_a_sample_the_reader_never_had(monkeypatch):
         assert memory_thread.trips == ["MainThread"]  # it checked the blob itself
     finally:
         source.close()
+
+
+def compiling_source(jvm: Jvm, thread: object | None = None) -> tuple[HotSpotStructures, int]:
+    """A source reading the fake JVM's compiled code (its memory read on
+    thread, else on the caller's), and its pid."""
+    source = HotSpotStructures(None, lambda _pid: True)
+    pid = 4242
+    source._jvms[pid] = _Jvm(
+        pid, 0.0, HotSpotReader(jvm.memory, LAYOUT, BIAS), thread or _Thread(), (CODE, CODE), ((CODE, CODE + len(jvm.code)),)
+    )
+    return source, pid
 
 
 def interpreting_source(jvm: Jvm) -> tuple[HotSpotStructures, int]:
