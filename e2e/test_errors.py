@@ -106,6 +106,21 @@ def test_ctrl_c_writes_the_outputs(fixtures_built, tmp_path, symbol_cache):
     assert "wrote" in stderr and "Traceback" not in stderr
 
 
+# Stops a process for a fraction of a millisecond every millisecond until
+# killed (a continue sent at once would take the stop back before it is
+# seen): at a real-time priority, so that it keeps its pace however busy the
+# machine is (the verifier finishes a program in any gap of some 60 ms).
+_STOPPER = """
+import os, signal, sys, time
+pid = int(sys.argv[1])
+while True:
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(0.0002)
+    os.kill(pid, signal.SIGCONT)
+    time.sleep(0.0008)
+"""
+
+
 def test_a_start_stopped_again_and_again_says_so_and_is_not_called_a_bug(tmp_path, symbol_cache):
     """A debugger or a sampling profiler stopping jitprof as it starts: the
     kernel's verifier gives up on each try of a program (a stop is a signal
@@ -119,18 +134,18 @@ def test_a_start_stopped_again_and_again_says_so_and_is_not_called_a_bug(tmp_pat
         stderr=subprocess.PIPE,
         text=True,
     )
+    stopper = subprocess.Popen(["chrt", "--fifo", "10", sys.executable, "-c", _STOPPER, str(process.pid)])
     try:
+        # Ended, but not reaped: its pid cannot go to another process while the stopper runs.
         deadline = time.monotonic() + 60
-        while process.poll() is None and time.monotonic() < deadline:
-            try:
-                os.kill(process.pid, signal.SIGSTOP)
-                os.kill(process.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                break
-            time.sleep(0.0005)
+        while os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
+        stopper.kill()
+        stopper.wait()
         if process.poll() is None:
             os.kill(process.pid, signal.SIGCONT)
+            process.kill()
         _, stderr = process.communicate(timeout=60)
     assert process.returncode == 1, stderr
     (line,) = error_lines(stderr)
