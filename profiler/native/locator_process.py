@@ -94,7 +94,6 @@ class CodeLocator:
         self._deadline_s = deadline_s
         self._lock = threading.Lock()
         self._helper: _Helper | None = None
-        self._starting: _Helper | None = None  # started by prestart, not yet heard from
         self._ids: dict[BinaryIO, int] = {}
         self._next_id = 1
         self._failed_files: set[tuple[int, int]] = set()
@@ -102,15 +101,6 @@ class CodeLocator:
         self.failures: dict[str, str] = {}  # file: why blazesym could not read it (the first MAX_FAILURES_KEPT)
         self.helpers_started = 0
         self._unavailable = ""  # why the helper could not start: not tried again
-
-    def prestart(self) -> None:
-        """Start the helper now, without waiting for it: its own start
-        (Python, cffi, blazesym's header: ~0.1 s) then goes on beside the
-        program's, instead of after the first sample, where a short
-        program's end waited for it and the names it gave."""
-        with self._lock:
-            if self._helper is None and self._starting is None and not self._unavailable:
-                self._starting = self._spawn()
 
     def locate(self, handle: BinaryIO, vaddrs: list[int], label: str = "") -> list[NativeSymbol | None]:
         """The symbols at file virtual addresses of the open file; None where
@@ -177,7 +167,10 @@ class CodeLocator:
         if self._helper is not None:
             self._helper.stop()
             self._helper = None
-        helper, self._starting = self._starting or self._spawn(), None
+        # Started at the first request, not ahead: a warm run's addresses are
+        # mostly named from what earlier runs kept, and a helper started
+        # beside the program took its CPU (~0.1 s) whether asked or not.
+        helper = self._spawn()
         try:
             ready = _receive(helper.channel, time.monotonic() + START_DEADLINE_S, 1024)
         except (OSError, ValueError, _HelperFailed) as error:
@@ -209,10 +202,9 @@ class CodeLocator:
 
     def close(self) -> None:
         with self._lock:
-            for helper in (self._helper, self._starting):
-                if helper is not None:
-                    helper.stop()
-            self._helper = self._starting = None
+            if self._helper is not None:
+                self._helper.stop()
+            self._helper = None
             self._ids.clear()
 
 

@@ -175,9 +175,6 @@ class Recording:
             program = BpfProgram(load_options(self.options))
         self._program = program
         locator = CodeLocator()
-        # Once the verifier is done with the CPUs (beside it, it delayed the
-        # program's first instruction), before the program starts.
-        locator.prestart()
         if self.options.off_cpu:
             program.maps.set_shortest_wait(self.options.shortest_wait_ns)
             self._threadpools = ThreadpoolProbes(program)

@@ -514,10 +514,13 @@ def test_native_frames_through_blazesym_inlined_and_plt():
     assert chain[0].name in ("qsort_r", "__qsort_r") and chain[-1].line_exact and chain[-1].file.endswith(".c")
 
 
-def named_through_the_helper(stacks: list[tuple[int, ...]], batched: bool, fresh_cache: bool = True) -> tuple[Profile, int]:
+def named_through_the_helper(
+    stacks: list[tuple[int, ...]], batched: bool, fresh_cache: bool = True, helpers_started: list[int] | None = None
+) -> tuple[Profile, int]:
     """The stacks (this process's addresses, leaf first) named as one batch,
     with or without naming ahead; the profile and the requests it took.
-    fresh_cache: none of what earlier runs were told by the helper."""
+    fresh_cache: none of what earlier runs were told by the helper;
+    helpers_started: given, it gets how many helpers the naming started."""
     from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
 
     if fresh_cache:
@@ -536,6 +539,8 @@ def named_through_the_helper(stacks: list[tuple[int, ...]], batched: bool, fresh
     tracker.close()
     locator.close()
     assert symbolizer.errors == []
+    if helpers_started is not None:
+        helpers_started.append(locator.helpers_started)
     return profile, symbolizer.elf.requests
 
 
@@ -562,9 +567,11 @@ def test_what_the_helper_said_names_the_next_run_without_it():
     functions); an address not seen before is asked for."""
     names = ["qsort", "memcpy", "strlen", "malloc", "free", "getenv"]
     addresses = tuple(libc_function_address(name) + 5 for name in names)
-    first, first_requests = named_through_the_helper([addresses], batched=True)
-    again, again_requests = named_through_the_helper([addresses], batched=True, fresh_cache=False)
+    started: list[int] = []
+    first, first_requests = named_through_the_helper([addresses], batched=True, helpers_started=started)
+    again, again_requests = named_through_the_helper([addresses], batched=True, fresh_cache=False, helpers_started=started)
     assert first_requests >= 1 and again_requests == 0
+    assert started == [1, 0]  # nothing asked, no helper started
     shown = [
         [(frame.name, frame.file, frame.line, frame.inlined) for frame in profile.stack(profile.samples[0])]
         for profile in (first, again)
