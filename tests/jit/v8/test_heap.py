@@ -212,6 +212,34 @@ def test_a_script_s_lines_from_its_source():
     assert script.position(10_000) is None
 
 
+def smi_table(heap: Heap, words: list[int]) -> int:
+    """A FixedArray of these words (a Smi is its value << 32)."""
+    layout = heap.layout
+    fields = {layout.array_length: struct.pack("<Q", len(words) << 32), layout.array_data: struct.pack(f"<{len(words)}Q", *words)}
+    return heap.object(min(layout.type_fixed_arrays), fields, layout.array_data + 8 * len(words))
+
+
+def test_a_script_s_lines_from_v8_s_table_of_line_ends():
+    """Read in bulk (tsc's table holds 140,000 ends); a table with anything
+    but non-negative Smis in it is not one, and the source is counted instead."""
+    reader, heap = reader_and_heap()
+    layout = heap.layout
+    source = heap.one_byte_string("let a = 1;\nfunction f() {\n  return a;\n}\n")
+    ends = list(reader.string_line_ends(source) or [])
+    table = smi_table(heap, [end << 32 for end in ends])
+    assert list(reader.smi_array(table) or []) == ends and len(ends) == 5
+    assert reader.smi_array(smi_table(heap, [10 << 32, heap.one_byte_string("x")])) is None  # a pointer among them
+    assert reader.smi_array(smi_table(heap, [10 << 32, (-5 & 0xFFFFFFFF) << 32])) is None  # a negative Smi
+    name = heap.one_byte_string("app.js")
+    own_table = [100 << 32, 200 << 32]  # what V8 counted wins over counting its source again
+    for line_ends, expected in ((smi_table(heap, own_table), [100, 200]), (smi_table(heap, [1, 2]), ends)):
+        fields = {layout.script_name: struct.pack("<Q", name), layout.script_source: struct.pack("<Q", source)}
+        fields[layout.script_line_ends] = struct.pack("<Q", line_ends)
+        script = reader._script(heap.object(0x99, fields))
+        assert script.name == "app.js" and list(script.line_ends or []) == expected
+    assert script.position(28) == (3, 3)
+
+
 def test_a_source_of_more_lines_than_v8_s_table_holds_is_counted_up_to_it(monkeypatch):
     """A target compiling a 16 M-line source 100 times under different names
     took root's RSS to 1.43 GB in line-end arrays."""

@@ -38,6 +38,7 @@ _U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _S32 = struct.Struct("<i")
 _U64 = struct.Struct("<Q")
+_SIGN_CLEAR = bytes(range(0x80))  # a word's top byte without its sign bit
 
 
 def is_heap_object(tagged: int) -> bool:
@@ -148,6 +149,21 @@ class HeapReader:
     def fixed_array(self, tagged: int) -> list[int] | None:
         data = self.array_bytes(tagged, self.layout.type_fixed_arrays, self.layout.array_data, POINTER)
         return [word for (word,) in _U64.iter_unpack(data)] if data is not None else None
+
+    def smi_array(self, tagged: int) -> array | None:
+        """A FixedArray of Smis as their values, or None if it is not one or
+        any is negative. Checked and converted in bulk: a script's line ends
+        (tsc's 140,000) cost 53 ms element by element, 1.3 ms so."""
+        data = self.array_bytes(tagged, self.layout.type_fixed_arrays, self.layout.array_data, POINTER)
+        if data is None:
+            return None
+        zero = bytes(len(data) // POINTER)
+        # A 64-bit Smi: its lower half zero, its value in the upper half.
+        if any(data[index::POINTER] != zero for index in range(4)) or data[7::POINTER].translate(None, _SIGN_CLEAR):
+            return None
+        halves = array("I")
+        halves.frombytes(data)
+        return halves[1::2]
 
     # Strings -----------------------------------------------------------
 
@@ -316,9 +332,7 @@ class HeapReader:
         line_ends = None
         ends_tagged = self.field(tagged, layout.script_line_ends)
         if ends_tagged is not None:
-            words = self.fixed_array(ends_tagged)
-            if words and all(is_smi(word) for word in words):
-                line_ends = array("I", (smi_value(word) for word in words))
+            line_ends = self.smi_array(ends_tagged) or None
         if line_ends is None:
             source = self.field(tagged, layout.script_source)
             if source is not None:
