@@ -1,5 +1,6 @@
 """Deno and Bun: what the options jitprof gives them cost the program, and
-what profiling it costs, against the program alone."""
+what profiling it costs, against the program alone; and the same real
+programs under node, spawned as jitprof spawns it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from profiler.jit.bun.runtime import BUN
 from profiler.jit.contract import Runtime
 from profiler.jit.deno import DENO
 from profiler.jit.jitdump_files import make_spawned_dump_directory
+from profiler.jit.v8.runtime import NODE
 
 RUNTIMES = ROOT / ".nodes" / "runtimes" / "node_modules"
 BINARIES = {
@@ -31,7 +33,7 @@ PROGRAMS = {
     "tsc": [str(APPS / "typescript" / "lib" / "tsc.js"), "-p", str(ROOT / "fixtures" / "ts"), "--noEmit"],
 }
 # deno runs tsc.js (CommonJS in a .js file) only when told to detect it.
-PROGRAM_OPTIONS = {"deno": ["run", "-A", "--unstable-detect-cjs"], "bun": []}
+PROGRAM_OPTIONS = {"deno": ["run", "-A", "--unstable-detect-cjs"], "bun": [], "node": []}
 TIME = "/usr/bin/time"
 SPAWNED_GOAL = 1.10  # the program's wall, spawned by jitprof, against alone
 
@@ -64,6 +66,13 @@ def javascript_runtimes_cost(repeats: int, workdir: Path) -> list[str]:
         results = runtime_runs(setups, "jitprof -F 99 (gives the options)", command, repeats, workdir, f"{name} cost")
         lines += [f"`{name} --version`: {version}", "", *slowdown_table(results, alone), ""]
         lines += programs_cost(name, binary, runtime, repeats, workdir)
+    node = shutil.which("node")
+    if node is not None:
+        # The same programs under node, spawned as jitprof spawns it (its
+        # perf-map flags in NODE_OPTIONS): node's CPU-bound workload is in
+        # "Cost of profiling a CPU-bound Node.js program".
+        version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+        lines += [f"`node --version`: {version}", "", *programs_cost("node", Path(node), NODE, repeats, workdir)]
     return lines
 
 
@@ -74,7 +83,11 @@ def programs_cost(name: str, binary: Path, runtime: Runtime, repeats: int, workd
     what jitprof makes the program pay) and the whole command's."""
     if not all(Path(program[0]).exists() for program in PROGRAMS.values()) or not Path(TIME).exists():
         return ["(prettier or tsc not installed: `make setup-tests` installs them)", ""]
-    plain = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_", "JITPROF_CACHE_DIR"))}
+    plain = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DENO_", "BUN_", "NODE_OPTIONS", "JITPROF_CACHE_DIR"))
+    }
     cold, warm = workdir / f"{name}-cold-cache", workdir / f"{name}-warm-cache"
     warm.mkdir(mode=0o700, exist_ok=True)
     timing = workdir / "program.time"
