@@ -101,8 +101,9 @@ class LateWalks:
         self.stats.ends[end] += 1
         records = sample.v8_frames
         if self.recorder is not None and view is not None and result.frames:
+            jit_ranges = _jit_ranges(view.mappings)
             walked = [
-                WalkedFrame(len(sample.addresses) + index, pc, fp, _in_jit_code(view.mappings, pc if index == 0 else pc - 1))
+                WalkedFrame(len(sample.addresses) + index, pc, fp, _in_ranges(jit_ranges, pc if index == 0 else pc - 1))
                 for index, (pc, fp) in enumerate(zip(result.frames, result.frame_pointers, strict=False))
             ]
             records = records + self.recorder.record_walked_frames(sample.pid, walked, copy)
@@ -152,5 +153,11 @@ class LateWalks:
         return library.WalkMapping(entry.start, entry.end, mapping.load_bias, library.MAPPING_ELF, rows)
 
 
-def _in_jit_code(mappings: list[KnownMapping], address: int) -> bool:
-    return any(mapping.entry.is_anonymous_exec and mapping.entry.start <= address < mapping.entry.end for mapping in mappings)
+def _jit_ranges(mappings: list[KnownMapping]) -> list[tuple[int, int]]:
+    """The JIT mappings' ranges, found once per walk: a deep stack's frames
+    each asked every mapping (a process's dozens) for its kind."""
+    return [(mapping.entry.start, mapping.entry.end) for mapping in mappings if mapping.entry.is_anonymous_exec]
+
+
+def _in_ranges(ranges: list[tuple[int, int]], address: int) -> bool:
+    return any(start <= address < end for start, end in ranges)
