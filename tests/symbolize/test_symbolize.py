@@ -584,18 +584,30 @@ def test_what_the_helper_said_names_the_next_run_without_it():
 
 
 def test_a_damaged_kept_answer_is_not_taken(tmp_path):
-    """The kept answers are checked as the helper's are: a file whose entry is
-    not one is asked again."""
+    """The kept answers are checked as the helper's are, each as it is asked
+    for: an entry that is not one is not read at all, an answer that is not
+    one is asked again (and replaced), and the others are taken."""
     from profiler.native import cache  # noqa: PLC0415
+    from profiler.native.blazesym import NativeSymbol  # noqa: PLC0415
     from profiler.native.located_names import KIND, LocatedNames  # noqa: PLC0415
 
-    for damaged in ({"addresses": [1, 2], "symbols": [None]}, {"addresses": [1], "symbols": [["f", -1, None, []]]},
-                    {"addresses": [1], "symbols": [["f", 1, ["a.c", "x", 1], []]]}, [1, 2], {"addresses": ["1"], "symbols": [None]}):  # fmt: skip
+    for damaged in ({"addresses": [1, 2], "symbols": [None]}, [1, 2], {"addresses": ["1"], "symbols": [None]}):
         cache.write_json(KIND, "b-00ff", damaged)
-        assert LocatedNames().known("b-00ff") == {}
-    cache.write_json(KIND, "b-00ff", {"addresses": [16], "symbols": [["f", 8, ["a.c", 3, 1], [["g", None, 2]]]]})
-    kept = LocatedNames().known("b-00ff")[16]
-    assert kept is not None and kept.name == "f" and kept.place.line == 3 and kept.inlined[0].name == "g"
+        assert len(LocatedNames().known("b-00ff")) == 0
+    good = ["f", 8, ["a.c", 3, 1], [["g", None, 2]]]
+    cache.write_json(
+        KIND, "b-00ff", {"addresses": [1, 2, 16], "symbols": [["f", -1, None, []], ["f", 1, ["a.c", "x", 1], []], good]}
+    )
+    located = LocatedNames()
+    known = located.known("b-00ff")
+    assert 1 not in known and 2 not in known and 99 not in known
+    kept = known[16]
+    assert kept is not None and kept.name == "f" and kept.place is not None and kept.place.line == 3
+    assert kept.inlined[0].name == "g"
+    located.add("b-00ff", {1: NativeSymbol("h", 1, None, ()), 16: None})  # 16 was known: kept as it was
+    located.save()
+    again = LocatedNames().known("b-00ff")
+    assert len(again) == 2 and again[1] is not None and again[1].name == "h" and again[16] == kept
 
 
 def test_a_batch_s_new_native_leaves_are_named_in_one_request_per_file():
