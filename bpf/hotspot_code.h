@@ -69,6 +69,23 @@ static HOTSPOT_CODE_INLINE int hotspot_moves_rsp_to_rbp(const struct code_bytes 
     return (opcode == 0x89 && operands == 0xe5) || (opcode == 0x8b && operands == 0xec);
 }
 
+/* Bytes of the nop at code[at] (0: none): HotSpot pads the nmethod entry
+ * barrier's compare to a 4-byte boundary, so that the immediate it patches
+ * to arm the barrier is aligned, with nops of 1 to 3 bytes. */
+static HOTSPOT_CODE_INLINE __u32 hotspot_padding_at(const struct code_bytes *code, const __u32 at) {
+    __u8 first = code_byte(code, at), second = code_byte(code, at + 1), third = code_byte(code, at + 2);
+    if (first == 0x90) return 1;
+    if (first == 0x66 && second == 0x90) return 2;
+    if ((first == 0x66 && second == 0x66 && third == 0x90) || (first == 0x0f && second == 0x1f && third == 0x00)) return 3;
+    return 0;
+}
+
+/* cmp dword [r15 + disp8], imm32 or imm8 at code[at]: the entry barrier's compare. */
+static HOTSPOT_CODE_INLINE int hotspot_barrier_compare_at(const struct code_bytes *code, const __u32 at) {
+    return code_byte(code, at) == 0x41 && (code_byte(code, at + 1) == 0x81 || code_byte(code, at + 1) == 0x83) &&
+           code_byte(code, at + 2) == 0x7f;
+}
+
 static HOTSPOT_CODE_INLINE int hotspot_prologue_of(const struct code_bytes *code) {
     const __u32 pc = HOTSPOT_PROLOGUE_BEFORE;
     __u8 first = code_byte(code, pc), second = code_byte(code, pc + 1), third = code_byte(code, pc + 2);
@@ -91,9 +108,10 @@ static HOTSPOT_CODE_INLINE int hotspot_prologue_of(const struct code_bytes *code
     if (first == 0x48 && (second == 0x83 || second == 0x81) && third == 0xc5 && after_move)
         return PROLOGUE_FRAME_BUILT; /* add rbp, imm: rbp made the frame's own */
     if (first == 0x48 && second == 0x89 && (third == 0x6c || third == 0xac) && code_byte(code, pc + 3) == 0x24)
-        return PROLOGUE_RBP_UNSAVED; /* mov [rsp + disp], rbp */
-    if (first == 0x41 && (second == 0x81 || second == 0x83) && third == 0x7f)
-        return PROLOGUE_FRAME_BUILT; /* the entry barrier's compare */
+        return PROLOGUE_RBP_UNSAVED;                                       /* mov [rsp + disp], rbp */
+    if (hotspot_barrier_compare_at(code, pc)) return PROLOGUE_FRAME_BUILT; /* the entry barrier's compare */
+    __u32 padding = hotspot_padding_at(code, pc);
+    if (padding && hotspot_barrier_compare_at(code, pc + padding)) return PROLOGUE_FRAME_BUILT;             /* and its padding */
     if (((first == 0x0f && second == 0x85) || first == 0x75) && after_barrier) return PROLOGUE_FRAME_BUILT; /* and its jne */
     return PROLOGUE_UNKNOWN;
 }
