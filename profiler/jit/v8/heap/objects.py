@@ -146,10 +146,6 @@ class HeapReader:
     def byte_array(self, tagged: int) -> bytes | None:
         return self.array_bytes(tagged, self.layout.type_byte_arrays, self.layout.array_data, 1)
 
-    def fixed_array(self, tagged: int) -> list[int] | None:
-        data = self.array_bytes(tagged, self.layout.type_fixed_arrays, self.layout.array_data, POINTER)
-        return [word for (word,) in _U64.iter_unpack(data)] if data is not None else None
-
     def smi_array(self, tagged: int) -> array | None:
         """A FixedArray of Smis as their values, or None if it is not one or
         any is negative. Checked and converted in bulk: a script's line ends
