@@ -17,6 +17,7 @@ import pytest
 
 from e2e.conftest import ROOT, FoldedLine, read_folded, total
 from e2e.test_inlining import chain_share
+from e2e.test_v8_heap import hottest_line
 from profiler.jit.bun.functions import MIN_FUNCTIONS_JUDGED
 from profiler.jit.jitdump_files import spawned_dump_directory
 from profiler.labels import context_reader_memo
@@ -29,6 +30,7 @@ BUN = RUNTIMES / "@oven" / "bun-linux-x64" / "bin" / "bun"
 CHAIN = ROOT / "fixtures" / "js" / "portable_chain.mjs"
 CHAIN_FUNCTIONS = {"top", "mid", "leaf"}
 CHAIN_LINES = {"leaf": 6, "mid": 14, "top": 18}  # where each is defined in the script
+CHAIN_HOT_LINE = next(number for number, text in enumerate(CHAIN.read_text().splitlines(), 1) if "// HOT" in text)
 BUN_APP = ROOT / "fixtures" / "js" / "bun_app"
 NOBODY = 65534
 # What each runtime is started with by a user who wants it named (the fix jitprof gives).
@@ -102,7 +104,7 @@ def pids_of(lines: list[FoldedLine]) -> set[int]:
 @pytest.mark.parametrize("name", ["deno", "bun"])
 def test_spawned_with_no_flag_from_the_user(jitprof, tmp_path, name):
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("DENO_", "BUN_"))}
-    run = jitprof("-F", "499", "--by-pid", "-o", "out.folded", "--", *command(name, "4"), env=environment)
+    run = jitprof("-F", "499", "--by-pid", "-o", "out.folded", "-o", "out.svg", "--", *command(name, "4"), env=environment)
     assert run.returncode == 0, run.stderr
     assert "done" in run.stdout
     lines = read_folded(tmp_path / "out.folded")
@@ -118,6 +120,8 @@ def test_spawned_with_no_flag_from_the_user(jitprof, tmp_path, name):
             frame for line in lines for frame in line.frames if function_of(frame) == "leaf" and "portable_chain.mjs:" in frame
         ]
         assert hot, top
+        # Its log carries no sources: the lines within functions come from the script's file.
+        assert hottest_line(tmp_path / "out.svg", "leaf") == CHAIN_HOT_LINE
     if name == "bun":
         # Each function with its script and line, found from the hash in its
         # jitdump name; the script's top-level code (where the optimizing

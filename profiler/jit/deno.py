@@ -1,13 +1,17 @@
 """Deno as jitprof knows it: V8 embedded in a stripped Rust binary.
 
-Spawned, it is given V8's perf-map flags and its code log through
-DENO_V8_FLAGS (merged with the user's, as NODE_OPTIONS is for node), which
-it reads in every deno it starts (`deno task`, `deno test`'s workers). Its
-perf map names JS code as node's does, and its code log, in its working
-directory, gives the inlined frames and lines (read by jit/v8/log_source.py
-for any process that writes one). V8's objects are not read: the binary
-carries no V8 postmortem layouts (no v8dbg_ symbols, no symbol table), so
-one attached to without the flags gets the warning with the fix.
+Spawned, it is given V8's code log and the interpreter's per-function
+trampolines through DENO_V8_FLAGS (merged with the user's, as NODE_OPTIONS
+is for node), which it reads in every deno it starts (`deno task`, `deno
+test`'s workers). The log, in its working directory, names all its code
+(read by jit/v8/log_source.py for any process that writes one) with the
+inlined frames and lines; it is written without the scripts' sources, whose
+lines are read from their files (jit/v8/script_file_lines.py), and no perf
+map is asked for, since the log names all it would: each costs the program
+(prettier under deno: the sources +15 %, the perf map +8 %). V8's objects
+are not read: the binary carries no V8 postmortem layouts (no v8dbg_
+symbols, no symbol table), so one attached to without the flags gets the
+warning with the fix.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from profiler.jit.v8.runtime import V8_SAMPLER_FLAGS, frame_for_v8_name
 from profiler.kernel.proc_status import command_line_and_environment
 
 DENO_V8_FLAGS = "DENO_V8_FLAGS"
-PERF_MAP_FLAGS = ("--perf-basic-prof", "--interpreted-frames-native-stack")
-CODE_LOG_FLAGS = ("--log-code", "--log-source-code", "--log-source-position")
+INTERPRETER_FLAG = "--interpreted-frames-native-stack"
+PERF_MAP_FLAGS = ("--perf-basic-prof", INTERPRETER_FLAG)
+CODE_LOG_FLAGS = ("--log-code", "--log-source-position")
+WITHOUT_SOURCES = "--no-log-source-code"  # V8 logs each script's source with the code unless told not to
 FIX = f"restart it with {DENO_V8_FLAGS}={','.join(PERF_MAP_FLAGS)} (or start it with jitprof -- deno ...)"
-CODE_LOG_FIX = f"start it with {DENO_V8_FLAGS}={','.join(PERF_MAP_FLAGS + CODE_LOG_FLAGS)} (or under jitprof -- deno ...)"
+CODE_LOG_FIX = f"start it with {DENO_V8_FLAGS}={','.join((INTERPRETER_FLAG, *CODE_LOG_FLAGS, WITHOUT_SOURCES))} (or under jitprof -- deno ...)"
 
 
 def merge_v8_flags(existing: str | None, flags: Sequence[str]) -> str:
@@ -36,12 +42,14 @@ def merge_v8_flags(existing: str | None, flags: Sequence[str]) -> str:
 
 
 def deno_flags(command: Sequence[str], existing: str | None) -> tuple[str, ...]:
-    """The perf-map flags and the code log; without the interpreter's
-    per-function trampolines when V8's own sampler runs (a DevTools profiler
-    through --inspect), which can hang it as it does node (jit/v8/runtime.py)."""
-    words = [*command, *(existing or "").split(",")]
-    v8_samples = any(word.strip().startswith(V8_SAMPLER_FLAGS) for word in words)
-    return (*(PERF_MAP_FLAGS[:1] if v8_samples else PERF_MAP_FLAGS), *CODE_LOG_FLAGS)
+    """The code log without sources (a user's --log-source-code kept), and
+    the interpreter's per-function trampolines but when V8's own sampler
+    runs (a DevTools profiler through --inspect), which they can hang as they
+    do node's (jit/v8/runtime.py)."""
+    words = [word.strip() for word in (*command, *(existing or "").split(","))]
+    v8_samples = any(word.startswith(V8_SAMPLER_FLAGS) for word in words)
+    sources = () if "--log-source-code" in words else (WITHOUT_SOURCES,)
+    return (*(() if v8_samples else (INTERPRETER_FLAG,)), *CODE_LOG_FLAGS, *sources)
 
 
 def _spawn_environment(environ: dict[str, str], preload: Path | None, command: Sequence[str]) -> dict[str, str]:
@@ -60,7 +68,7 @@ def _v8_flags_of(pid: int) -> list[bytes]:
 def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) -> list[str]:
     flags = _v8_flags_of(pid)
     if not any(os.path.exists(path) for path in candidate_paths(pid)) and not any(
-        flag.startswith(b"--perf-basic-prof") for flag in flags
+        flag.startswith((b"--perf-basic-prof", b"--log-code")) for flag in flags
     ):
         return [f"jitprof: warning: deno (pid {pid}) has no perf map, so its JavaScript frames will show as addresses; {FIX}"]
     if inline and b"--log-code" not in flags:

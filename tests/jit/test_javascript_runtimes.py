@@ -13,21 +13,28 @@ from profiler.jit.names import frame_for_name
 from profiler.jit.runtimes import DENO, NODE, inject_environment
 from profiler.model.profile import FrameKind
 
-DENO_FLAGS = "--perf-basic-prof,--interpreted-frames-native-stack,--log-code,--log-source-code,--log-source-position"
+DENO_FLAGS = "--interpreted-frames-native-stack,--log-code,--log-source-position,--no-log-source-code"
 
 
 def test_deno_v8_flags_merged_with_the_user_s_once():
+    """The code log without sources and no perf map: the log names all the
+    perf map would, and the scripts' lines are read from their files."""
     assert inject_environment({}, None, ["deno", "run", "app.js"])["DENO_V8_FLAGS"] == DENO_FLAGS
     merged = inject_environment({"DENO_V8_FLAGS": "--max-old-space-size=64, --log-code"}, None, ["deno", "task", "dev"])
     assert merged["DENO_V8_FLAGS"].split(",") == [
         "--max-old-space-size=64",
         "--log-code",
-        "--perf-basic-prof",
         "--interpreted-frames-native-stack",
-        "--log-source-code",
         "--log-source-position",
+        "--no-log-source-code",
     ]
     assert deno.merge_v8_flags(merged["DENO_V8_FLAGS"], deno.deno_flags([], None)) == merged["DENO_V8_FLAGS"]
+
+
+def test_a_user_s_own_log_source_code_is_kept():
+    merged = inject_environment({"DENO_V8_FLAGS": "--log-source-code"}, None, ["deno", "run", "app.js"])
+    assert "--no-log-source-code" not in merged["DENO_V8_FLAGS"].split(",")
+    assert "--log-code" in merged["DENO_V8_FLAGS"].split(",")
 
 
 def test_a_deno_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines():

@@ -44,14 +44,23 @@ class Script:
 
     url: str
     line_starts: Sequence[int] | None = None  # None until its script-source arrives (an array: 4 bytes a line)
+    # For a log without sources: the lines of the script's file, None when
+    # it could not be read or a function's declared position disagreed.
+    file_line_starts: Sequence[int] | None = None
+    file_looked: bool = False
 
     def line_and_column(self, offset: int) -> tuple[int, int] | None:
-        if self.line_starts is None or offset < 0:
-            return None
-        line = bisect.bisect_right(self.line_starts, offset)
-        if line >= MAX_SCRIPT_LINES:
-            return None  # past the lines whose starts were kept
-        return line, offset - self.line_starts[line - 1] + 1
+        return position_in(self.line_starts, offset)
+
+
+def position_in(line_starts: Sequence[int] | None, offset: int) -> tuple[int, int] | None:
+    """(line, column), both from 1, of a script offset."""
+    if line_starts is None or offset < 0:
+        return None
+    line = bisect.bisect_right(line_starts, offset)
+    if line >= MAX_SCRIPT_LINES:
+        return None  # past the lines whose starts were kept
+    return line, offset - line_starts[line - 1] + 1
 
 
 @dataclass
@@ -61,6 +70,7 @@ class SharedFunction:
     name: str = ""  # as logged: "<function> <script>:<line>:<column>"
     tag: str = "JS"
     script_id: int = -1  # learnt from a code-source-info of any of its code
+    start_offset: int = -1  # in its script, likewise: where its declared line and column are
 
 
 @dataclass
@@ -163,11 +173,7 @@ class CodeMap:
         elif isinstance(event, CodeSourceInfo):
             self._attach_source(isolate, event)
         elif isinstance(event, ScriptSource):
-            script = isolate.scripts.get(event.script_id)
-            if script is None:
-                if len(isolate.scripts) >= MAX_SCRIPTS_PER_ISOLATE:
-                    isolate.scripts.pop(next(iter(isolate.scripts)))
-                script = isolate.scripts[event.script_id] = Script(event.url)
+            script = isolate.scripts.get(event.script_id) or _add_script(isolate, event.script_id, event.url)
             script.url = event.url
             script.line_starts = event.line_starts
         elif isinstance(event, CodeMove):
@@ -187,6 +193,9 @@ class CodeMap:
             return
         if code.function is not None:
             code.function.script_id = info.script_id
+            code.function.start_offset = info.function_start
+            if info.script_id not in isolate.scripts:  # a log without sources: the script known by its id alone
+                _add_script(isolate, info.script_id, "")
         if not info.positions:
             return  # Sparkplug, Ignition, Maglev before V8 13.6: function level only
         code.source = InlineSource(
@@ -238,6 +247,13 @@ class CodeMap:
 
     def objects(self) -> Iterator[CodeObject]:
         return iter(self._objects.values())
+
+
+def _add_script(isolate: IsolateLog, script_id: int, url: str) -> Script:
+    if len(isolate.scripts) >= MAX_SCRIPTS_PER_ISOLATE:
+        isolate.scripts.pop(next(iter(isolate.scripts)))
+    script = isolate.scripts[script_id] = Script(url)
+    return script
 
 
 def inline_stack(code: CodeObject, offset: int) -> list[SourceFrame]:

@@ -11,6 +11,8 @@ raised: the file belongs to the profiled program.
 from __future__ import annotations
 
 import array
+import itertools
+import operator
 import re
 from dataclasses import dataclass, field
 
@@ -77,6 +79,7 @@ class CodeSourceInfo:
 
     start: int
     script_id: int
+    function_start: int  # the function's own offset in its script (its declared line and column)
     positions: str  # as logged: PositionTable.parse reads it
     inlinings: tuple[Inlining, ...]
     inlined_functions: tuple[int, ...]  # SharedFunctionInfo addresses
@@ -145,12 +148,15 @@ def line_starts(escaped_source: str) -> array.array:
     units = _ESCAPED_BACKSLASH.sub("_", escaped_source)
     units = _NEWLINE_ESCAPE.sub("\n", units)
     units = _OTHER_ESCAPE.sub("_", units)
-    starts = array.array("I", [0])  # 4 bytes a line: sources are far below 4 GiB
-    position = units.find("\n")
-    while position >= 0 and len(starts) < MAX_SCRIPT_LINES:
-        starts.append(position + 1)
-        position = units.find("\n", position + 1)
-    return starts
+    return newline_starts(units)
+
+
+def newline_starts(units: str) -> array.array:
+    """Where each line begins in a text of one character per UTF-16 unit."""
+    lines = units.split("\n", MAX_SCRIPT_LINES - 1)[:-1]  # the last line ends no line
+    # Line i+1 starts after lines 0..i and their i+1 newlines: C loops, not a Python one per line.
+    ends = itertools.accumulate(map(len, lines))
+    return array.array("I", itertools.chain((0,), map(operator.add, ends, itertools.count(1))))
 
 
 def _integer(text: str) -> int:
@@ -215,7 +221,7 @@ def _code_source_info(fields: list[str]) -> CodeSourceInfo:
             for function, call_site, parent in _INLINING.findall(fields[5])
         )
         functions = tuple(int(address, 16) for address in _FUNCTION.findall(fields[6]))[:MAX_INLINED_FUNCTIONS]
-    return CodeSourceInfo(start, script_id, positions, inlinings, functions)
+    return CodeSourceInfo(start, script_id, int(fields[2]), positions, inlinings, functions)
 
 
 @dataclass

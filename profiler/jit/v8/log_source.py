@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 
 from profiler.jit.rescan import Rescan
 from profiler.jit.symbol_source import JitSymbolSource
-from profiler.jit.v8.code_map import CodeMap, CodeObject, IsolateLog, SourceFrame, inline_stack
+from profiler.jit.v8.code_map import CodeMap, CodeObject, IsolateLog, Script, SourceFrame, inline_stack, position_in
 from profiler.jit.v8.log_parser import CodeCreation, V8LogReader
-from profiler.jit.v8.names import JS_TAGS, Tier, parse_v8_name
-from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.jit.v8.names import JS_TAGS, Tier, V8Name, parse_v8_name
+from profiler.jit.v8.script_file_lines import ScriptFileReader
+from profiler.kernel.address_spaces import JIT_MODULE, KnownMapping
 from profiler.kernel.proc_status import process_uid
 from profiler.model.profile import Frame, FrameKind
 
@@ -37,6 +38,7 @@ MAX_READ_PER_TAIL = 32 << 20  # keeps one lookup's latency bounded while a huge 
 MAX_LOGS_PER_PROCESS = 256
 MAX_MEMO_ENTRIES = 1 << 20
 UNKNOWN_INLINED = "(inlined function, not in the log)"
+_EMBEDDED_TIERS = {Tier.BUILTIN.value, Tier.BYTECODE_HANDLER.value}
 
 
 @dataclass
@@ -64,6 +66,9 @@ class _ProcessLogs:
     rescan: Rescan = field(default_factory=Rescan)
     revision: int = 0  # changes with every batch of code events applied
     latest_event_ns: int = 0
+    # Its scripts' files, for a log without sources: taken while it lives
+    # (its root and user), when its first log is found among its descriptors.
+    script_files: ScriptFileReader | None = None
 
 
 @dataclass(frozen=True)
@@ -134,11 +139,20 @@ class V8LogSymbols(JitSymbolSource):
         key = (pid, code.sequence, offset)
         frames = self._memo.get(key)
         if frames is None:
-            frames = self._frames(code, offset)
+            frames = self._frames(state, code, offset)
             if len(self._memo) >= MAX_MEMO_ENTRIES:
                 self._memo.clear()
             self._memo[key] = frames
         return frames
+
+    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+        """V8's embedded builtins, mapped again from a stripped binary (short
+        builtin calls): the log's records of them name them there, as a perf
+        map would; nothing else the log holds lives in a file's mapping."""
+        frames = self.expand(pid, time.monotonic_ns(), address)
+        if frames is None or len(frames) != 1 or frames[0].tier not in _EMBEDDED_TIERS:
+            return None
+        return frames[0]
 
     def epoch(self, pid: int) -> tuple[int, int]:
         """(revision, time of the latest code event) of what is known of pid's
@@ -170,6 +184,8 @@ class V8LogSymbols(JitSymbolSource):
                 added = True
             else:
                 os.close(descriptor)
+        if added and state.script_files is None:
+            state.script_files = ScriptFileReader.of_process(state.pid)
         return added
 
     def _candidates(self, pid: int) -> list[int]:
@@ -245,7 +261,7 @@ class V8LogSymbols(JitSymbolSource):
 
     # Frames ------------------------------------------------------------
 
-    def _frames(self, code: CodeObject, offset: int) -> tuple[Frame, ...]:
+    def _frames(self, state: _ProcessLogs, code: CodeObject, offset: int) -> tuple[Frame, ...]:
         if code.tag not in JS_TAGS:
             parsed = parse_v8_name(f"{code.tag}:{code.name}")
             if parsed is None:
@@ -255,7 +271,7 @@ class V8LogSymbols(JitSymbolSource):
         if not self.expand_inlining:
             stack = [SourceFrame(stack[0].function, stack[0].script, stack[0].script_offset, False)]
         tier = _code_tier(code)
-        return tuple(_js_frame(code, source_frame, tier) for source_frame in stack)
+        return tuple(_js_frame(code, source_frame, tier, state.script_files) for source_frame in stack)
 
     def reports(self) -> list[V8LogReport]:
         with self._lock:
@@ -276,6 +292,8 @@ class V8LogSymbols(JitSymbolSource):
                 os.close(log.descriptor)
             except OSError:
                 pass
+        if state.script_files is not None:
+            state.script_files.close()
         return report.warnings()
 
     def warnings(self) -> list[str]:
@@ -295,6 +313,27 @@ class V8LogSymbols(JitSymbolSource):
                     except OSError:
                         pass
                 state.logs.clear()
+                if state.script_files is not None:
+                    state.script_files.close()
+                    state.script_files = None
+
+
+def _file_position(
+    script: Script, script_files: ScriptFileReader | None, function_start: int, parsed: V8Name, offset: int
+) -> tuple[int, int] | None:
+    """For a script the log gave no source for: a position from its file
+    (looked for once), if the function's declared line and column (V8's, in
+    the log) agree with it; one that disagrees shows the file is not what V8
+    ran, and it is not used again."""
+    if not script.file_looked and script_files is not None and parsed.script:
+        script.file_looked = True
+        script.file_line_starts = script_files.line_starts(parsed.script)
+    if script.file_line_starts is None or function_start < 0 or not parsed.line:
+        return None
+    if position_in(script.file_line_starts, function_start) != (parsed.line, parsed.column):
+        script.file_line_starts = None
+        return None
+    return position_in(script.file_line_starts, offset)
 
 
 def _report_of(state: _ProcessLogs) -> V8LogReport:
@@ -312,7 +351,7 @@ def _code_tier(code: CodeObject) -> str:
     return parsed.tier.value if parsed is not None else Tier.UNOPTIMIZED.value
 
 
-def _js_frame(code: CodeObject, source_frame: SourceFrame, tier: str) -> Frame:
+def _js_frame(code: CodeObject, source_frame: SourceFrame, tier: str, script_files: ScriptFileReader | None) -> Frame:
     function = source_frame.function
     if function is None or not function.name and function.script_id < 0:
         return Frame(UNKNOWN_INLINED, JIT_MODULE, FrameKind.JIT, tier=tier, inlined=source_frame.inlined)
@@ -323,6 +362,8 @@ def _js_frame(code: CodeObject, source_frame: SourceFrame, tier: str) -> Frame:
     script = source_frame.script
     if script is not None and source_frame.script_offset >= 0:
         position = script.line_and_column(source_frame.script_offset)
+        if position is None and script.line_starts is None:
+            position = _file_position(script, script_files, function.start_offset, parsed, source_frame.script_offset)
         if position is not None:
             (line, column), exact = position, True
     file = parsed.script or (script.url if script is not None else "")
