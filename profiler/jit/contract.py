@@ -109,6 +109,10 @@ class Runtime:
     # Given V8's flags, it writes V8's logs into its working directory
     # (isolate-0x…-PID-v8.log), which the run removes at its end (jit/files.py).
     writes_v8_logs: bool = False
+    # Spawned, all its code is named from files that outlive it (Deno's code
+    # log): while it runs, its samples may wait to be named after it, so that
+    # naming does not take the CPU from it.
+    named_after_exit: bool = False
     # The application a process of it is (a package, a main class); None: unknown.
     application: Callable[[int, list[str]], str | None] | None = None
     # The symbol sources it brings to a run, asked before the generic ones

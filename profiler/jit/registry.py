@@ -152,6 +152,12 @@ def waits_for_work(frames: list[Frame]) -> bool:
     return any(runtime.waits_for_work is not None and runtime.waits_for_work(frames) for runtime in runtimes.RUNTIMES)
 
 
+def named_after_exit(pid: int) -> bool:
+    """Is a live process's code all named from files that outlive it (see Runtime)?"""
+    runtime = runtimes.runtime_of(pid)
+    return runtime is not None and runtime.named_after_exit
+
+
 def threadpool_of(pid: int) -> Threadpool | None:
     """--off-cpu: the threadpool of a live process's runtime, if it has one."""
     runtime = runtimes.runtime_of(pid)

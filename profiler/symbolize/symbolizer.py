@@ -44,6 +44,7 @@ FINAL_TABLES_POLL_S = 0.02
 PARK_MAX_S = 3.0  # a JIT frame still unnamed after this is shown as unknown
 PARK_RETRY_S = 0.2
 MAX_PARKED = 200_000  # beyond this, samples are resolved at once, named or not
+HOLD_CHECK_S = 0.05  # how often held samples ask whether they may wait still
 
 
 MAX_STACKS = 20_000  # stacks' callers remembered (see resolve_sample): a few MiB
@@ -326,6 +327,13 @@ class Symbolizer:
         self._queue: queue.Queue[list[RawSample] | _Retire | _Call | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="jitprof-symbolizer", daemon=True)
         self._parked: list[_Parked] = []
+        # May this process's samples be named once it has exited? (Its names
+        # come from files that outlive it: naming them meanwhile takes the CPU
+        # from the program; perf names after the program too.) Asked again
+        # as its held samples wait: held until the answer turns False.
+        self.hold: Callable[[int], bool] | None = None
+        self._held: dict[int, list[RawSample]] = {}  # by pid, in order
+        self._held_checked = 0.0
         self.errors: list[str] = []
         self.parked_then_named = 0
         self._abandoned = threading.Event()
@@ -392,7 +400,7 @@ class Symbolizer:
         """Samples submitted and not yet in the profile."""
         with self._queue.mutex:
             queued = sum(len(item) for item in self._queue.queue if isinstance(item, list))
-        return queued + len(self._parked)
+        return queued + len(self._parked) + sum(len(samples) for samples in list(self._held.values()))
 
     def finish(self, budget_s: float | None = None, abandon: Callable[[], bool] = lambda: False) -> None:
         """Resolve everything submitted, then stop the thread: within budget_s,
@@ -418,7 +426,7 @@ class Symbolizer:
         next_retry = time.monotonic() + PARK_RETRY_S
         while True:
             try:
-                raw = self._queue.get(timeout=PARK_RETRY_S if self._parked else None)
+                raw = self._queue.get(timeout=PARK_RETRY_S if self._parked or self._held else None)
             except queue.Empty:
                 pass  # nothing new: a chance to retry what is parked
             else:
@@ -426,27 +434,64 @@ class Symbolizer:
                     self._give_up(raw)
                     return
                 if raw is None:
+                    held, self._held = self._held, {}
+                    if not self._name_batch([sample for samples in held.values() for sample in samples]):
+                        return
                     self._final_pass()
                     return
                 if isinstance(raw, _Retire):
+                    self._release_held(raw.pid)
                     self._retire(raw)
                 elif isinstance(raw, _Call):
                     self._call(raw)
-                else:
-                    self._start_batch()
-                    self._name_ahead(raw)
-                    for index, sample in enumerate(raw):
-                        if self._abandoned.is_set():
-                            self._give_up(raw[index:])
-                            return
-                        self._add(sample, time.monotonic(), may_park=True)
-                    self._asked_ahead.clear()  # its ids may be others' once it is let go
+                elif not self._name_batch(self._held_back(raw)):
+                    return
             now = time.monotonic()
+            if self._held and now - self._held_checked >= HOLD_CHECK_S:
+                self._held_checked = now
+                self._release_held()
             if self._parked and now >= next_retry:
                 next_retry = now + PARK_RETRY_S
                 self._start_batch()
                 self._retry_parked(now, final=False)
             self._epoch_memo = None
+
+    def _name_batch(self, batch: list[RawSample]) -> bool:
+        """Name a batch of samples; False when the run was abandoned meanwhile."""
+        if not batch:
+            return True
+        self._start_batch()
+        self._name_ahead(batch)
+        for index, sample in enumerate(batch):
+            if self._abandoned.is_set():
+                self._give_up(batch[index:])
+                return False
+            self._add(sample, time.monotonic(), may_park=True)
+        self._asked_ahead.clear()  # its ids may be others' once it is let go
+        return True
+
+    def _held_back(self, batch: list[RawSample]) -> list[RawSample]:
+        """The batch's samples to name now; those that may wait are held."""
+        hold = self.hold
+        if hold is None:
+            return batch
+        waiting: dict[int, bool] = {}
+        now = []
+        for sample in batch:
+            if sample.pid not in waiting:
+                waiting[sample.pid] = hold(sample.pid)
+            if waiting[sample.pid]:
+                self._held.setdefault(sample.pid, []).append(sample)
+            else:
+                now.append(sample)
+        return now
+
+    def _release_held(self, pid: int | None = None) -> None:
+        """Name the held samples that may wait no longer (all of pid's)."""
+        hold = self.hold
+        for held_pid in list(self._held):
+            if held_pid == pid or hold is None or not hold(held_pid):
+                self._name_batch(self._held.pop(held_pid))
 
     def _start_batch(self) -> None:
         """Samples named together ask the JIT sources once per process (_epochs)."""

@@ -687,3 +687,42 @@ def test_async_callers_go_below_the_running_tasks_outermost_js_frame():
         assert symbolizer._with_async_callers(by_depth, (handler,)) == [main, outer_js, main, run, *closure, handler, parse]
     finally:
         tracker.close()
+
+
+def _wait_until(condition, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
+def test_samples_that_may_wait_are_named_once_their_process_may_wait_no_longer():
+    """A spawned deno's samples are held while it runs (its names come from
+    files that outlive it): named when its hold ends, or at the run's end, in
+    full; another process's are named at once."""
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    held_pids = {os.getpid()}
+    symbolizer.hold = lambda pid: pid in held_pids
+    getpid, qsort = libc_function_address("getpid"), libc_function_address("qsort")
+
+    def sample(pid):
+        return RawSample(pid, pid, 0, time.monotonic_ns(), "t", (getpid + 1, qsort + 5), WalkEnd.COMPLETE, -1, True)
+
+    symbolizer.start()
+    try:
+        symbolizer.submit([sample(os.getpid()) for _ in range(3)])
+        assert _wait_until(lambda: symbolizer.backlog() == 3)
+        time.sleep(0.2)  # several of its checks: still held
+        assert len(profile.samples) == 0 and symbolizer.backlog() == 3
+        held_pids.clear()  # it exited
+        assert _wait_until(lambda: len(profile.samples) == 3)
+        held_pids.add(os.getpid())
+        symbolizer.submit([sample(os.getpid()) for _ in range(2)])
+    finally:
+        symbolizer.finish()  # the run's end names what still waits
+        tracker.close()
+    assert len(profile.samples) == 5 and symbolizer.errors == [] and symbolizer.given_up == 0
+    assert {tuple(frame.name for frame in profile.stack(named)) for named in profile.samples} == {("qsort", "getpid")}

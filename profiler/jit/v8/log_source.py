@@ -95,8 +95,10 @@ class V8LogSymbols(JitSymbolSource):
         expand_inlining: bool = True,
         default_owner_uid: int | None = None,
         working_directory_logs: Callable[[int], list[int]] | None = None,
+        writes_logs: Callable[[int], bool] | None = None,
     ) -> None:
         self.expand_inlining = expand_inlining
+        self._writes_logs = writes_logs  # may this process's runtime write V8's logs?
         self._default_owner_uid = default_owner_uid
         # Opened logs in a (gone) process's working directory, for late discovery.
         self._working_directory_logs = working_directory_logs
@@ -106,8 +108,12 @@ class V8LogSymbols(JitSymbolSource):
 
     def watch(self, pid: int) -> None:
         """Note the process's owner while it is alive (its logs are looked
-        for on the symbolizer thread, when its JIT code is first sampled)."""
-        self._state(pid)
+        for on the symbolizer thread, when its JIT code is first sampled),
+        and, for a runtime that writes logs, where its scripts' files are: its
+        samples may be named after it exits (a spawned deno's are)."""
+        state = self._state(pid)
+        if self._writes_logs is not None and self._writes_logs(pid):
+            self._note_script_files(state)
 
     def _state(self, pid: int) -> _ProcessLogs:
         with self._lock:
@@ -184,9 +190,15 @@ class V8LogSymbols(JitSymbolSource):
                 added = True
             else:
                 os.close(descriptor)
-        if added and state.script_files is None:
-            state.script_files = ScriptFileReader.of_process(state.pid)
+        if added:
+            self._note_script_files(state)
         return added
+
+    def _note_script_files(self, state: _ProcessLogs) -> None:
+        """Where the process's scripts' files are (its root, its user), once, while it lives."""
+        with self._lock:
+            if state.script_files is None:
+                state.script_files = ScriptFileReader.of_process(state.pid)
 
     def _candidates(self, pid: int) -> list[int]:
         opened = []

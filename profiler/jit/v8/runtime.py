@@ -105,6 +105,7 @@ def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
             expand_inlining=settings.expand_inlining,
             default_owner_uid=settings.owner_uid,
             working_directory_logs=settings.janitor.open_v8_logs,
+            writes_logs=lambda pid: (runtime := settings.runtime_of(pid)) is not None and runtime.writes_v8_logs,
         ),
     ]
 
