@@ -43,8 +43,8 @@ def javascript_runtimes_cost(repeats: int, workdir: Path) -> list[str]:
         "## Cost for Deno and Bun",
         "",
         f"`fixtures/js/workload.js {JS_ROUNDS}` (CPU-bound) under each runtime alone, with the options jitprof gives "
-        "it when it spawns it (Deno: V8's perf-map flags and code log in `DENO_V8_FLAGS`; Bun: JavaScriptCore's "
-        "jitdump), and under `jitprof -F 99`. "
+        "it when it spawns it (Deno: V8's code log without sources and the interpreter's copies in `DENO_V8_FLAGS`, "
+        "each setup with its own code cache in `DENO_DIR`; Bun: JavaScriptCore's jitdump), and under `jitprof -F 99`. "
         f"Medians of {repeats} interleaved runs. Target: ≤ 3 % in total at 99 Hz, as for node.",
         "",
     ]
