@@ -5,10 +5,13 @@ it agrees with the file."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 from profiler.jit.v8.log_source import V8LogSymbols
-from profiler.jit.v8.script_file_lines import file_line_starts
+from profiler.jit.v8.script_file_lines import ScriptFileReader, file_line_starts
+from profiler.jit.v8.source_map_files import TargetUser
 from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.procmaps import MapEntry
 
@@ -115,3 +118,25 @@ def test_a_builtin_mapped_again_from_a_stripped_binary_is_named_by_the_log(tmp_p
             assert symbols.resolve_file_code(os.getpid(), binary, 0x7800) is None
         finally:
             symbols.close()
+
+
+def test_a_script_its_user_may_not_read_is_not_read_for_it(tmp_path):
+    """root reads a script's lines for a target only as the target could:
+    not a file of another user's that is closed to it."""
+    directory = Path(tempfile.mkdtemp(prefix="jitprof-scripts-"))
+    try:
+        os.chmod(directory, 0o755)
+        script = directory / "app.js"
+        script.write_text(SCRIPT)
+        os.chmod(script, 0o600)
+        stranger = TargetUser(os.getuid() + 4242, frozenset([os.getgid() + 4242]))
+        reader = ScriptFileReader(os.open("/", os.O_PATH | os.O_DIRECTORY), stranger)
+        try:
+            assert reader.line_starts(f"file://{script}") is None
+            os.chmod(script, 0o644)
+            assert reader.line_starts(f"file://{script}") == file_line_starts(SCRIPT.encode())
+            assert reader.line_starts("node:internal/main") is None  # not a file
+        finally:
+            reader.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
