@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from profiler.jit.symbol_source import JitSymbolSource
+from profiler.kernel.address_spaces import KnownMapping
 from profiler.model.profile import Frame
 
 
@@ -109,10 +110,11 @@ class Runtime:
     # Given V8's flags, it writes V8's logs into its working directory
     # (isolate-0x…-PID-v8.log), which the run removes at its end (jit/files.py).
     writes_v8_logs: bool = False
-    # Spawned, all its code is named from files that outlive it (Deno's code
-    # log): while it runs, its samples may wait to be named after it, so that
-    # naming does not take the CPU from it.
-    named_after_exit: bool = False
+    # Spawned, is all of a live process's code named from files that outlive
+    # it (Deno's code log; Bun's jitdumps, once its interpreter's handlers are
+    # known), given its mappings? Then while it runs its samples may wait to be
+    # named after it, so that naming does not take the CPU from it.
+    named_after_exit: Callable[[int, Sequence[KnownMapping]], bool] | None = None
     # The application a process of it is (a package, a main class); None: unknown.
     application: Callable[[int, list[str]], str | None] | None = None
     # The symbol sources it brings to a run, asked before the generic ones

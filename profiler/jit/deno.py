@@ -90,5 +90,5 @@ DENO = Runtime(
     frame_for_name=frame_for_v8_name,
     attach_notes=_attach_notes,
     writes_v8_logs=True,
-    named_after_exit=True,
+    named_after_exit=lambda _pid, _mappings: True,  # its code log and its scripts' files
 )

@@ -20,6 +20,7 @@ from profiler.jit.jitdump_files import dump_file_pid, make_spawned_dump_director
 from profiler.jit.v8 import js_view, preload
 from profiler.jit.v8.names import EMBEDDED_BUILTIN_PREFIX, embedded_builtin_name
 from profiler.jit.v8.original_frames import OriginalFrames
+from profiler.kernel.address_spaces import KnownMapping
 from profiler.kernel.proc_status import process_alive
 from profiler.model.profile import Frame, FrameKind, Profile
 from profiler.safety import files
@@ -152,10 +153,10 @@ def waits_for_work(frames: list[Frame]) -> bool:
     return any(runtime.waits_for_work is not None and runtime.waits_for_work(frames) for runtime in runtimes.RUNTIMES)
 
 
-def named_after_exit(pid: int) -> bool:
+def named_after_exit(pid: int, mappings: Sequence[KnownMapping]) -> bool:
     """Is a live process's code all named from files that outlive it (see Runtime)?"""
     runtime = runtimes.runtime_of(pid)
-    return runtime is not None and runtime.named_after_exit
+    return runtime is not None and runtime.named_after_exit is not None and runtime.named_after_exit(pid, mappings)
 
 
 def threadpool_of(pid: int) -> Threadpool | None:

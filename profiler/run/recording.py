@@ -384,7 +384,9 @@ class Recording:
         if time.monotonic() > self._hold_until or pid not in self._followed_live():
             return False
         if pid not in self._named_after_exit:
-            self._named_after_exit[pid] = registry.named_after_exit(pid)
+            assert self._tracker is not None
+            view = self._tracker.space_view(pid, time.monotonic_ns())
+            self._named_after_exit[pid] = view is not None and registry.named_after_exit(pid, view.mappings)
         return self._named_after_exit[pid] and self._symbolizer.backlog() < MAX_HELD
 
     def _followed_live(self) -> set[int]:

@@ -43,6 +43,15 @@ def test_a_deno_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines():
     assert "--log-code" in deno.deno_flags(["deno", "run", "--inspect-brk", "app.js"], None)
 
 
+def test_which_runtimes_may_be_named_after_they_exit():
+    """Deno's code is named from its code log and scripts; Bun's from its
+    jitdumps, but its interpreter's handlers from a live bun unless kept (no
+    bun mapping known here: not kept); node's from its live memory."""
+    assert DENO.named_after_exit is not None and DENO.named_after_exit(1, [])
+    assert BUN.named_after_exit is not None and not BUN.named_after_exit(1, [])
+    assert NODE.named_after_exit is None
+
+
 def test_bun_told_to_write_a_jitdump_into_its_user_s_own_directory():
     """Not /tmp, where another user could plant a link at the name; without
     a directory of its own, bun is asked for no dump (it would write none)."""

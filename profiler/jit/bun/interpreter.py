@@ -197,6 +197,15 @@ def cached_handlers(key: str, text: tuple[int, int]) -> Handlers | None:
     return Handlers(tuple(starts), tuple(names))
 
 
+def handlers_kept(mapping: KnownMapping) -> bool:
+    """Did a live bun of this binary show its handlers before (kept in the cache)?"""
+    image = mapping.image
+    if image is None:
+        return False
+    text = text_range(image.handle)
+    return text is not None and cached_handlers(image.cache_key, text) is not None
+
+
 def keep_handlers(key: str, handlers: Handlers) -> None:
     cache.write_json(CACHE_KIND, key, {"starts": list(handlers.starts), "names": list(handlers.names)})
 

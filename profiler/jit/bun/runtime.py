@@ -22,7 +22,7 @@ from pathlib import Path
 from profiler.jit.contract import Runtime, SourceSettings
 from profiler.jit.jitdump_files import maps_a_jitdump
 from profiler.jit.symbol_source import JitSymbolSource
-from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE, KnownMapping
 from profiler.kernel.proc_status import executable_name
 from profiler.model.profile import Frame, FrameKind
 
@@ -75,6 +75,14 @@ def _place_frame(pid: int, name: str, frame: Frame) -> Frame:
     return place_frame(pid, name, frame)
 
 
+def _named_after_exit(pid: int, mappings: Sequence[KnownMapping]) -> bool:
+    """Its jitdumps outlive it; its interpreter's handlers are read from a
+    live bun, unless a bun of its binary showed them before (jitprof's cache)."""
+    from profiler.jit.bun.interpreter import handlers_kept  # noqa: PLC0415
+
+    return any(mapping.module_name == "bun" and handlers_kept(mapping) for mapping in mappings)
+
+
 BUN = Runtime(
     "Bun",
     FIX,
@@ -88,4 +96,5 @@ BUN = Runtime(
     sources_when_found=True,
     own_names_only=True,
     attach_notes=_attach_notes,
+    named_after_exit=_named_after_exit,
 )

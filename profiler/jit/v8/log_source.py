@@ -28,7 +28,7 @@ from profiler.jit.v8.log_parser import CodeCreation, V8LogReader
 from profiler.jit.v8.names import JS_TAGS, Tier, V8Name, parse_v8_name
 from profiler.jit.v8.script_file_lines import ScriptFileReader
 from profiler.kernel.address_spaces import JIT_MODULE, KnownMapping
-from profiler.kernel.proc_status import process_uid
+from profiler.kernel.proc_status import process_uid, start_time
 from profiler.model.profile import Frame, FrameKind
 
 LOG_MAGIC = b"v8-version,"
@@ -66,9 +66,13 @@ class _ProcessLogs:
     rescan: Rescan = field(default_factory=Rescan)
     revision: int = 0  # changes with every batch of code events applied
     latest_event_ns: int = 0
-    # Its scripts' files, for a log without sources: taken while it lives
-    # (its root and user), when its first log is found among its descriptors.
+    # Its scripts' files, for a log without sources: where they are (its
+    # root) and who may read them (its user), taken while it lives: when it
+    # is watched if it may be named after it exits, else when a script without
+    # source is first named, if the process that held its logs still runs.
     script_files: ScriptFileReader | None = None
+    started: int | None = None  # when the process whose descriptors held its logs started
+    script_files_looked: bool = False
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,10 @@ class V8LogSymbols(JitSymbolSource):
         expand_inlining: bool = True,
         default_owner_uid: int | None = None,
         working_directory_logs: Callable[[int], list[int]] | None = None,
-        writes_logs: Callable[[int], bool] | None = None,
+        named_after_exit: Callable[[int], bool] | None = None,
     ) -> None:
         self.expand_inlining = expand_inlining
-        self._writes_logs = writes_logs  # may this process's runtime write V8's logs?
+        self._named_after_exit = named_after_exit  # may this process's samples be named after it exits?
         self._default_owner_uid = default_owner_uid
         # Opened logs in a (gone) process's working directory, for late discovery.
         self._working_directory_logs = working_directory_logs
@@ -109,10 +113,10 @@ class V8LogSymbols(JitSymbolSource):
     def watch(self, pid: int) -> None:
         """Note the process's owner while it is alive (its logs are looked
         for on the symbolizer thread, when its JIT code is first sampled),
-        and, for a runtime that writes logs, where its scripts' files are: its
-        samples may be named after it exits (a spawned deno's are)."""
+        and, for one whose samples may be named after it exits (a spawned
+        deno's), where its scripts' files are: its root and its user."""
         state = self._state(pid)
-        if self._writes_logs is not None and self._writes_logs(pid):
+        if self._named_after_exit is not None and self._named_after_exit(pid):
             self._note_script_files(state)
 
     def _state(self, pid: int) -> _ProcessLogs:
@@ -185,22 +189,27 @@ class V8LogSymbols(JitSymbolSource):
         if state.owner_uid is None or len(state.logs) >= MAX_LOGS_PER_PROCESS:
             return False
         added = False
-        for descriptor in self._candidates(state.pid):
+        started = start_time(state.pid)  # before its descriptors are listed: the process that held them
+        descriptors, live = self._candidates(state.pid)
+        for descriptor in descriptors:
             if self._adopt(state, descriptor):
                 added = True
             else:
                 os.close(descriptor)
-        if added:
-            self._note_script_files(state)
+        if added and live and state.started is None:
+            state.started = started
         return added
 
-    def _note_script_files(self, state: _ProcessLogs) -> None:
-        """Where the process's scripts' files are (its root, its user), once, while it lives."""
+    def _note_script_files(self, state: _ProcessLogs, started: int | None = None) -> ScriptFileReader | None:
+        """Where the process's scripts' files are (its root, its user), looked for once."""
         with self._lock:
-            if state.script_files is None:
-                state.script_files = ScriptFileReader.of_process(state.pid)
+            if not state.script_files_looked:
+                state.script_files_looked = True
+                state.script_files = ScriptFileReader.of_process(state.pid, started)
+            return state.script_files
 
-    def _candidates(self, pid: int) -> list[int]:
+    def _candidates(self, pid: int) -> tuple[list[int], bool]:
+        """Opened logs, and whether they were found among the live process's descriptors."""
         opened = []
         fd_directory = f"/proc/{pid}/fd"
         try:
@@ -222,8 +231,8 @@ class V8LogSymbols(JitSymbolSource):
             except OSError:
                 continue
         if not names and self._working_directory_logs is not None:
-            opened.extend(self._working_directory_logs(pid))
-        return opened
+            return [*opened, *self._working_directory_logs(pid)], False
+        return opened, bool(names)
 
     def _adopt(self, state: _ProcessLogs, descriptor: int) -> bool:
         try:
@@ -283,7 +292,12 @@ class V8LogSymbols(JitSymbolSource):
         if not self.expand_inlining:
             stack = [SourceFrame(stack[0].function, stack[0].script, stack[0].script_offset, False)]
         tier = _code_tier(code)
-        return tuple(_js_frame(code, source_frame, tier, state.script_files) for source_frame in stack)
+        return tuple(_js_frame(code, source_frame, tier, lambda: self._script_files_of(state)) for source_frame in stack)
+
+    def _script_files_of(self, state: _ProcessLogs) -> ScriptFileReader | None:
+        if state.script_files_looked or state.started is None:
+            return state.script_files
+        return self._note_script_files(state, state.started)
 
     def reports(self) -> list[V8LogReport]:
         with self._lock:
@@ -331,15 +345,16 @@ class V8LogSymbols(JitSymbolSource):
 
 
 def _file_position(
-    script: Script, script_files: ScriptFileReader | None, function_start: int, parsed: V8Name, offset: int
+    script: Script, script_files: Callable[[], ScriptFileReader | None], function_start: int, parsed: V8Name, offset: int
 ) -> tuple[int, int] | None:
     """For a script the log gave no source for: a position from its file
     (looked for once), if the function's declared line and column (V8's, in
     the log) agree with it; one that disagrees shows the file is not what V8
     ran, and it is not used again."""
-    if not script.file_looked and script_files is not None and parsed.script:
+    if not script.file_looked and parsed.script:
         script.file_looked = True
-        script.file_line_starts = script_files.line_starts(parsed.script)
+        reader = script_files()
+        script.file_line_starts = reader.line_starts(parsed.script) if reader is not None else None
     if script.file_line_starts is None or function_start < 0 or not parsed.line:
         return None
     if position_in(script.file_line_starts, function_start) != (parsed.line, parsed.column):
@@ -363,7 +378,9 @@ def _code_tier(code: CodeObject) -> str:
     return parsed.tier.value if parsed is not None else Tier.UNOPTIMIZED.value
 
 
-def _js_frame(code: CodeObject, source_frame: SourceFrame, tier: str, script_files: ScriptFileReader | None) -> Frame:
+def _js_frame(
+    code: CodeObject, source_frame: SourceFrame, tier: str, script_files: Callable[[], ScriptFileReader | None]
+) -> Frame:
     function = source_frame.function
     if function is None or not function.name and function.script_id < 0:
         return Frame(UNKNOWN_INLINED, JIT_MODULE, FrameKind.JIT, tier=tier, inlined=source_frame.inlined)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from profiler.jit.v8.log_parser import newline_starts
 from profiler.jit.v8.source_map_files import MAX_SCRIPT_BYTES, TargetUser, script_path
+from profiler.kernel.proc_status import start_time
 from profiler.safety.files import open_in_root_as
 
 MAX_FILES_PER_PROCESS = 4096
@@ -45,14 +46,18 @@ class ScriptFileReader:
     bytes_read: int = 0
 
     @classmethod
-    def of_process(cls, pid: int) -> ScriptFileReader | None:
-        """None when the process is gone or its ids cannot be read."""
+    def of_process(cls, pid: int, started: int | None = None) -> ScriptFileReader | None:
+        """None when the process is gone, its ids cannot be read, or (given
+        when it started) the pid is another process's now."""
         user = TargetUser.of_process(pid)
         if user is None:
             return None
         try:
             root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
+            return None
+        if started is not None and start_time(pid) != started:  # checked after the open: the root is that process's
+            os.close(root)
             return None
         return cls(root, user)
 
