@@ -472,14 +472,13 @@ class Symbolizer:
 
     def _held_back(self, batch: list[RawSample]) -> list[RawSample]:
         """The batch's samples to name now; those that may wait are held."""
-        hold = self.hold
-        if hold is None:
+        if self.hold is None:
             return batch
         waiting: dict[int, bool] = {}
         now = []
         for sample in batch:
             if sample.pid not in waiting:
-                waiting[sample.pid] = hold(sample.pid)
+                waiting[sample.pid] = self._may_hold(sample.pid)
             if waiting[sample.pid]:
                 self._held.setdefault(sample.pid, []).append(sample)
             else:
@@ -488,10 +487,16 @@ class Symbolizer:
 
     def _release_held(self, pid: int | None = None) -> None:
         """Name the held samples that may wait no longer (all of pid's)."""
-        hold = self.hold
         for held_pid in list(self._held):
-            if held_pid == pid or hold is None or not hold(held_pid):
+            if held_pid == pid or not self._may_hold(held_pid):
                 self._name_batch(self._held.pop(held_pid))
+
+    def _may_hold(self, pid: int) -> bool:
+        try:
+            return self.hold is not None and self.hold(pid)
+        except Exception as error:  # a bug here must not lose the run: its samples are named now
+            self.errors.append(f"{type(error).__name__}: {error}")
+            return False
 
     def _start_batch(self) -> None:
         """Samples named together ask the JIT sources once per process (_epochs)."""
@@ -526,7 +531,9 @@ class Symbolizer:
             except queue.Empty:
                 break
         self._given_up += sum(len(raw) for raw in left if isinstance(raw, list)) + len(self._parked)
+        self._given_up += sum(len(samples) for samples in self._held.values())
         self._parked = []
+        self._held = {}
 
     def _add(self, raw: RawSample, since: float, may_park: bool) -> bool:
         """Resolve and record one sample; False when it was parked."""

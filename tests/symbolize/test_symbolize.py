@@ -726,3 +726,52 @@ def test_samples_that_may_wait_are_named_once_their_process_may_wait_no_longer()
         tracker.close()
     assert len(profile.samples) == 5 and symbolizer.errors == [] and symbolizer.given_up == 0
     assert {tuple(frame.name for frame in profile.stack(named)) for named in profile.samples} == {("qsort", "getpid")}
+
+
+def test_held_samples_given_up_are_counted():
+    """A run abandoned (the user insisted) while samples are held counts them
+    with the rest it gave up: never dropped unseen."""
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    symbolizer.hold = lambda pid: True
+    getpid, qsort = libc_function_address("getpid"), libc_function_address("qsort")
+
+    def sample():
+        pid = os.getpid()
+        return RawSample(pid, pid, 0, time.monotonic_ns(), "t", (getpid + 1, qsort + 5), WalkEnd.COMPLETE, -1, True)
+
+    symbolizer.start()
+    try:
+        symbolizer.submit([sample() for _ in range(3)])
+        assert _wait_until(lambda: sum(map(len, symbolizer._held.values())) == 3)  # held, no longer queued
+        symbolizer._abandoned.set()
+        symbolizer.submit([sample() for _ in range(2)])
+        assert _wait_until(lambda: symbolizer.given_up == 5)
+    finally:
+        symbolizer.finish()
+        tracker.close()
+    assert len(profile.samples) == 0 and symbolizer.given_up == 5
+
+
+def test_a_hold_that_fails_names_its_samples_at_once():
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+
+    def broken(pid):
+        raise OSError("a cache file went away")
+
+    symbolizer.hold = broken
+    getpid, qsort = libc_function_address("getpid"), libc_function_address("qsort")
+    pid = os.getpid()
+    symbolizer.start()
+    try:
+        symbolizer.submit([RawSample(pid, pid, 0, time.monotonic_ns(), "t", (getpid + 1, qsort + 5), WalkEnd.COMPLETE, -1, True)])
+        assert _wait_until(lambda: len(profile.samples) == 1)
+    finally:
+        symbolizer.finish()
+        tracker.close()
+    assert symbolizer.errors == ["OSError: a cache file went away"]
