@@ -120,6 +120,7 @@
 /* struct sample_event.off_cpu_flags */
 #define OFF_CPU_STACK_MOVED 1 /* the thread ran user code since the wait began: the stack is not the wait's */
 #define SAMPLE_SUBMITS_WORK 2 /* not a sample: the stack that submits a work item (work) to a threadpool */
+#define OFF_CPU_PREEMPTED 4   /* not a sample: time runnable (runnable_ns) under the stack the thread was preempted in */
 
 /* One unwind row (16 bytes): rows of a file are sorted by pc. */
 struct unwind_row {
@@ -453,6 +454,8 @@ struct off_cpu_thread {
     __u32 runnable;           /* off the CPU since left_ns while runnable (preempted): not a wait */
     __u64 runnable_ns;        /* runnable, waiting for a CPU, not reported yet */
     __u64 without_rseq_since; /* when it first waited with no rseq registered (0: it has rseq) */
+    __u32 walk_runnable;      /* back from a preemption long enough to record: walked on its way to user space */
+    __u32 reserved;
 };
 
 /* --off-cpu: a threadpool's work item (the threadpool_works map), by the

@@ -35,6 +35,13 @@ static __always_inline int has_rseq(void) {
 }
 #endif
 
+// Shorter than --off-cpu-min: counted, not recorded one by one.
+static __always_inline int wait_is_short(u64 waited) {
+    u32 shortest_index = OFF_CPU_SETTING_SHORTEST_WAIT;
+    u64 *shortest = off_cpu_settings.lookup(&shortest_index);
+    return shortest && waited < *shortest;
+}
+
 // --off-cpu. A followed thread that leaves the CPU to wait (not preempted
 // while runnable) is timed from the scheduler's switch: the time it left, and
 // when it next comes on, how long it was off. Its stack cannot be read then
@@ -47,6 +54,12 @@ static __always_inline int has_rseq(void) {
 // waits: it runs at every system call's return on the machine. Kernel work
 // per switch: a lookup for each side, an update only for a thread's first
 // wait.
+//
+// A preempted thread's time runnable is summed the same way. Back from a
+// preemption long enough to be recorded (a CPU quota's throttling, a busy
+// machine), it is walked on its way back to user space as a wait is: its
+// stack then is the one it was preempted in. Shorter stretches go with the
+// thread's next record (its next CPU sample or wait).
 
 // Raw tracepoints, without the perf buffer a tracepoint's record is copied
 // into first. sched_switch(preempt, prev, next, prev_state) runs as prev.
@@ -60,13 +73,16 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
         struct off_cpu_thread *coming = off_cpu_threads.lookup(&next);
         if (coming && coming->left_ns != 0) {
             now = bpf_ktime_get_ns();
-            if (coming->runnable)
+            if (coming->runnable) {
                 coming->runnable_ns += now - coming->left_ns;
-            else
+                // Preempted, not woken from a wait (whose record takes this time).
+                if (coming->waited_ns == 0 && !wait_is_short(coming->runnable_ns)) coming->walk_runnable = 1;
+            } else {
                 coming->waited_ns += now - coming->left_ns;
+            }
             coming->left_ns = 0;
         }
-        if (coming && coming->waited_ns != 0) reporting = ctx->args[2];
+        if (coming && (coming->waited_ns != 0 || coming->walk_runnable)) reporting = ctx->args[2];
     }
     u32 zero = 0;
     u64 *report = wait_to_report.lookup(&zero);
@@ -91,7 +107,15 @@ RAW_TRACEPOINT_PROBE(sched_switch) {
     // Preempted (or yielding: TASK_RUNNING), it is runnable still: no wait, but its time
     // waiting for a CPU is summed, so its CPU and off-CPU time add up to its life.
     leaving->runnable = preempt || prev_state == 0;
-    if (leaving->runnable) return 0;
+    if (leaving->runnable) {
+        // Where it was preempted, to check it is the stack walked when it is back.
+        if (leaving->waited_ns == 0) {
+            u64 pc = 0, fp = 0;
+            saved_user_registers(&pc, &leaving->wait_sp, &fp, NULL);
+            leaving->wait_pc = pc;
+        }
+        return 0;
+    }
 #ifdef TASK_RSEQ_OFFSET
     // A thread just exec'd waits before its C library registers rseq (the
     // loader reading its files): only a thread still without it a while
@@ -150,13 +174,6 @@ static __always_inline void submit_without_stack(void *ctx, struct walk_scratch 
     submit_sample(scratch);
 }
 
-// Shorter than --off-cpu-min: counted, not recorded one by one.
-static __always_inline int wait_is_short(u64 waited) {
-    u32 shortest_index = OFF_CPU_SETTING_SHORTEST_WAIT;
-    u64 *shortest = off_cpu_settings.lookup(&shortest_index);
-    return shortest && waited < *shortest;
-}
-
 // A thread on its way back to user space: report the time it waited.
 static __always_inline int report_wait(void *ctx, u64 task) {
     u32 zero = 0;
@@ -166,27 +183,34 @@ static __always_inline int report_wait(void *ctx, u64 task) {
     u64 pid_tgid = bpf_get_current_pid_tgid();
     u32 tid = (u32)pid_tgid;
     struct off_cpu_thread *thread = off_cpu_threads.lookup(&tid);
-    if (!thread || thread->waited_ns == 0) return 0;
+    if (!thread) return 0;
     u64 waited = thread->waited_ns;
+    u32 walk_runnable = thread->walk_runnable;
     thread->waited_ns = 0;
-    if (wait_is_short(waited)) {
+    thread->walk_runnable = 0;
+    if (waited != 0 && wait_is_short(waited)) {
         thread->short_wait_ns += waited;
         thread->short_waits += 1;
-        return 0;
+        waited = 0;
     }
+    if (waited == 0 && !walk_runnable) return 0;
     u64 pc = 0, sp = 0, fp = 0, rbx = 0;
     saved_user_registers(&pc, &sp, &fp, &rbx);
+    // Not where it was preempted (cannot be, short of a kernel that moved
+    // it): its time runnable goes with its next record.
+    if (waited == 0 && (pc != thread->wait_pc || sp != thread->wait_sp || pc == 0)) return 0;
     struct walk_scratch *scratch = begin_event(pid_tgid, WALKERS_TRACEPOINT);
     if (!scratch) return 0;
     struct sample_event *ev = &scratch->event;
     ev->off_cpu_ns = waited;
+    if (waited == 0) ev->off_cpu_flags = OFF_CPU_PREEMPTED;
     ev->short_wait_ns = thread->short_wait_ns;
     ev->short_waits = thread->short_waits;
     ev->runnable_ns = thread->runnable_ns;
     thread->short_wait_ns = 0;
     thread->short_waits = 0;
     thread->runnable_ns = 0;
-    ev->kernel_stack_id = thread->kernel_stack_id;
+    ev->kernel_stack_id = waited != 0 ? thread->kernel_stack_id : -1;
     ev->user_mode = 0;
     if (pc != thread->wait_pc || sp != thread->wait_sp) {
         // It waited outside a system call (a page fault's read) and ran on: the stack is another's.

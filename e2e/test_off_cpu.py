@@ -48,9 +48,25 @@ def thread_shares(profile: dict, tid: int, phases: list[str]) -> tuple[dict[str,
     return {phase: times[phase] / whole for phase in [*phases, "other"]}, whole
 
 
-def assert_shares(shares: dict[str, float], phases: list[str], expected: float, points: float) -> None:
-    for phase in phases:
-        assert abs(shares[phase] - expected) <= points, f"{phase}: {shares[phase]:.1%} of the thread (all: {shares})"
+def measured_shares(output: str, phases: list[str]) -> dict[str, float]:
+    """Each phase's share of the fixture's rounds, as the program timed them
+    ("round PHASE_MS... ROUND_MS" lines): the truth, on whatever machine."""
+    rounds = [[float(ms) for ms in line.split()[1:]] for line in output.splitlines() if line.startswith("round ")]
+    assert rounds, output
+    whole = sum(round_ms[-1] for round_ms in rounds)
+    return {phase: sum(round_ms[index] for round_ms in rounds) / whole for index, phase in enumerate(phases)}
+
+
+def assert_shares(shares: dict[str, float], truth: dict[str, float], points: float) -> None:
+    for phase, expected in truth.items():
+        assert abs(shares[phase] - expected) <= points, (
+            f"{phase}: {shares[phase]:.1%} of the thread, it timed {expected:.1%} (all: {shares})"
+        )
+
+
+def killed_output(process: subprocess.Popen) -> str:
+    process.kill()
+    return process.communicate()[0]
 
 
 def assert_adds_up(total_ns: int, profile: dict) -> None:
@@ -73,7 +89,7 @@ def assert_c_quarters_named(run, tmp_path: Path) -> None:  # noqa: ANN001
     profile = read_pprof(tmp_path / "out.pb.gz")
     main = next(sample["labels"]["pid"] for sample in profile["samples"])
     shares, total_ns = thread_shares(profile, main, C_PHASES)
-    assert_shares(shares, C_PHASES, 0.25, 0.05)
+    assert_shares(shares, measured_shares(run.stdout, C_PHASES), 0.05)
     assert_adds_up(total_ns, profile)
     lines = read_folded(tmp_path / "out.folded")
     waits = {phase: [line for line in lines if phase in line.frames and line.frames[-1] == "(off-CPU)"] for phase in C_PHASES[1:]}
@@ -104,7 +120,7 @@ def test_the_same_program_attached(jitprof, tmp_path, background, fixtures_built
     assert run.returncode == 0, run.stderr
     profile = read_pprof(tmp_path / "out.pb.gz")
     shares, total_ns = thread_shares(profile, process.pid, C_PHASES)
-    assert_shares(shares, C_PHASES, 0.25, 0.05)
+    assert_shares(shares, measured_shares(killed_output(process), C_PHASES), 0.05)
     assert_adds_up(total_ns, profile)
 
 
@@ -128,19 +144,74 @@ def test_kernel_stacks_of_the_waits(jitprof, tmp_path, fixtures_built):
     assert all("schedule" in kernel_frames(phase) for phase in C_PHASES[1:])
 
 
+@pytest.fixture
+def cpu_quota():
+    """A cgroup whose processes get a fifth of a CPU (v1's cpu controller or
+    v2's cpu.max, whichever this kernel mounts); removed after the test."""
+    name = f"jitprof-test-{os.getpid()}"
+    version_1 = Path("/sys/fs/cgroup/cpu")
+    if (version_1 / "cpu.cfs_quota_us").exists():
+        group = version_1 / name
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text("100000")
+        (group / "cpu.cfs_quota_us").write_text("20000")
+    else:
+        group = Path("/sys/fs/cgroup") / name
+        if "cpu" not in Path("/sys/fs/cgroup/cgroup.subtree_control").read_text().split():
+            Path("/sys/fs/cgroup/cgroup.subtree_control").write_text("+cpu")
+        group.mkdir()
+        (group / "cpu.max").write_text("20000 100000")
+    yield group / "cgroup.procs"
+    for pid in (group / "cgroup.procs").read_text().split():
+        os.kill(int(pid), signal.SIGKILL)
+    while (group / "cgroup.procs").read_text().strip():
+        os.sched_yield()  # killed, not yet gone
+    group.rmdir()
+
+
+def test_time_throttled_by_a_cpu_quota_is_charged_where_it_was_preempted(
+    jitprof, tmp_path, background, fixtures_built, cpu_quota
+):
+    """Under a fifth of a CPU, burn_cpu's 50 ms of spinning are mostly spent
+    runnable, throttled. That time is where the thread was preempted, walked
+    as it came back: burn_cpu, not the sleep that follows it before its next
+    CPU sample."""
+    script = f"echo $$ > {cpu_quota} && exec {WAITS} 0 50"
+    process = background("sh", "-c", script, stdout=subprocess.PIPE, text=True)
+    started(process)
+    run = jitprof("--off-cpu", "--pid", str(process.pid), "-d", "4", "-o", "out.pb.gz")
+    assert run.returncode == 0, run.stderr
+    profile = read_pprof(tmp_path / "out.pb.gz")
+    truth = measured_shares(killed_output(process), C_PHASES)
+    shares, total_ns = thread_shares(profile, process.pid, C_PHASES)
+    assert_shares(shares, truth, 0.05)
+    assert_adds_up(total_ns, profile)
+    runnable_ns = sum(
+        sample["values"][2]
+        for sample in profile["samples"]
+        if sample["labels"]["tid"] == process.pid
+        and [line["name"] for location in sample["stack"] for line in location][:1] == ["(runnable, waiting for a CPU)"]
+        and any(line["name"] == "burn_cpu" for location in sample["stack"] for line in location)
+    )
+    # At most 20 ms of each 100 ms on a CPU: over half of burn_cpu's time is throttled.
+    assert runnable_ns >= 0.4 * shares["burn_cpu"] * total_ns, f"{runnable_ns / 1e9:.2f} s runnable in burn_cpu"
+
+
 @pytest.mark.parametrize("how", ["spawned", "attached"])
 def test_node_main_thread_spinning_in_atomics_wait_and_in_exec_sync(jitprof, tmp_path, background, how):
     if how == "spawned":
         run = jitprof("--off-cpu", "-o", "out.pb.gz", "--", "node", str(JS / "waits.js"), "5", "100")
+        output = run.stdout
     else:
         process = background("node", str(JS / "waits.js"), "0", "100", stdout=subprocess.PIPE, text=True)  # no flags
         started(process)
         run = jitprof("--off-cpu", "--pid", str(process.pid), "-d", "6", "-o", "out.pb.gz")
+        output = killed_output(process)
     assert run.returncode == 0, run.stderr
     profile = read_pprof(tmp_path / "out.pb.gz")
     node = process.pid if how == "attached" else min(sample["labels"]["pid"] for sample in profile["samples"])
     shares, total_ns = thread_shares(profile, node, NODE_PHASES)
-    assert_shares(shares, NODE_PHASES, 1 / 3, 0.06)
+    assert_shares(shares, measured_shares(output, NODE_PHASES), 0.05)
     assert_adds_up(total_ns, profile) if how == "attached" else None
     # The JS functions are named with their files, blocked or not.
     names = {line["name"] for sample in profile["samples"] for location in sample["stack"] for line in location}
@@ -396,7 +467,7 @@ def test_whole_machine_records_waits_too(jitprof, tmp_path, background, fixtures
     run = jitprof("--all", "--off-cpu", "-d", "4", "-o", "out.pb.gz")
     assert run.returncode == 0, run.stderr
     shares, _total = thread_shares(read_pprof(tmp_path / "out.pb.gz"), process.pid, C_PHASES)
-    assert_shares(shares, C_PHASES, 0.25, 0.06)
+    assert_shares(shares, measured_shares(killed_output(process), C_PHASES), 0.06)
 
 
 def test_idle_is_kept_when_asked(jitprof, tmp_path, big_file):

@@ -110,6 +110,7 @@ class _RawSampleHeader(ctypes.Structure):
 
 OFF_CPU_STACK_MOVED = 1
 SAMPLE_SUBMITS_WORK = 2
+OFF_CPU_PREEMPTED = 4
 
 
 class _RawV8Frame(ctypes.Structure):
@@ -259,6 +260,7 @@ class RawSample:
     submits_work: bool = False
     work_started: bool = False
     runnable_ns: int = 0  # the thread's time preempted, waiting for a CPU, since its last record
+    preempted: bool = False  # no sample or wait of its own: runnable_ns under the stack it was preempted in
     time_only: bool = False  # no sample or wait of its own: a thread's time not reported yet (its exit, the run's end)
     thread_context: bytes = b""  # the thread's context record at the sample (its first bytes; b"": none)
     context_kind: int = 0  # whose: an OpenTelemetry thread context's (0) or node's AsyncLocalStorage (1)
@@ -503,6 +505,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
         parent_work=parent_work,
         submits_work=bool(off_cpu_flags & SAMPLE_SUBMITS_WORK),
         runnable_ns=runnable_ns,
+        preempted=bool(off_cpu_flags & OFF_CPU_PREEMPTED),
         thread_context=context[: min(context_size, THREAD_CONTEXT_BYTES)] if context_size else b"",
         context_kind=context_kind & ~CONTEXT_WAKE,
     )

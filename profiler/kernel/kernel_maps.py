@@ -222,6 +222,8 @@ class _OffCpuThread(ctypes.Structure):
         ("runnable", ctypes.c_uint32),
         ("runnable_ns", ctypes.c_uint64),
         ("without_rseq_since", ctypes.c_uint64),
+        ("walk_runnable", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
     ]
 
 

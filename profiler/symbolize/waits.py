@@ -90,8 +90,9 @@ class WaitRecorder:
         there is none)."""
         totals = self._profile.waits
         if raw.runnable_ns:
-            # Under the stack it was preempted in (the CPU sample's that came
-            # next, or the wait's it was woken from), if any.
+            # Under the stack it was preempted in (walked as it came back, or
+            # for a short stretch the next CPU sample's), or the wait's it
+            # was woken from, if any.
             totals.runnable_ns += raw.runnable_ns
             if named is None:
                 self._add(raw, (self._runnable_id,), raw.runnable_ns)
@@ -102,7 +103,7 @@ class WaitRecorder:
             totals.short_waits += raw.short_waits
             self._add(raw, (self._short_id,), raw.short_wait_ns)
         if not raw.off_cpu_ns:
-            if named is not None:
+            if named is not None and not raw.preempted:
                 self._profile.add(named)  # a CPU sample
             return
         if named is None:

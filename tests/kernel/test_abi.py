@@ -114,6 +114,7 @@ CONSTANTS = [
     "HOTSPOT_BLOB_HEADER_BYTES",
     "OFF_CPU_STACK_MOVED",
     "SAMPLE_SUBMITS_WORK",
+    "OFF_CPU_PREEMPTED",
     "OFF_CPU_SETTING_SHORTEST_WAIT",
     "OFF_CPU_SETTINGS",
 ]
@@ -158,6 +159,8 @@ STRUCTS = {
         "runnable",
         "runnable_ns",
         "without_rseq_since",
+        "walk_runnable",
+        "reserved",
     ],
     "work_address": ["tgid", "reserved", "address"],
     "work_item": ["key", "from"],
@@ -308,7 +311,8 @@ def test_codes_are_the_headers(abi):
         abi["MAPPING_ELF_PENDING"],
     )
     assert unwind_tables.TABLE_PENDING == abi["TABLE_PENDING"]
-    assert (events.OFF_CPU_STACK_MOVED, events.SAMPLE_SUBMITS_WORK) == (abi["OFF_CPU_STACK_MOVED"], abi["SAMPLE_SUBMITS_WORK"])
+    flags = (events.OFF_CPU_STACK_MOVED, events.SAMPLE_SUBMITS_WORK, events.OFF_CPU_PREEMPTED)
+    assert flags == (abi["OFF_CPU_STACK_MOVED"], abi["SAMPLE_SUBMITS_WORK"], abi["OFF_CPU_PREEMPTED"])
     assert (events.STACK_COPY_REACHED_END, events.STACK_COPY_EXACT_PC) == (
         abi["STACK_COPY_REACHED_END"],
         abi["STACK_COPY_EXACT_PC"],

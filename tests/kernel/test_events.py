@@ -155,7 +155,13 @@ def test_a_wait_carries_its_time_and_the_threads_short_waits():
         77,
         500,
     )
-    assert not event.stack_moved and not event.submits_work and not event.time_only
+    assert not event.stack_moved and not event.submits_work and not event.time_only and not event.preempted
+
+
+def test_time_runnable_walked_where_it_was_preempted_is_flagged():
+    header = _RawSampleHeader(event_type=1, pid=10, tid=12, frame_count=1, walk_end=0, off_cpu_flags=4, runnable_ns=30_000_000)
+    event = decode(record(header, (0x10,)))
+    assert isinstance(event, RawSample) and event.preempted and event.runnable_ns == 30_000_000 and event.off_cpu_ns == 0
 
 
 def test_a_submit_of_work_is_flagged_with_its_parent():

@@ -115,6 +115,18 @@ def test_time_runnable_goes_under_the_stack_it_came_with_and_the_cpu_sample_stay
     assert stacks == [(["main", "burn", "(runnable, waiting for a CPU)"], 3_000_000), (["main", "burn"], 0)]
 
 
+def test_time_runnable_walked_where_it_was_preempted_is_no_cpu_sample():
+    """The kernel's record of a preemption (OFF_CPU_PREEMPTED): its time under
+    the stack, and no CPU sample of its own."""
+    profile = off_cpu_profile()
+    record = raw(runnable_ns=40_000_000, preempted=True, short_wait_ns=200_000, short_waits=2)
+    assert is_wait_record(record) and needs_stack(record)
+    WaitRecorder(profile, node_waits_for_work).add(record, named(profile, [native("main"), native("burn")], record))
+    stacks = [([profile.frames[i].name for i in s.frame_ids], s.off_cpu_ns) for s in profile.samples]
+    assert stacks == [(["main", "burn", "(runnable, waiting for a CPU)"], 40_000_000), (["(waits under 1 ms)"], 200_000)]
+    assert profile.waits.runnable_ns == 40_000_000
+
+
 def test_records_of_time_only_have_no_stack():
     record = raw(addresses=(), short_wait_ns=5, time_only=True)
     assert is_wait_record(record) and not needs_stack(record)
