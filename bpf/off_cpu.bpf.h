@@ -193,7 +193,8 @@ static __always_inline int report_wait(void *ctx, u64 task) {
         thread->short_waits += 1;
         waited = 0;
     }
-    if (waited == 0 && !walk_runnable) return 0;
+    // A CPU sample since may have taken the time runnable: none left to walk for.
+    if (waited == 0 && (!walk_runnable || wait_is_short(thread->runnable_ns))) return 0;
     u64 pc = 0, sp = 0, fp = 0, rbx = 0;
     saved_user_registers(&pc, &sp, &fp, &rbx);
     // Not where it was preempted (cannot be, short of a kernel that moved

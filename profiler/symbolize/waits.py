@@ -39,7 +39,7 @@ def duration_text(nanoseconds: int) -> str:
 
 def is_wait_record(raw: RawSample) -> bool:
     """Does the record carry time off the CPU (a wait, short waits, time runnable)?"""
-    return raw.off_cpu_ns != 0 or raw.short_wait_ns != 0 or raw.runnable_ns != 0 or raw.time_only
+    return raw.off_cpu_ns != 0 or raw.short_wait_ns != 0 or raw.runnable_ns != 0 or raw.time_only or raw.preempted
 
 
 def within_run(raw: RawSample, started_ns: int) -> bool:

@@ -125,6 +125,11 @@ def test_time_runnable_walked_where_it_was_preempted_is_no_cpu_sample():
     stacks = [([profile.frames[i].name for i in s.frame_ids], s.off_cpu_ns) for s in profile.samples]
     assert stacks == [(["main", "burn", "(runnable, waiting for a CPU)"], 40_000_000), (["(waits under 1 ms)"], 200_000)]
     assert profile.waits.runnable_ns == 40_000_000
+    # Its time taken by a CPU sample meanwhile: still no CPU sample of its own.
+    emptied = raw(preempted=True)
+    assert is_wait_record(emptied)
+    WaitRecorder(profile, node_waits_for_work).add(emptied, named(profile, [native("main"), native("burn")], emptied))
+    assert len(profile.samples) == 2
 
 
 def test_records_of_time_only_have_no_stack():
