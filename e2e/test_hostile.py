@@ -186,6 +186,36 @@ def test_a_perf_map_of_ten_million_entries_is_cut_at_its_limit(symbol_cache, tmp
     assert len(warnings) == 1 and "500,000 entries" in warnings[0], result.stderr
 
 
+def test_the_perf_map_of_an_earlier_process_with_the_same_pid_is_not_read(jitprof, tmp_path, background):
+    """pids are reused (CI wraps 32,768 in a run): /tmp/perf-PID.map left by
+    an earlier process, root's or the target's own user's, names another
+    program's code. Written before the target started, it is not read, and
+    not warned of; once the target writes it, it is read."""
+    attacker = as_nobody(background, SPIN_IN_JIT_CODE)
+    code_address = int(attacker.stdout.readline(), 16)
+    perf_map = Path(f"/tmp/perf-{attacker.pid}.map")
+    an_hour_before = time.time() - 3600
+
+    def named_after_a_run(owner: int, modified: float) -> tuple[bool, str]:
+        os.chown(perf_map, owner, owner)
+        os.utime(perf_map, (modified, modified))
+        run = jitprof("--pid", str(attacker.pid), "-d", "1", "-o", "out.folded")
+        assert run.returncode == 0, run.stderr
+        frames = {frame for line in read_folded(tmp_path / "out.folded") for frame in line.frames}
+        return any(frame.startswith("attacker_jit_code") for frame in frames), run.stderr
+
+    try:
+        perf_map.write_bytes(b"%x 1000 attacker_jit_code\n" % code_address)
+        named, said = named_after_a_run(0, an_hour_before)
+        assert not named and "perf map" not in said, said
+        named, said = named_after_a_run(NOBODY, an_hour_before)
+        assert not named and "perf map" not in said, said
+        named, said = named_after_a_run(NOBODY, time.time())
+        assert named, said
+    finally:
+        perf_map.unlink(missing_ok=True)
+
+
 def test_threads_spinning_where_frame_pointers_mislead_send_small_copies(symbol_cache, tmp_path, background):
     """Code without frame pointers, spinning on every CPU: the frame-pointer
     step from it reads a return address where nothing is mapped, and the

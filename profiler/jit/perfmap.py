@@ -230,8 +230,18 @@ def candidate_paths(pid: int) -> list[str]:
     return [f"/proc/{pid}/root/tmp/perf-{namespace_pid(pid)}.map", f"/tmp/perf-{pid}.map"]
 
 
-def open_perf_map(path: str, owner_uid: int | None, budget: EntryBudget | None = None) -> PerfMapFile | None:
-    """None if there is no such file; PerfMapRefused if it is not safe to read."""
+# How much earlier than the process a file may seem written and still be its
+# own: the process's start is known to a second, a file's time to a tick.
+STALE_MARGIN_S = 2.0
+
+
+def open_perf_map(
+    path: str, owner_uid: int | None, budget: EntryBudget | None = None, not_before: float | None = None
+) -> PerfMapFile | None:
+    """None if there is no such file, or if it was last written before
+    `not_before` (the process's start: the map of an earlier process that
+    had the same pid, whose names are not this one's); PerfMapRefused if it
+    is not safe to read."""
     try:
         directory = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -250,6 +260,10 @@ def open_perf_map(path: str, owner_uid: int | None, budget: EntryBudget | None =
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise PerfMapRefused(f"{path} is not a regular file")
+        if not_before is not None and info.st_mtime < not_before - STALE_MARGIN_S:
+            os.close(descriptor)
+            os.close(directory)
+            return None
         if owner_uid is not None and info.st_uid != owner_uid:
             raise PerfMapRefused(f"{path} belongs to uid {info.st_uid}, not the process's uid {owner_uid}")
         if info.st_size > MAX_FILE_BYTES:

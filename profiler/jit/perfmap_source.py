@@ -20,7 +20,7 @@ from profiler.jit.perfmap import EntryBudget, PerfMapFile, PerfMapRefused, candi
 from profiler.jit.rescan import Rescan
 from profiler.jit.symbol_source import JitSymbolSource
 from profiler.kernel.address_spaces import KnownMapping
-from profiler.kernel.proc_status import process_uid
+from profiler.kernel.proc_status import process_uid, started_at
 from profiler.model.profile import Frame
 
 TAIL_INTERVAL_S = 0.01
@@ -235,9 +235,10 @@ def _open_map(state: _ProcessMap, budget: EntryBudget) -> PerfMapFile | None:
     set when the file is not safe) otherwise."""
     if state.owner_uid is None:
         return None  # no owner to check the file against: never read it
+    started = started_at(state.pid)
     for path in candidate_paths(state.pid):
         try:
-            opened = open_perf_map(path, state.owner_uid, budget)
+            opened = open_perf_map(path, state.owner_uid, budget, not_before=started)
         except PerfMapRefused as error:
             state.refused = str(error)
             return None

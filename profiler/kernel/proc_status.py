@@ -88,6 +88,27 @@ def start_time(pid: int) -> int | None:
     return _stat_field(pid, START_TIME)
 
 
+def started_at(pid: int) -> float | None:
+    """When the process started, in seconds since the epoch, to within a
+    second (the boot time /proc/stat gives is whole seconds)."""
+    ticks = start_time(pid)
+    booted = _boot_time()
+    if ticks is None or booted is None:
+        return None
+    return booted + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _boot_time() -> int | None:
+    try:
+        with open("/proc/stat", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("btime "):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def is_kernel_thread(pid: int) -> bool:
     """A kernel thread (kthreadd, workers): the PF_KTHREAD flag of /proc/PID/stat."""
     flags = _stat_field(pid, FLAGS)

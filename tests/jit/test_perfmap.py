@@ -232,3 +232,14 @@ def test_one_tail_reads_a_bounded_slice_and_the_next_goes_on(tmp_path, monkeypat
     assert perf_map.read_all() == 1000 - first
     assert perf_map.index.lookup(0x1000 + 0x10 * 999).name == "f999"
     perf_map.close()
+
+
+def test_a_map_written_before_the_process_started_is_not_read(tmp_path):
+    """The map of an earlier process with the same pid: absent, whoever owns it."""
+    path = write(tmp_path / "perf-1.map", b"1000 10 earlier\n")
+    os.utime(path, (1000.0, 1000.0))
+    assert open_perf_map(str(path), ME + 1, not_before=2000.0) is None
+    assert open_perf_map(str(path), ME, not_before=2000.0) is None
+    perf_map = open_perf_map(str(path), ME, not_before=1001.0)  # within the start's second of error
+    assert perf_map is not None and perf_map.tail() == 1
+    perf_map.close()
