@@ -100,13 +100,25 @@ def test_a_server_that_does_not_answer_costs_a_bounded_wait(jitprof, fixtures_bu
             "-o",
             "out.folded",
             "--",
-            str(binary),
-            "1",
+            "sh",
+            "-c",
+            f"{binary} 1; times",  # the program's CPU time, on the last line
             env={"DEBUGINFOD_URLS": f"http://127.0.0.1:{silent.getsockname()[1]}", "JITPROF_CACHE_DIR": str(tmp_path / "cache")},
         )
         assert run.returncode == 0, run.stderr
         assert time.monotonic() - started < 25
-        assert total(read_folded(tmp_path / "out.folded")) >= 50
+        # Its samples still reach the profile: at 99 Hz, most of its CPU time.
+        cpu_s = sum(shell_seconds(word) for word in run.stdout.splitlines()[-1].split())
+        assert total(read_folded(tmp_path / "out.folded")) >= 0.7 * 99 * cpu_s, (
+            run.stdout,
+            total(read_folded(tmp_path / "out.folded")),
+        )
     finally:
         silent.close()
     assert os.path.exists(tmp_path / "cache" / "debuginfod")  # "not found" is remembered
+
+
+def shell_seconds(word: str) -> float:
+    """A time as the shell's `times` prints it: 1m2.500000s."""
+    minutes, seconds = word.removesuffix("s").split("m")
+    return 60 * float(minutes) + float(seconds)
