@@ -102,7 +102,10 @@ def test_moarvm_jit_frames_named(jitprof, tmp_path):
         line.count for line in in_jit if line.frames[-1].removesuffix("_[j]").endswith(")") and "[unknown]" not in line.frames[-1]
     )
     fib = sum(line.count for line in in_jit if line.frames[-1] == "fib (fib.raku:2)_[j]")
-    assert in_jit_total >= 100
+    # Once fib is compiled its time is in JIT code: a tenth of the run at
+    # least (a fifth here, the rest rakudo's start and its interpreter), and
+    # enough samples to judge the shares below by.
+    assert in_jit_total >= max(0.1 * total(lines), 50), (in_jit_total, total(lines))
     assert named / in_jit_total >= 0.8
     assert fib >= 0.3 * in_jit_total, sorted(in_jit, key=lambda line: -line.count)[:5]
     # Whole stacks: out of the JIT code (frame pointers) into the interpreter
