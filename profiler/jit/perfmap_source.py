@@ -33,6 +33,7 @@ class _ProcessMap:
     pid: int
     owner_uid: int | None
     runtime: runtimes.Runtime | None
+    started_s: float | None = None  # a map written before this is an earlier process's with the pid
     file: PerfMapFile | None = None
     refused: str = ""
     rescan: Rescan = field(default_factory=Rescan)  # a process may write its map after it starts
@@ -93,7 +94,7 @@ class PerfMapSymbols(JitSymbolSource):
                 state.runtime = runtimes.runtime_of(pid) or state.runtime
 
     def _new_state(self, pid: int) -> _ProcessMap:
-        return _ProcessMap(pid, process_uid(pid, self._default_owner_uid), runtimes.runtime_of(pid))
+        return _ProcessMap(pid, process_uid(pid, self._default_owner_uid), runtimes.runtime_of(pid), started_at(pid))
 
     def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
         state = self._state(pid)
@@ -235,10 +236,9 @@ def _open_map(state: _ProcessMap, budget: EntryBudget) -> PerfMapFile | None:
     set when the file is not safe) otherwise."""
     if state.owner_uid is None:
         return None  # no owner to check the file against: never read it
-    started = started_at(state.pid)
     for path in candidate_paths(state.pid):
         try:
-            opened = open_perf_map(path, state.owner_uid, budget, not_before=started)
+            opened = open_perf_map(path, state.owner_uid, budget, not_before=state.started_s)
         except PerfMapRefused as error:
             state.refused = str(error)
             return None

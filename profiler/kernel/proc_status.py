@@ -4,6 +4,7 @@ start, whether it is a kernel thread, its executable and container.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -98,6 +99,7 @@ def started_at(pid: int) -> float | None:
     return booted + ticks / os.sysconf("SC_CLK_TCK")
 
 
+@functools.cache  # it does not change while the machine runs
 def _boot_time() -> int | None:
     try:
         with open("/proc/stat", encoding="ascii", errors="replace") as handle:
