@@ -1,6 +1,5 @@
 """Small builders and places shared by unit tests."""
 
-import contextlib
 import struct
 from pathlib import Path
 
@@ -64,6 +63,3 @@ class LaidOutMemory:
     def word(self, address: int) -> int | None:
         data = self.read(address, 8)
         return struct.unpack("<Q", data)[0] if data is not None else None
-
-    def batched(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()  # laid out piece by piece: read as laid out

@@ -14,14 +14,12 @@ busy machine (jitprof's own cold start among it) reads are slow, not blocked."""
 
 from __future__ import annotations
 
-import functools
 import os
 import queue
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TypeVar
 
 MAX_READ = 64 << 20  # one read: a script's source at most
@@ -29,11 +27,6 @@ USER_SPACE_END = 1 << 47
 OPERATION_TIMEOUT_S = 2.0  # without a read returning: a read the target blocks
 MAX_OPERATION_S = 10.0  # naming a frame: a few reads, or a script's source
 MAX_STALLED = 16
-# A batched operation reads memory in aligned blocks of this size, each once.
-# A block never spans two pages, so it reads where a smaller read inside it
-# would (a page is mapped and readable, or not).
-BLOCK_BYTES = 512
-MAX_BLOCKS = 256  # held by one batched operation: 128 KiB
 _WORD = struct.Struct("<Q")
 _stalled_lock = threading.Lock()
 _stalled = 0
@@ -48,19 +41,6 @@ class ProcessMemory:
         self._descriptor: int | None = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
         self.reads = 0
         self.bytes_read = 0
-        self._blocks: dict[int, bytes | None] | None = None
-
-    @contextmanager
-    def batched(self) -> Iterator[None]:
-        """Within it, reads of up to BLOCK_BYTES come from blocks each read
-        once: for an operation that reads an object's fields and its
-        neighbours one by one (a V8 function: its map, its name, its scope)
-        and never reads a place again to see whether it changed."""
-        self._blocks = {}
-        try:
-            yield
-        finally:
-            self._blocks = None
 
     def read(self, address: int, length: int) -> bytes | None:
         """length bytes at address, or None (unmapped, out of range, closed)."""
@@ -68,35 +48,6 @@ class ProcessMemory:
             return None
         if address <= 0 or address + length > USER_SPACE_END:
             return None
-        if self._blocks is not None and length <= BLOCK_BYTES:
-            return self._read_in_blocks(address, length)
-        return self._read_now(address, length)
-
-    def _read_in_blocks(self, address: int, length: int) -> bytes | None:
-        first = address - address % BLOCK_BYTES
-        last = address + length - 1 - (address + length - 1) % BLOCK_BYTES
-        pieces = []
-        for block in range(first, last + 1, BLOCK_BYTES):
-            data = self._block(block)
-            if data is None:
-                return None  # its page is not readable: neither is any part of it
-            pieces.append(data)
-        joined = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-        offset = address - first
-        return joined[offset : offset + length]
-
-    def _block(self, block: int) -> bytes | None:
-        blocks = self._blocks
-        assert blocks is not None
-        if block in blocks:
-            return blocks[block]
-        if len(blocks) >= MAX_BLOCKS:
-            blocks.clear()
-        data = blocks[block] = self._read_now(block, BLOCK_BYTES)
-        return data
-
-    def _read_now(self, address: int, length: int) -> bytes | None:
-        assert self._descriptor is not None
         self.reads += 1
         try:
             data = os.pread(self._descriptor, length, address)
@@ -127,16 +78,11 @@ class MemoryThread:
         self._callers = threading.Lock()  # the symbolizer and the prefetcher: one operation at a time
         self.stalled = False
 
-    def run(self, operation: Callable[[], Result], batched: bool = False) -> Result | None:
+    def run(self, operation: Callable[[], Result]) -> Result | None:
         """operation's result, or None when the process's memory did not
-        answer in time (then, and from then on, nothing more is asked of it).
-        batched: its reads are served from blocks (ProcessMemory.batched)."""
+        answer in time (then, and from then on, nothing more is asked of it)."""
         with self._callers:
-            return self._run(functools.partial(self._batched, operation) if batched else operation)
-
-    def _batched(self, operation: Callable[[], Result]) -> Result:
-        with self.memory.batched():
-            return operation()
+            return self._run(operation)
 
     def _run(self, operation: Callable[[], Result]) -> Result | None:
         if self.stalled:

@@ -920,7 +920,7 @@ class HotSpotStructures(JitSymbolSource):
             return count, [(address, reader.method(address)) for address, known in due if count is None or known != count]
 
         read_ns = time.monotonic_ns()
-        found = jvm.thread.run(read_all, batched=True)  # Methods' fields, their pools and symbols: near each other
+        found = jvm.thread.run(read_all)
         if found is None:
             return {}
         count, methods = found
@@ -955,7 +955,7 @@ class HotSpotStructures(JitSymbolSource):
             """(The count, then the Method): the one read ahead, else a trip."""
             if read is not None:
                 return read.collections, read.method
-            return thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)), batched=True)
+            return thread.run(lambda: (self._unloading_count_now(jvm), reader.method(address)))
 
         now_s = time.monotonic()
         with jvm.lock:

@@ -339,10 +339,7 @@ class V8HeapSymbols(JitSymbolSource):
         windows = early[1] if early is not None and early[0]() is stack else {}
         unknown = {function for _frame, _interpreter, _offset, array, function in found if array not in owners} - windows.keys()
         if unknown:
-            windows = {
-                **windows,
-                **(process.thread.run(functools.partial(self._read_windows, process, unknown), batched=True) or {}),
-            }
+            windows = {**windows, **(process.thread.run(functools.partial(self._read_windows, process, unknown)) or {})}
         _window_start, shared_at, code_at = process.layout.kernel_window()
         records: list[V8FrameSlots] = []
         for frame, interpreter, bytecode_offset, bytecode_array, function in found:
@@ -466,9 +463,7 @@ class V8HeapSymbols(JitSymbolSource):
                 function = int.from_bytes(stack.data[offset : offset + 8], "little")
                 if function & HEAP_OBJECT_TAG:
                     functions.add(function)
-        windows = (
-            process.thread.run(functools.partial(self._read_windows, process, functions), batched=True) if functions else None
-        ) or {}
+        windows = (process.thread.run(functools.partial(self._read_windows, process, functions)) if functions else None) or {}
         with self._lock:
             process.early_reads[id(stack)] = (weakref.ref(stack), windows)
             while len(process.early_reads) > MAX_EARLY_READS:
@@ -510,10 +505,10 @@ class V8HeapSymbols(JitSymbolSource):
         failed_at, partly = process.failed.get(key, (-RETRY_FAILED_S, None))
         if failed_at > now - RETRY_FAILED_S:
             return partly  # tried a moment ago (code being made, or moved, may read right soon)
-        found = process.thread.run(lambda: self._frames(process, address, record, leaf), batched=True)
+        found = process.thread.run(lambda: self._frames(process, address, record, leaf))
         if found is None:
             whole_frame = not leaf and not record.late and not record.interpreter
-            partly = process.thread.run(lambda: self._function_only(process, record), batched=True) if whole_frame else None
+            partly = process.thread.run(lambda: self._function_only(process, record)) if whole_frame else None
             process.unnamed += 1
             process.failed[key] = (now, partly)
             return partly
@@ -569,7 +564,7 @@ class V8HeapSymbols(JitSymbolSource):
         if process is None or not sample.async_frames:
             return None
         process.expire(time.monotonic())
-        named = process.thread.run(lambda: self._async_names(process, sample.async_frames), batched=True)
+        named = process.thread.run(lambda: self._async_names(process, sample.async_frames))
         if not named:
             return None
         if sample.async_cut or len(named) < len(sample.async_frames):
@@ -583,7 +578,7 @@ class V8HeapSymbols(JitSymbolSource):
             process = self._processes.get(pid)
         if process is not None:
             process.expire(time.monotonic())
-            process.thread.run(lambda: self._async_names(process, (slots,)), batched=True)
+            process.thread.run(lambda: self._async_names(process, (slots,)))
 
     def _async_names(self, process: _Process, slots: tuple[AsyncFrameSlots, ...]) -> list[Frame]:
         """The callers named, innermost first, up to the first that cannot be."""

@@ -623,7 +623,7 @@ class _CountingThread:
     def __init__(self) -> None:
         self.trips: list[str] = []
 
-    def run(self, operation, batched=False):  # noqa: ANN001, ANN201, ARG002
+    def run(self, operation):  # noqa: ANN001, ANN201
         self.trips.append(threading.current_thread().name)
         return operation()
 
@@ -680,10 +680,10 @@ class _FreeingThread(_CountingThread):
         super().__init__()
         self.jvm, self.at, self.block = jvm, at, block
 
-    def run(self, operation, batched=False):  # noqa: ANN001, ANN201
+    def run(self, operation):  # noqa: ANN001, ANN201
         if len(self.trips) + 1 == self.at:
             self.jvm.free(*self.block)
-        return super().run(operation, batched)
+        return super().run(operation)
 
 
 def _inlining_pair(jvm: Jvm) -> tuple[int, int]:
@@ -868,7 +868,7 @@ def test_an_endless_segment_map_ends():
 class _Thread:
     """A MemoryThread that runs on the caller's thread (the test's memory never blocks)."""
 
-    def run(self, operation, batched=False):  # noqa: ANN001, ANN201, ARG002  (the test's memory is read as laid out)
+    def run(self, operation):  # noqa: ANN001, ANN201
         return operation()
 
     def close(self) -> None:
