@@ -94,6 +94,9 @@
 /* struct stack_copy.flags */
 #define STACK_COPY_REACHED_END 1 /* memory beyond the copy was not readable */
 #define STACK_COPY_EXACT_PC 2    /* pc is not a return address */
+#define STACK_COPY_PAGED 4       /* read page by page: the copy starts at sp's page, holes marks pages not read */
+#define STACK_COPY_PAGE_BYTES 4096
+#define STACK_COPY_PAGES_TRACKED 16 /* struct stack_copy.holes: a bit a page */
 
 /* Limits of a sample record. */
 #define MAX_FRAMES 127
@@ -237,7 +240,10 @@ struct stack_copy {
     __u64 fp;
     __u64 rbx; /* 0: not known */
     __u32 copy_length;
-    __u32 flags;
+    __u16 flags;
+    /* STACK_COPY_PAGED: bit i set, the copy's page i was not in memory (a
+     * page never touched, below pages that were): zeros, not its bytes. */
+    __u16 holes;
 };
 
 /* What identifies one JavaScript frame, for a frame in a V8 process's JIT

@@ -198,28 +198,71 @@ static __always_inline u8 readable_at(u64 address) {
     return bpf_probe_read_user(&word, sizeof(word), (void *)(address - sizeof(word))) == 0;
 }
 
-// The readable prefix of the bytes of stack from sp up, to within 512 bytes
-// of where the stack's mapping ends: the whole in one read, else in halves
-// from first_chunk down. The length read so far is kept in the scratch map,
-// not a register: the verifier does not track it, so the paths of the
-// halves merge (tracked, each path a length of its own, they cost 0.16 s of
-// verifying at every start). Returns the bytes read.
-static __always_inline u32 read_stack_prefix(struct walk_scratch *scratch, u8 *copy, u64 sp, const u32 bytes,
-                                             const u32 first_chunk) {
-    if (bpf_probe_read_user(copy, bytes, (void *)sp) == 0) return bytes;
+// The stack from sp's page up, where one read from sp could not take it
+// whole. Page by page first: a page never touched (the bottom of a large
+// local buffer or an alloca, at the leaf or between a callee's frames and
+// its caller's) is not in memory while the pages above it are, and a copy
+// that stopped there lost every frame above it. Such a page is sent as
+// zeros (a failed read leaves them), its bit set in scratch->copy_holes, and
+// the copy goes on above it. Past the pages tracked (a deep stack's copy),
+// the rest in halves from first_chunk down, to within 512 bytes of memory
+// that cannot be read. The lengths are kept in the scratch map, not in
+// registers: the verifier does not track them, so the paths merge (tracked,
+// each path a length of its own, the halves cost 0.16 s of verifying at
+// every start). Returns the bytes read from sp's page: the copy ends with
+// the last part read (pages past it are the stack's end, not holes).
+static __always_inline u32 read_stack_pages(struct walk_scratch *scratch, u8 *copy, u64 sp, const u32 bytes,
+                                            const u32 first_chunk) {
+    const u32 pages =
+        bytes / STACK_COPY_PAGE_BYTES < STACK_COPY_PAGES_TRACKED ? bytes / STACK_COPY_PAGE_BYTES : STACK_COPY_PAGES_TRACKED;
+    u64 page_start = sp & ~(u64)(STACK_COPY_PAGE_BYTES - 1);
     volatile u32 *copied_so_far = &scratch->readable;
+    volatile u16 *holes = &scratch->copy_holes;
     *copied_so_far = 0;
+    *holes = 0;
 #pragma unroll
-    for (u32 chunk = first_chunk; chunk >= 512; chunk /= 2) {
-        u32 copied = *copied_so_far;
-        if (chunk > bytes || copied > bytes - chunk) continue;
-        asm volatile("" : "+r"(copied)); // the bound checked on the register the read uses, not a copy
-        if (bpf_probe_read_user(copy + copied, chunk, (void *)(sp + copied)) == 0) *copied_so_far = copied + chunk;
+    for (u32 page = 0; page < pages; page++) {
+        if (bpf_probe_read_user(copy + page * STACK_COPY_PAGE_BYTES, STACK_COPY_PAGE_BYTES,
+                                (void *)(page_start + page * STACK_COPY_PAGE_BYTES)) == 0)
+            *copied_so_far = (page + 1) * STACK_COPY_PAGE_BYTES;
+        else
+            *holes |= 1 << page;
+    }
+    *holes &= (1U << (*copied_so_far / STACK_COPY_PAGE_BYTES)) - 1;
+    if (*copied_so_far == pages * STACK_COPY_PAGE_BYTES) {
+#pragma unroll
+        for (u32 chunk = first_chunk; chunk >= 512; chunk /= 2) {
+            u32 copied = *copied_so_far;
+            if (chunk > bytes || copied > bytes - chunk) continue;
+            asm volatile("" : "+r"(copied)); // the bound checked on the register the read uses, not a copy
+            if (bpf_probe_read_user(copy + copied, chunk, (void *)(page_start + copied)) == 0) *copied_so_far = copied + chunk;
+        }
     }
     u32 copied = *copied_so_far;
     if (copied > bytes) return 0;
     asm volatile("" : "+r"(copied));
     return copied;
+}
+
+// A deferred walk's stack into copy (bytes at most), and its resume record:
+// the whole from sp in one read, else from sp's page, page by page.
+static __always_inline void copy_stack_for(struct walk_scratch *scratch, struct stack_copy *resume, u8 *copy, const u32 bytes,
+                                           const u32 first_chunk) {
+    u64 sp = scratch->sp;
+    u32 copied = bytes;
+    u16 flags = 0, holes = 0;
+    if (bpf_probe_read_user(copy, bytes, (void *)sp) != 0) {
+        copied = read_stack_pages(scratch, copy, sp, bytes, first_chunk);
+        holes = scratch->copy_holes;
+        flags = STACK_COPY_PAGED | (copied < bytes ? STACK_COPY_REACHED_END : 0);
+    }
+    resume->pc = scratch->pc;
+    resume->sp = sp;
+    resume->fp = scratch->fp;
+    resume->rbx = resolved_rbx(scratch);
+    resume->copy_length = copied;
+    resume->flags = flags | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0);
+    resume->holes = holes;
 }
 
 // The record of a stack deeper than the kernel walks: the header, the
@@ -235,16 +278,8 @@ static __always_inline int send_deep_copy_of(struct walk_scratch *scratch, u32 p
     if (prefix > DEEP_PREFIX_BYTES) return 0;
     u8 *record = events.ringbuf_reserve(DEEP_PREFIX_BYTES + sizeof(struct stack_copy) + copy_bytes);
     if (!record) return 0;
-    u64 sp = scratch->sp;
-    u32 copied = read_stack_prefix(scratch, record + prefix + sizeof(struct stack_copy), sp, copy_bytes, copy_bytes / 2);
-    struct stack_copy resume = {
-        .pc = scratch->pc,
-        .sp = sp,
-        .fp = scratch->fp,
-        .rbx = resolved_rbx(scratch),
-        .copy_length = copied,
-        .flags = (copied < copy_bytes ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0),
-    };
+    struct stack_copy resume = {};
+    copy_stack_for(scratch, &resume, record + prefix + sizeof(struct stack_copy), copy_bytes, copy_bytes / 2);
     if (bpf_probe_read_kernel(record, prefix, &scratch->event) != 0 ||
         bpf_probe_read_kernel(record + prefix, sizeof(resume), &resume) != 0) {
         events.ringbuf_discard(record, BPF_RB_NO_WAKEUP);
@@ -305,19 +340,13 @@ static __always_inline int copy_user_stack_now(const int walkers) {
     u8 *payload = (u8 *)scratch->event.addresses + depth * 8 + v8_bytes;
     struct stack_copy *resume = (struct stack_copy *)payload;
     u8 *copy = payload + sizeof(struct stack_copy);
-    u64 sp = scratch->sp;
-    u32 copied = read_stack_prefix(scratch, copy, sp, STACK_COPY_BYTES, 16384);
+    copy_stack_for(scratch, resume, copy, STACK_COPY_BYTES, 2048);
+    u32 copied = resume->copy_length;
     if (copied == 0 && user_memory_gone(scratch)) {
         scratch->event.walk_end = WALK_THREAD_EXITING;
         submit_sample(scratch);
         return 0;
     }
-    resume->pc = scratch->pc;
-    resume->sp = sp;
-    resume->fp = scratch->fp;
-    resume->rbx = resolved_rbx(scratch);
-    resume->copy_length = copied;
-    resume->flags = (copied < STACK_COPY_BYTES ? STACK_COPY_REACHED_END : 0) | (scratch->exact_pc ? STACK_COPY_EXACT_PC : 0);
     u32 size = SAMPLE_HEADER_BYTES + depth * 8 + v8_bytes + sizeof(struct stack_copy) + copied;
     if (size > sizeof(scratch->event)) return 0;
     asm volatile("" : "+r"(size)); // the bound checked on the register passed

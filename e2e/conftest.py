@@ -58,6 +58,17 @@ def total(lines: list[FoldedLine]) -> int:
     return sum(line.count for line in lines)
 
 
+def children_cpu_seconds(stdout: str) -> float:
+    """The CPU time of a shell's children, from the last line `times`
+    printed (user, then system: 1m2.500000s 0m0.100000s)."""
+
+    def seconds(word: str) -> float:
+        minutes, rest = word.removesuffix("s").split("m")
+        return 60 * float(minutes) + float(rest)
+
+    return sum(seconds(word) for word in stdout.splitlines()[-1].split())
+
+
 def has_chain(frames: list[str], chain: list[str]) -> bool:
     """chain appears in frames, contiguous and in order."""
     width = len(chain)

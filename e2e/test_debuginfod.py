@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from e2e.conftest import FoldedLine, read_folded, total
+from e2e.conftest import FoldedLine, children_cpu_seconds, read_folded, total
 
 pytestmark = pytest.mark.skipif(shutil.which("debuginfod") is None, reason="debuginfod is installed by make setup")
 
@@ -108,15 +108,9 @@ def test_a_server_that_does_not_answer_costs_a_bounded_wait(jitprof, fixtures_bu
         assert run.returncode == 0, run.stderr
         assert time.monotonic() - started < 25
         # Its samples still reach the profile: at 99 Hz, most of its CPU time.
-        cpu_s = sum(shell_seconds(word) for word in run.stdout.splitlines()[-1].split())
+        cpu_s = children_cpu_seconds(run.stdout)
         samples = total(read_folded(tmp_path / "out.folded"))
         assert samples >= 0.7 * 99 * cpu_s, (run.stdout, samples)
     finally:
         silent.close()
     assert os.path.exists(tmp_path / "cache" / "debuginfod")  # "not found" is remembered
-
-
-def shell_seconds(word: str) -> float:
-    """A time as the shell's `times` prints it: 1m2.500000s."""
-    minutes, seconds = word.removesuffix("s").split("m")
-    return 60 * float(minutes) + float(seconds)

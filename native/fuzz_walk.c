@@ -44,7 +44,7 @@ int main(int argc, char **argv) {
     uint64_t frames[127];
     uint64_t frame_pointers[127];
     for (long round = 0; round < rounds; round++) {
-        uint64_t length = next_random(&seed) % 4096 + (next_random(&seed) % 2 ? 0 : next_random(&seed) % 8);
+        uint64_t length = next_random(&seed) % 12288 + (next_random(&seed) % 2 ? 0 : next_random(&seed) % 8);
         uint8_t *stack = malloc(length ? length : 1);
         if (stack == NULL) return 2;
         for (uint64_t offset = 0; offset + 8 <= length; offset += 8) {
@@ -58,7 +58,9 @@ int main(int argc, char **argv) {
             }
             memcpy(stack + offset, &word, 8);
         }
-        struct jp_walk_stack copy = {stack, length, STACK_ADDRESS, (uint32_t)(next_random(&seed) % 2), 0};
+        /* Pages not read (holes) in some copies: any bit, even past the copy's end. */
+        uint32_t holes = next_random(&seed) % 2 ? (uint32_t)next_random(&seed) : 0;
+        struct jp_walk_stack copy = {stack, length, STACK_ADDRESS, (uint32_t)(next_random(&seed) % 2), holes};
         struct jp_walk_registers start = {
             mappings[next_random(&seed) % MAPPINGS].start + next_random(&seed) % 0x100000,
             STACK_ADDRESS + next_random(&seed) % 64,

@@ -24,7 +24,15 @@ static int walk_read_word(struct walk_reader *reader, uint64_t address, __u64 *v
         reader->fault = beyond_end && !stack->reached_end ? WALK_COPY_TOO_SHORT : WALK_READ_FAULT;
         return -1;
     }
-    const uint8_t *bytes = stack->bytes + (address - stack->address);
+    uint64_t offset = address - stack->address;
+    if (stack->holes != 0) { /* either page the word touches a hole: not in memory */
+        uint64_t first_page = offset / 4096, last_page = (offset + 7) / 4096;
+        if ((first_page < 32 && (stack->holes >> first_page) & 1) || (last_page < 32 && (stack->holes >> last_page) & 1)) {
+            reader->fault = WALK_READ_FAULT;
+            return -1;
+        }
+    }
+    const uint8_t *bytes = stack->bytes + offset;
     uint64_t word = 0;
     for (int index = 7; index >= 0; index--) word = (word << 8) | bytes[index];
     *value = word;

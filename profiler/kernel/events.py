@@ -175,12 +175,15 @@ class _RawStackCopy(ctypes.Structure):
         ("fp", ctypes.c_uint64),
         ("rbx", ctypes.c_uint64),
         ("copy_length", ctypes.c_uint32),
-        ("flags", ctypes.c_uint32),
+        ("flags", ctypes.c_uint16),
+        ("holes", ctypes.c_uint16),
     ]
 
 
 STACK_COPY_REACHED_END = 1
 STACK_COPY_EXACT_PC = 2
+STACK_COPY_PAGED = 4
+STACK_COPY_PAGE_BYTES = 4096
 
 
 class _RawProcessEvent(ctypes.Structure):
@@ -198,7 +201,8 @@ class _RawProcessEvent(ctypes.Structure):
 
 @dataclass(frozen=True)
 class StackCopy:
-    """Where a deferred walk resumes, and the user stack from sp up."""
+    """Where a deferred walk resumes, and the user stack from sp up (or
+    from sp's page, read page by page: pages not in memory are holes)."""
 
     pc: int
     sp: int
@@ -207,6 +211,28 @@ class StackCopy:
     reached_end: bool  # memory beyond the copy was not readable
     data: bytes
     rbx: int = 0  # 0: not known
+    paged: bool = False  # data starts at sp's page
+    holes: int = 0  # paged: bit i set, data's page i was not readable (zeros)
+
+    @property
+    def address(self) -> int:
+        """Where data[0] was in the process."""
+        return self.sp & ~(STACK_COPY_PAGE_BYTES - 1) if self.paged else self.sp
+
+    def bytes_at(self, address: int, length: int) -> bytes | None:
+        """length bytes at a user address, if the copy holds them all."""
+        offset = address - self.address
+        if offset < 0 or length <= 0 or offset + length > len(self.data):
+            return None
+        for page in range(offset // STACK_COPY_PAGE_BYTES, (offset + length - 1) // STACK_COPY_PAGE_BYTES + 1):
+            if self.holes >> page & 1:
+                return None
+        return self.data[offset : offset + length]
+
+    def word_at(self, address: int) -> int | None:
+        """The 8 bytes at a user address, if the copy holds them."""
+        word = self.bytes_at(address, 8)
+        return int.from_bytes(word, "little") if word is not None else None
 
 
 class V8FrameSlots(NamedTuple):
@@ -467,7 +493,7 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
     if walk_end is WalkEnd.DEFERRED:
         if size < addresses_end + _COPY_SIZE:
             raise MalformedEvent(f"deferred sample of {size} bytes")
-        pc, sp, fp, rbx, copy_length, flags = _STACK_COPY.unpack_from(record, addresses_end)
+        pc, sp, fp, rbx, copy_length, flags, holes = _STACK_COPY.unpack_from(record, addresses_end)
         copy_start = addresses_end + _COPY_SIZE
         if size < copy_start + copy_length:
             raise MalformedEvent(f"stack copy of {copy_length} bytes in {size}")
@@ -479,6 +505,8 @@ def _decode_sample(record: memoryview, size: int) -> RawSample:
             reached_end=bool(flags & STACK_COPY_REACHED_END),
             data=bytes(record[copy_start : copy_start + copy_length]),
             rbx=rbx,
+            paged=bool(flags & STACK_COPY_PAGED),
+            holes=holes if flags & STACK_COPY_PAGED else 0,
         )
     elif walk_end is WalkEnd.COPY_TOO_SHORT:
         raise MalformedEvent("walk end from user space in a kernel record")

@@ -83,7 +83,7 @@ class LateWalks:
         mappings = [self._walk_mapping(mapping, final) for mapping in view.mappings] if view is not None else []
         result = library.walk_copy(
             mappings,
-            library.WalkStack(copy.data, copy.sp, copy.reached_end),
+            library.WalkStack(copy.data, copy.address, copy.reached_end, copy.holes),
             library.WalkRegisters(copy.pc, copy.sp, copy.fp, copy.exact_pc, copy.rbx),
             MAX_STACK_FRAMES - len(sample.addresses),
         )

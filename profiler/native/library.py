@@ -179,6 +179,7 @@ class WalkStack:
     data: bytes
     address: int  # of data[0]
     reached_end: bool  # memory beyond data was not readable
+    holes: int = 0  # bit i set: data's page i was not readable (data starts at a page)
 
 
 @dataclass(frozen=True)
@@ -226,6 +227,7 @@ def walk_copy(mappings: list[WalkMapping], stack: WalkStack, start: WalkRegister
             "length": len(stack.data),
             "address": stack.address,
             "reached_end": int(stack.reached_end),
+            "holes": stack.holes & 0xFFFFFFFF,
         },
     )
     registers = ffi.new(

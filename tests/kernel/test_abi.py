@@ -89,6 +89,9 @@ CONSTANTS = [
     "RBX_LOST",
     "STACK_COPY_REACHED_END",
     "STACK_COPY_EXACT_PC",
+    "STACK_COPY_PAGED",
+    "STACK_COPY_PAGE_BYTES",
+    "STACK_COPY_PAGES_TRACKED",
     "MAX_FRAMES",
     "STACK_COPY_BYTES",
     "DEEP_COPY_BYTES",
@@ -164,7 +167,7 @@ STRUCTS = {
     ],
     "work_address": ["tgid", "reserved", "address"],
     "work_item": ["key", "from"],
-    "stack_copy": ["pc", "sp", "fp", "rbx", "copy_length", "flags"],
+    "stack_copy": ["pc", "sp", "fp", "rbx", "copy_length", "flags", "holes"],
     "v8_frame": ["shared", "code", "bytecode_array", "bytecode_offset", "frame_index", "flags"],
     "v8_process": [
         "builtins_start",
@@ -313,10 +316,14 @@ def test_codes_are_the_headers(abi):
     assert unwind_tables.TABLE_PENDING == abi["TABLE_PENDING"]
     flags = (events.OFF_CPU_STACK_MOVED, events.SAMPLE_SUBMITS_WORK, events.OFF_CPU_PREEMPTED)
     assert flags == (abi["OFF_CPU_STACK_MOVED"], abi["SAMPLE_SUBMITS_WORK"], abi["OFF_CPU_PREEMPTED"])
-    assert (events.STACK_COPY_REACHED_END, events.STACK_COPY_EXACT_PC) == (
+    assert (events.STACK_COPY_REACHED_END, events.STACK_COPY_EXACT_PC, events.STACK_COPY_PAGED) == (
         abi["STACK_COPY_REACHED_END"],
         abi["STACK_COPY_EXACT_PC"],
+        abi["STACK_COPY_PAGED"],
     )
+    assert events.STACK_COPY_PAGE_BYTES == abi["STACK_COPY_PAGE_BYTES"]
+    # A bit of struct stack_copy.holes a page tracked, as the walker reads them.
+    assert abi["STACK_COPY_PAGES_TRACKED"] <= 8 * abi["stack_copy.holes"][1]
 
 
 def test_limits_are_the_headers(abi):

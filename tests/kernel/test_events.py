@@ -96,6 +96,24 @@ def test_a_deferred_sample_carries_its_stack_copy():
     assert (event.stack_copy.pc, event.stack_copy.sp, event.stack_copy.fp) == (0x4000, 0x7000, 0x7040)
     assert event.stack_copy.exact_pc and event.stack_copy.reached_end
     assert event.stack_copy.data == bytes(range(16))
+    assert event.stack_copy.address == 0x7000 and event.stack_copy.word_at(0x7008) == int.from_bytes(
+        bytes(range(8, 16)), "little"
+    )
+
+
+def test_a_copy_read_page_by_page_starts_at_sps_page_and_has_no_bytes_in_its_holes():
+    """The page at sp was never touched (a large frame's bottom): the copy
+    starts at sp's page, and what lies in its holes is not the stack's."""
+    header = _RawSampleHeader(event_type=1, pid=10, tid=10, frame_count=0, walk_end=WalkEnd.DEFERRED)
+    data = bytes(4096) + (0x1122).to_bytes(8, "little") * 512
+    copy = _RawStackCopy(pc=0x4000, sp=0x7FF0_1F00, fp=0x7FF0_2010, copy_length=len(data), flags=4 | 1, holes=0b1)
+    stack = decode(record(header, (), copy, data)).stack_copy
+    assert stack is not None and stack.paged and stack.holes == 1 and stack.reached_end
+    assert stack.address == 0x7FF0_1000
+    assert stack.word_at(0x7FF0_2010) == 0x1122
+    assert stack.word_at(0x7FF0_1F00) is None  # in the hole
+    assert stack.word_at(0x7FF0_1FFC) is None  # half in it
+    assert stack.bytes_at(0x7FF0_2FF8, 8) is not None and stack.bytes_at(0x7FF0_2FF8, 9) is None  # past the end
 
 
 def test_decodes_process_events():

@@ -115,6 +115,33 @@ def test_a_table_being_built_is_waited_for_unless_the_run_ends(space):
     assert late.finish(sample, final=False).walk_end is WalkEnd.COMPLETE
 
 
+def test_a_copy_with_a_page_not_in_memory_is_walked_above_it(space):
+    """The leaf's frame is 8 KiB of a buffer it never touched: its page and
+    the next are holes in a copy read page by page, its saved frame pointer
+    and return address are above them. A walk that must read in a hole ends
+    there as a read fault (the bytes were not in memory), not a short copy."""
+    tracker, _tables, _trie, pid = space
+    tracker.note_exec_range(pid, JIT, 0x10000)
+    tracker.refresh(pid)
+    late = LateWalks(tracker, None)
+    page = 0x7FF0_0000
+    data = bytearray(4 * 4096)
+    leaf_fp = page + 2 * 4096 + 0x10  # above the two holes
+    struct.pack_into("<QQ", data, leaf_fp - page, leaf_fp + 0x40, JIT + 0x200)
+    struct.pack_into("<QQ", data, leaf_fp + 0x40 - page, 0, 0)
+
+    def sample(fp, holes):
+        copy = StackCopy(JIT + 0x100, page + 0x80, fp, True, True, bytes(data), paged=True, holes=holes)
+        return RawSample(pid, pid, 0, time.monotonic_ns(), "test", (), WalkEnd.DEFERRED, -1, True, stack_copy=copy)
+
+    finished = late.finish(sample(leaf_fp, 0b11), final=False)
+    assert finished.addresses == (JIT + 0x100, JIT + 0x200) and finished.walk_end is WalkEnd.COMPLETE
+    in_hole = late.finish(sample(page + 4096 + 0x10, 0b11), final=False)
+    assert in_hole.addresses == (JIT + 0x100,) and in_hole.walk_end is WalkEnd.READ_FAULT
+    # The same bytes without the holes: the zeros read as the stack's end.
+    assert late.finish(sample(page + 4096 + 0x10, 0), final=False).walk_end is WalkEnd.COMPLETE
+
+
 def test_an_address_unknown_to_maps_read_before_the_sample_waits_for_newer_ones(space):
     tracker, _tables, _trie, pid = space
     late = LateWalks(tracker, None)

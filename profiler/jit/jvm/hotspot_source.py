@@ -20,7 +20,6 @@ import bisect
 import collections
 import os
 import queue
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -89,7 +88,6 @@ METHODS_LIFETIME_S = 60.0
 MAX_FRAMES_PER_BLOB = 4096
 MAX_REFUSALS_SAID = 64  # refusals remembered for the end of the run
 MAX_REFUSALS_LISTED = 4  # said one by one there
-_WORD = struct.Struct("<Q")
 _TIERS = {1: "c1", 2: "c1", 3: "c1", 4: "c2"}
 UNKNOWN_JIT = Frame(f"[unknown] ({JIT_MODULE})", JIT_MODULE, FrameKind.UNKNOWN)
 # Below a compiled method whose inlined methods at the pc HotSpot did not
@@ -1081,11 +1079,9 @@ class HotSpotStructures(JitSymbolSource):
             lookup = frame.pc if frame.index == 0 and stack.exact_pc else frame.pc - 1
             if not start <= lookup < end:
                 continue
-            method_at, bcp_at = frame.fp + HOTSPOT_FP_METHOD - stack.sp, frame.fp + HOTSPOT_FP_BCP - stack.sp
-            if bcp_at < 0 or method_at + 8 > len(stack.data):
+            method, bcp = stack.word_at(frame.fp + HOTSPOT_FP_METHOD), stack.word_at(frame.fp + HOTSPOT_FP_BCP)
+            if method is None or bcp is None:
                 continue
-            (method,) = _WORD.unpack_from(stack.data, method_at)
-            (bcp,) = _WORD.unpack_from(stack.data, bcp_at)
             records.append(V8FrameSlots(frame.index, method, 0, bcp, V8_NO_BYTECODE_OFFSET, True, late=True))
         return tuple(records)
 

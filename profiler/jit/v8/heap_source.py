@@ -328,10 +328,10 @@ class V8HeapSymbols(JitSymbolSource):
             interpreter = any(start <= lookup < end for start, end in process.builtins)
             if not (frame.in_jit_code or interpreter):
                 continue
-            offset = frame.fp - V8_SLOTS_BYTES - stack.sp
-            if offset < 0 or offset + V8_SLOTS_BYTES > len(stack.data):
+            slots = stack.bytes_at(frame.fp - V8_SLOTS_BYTES, V8_SLOTS_BYTES)
+            if slots is None:
                 continue
-            bytecode_offset, bytecode_array, _arguments, function, context = _SLOTS.unpack_from(stack.data, offset)
+            bytecode_offset, bytecode_array, _arguments, function, context = _SLOTS.unpack(slots)
             if not context & 1 or not function & 1:
                 continue  # a stub's frame: its marker
             found.append((frame, interpreter, bytecode_offset, bytecode_array, function))
@@ -452,17 +452,15 @@ class V8HeapSymbols(JitSymbolSource):
             return
         walked = library.walk_copy(
             [library.WalkMapping(0, USER_SPACE_END, 0, library.MAPPING_JIT)],
-            library.WalkStack(stack.data, stack.sp, stack.reached_end),
+            library.WalkStack(stack.data, stack.address, stack.reached_end, stack.holes),
             library.WalkRegisters(stack.pc, stack.sp, stack.fp, stack.exact_pc, stack.rbx),
             MAX_STACK_FRAMES - len(sample.addresses),
         )
         functions = set()
         for frame_pointer in walked.frame_pointers:
-            offset = frame_pointer + FUNCTION_SLOT - stack.sp
-            if 0 <= offset <= len(stack.data) - 8:
-                function = int.from_bytes(stack.data[offset : offset + 8], "little")
-                if function & HEAP_OBJECT_TAG:
-                    functions.add(function)
+            function = stack.word_at(frame_pointer + FUNCTION_SLOT)
+            if function is not None and function & HEAP_OBJECT_TAG:
+                functions.add(function)
         windows = (process.thread.run(functools.partial(self._read_windows, process, functions)) if functions else None) or {}
         with self._lock:
             process.early_reads[id(stack)] = (weakref.ref(stack), windows)
