@@ -67,8 +67,8 @@ def test_fresh_code_under_a_deep_stack_keeps_its_root(jitprof, warmed, tmp_path)
 
 
 def test_pages_of_stack_not_in_memory_do_not_cut_a_deferred_walk(jitprof, warmed, tmp_path):
-    """The leaf is new code (its walks deferred to user space) in a 16 KiB
-    frame it never touches, under a caller's 16 KiB buffer touched only at
+    """The leaf is new code (its walks deferred to user space) in an 8 KiB
+    frame it never touches, under a caller's 8 KiB buffer touched only at
     its top: the stack's pages at the leaf's sp, and between its frames and
     main's, were never in memory. The copy goes on above them, and the walk
     reaches main: cut at the first such page, a sample was one frame (a read
