@@ -12,7 +12,7 @@ struct walk_scratch {
     u64 rbx_slot; // where the caller's rbx was saved, read only if a frame's CFA is kept in rbx
     u32 depth;
     u32 space_tgid; // whose trie entries the walk uses (address_space_of)
-    u32 readable;   // read_stack_prefix, read_stack_pages: the bytes copied so far
+    u32 readable;   // read_stack_pages: the bytes copied so far
     u16 copy_holes; // read_stack_pages: the pages not in memory
     u16 v8_count;
     u8 exact_pc;          // the leaf, or a frame a signal interrupted: no pc - 1

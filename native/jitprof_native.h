@@ -61,8 +61,8 @@ struct jp_walk_mapping {
 /* The copy: length bytes of user memory from address up (the stack pointer
  * where the kernel's walk stopped, or its page). reached_end: memory beyond
  * it was not readable, so a read there is a fault, not a copy that was too
- * short. holes: bit i set, the copy's bytes [i * 4096, (i + 1) * 4096) were
- * not readable (a copy from a page's start, read page by page). */
+ * short. holes: bit i set, the copy's bytes [i, i + 1) * STACK_COPY_PAGE_BYTES
+ * were not readable (a copy from a page's start, read page by page). */
 struct jp_walk_stack {
     const uint8_t *bytes;
     uint64_t length;

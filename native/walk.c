@@ -13,6 +13,11 @@ struct walk_reader {
     int fault; /* WALK_READ_FAULT or WALK_COPY_TOO_SHORT, set by a failed read */
 };
 
+/* Was page `page` of the copy not in memory (a hole: zeros, not its bytes)? */
+static int in_hole(const struct jp_walk_stack *stack, uint64_t page) {
+    return page < 8 * sizeof(stack->holes) && (stack->holes >> page) & 1;
+}
+
 /* 8 bytes at a user address, from the copy. Overflow-safe: the address is
  * compared as an offset into the copy. */
 static int walk_read_word(struct walk_reader *reader, uint64_t address, __u64 *value) {
@@ -25,12 +30,9 @@ static int walk_read_word(struct walk_reader *reader, uint64_t address, __u64 *v
         return -1;
     }
     uint64_t offset = address - stack->address;
-    if (stack->holes != 0) { /* either page the word touches a hole: not in memory */
-        uint64_t first_page = offset / 4096, last_page = (offset + 7) / 4096;
-        if ((first_page < 32 && (stack->holes >> first_page) & 1) || (last_page < 32 && (stack->holes >> last_page) & 1)) {
-            reader->fault = WALK_READ_FAULT;
-            return -1;
-        }
+    if (in_hole(stack, offset / STACK_COPY_PAGE_BYTES) || in_hole(stack, (offset + 7) / STACK_COPY_PAGE_BYTES)) {
+        reader->fault = WALK_READ_FAULT;
+        return -1;
     }
     const uint8_t *bytes = stack->bytes + offset;
     uint64_t word = 0;
