@@ -2,6 +2,7 @@
 so a first run with an empty cache loads it instead of compiling, and two
 runs at once share no state."""
 
+import os
 import subprocess
 import sys
 
@@ -45,3 +46,22 @@ def test_two_runs_at_once_keep_their_own_samples(fixtures_built, tmp_path, symbo
     assert total(first) > 20 and total(second) > 20
     assert {line.frames[0] for line in first} == {"chain"}
     assert {line.frames[0] for line in second} == {"workload"}
+
+
+def test_the_command_runs_as_jitprof_was_started_while_jitprof_yields_to_it(jitprof, tmp_path):
+    """jitprof's threads are SCHED_BATCH (they do not preempt the program at
+    each wake-up); the command gets back the policy, and keeps the nice
+    value, that jitprof was started with."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import os\n"
+        "jitprof = os.getppid()\n"
+        "policies = {open(f'/proc/{jitprof}/task/{task}/stat').read().rsplit(')', 1)[1].split()[38]\n"
+        "            for task in os.listdir(f'/proc/{jitprof}/task')}\n"
+        "print(os.sched_getscheduler(0), os.nice(0), ','.join(sorted(policies)))\n"
+    )
+    run = jitprof("--no-tui", "-o", "probe.folded", "--", sys.executable, str(probe), prefix=["nice", "-n", "5"])
+    assert run.returncode == 0, run.stderr
+    policy, nice, jitprof_policies = run.stdout.split()
+    assert (int(policy), int(nice)) == (os.SCHED_OTHER, 5)
+    assert jitprof_policies == str(os.SCHED_BATCH), jitprof_policies

@@ -28,7 +28,7 @@ from profiler.push.defaults import DEFAULT_DIRECTORY, DEFAULT_MAX_BYTES
 from profiler.run.options import DEFAULT_SHORTEST_WAIT_NS, PushOptions, RecordingOptions
 from profiler.run.program_loading import ProgramLoading
 from profiler.run.summary import report_output_errors
-from profiler.safety import limits
+from profiler.safety import limits, scheduling
 from profiler.safety.terminal import say
 from profiler.safety.users import output_owner
 
@@ -555,6 +555,7 @@ def entry() -> None:
 def main(argv: list[str] | None = None) -> int:
     limits.load_thread_exit_library()
     limits.raise_own_limits()
+    scheduling.yield_to_programs()
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except (MemoryError, OSError, RuntimeError, ImportError, SystemError) as error:

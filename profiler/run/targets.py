@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from profiler.errors import JitprofError
 from profiler.kernel.proc_status import is_kernel_thread, thread_group_id
-from profiler.safety import limits, processes
+from profiler.safety import limits, processes, scheduling
 from profiler.safety.users import RunAs
 
 
@@ -104,6 +104,7 @@ def spawn_stopped(argv: list[str], run_as: RunAs, environment: dict[str, str], s
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGPIPE, signal.SIG_DFL)
             limits.restore_for_command()
+            scheduling.restore_for_command()
             if stdio is not None:
                 for source, target in ((stdio.stdin, 0), (stdio.stdout, 1), (stdio.stderr, 2)):
                     os.dup2(source, target)
