@@ -313,6 +313,14 @@ def cpu_seconds_in(stat_path: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def attached_floor(hz: int, duration_s: float, cpu_s: float) -> float:
+    """The fewest samples `--pid PID -d duration_s` at hz may give of a target
+    that ran cpu_s of CPU (all its threads) over the whole jitprof command:
+    half of what its CPU in those seconds gives at most. A loaded or slower
+    machine gives the target less CPU, and the profile fewer samples of it."""
+    return 0.5 * hz * min(duration_s, cpu_s)
+
+
 def wait_for_cpu(pid: int, seconds: float, main_thread: bool = True, deadline: float = 60.0) -> None:
     """Until the process's main thread (or, main_thread False, the whole
     process: a JVM's work is not on its first thread) has run `seconds` of
