@@ -17,16 +17,42 @@ struct exec_mapping_call {
 // Threads inside an mmap/mprotect that asked for PROT_EXEC.
 BPF_HASH(exec_mapping_calls, u32, struct exec_mapping_call, 4096);
 
+#define SYSCALL_CLONE 56
+#define SYSCALL_CLONE3 435
+#define CLONE_THREAD_FLAG 0x10000
+
+// Is the current task's clone making a thread of its process? From the
+// system call it is in (the registers it entered with, and clone3's
+// arguments in its memory): a thread's samples are its process's, and a
+// program that makes threads by the thousand a second would fill the ring
+// with their events (each also cost user space a read of /proc). Anything
+// else (fork, vfork, a kernel-made worker, a read that fails) is a process.
+static __always_inline int clone_makes_thread(void) {
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+    if (!regs) return 0;
+    u64 number = 0, first = 0, flags = 0;
+    bpf_probe_read_kernel(&number, sizeof(number), &regs->orig_ax);
+    bpf_probe_read_kernel(&first, sizeof(first), &regs->di);
+    if (number == SYSCALL_CLONE) {
+        flags = first;
+    } else if (number == SYSCALL_CLONE3) {
+        if (bpf_probe_read_user(&flags, sizeof(flags), (void *)first)) return 0; // struct clone_args: flags first
+    }
+    return (flags & CLONE_THREAD_FLAG) != 0;
+}
+
 static __always_inline int process_forked(u32 child) {
     u32 parent_tgid = bpf_get_current_pid_tgid() >> 32;
     if (!is_followed(parent_tgid)) return 0;
-    // Follow at once, so the child's first samples are not missed. Threads
-    // come through here too; user space drops entries that are not tgids.
+    exiting_threads.delete(&child); // a reused thread id
+    if (clone_makes_thread()) return 0;
+    // Follow at once, so the child's first samples are not missed. A thread
+    // not told from a process above comes through here too; user space drops
+    // entries that are not tgids.
     u32 no_execs = 0;
     followed.update(&child, &no_execs);
     u32 space = address_space_of(parent_tgid);
     if (space != 0) fork_parents.update(&child, &space);
-    exiting_threads.delete(&child); // a reused thread id
     emit_process_event(EVENT_FORK, child, child, parent_tgid);
     return 0;
 }
@@ -59,9 +85,12 @@ static __always_inline int thread_exits(void) {
     u32 tgid = pid_tgid >> 32;
     u32 tid = (u32)pid_tgid;
     if (!is_followed(tgid)) return 0;
-    fork_parents.delete(&tid); // threads are given an entry at creation too
+    fork_parents.delete(&tid); // a thread not told from a process at its creation is given an entry too
     u8 one = 1;
     exiting_threads.update(&tid, &one);
+    // Only a process's main thread is told (user space follows processes;
+    // one it took a thread for is let go by its sweep).
+    if (tid != tgid) return 0;
     emit_process_event(EVENT_EXIT, tgid, (u32)pid_tgid, 0);
     return 0;
 }

@@ -227,3 +227,33 @@ def test_python_interpreter(jitprof, tmp_path):
         >= 0.95
     )
     assert share(lines, lambda frames: "_PyEval_EvalFrameDefault" in frames) >= 0.8
+
+
+def test_a_program_making_threads_is_walked_through_its_clones(jitprof, warmed, tmp_path):
+    """glibc's clone3 gives the instructions after its system call no CFI,
+    and a thread-making parent spends its clone's whole system call there
+    (the new thread its first moments): its stacks reach main through
+    pthread_create, a new thread's is the clone alone, each whole. And the
+    threads made, a thousand times a second, are not events the kernel
+    sends: they filled its buffer, and half the samples were lost."""
+    command = f'"{warmed / "dwarf_cases"}" threads 1.5; times'  # the program's CPU time, on the last line
+    run = jitprof("-F", "999", "-o", "out.jitprof", "--", "sh", "-c", command)
+    assert run.returncode == 0, run.stderr
+    cpu_s = children_cpu_seconds(run.stdout)
+    profile = read_raw(tmp_path / "out.jitprof")
+    assert not [warning for warning in profile.info.warnings if "lost" in warning], profile.info.warnings
+    samples = [sample for sample in profile.samples if sample.comm == "dwarf_cases"]
+    assert len(samples) >= 0.5 * 999 * cpu_s, (len(samples), cpu_s)
+    assert profile.traffic.records <= profile.traffic.samples + 50, profile.traffic  # samples, a few processes' events
+
+    def names(sample) -> list[str]:
+        return [profile.frames[frame].name for frame in sample.frame_ids]
+
+    in_clone = [sample for sample in samples if "clone" in names(sample)[-1]]
+    assert len(in_clone) >= 0.2 * len(samples), (len(in_clone), len(samples))
+    parents = [sample for sample in in_clone if len(sample.frame_ids) > 1]
+    assert len(parents) >= 0.5 * len(in_clone), (len(parents), len(in_clone))
+    for sample in in_clone:
+        assert sample.walk_end.name == "COMPLETE", (sample.walk_end, names(sample))
+        if sample in parents:
+            assert has_chain(names(sample), [*START, "run_threads", "make_thread"]), names(sample)

@@ -822,6 +822,50 @@ static int find_section(const struct source *source, const struct elf64_header *
     return 0;
 }
 
+#define SHF_EXECINSTR 0x4
+#define CLONE_GAP_MAX_BYTES 16
+
+/* Are the two bytes at address a syscall instruction, in an executable section? */
+static int is_syscall_at(const struct source *source, const struct elf64_header *header, const uint8_t *sections, uint64_t address) {
+    for (uint16_t index = 0; index < header->shnum; index++) {
+        struct elf64_section section;
+        memcpy(&section, sections + (uint64_t)index * sizeof section, sizeof section);
+        if (section.type == SHT_NOBITS || !(section.flags & SHF_EXECINSTR)) continue;
+        if (address < section.addr || section.size < 2 || address - section.addr > section.size - 2) continue;
+        uint8_t *owned;
+        const uint8_t *code = fetch(source, section.offset + (address - section.addr), 2, &owned);
+        int found = code != NULL && code[0] == 0x0f && code[1] == 0x05;
+        free(owned);
+        return found;
+    }
+    return 0;
+}
+
+/* glibc's clone and clone3 end their CFI at the syscall (the child starts
+ * with no frame) and the new thread's begins a few bytes on, with its return
+ * address undefined. In between, the syscall's return address and the test
+ * and jumps after it had no row: a walk there took a frame-pointer step from
+ * rbp, garbage in code built without frame pointers, and a thread-making
+ * parent spends its whole clone system call at that address. The parent's
+ * rule goes on through the gap (the child, there only until its first jump,
+ * is walked by the same rule: its stack's first word ends it, as the
+ * frame-pointer step did). Recognised by that shape alone: a gap of at most
+ * CLONE_GAP_MAX_BYTES that begins with a syscall instruction, after a rule on
+ * rsp, and ends at an outermost frame's row. Returns the rows left. */
+static size_t continue_through_clone_gaps(struct unwind_row *rows, size_t count, const struct source *source,
+                                          const struct elf64_header *header, const uint8_t *sections) {
+    size_t written = 0;
+    for (size_t index = 0; index < count; index++) {
+        struct unwind_row row = rows[index];
+        if (row.cfa_type == CFA_GAP && written > 0 && index + 1 < count && rows[written - 1].cfa_type == CFA_RSP &&
+            rows[index + 1].cfa_type == CFA_END_OF_STACK && rows[index + 1].pc - row.pc <= CLONE_GAP_MAX_BYTES &&
+            is_syscall_at(source, header, sections, row.pc))
+            continue; /* the row before holds on to the next row */
+        rows[written++] = row;
+    }
+    return written;
+}
+
 static int compile_file(const struct source *source, struct unwind_row **rows_out, uint64_t *count_out,
                         struct jp_table_stats *stats, uint32_t **starts_out, uint64_t *starts_count_out) {
     uint8_t *owned_header, *owned_sections = NULL, *owned_names = NULL, *owned_cfi = NULL;
@@ -875,6 +919,7 @@ static int compile_file(const struct source *source, struct unwind_row **rows_ou
             goto out;
         }
         size_t count = finish_rows(&builder);
+        count = continue_through_clone_gaps((struct unwind_row *)builder.items, count, source, &header, sections);
         if (count == 0) {
             free(builder.items);
             goto out;

@@ -34,7 +34,7 @@ from profiler.safety.terminal import say
 
 MAGIC = b"JPSYMS01"
 HEADER = struct.Struct("<8sQQ")
-UNWIND_MAGIC = b"JPUNW002"
+UNWIND_MAGIC = b"JPUNW003"
 # b-: by build id, f-: by file identity, k-: by kernel (its BTF's offsets)
 _KEY_PATTERN = re.compile(r"^[bfk]-[0-9a-f]{1,80}(-d)?$")
 MAX_ENTRY_BYTES = 256 << 20

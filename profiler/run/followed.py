@@ -172,8 +172,10 @@ class FollowedProcesses:
             if self._on_new_process is not None:
                 self._on_new_process(event.pid, event.comm)
         elif event.event_type is EventType.EXIT and event.tid in self.live:
-            # A process's main thread, or a thread that had exited before its
-            # fork event was read (so /proc could not tell it from a process).
+            # A process's main thread: the kernel tells no other thread's exit
+            # (a thread taken for a process, as one whose creation the kernel
+            # could not tell from a process's and that exited before its fork
+            # event was read, is let go by the sweep).
             self._gone(event.tid)
 
     def _same_as_exited(self, pid: int) -> bool:

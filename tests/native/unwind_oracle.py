@@ -9,6 +9,7 @@ from typing import BinaryIO
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.dwarf.callframe import FDE
+from elftools.elf.constants import SH_FLAGS
 from elftools.elf.elffile import ELFFile
 
 from profiler.native.unwind_rows import (
@@ -31,6 +32,8 @@ _PLT_SUFFIX = bytes([0x2A, 0x33, 0x24, 0x22])
 _GNU_ARGS_SIZE = 0x2E
 # glibc's __restore_rt: CFA = *(rsp + 160), registers read from the ucontext.
 _SIGNAL_CFA = bytes([0x77, 0xA0, 0x01, 0x06])
+CLONE_GAP_MAX_BYTES = 16
+SYSCALL = bytes([0x0F, 0x05])
 
 
 def _fits_i32(value: int) -> bool:
@@ -162,8 +165,39 @@ def compile_table(
         if rows and rows[-1].same_rule(row):
             continue  # identical consecutive rows: the earlier one covers both
         rows.append(row)
-    table.rows = rows
+    table.rows = _continue_through_clone_gaps(rows, elf)
     return table
+
+
+def _continue_through_clone_gaps(rows: list[UnwindRow], elf: ELFFile) -> list[UnwindRow]:
+    """glibc's clone and clone3: a gap of at most CLONE_GAP_MAX_BYTES that
+    begins with a syscall instruction, after a rule on rsp, and ends at an
+    outermost frame's row takes the rule before it (see native/unwind.c)."""
+    kept: list[UnwindRow] = []
+    for index, row in enumerate(rows):
+        if (
+            row.cfa_type is CfaType.GAP
+            and kept
+            and kept[-1].cfa_type is CfaType.RSP
+            and index + 1 < len(rows)
+            and rows[index + 1].cfa_type is CfaType.END_OF_STACK
+            and rows[index + 1].pc - row.pc <= CLONE_GAP_MAX_BYTES
+            and _is_syscall_at(elf, row.pc)
+        ):
+            continue
+        kept.append(row)
+    return kept
+
+
+def _is_syscall_at(elf: ELFFile, address: int) -> bool:
+    for section in elf.iter_sections():
+        if section["sh_type"] == "SHT_NOBITS" or not section["sh_flags"] & SH_FLAGS.SHF_EXECINSTR:
+            continue
+        begin = section["sh_addr"]
+        if begin <= address and address + 2 <= begin + section["sh_size"]:
+            elf.stream.seek(section["sh_offset"] + address - begin)
+            return bool(elf.stream.read(2) == SYSCALL)
+    return False
 
 
 # On-disk cache, next to the symbol cache --------------------------------
