@@ -539,7 +539,9 @@ def entry() -> None:
     stopped, files removed, the kernel's objects let go); the teardown
     would free the profile's and the symbol tables' objects one by one,
     ~30 ms more before the user has the shell back. Threads that are not
-    daemons are waited for, as the interpreter would."""
+    daemons are waited for, as the interpreter would. (Here, not in main:
+    the process yields its CPU only as the command, not as a caller of main.)"""
+    scheduling.yield_to_programs()
     code = main()
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
@@ -555,7 +557,6 @@ def entry() -> None:
 def main(argv: list[str] | None = None) -> int:
     limits.load_thread_exit_library()
     limits.raise_own_limits()
-    scheduling.yield_to_programs()
     try:
         return _main(sys.argv[1:] if argv is None else argv)
     except (MemoryError, OSError, RuntimeError, ImportError, SystemError) as error:
