@@ -60,7 +60,9 @@ def test_the_command_runs_as_jitprof_was_started_while_jitprof_yields_to_it(jitp
         "            for task in os.listdir(f'/proc/{jitprof}/task')}\n"
         "print(os.sched_getscheduler(0), os.nice(0), ','.join(sorted(policies)))\n"
     )
-    run = jitprof("--no-tui", "-o", "probe.folded", "--", sys.executable, str(probe), prefix=["nice", "-n", "5"])
+    run = jitprof(
+        "--no-tui", "-o", "probe.folded", "--", sys.executable, str(probe), prefix=["chrt", "--other", "0", "nice", "-n", "5"]
+    )
     assert run.returncode == 0, run.stderr
     policy, nice, jitprof_policies = run.stdout.split()
     assert (int(policy), int(nice)) == (os.SCHED_OTHER, 5)

@@ -826,7 +826,8 @@ static int find_section(const struct source *source, const struct elf64_header *
 #define CLONE_GAP_MAX_BYTES 16
 
 /* Are the two bytes at address a syscall instruction, in an executable section? */
-static int is_syscall_at(const struct source *source, const struct elf64_header *header, const uint8_t *sections, uint64_t address) {
+static int is_syscall_at(const struct source *source, const struct elf64_header *header, const uint8_t *sections,
+                         uint64_t address) {
     for (uint16_t index = 0; index < header->shnum; index++) {
         struct elf64_section section;
         memcpy(&section, sections + (uint64_t)index * sizeof section, sizeof section);
