@@ -257,5 +257,5 @@ def test_a_program_making_threads_is_walked_through_its_clones(jitprof, warmed, 
     assert len(parents) >= 0.5 * len(in_clone), (len(parents), len(in_clone))
     for sample in in_clone:
         assert sample.walk_end.name == "COMPLETE", (sample.walk_end, names(sample))
-        if sample in parents:
+        if len(sample.frame_ids) > 1:  # a parent's
             assert has_chain(names(sample), [*START, "run_threads", "make_thread"]), names(sample)
