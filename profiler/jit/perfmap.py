@@ -39,6 +39,10 @@ READ_CHUNK = 256 << 10
 # on a whole huge map, and the sampling thread keeps its share of the GIL.
 # What is not read yet is read at the next tail (samples wait, parked).
 MAX_LINES_PER_TAIL = 40_000
+# Replaced entries kept for samples named late (node's tsc replaces about 100
+# of 12,000): past this a late sample at a reused address is named by no
+# entry rather than by the later code's.
+MAX_REPLACED_KEPT = 16_384
 _LINE = re.compile(rb"^(?:0x)?([0-9a-fA-F]{1,16}) (?:0x)?([0-9a-fA-F]{1,16}) (.+)$")
 
 
@@ -51,6 +55,7 @@ class PerfMapEntry(NamedTuple):  # a tuple: hundreds of thousands are made per m
     size: int
     name: str
     sequence: int  # order of appearance: a later entry replaces what it overlaps
+    written_by: int = 0  # the file's size once its line was whole (where the line ends)
 
     @property
     def end(self) -> int:
@@ -70,6 +75,11 @@ class PerfMapIndex:
     not a list insert's O(n)."""
 
     _entries: list[PerfMapEntry] | SortedKeyList = field(default_factory=list)
+    # Entries replaced by later code at their addresses, oldest first, each
+    # with where the line that replaced it ends: a sample named after its
+    # process exits is named as the map stood when it was taken (lookup's
+    # written_by). Kept up to MAX_REPLACED_KEPT.
+    replaced: list[tuple[PerfMapEntry, int]] = field(default_factory=list)
 
     def add(self, entry: PerfMapEntry) -> None:
         entries = self._entries
@@ -90,17 +100,26 @@ class PerfMapIndex:
         while high < len(entries) and entries[high].start < entry.end:
             high += 1
         if high > low:
+            if len(self.replaced) < MAX_REPLACED_KEPT:
+                gone = entries[low:high][: MAX_REPLACED_KEPT - len(self.replaced)]
+                self.replaced.extend((earlier, entry.written_by) for earlier in gone)
             del entries[low:high]
         entries.add(entry)
 
-    def lookup(self, address: int) -> PerfMapEntry | None:
+    def lookup(self, address: int, written_by: int | None = None) -> PerfMapEntry | None:
+        """The code at address: the latest entry, or with written_by (a size
+        the file had) the latest of those whose lines it held then."""
         entries = self._entries
         if isinstance(entries, list):
             index = bisect.bisect_right(entries, address, key=_entry_start) - 1
         else:
             index = entries.bisect_key_right(address) - 1
-        if index >= 0 and address < entries[index].end:
-            return entries[index]
+        found = entries[index] if index >= 0 and address < entries[index].end else None
+        if written_by is None or found is not None and found.written_by <= written_by:
+            return found
+        for earlier, replaced_by in reversed(self.replaced):  # rare: code freed, and its addresses reused since
+            if earlier.start <= address < earlier.end and earlier.written_by <= written_by < replaced_by:
+                return earlier
         return None
 
     def __len__(self) -> int:
@@ -167,8 +186,10 @@ class PerfMapFile:
         data = self._pending + chunk
         lines = data.split(b"\n")
         self._pending = lines.pop()
+        line_end = self.offset - len(data)  # (tail moved offset past the chunk)
         added = 0
         for line in lines:
+            line_end += len(line) + 1
             if self._discarding:
                 self._discarding = False  # the rest of an over-long line
                 continue
@@ -176,7 +197,7 @@ class PerfMapFile:
                 self._pending = b""
                 break
             self._lines += 1
-            if self._add_line(line):
+            if self._add_line(line, line_end):
                 added += 1
         if len(self._pending) > MAX_LINE_BYTES:
             self._pending = b""
@@ -193,7 +214,7 @@ class PerfMapFile:
             self.truncated = f"the limit of {MAX_ENTRIES_PER_RUN:,} entries for all perf maps of the run"
         return bool(self.truncated)
 
-    def _add_line(self, line: bytes) -> bool:
+    def _add_line(self, line: bytes, line_end: int = 0) -> bool:
         if not line:
             return False
         match = _LINE.match(line.rstrip(b"\r"))
@@ -207,7 +228,7 @@ class PerfMapFile:
         name = match.group(3).decode("utf-8", "replace")
         self._sequence += 1
         self.budget.remaining -= 1
-        self.index.add(PerfMapEntry(start, size, name, self._sequence))
+        self.index.add(PerfMapEntry(start, size, name, self._sequence, line_end))
         return True
 
     def remove(self, owner_uid: int) -> bool:

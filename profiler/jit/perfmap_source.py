@@ -10,6 +10,8 @@ never tailed.
 
 from __future__ import annotations
 
+import bisect
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from profiler.kernel.proc_status import process_uid, started_at
 from profiler.model.profile import Frame
 
 TAIL_INTERVAL_S = 0.01
+MAX_HELD_MARKS = 1 << 16  # a process's samples are held for seconds, marked per batch (tens a second)
 
 
 @dataclass
@@ -40,6 +43,19 @@ class _ProcessMap:
     last_tail: float = 0.0
     frames: dict[int, Frame] = field(default_factory=dict)  # by entry sequence
     reloads: int = 0
+    # While its samples wait to be named after it exits: (monotonic ns, the
+    # file's size then), both rising. A sample is named by the lines the map
+    # held at the first mark after it: code written later over the same
+    # addresses (V8 reuses freed code space) is not its code.
+    held_marks: list[tuple[int, int]] = field(default_factory=list)
+
+    def written_by(self, time_ns: int) -> int | None:
+        """The map's size at the first mark at or after time_ns (None: no mark then)."""
+        marks = self.held_marks
+        if not marks or not time_ns:
+            return None
+        index = bisect.bisect_left(marks, (time_ns, -1))
+        return marks[index][1] if index < len(marks) else None
 
 
 @dataclass(frozen=True)
@@ -96,14 +112,14 @@ class PerfMapSymbols(JitSymbolSource):
     def _new_state(self, pid: int) -> _ProcessMap:
         return _ProcessMap(pid, process_uid(pid, self._default_owner_uid), runtimes.runtime_of(pid), started_at(pid))
 
-    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+    def resolve(self, pid: int, mapping: KnownMapping, address: int, time_ns: int = 0) -> Frame | None:
         state = self._state(pid)
         with self._reading:  # a reload swaps the file from another thread
             file = state.file
             if file is None:
                 return None
             self._tail_if_due(state, file)
-            entry = file.index.lookup(address)
+            entry = file.index.lookup(address, state.written_by(time_ns))
             if entry is None:
                 return None
             frame = state.frames.get(entry.sequence)
@@ -112,8 +128,26 @@ class PerfMapSymbols(JitSymbolSource):
                 state.frames[entry.sequence] = frame
             return frame
 
-    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
-        return self.resolve(pid, mapping, address)
+    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int, time_ns: int = 0) -> Frame | None:
+        return self.resolve(pid, mapping, address, time_ns)
+
+    def samples_held(self, pid: int, until_ns: int) -> None:
+        """The map is opened while the process lives (in a container it is
+        found only through it), and its size now marked (see held_marks)."""
+        state = self._state(pid)
+        with self._reading:
+            file = state.file
+            if file is None or _is_snapshot(state):
+                return
+            try:
+                size = os.fstat(file.descriptor).st_size
+            except OSError:
+                return
+            marks = state.held_marks
+            if marks and marks[-1][1] == size:
+                marks[-1] = (until_ns, size)  # nothing written since: the mark holds until now
+            elif len(marks) < MAX_HELD_MARKS:
+                marks.append((until_ns, size))
 
     def epoch(self, pid: int) -> tuple[int, int]:
         """(revision, 0) of pid's map: lines carry no times (see V8LogSymbols.epoch).

@@ -83,15 +83,16 @@ class JitSymbolSource:
         kernel would have sent for those of this source's runtime."""
         return ()
 
-    def resolve(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
-        """One frame for the code at an address of any mapping (after the ELF file's own names)."""
+    def resolve(self, pid: int, mapping: KnownMapping, address: int, time_ns: int = 0) -> Frame | None:
+        """One frame for the code at an address of any mapping (after the ELF
+        file's own names), for a sample taken at time_ns (0: now)."""
         return None
 
     def maps_changed(self, pid: int, entries: Sequence[MapEntry]) -> None:
         """pid's executable mappings were just read (entries) and one is a
         jitdump (a runtime maps its dump so). (Main thread: open, not read.)"""
 
-    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int, time_ns: int = 0) -> Frame | None:
         """A frame for code in a file's mapping that the file does not name
         (V8 maps its embedded builtins again from a stripped binary; its perf
         map names them there). Only a source that names such code answers:
@@ -103,6 +104,12 @@ class JitSymbolSource:
         """(revision, time of its latest news) of what this source knows of
         pid: while it stays the same, the source names pid's code the same."""
         return (0, 0)
+
+    def samples_held(self, pid: int, until_ns: int) -> None:
+        """(The symbolizer's thread.) pid's samples taken by until_ns wait to
+        be named after it exits: a source whose names carry no times notes
+        what it could name them by now."""
+        return None
 
     def waiting_for(self, pid: int, time_ns: int) -> bool:
         """Will this source know more of pid's code at time_ns? (Its samples wait.)"""

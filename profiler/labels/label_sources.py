@@ -222,6 +222,13 @@ class LabelSources:
         if kind == CONTEXT_V8 and self._node is not None:
             self._node.note(pid, record)
 
+    def look_again(self, pid: int) -> None:
+        """(The symbolizer's thread.) pid's samples wait to be named after it
+        exits: what it publishes late is looked for now, while it lives, as
+        label_id would as they are named."""
+        if self._due_again(pid, time.monotonic()):
+            self._scan(pid)
+
     def label_id(self, pid: int, record: bytes, kind: int = CONTEXT_OTEL) -> int:
         """The label set of a sample of pid whose thread's context record
         (of kind) the kernel read (b"": none)."""

@@ -56,12 +56,15 @@ MAX_INTERNED_TUPLES = 20_000  # JIT sources' frame tuples whose ids are kept
 MAX_FUNCTION_LINES = 100_000
 MAX_NAMED_AHEAD = 65_536  # addresses named ahead and not yet taken (a stack that never came back)
 MAX_BUILD_IDS = 1 << 16  # modules remembered with their build-id
+MAX_HELD_ADDRESSES = 1 << 18  # addresses of a process whose samples wait, named ahead once each
 
 
 class SampleLabels(Protocol):
     """Each sample's labels (profiler/labels/label_sources.py)."""
 
     def label_id(self, pid: int, record: bytes, kind: int = 0) -> int: ...
+
+    def look_again(self, pid: int) -> None: ...
 
     def note_sample(self, pid: int, record: bytes, kind: int) -> None: ...
 
@@ -110,10 +113,12 @@ class ElfSymbols:
         self._named_ahead: dict[tuple[str, int], NativeSymbol | None] = {}
         self._located = LocatedNames()  # what the helper said, in this run and earlier ones
         self.requests = 0  # to blazesym's helper
+        self._tables_read: set[str] = set()  # files whose symbol tables were had ahead
 
-    def name_ahead(self, wanted: list[tuple[KnownMapping, int]]) -> None:
+    def name_ahead(self, wanted: list[tuple[KnownMapping, int]], even_one: bool = False) -> None:
         """Name these (mapping, address) pairs now, one request per file for
-        their functions and one for the lines those functions begin on."""
+        their functions and one for the lines those functions begin on
+        (even_one: also for a file with one address)."""
         if self._locator is None:
             return
         by_image: dict[int, tuple[ElfImage, list[int]]] = {}
@@ -127,7 +132,7 @@ class ElfSymbols:
         if len(self._named_ahead) >= MAX_NAMED_AHEAD:
             self._named_ahead.clear()
         for image, vaddrs in by_image.values():
-            if len(vaddrs) < 2:
+            if len(vaddrs) < 2 and not even_one:
                 continue  # asked when it is named, as it would be
             located = self._locate(image, sorted(set(vaddrs)))
             if located is None:
@@ -139,6 +144,20 @@ class ElfSymbols:
                     starts.add(symbol.start)
             for start, symbol in (self._locate(image, sorted(starts)) or {}).items() if starts else ():
                 self._keep_function_line(image, start, symbol)
+
+    def read_symbol_tables(self, wanted: list[tuple[KnownMapping, int]]) -> None:
+        """Have now the symbol tables that will name these addresses (those
+        of files without DWARF): node's is read in 0.4 s, or loaded from what
+        an earlier run kept in 0.07 s."""
+        for mapping, _address in wanted:
+            image = mapping.image
+            if image is None or image.cache_key in self._tables_read or image.has_dwarf():
+                continue
+            self._tables_read.add(image.cache_key)
+            try:
+                image.symbols()
+            except (UnreadableElf, OSError):
+                continue  # named as it can be, later
 
     @staticmethod
     def _by_blazesym(image: ElfImage, vaddr: int) -> bool:
@@ -333,6 +352,8 @@ class Symbolizer:
         # as its held samples wait: held until the answer turns False.
         self.hold: Callable[[int], bool] | None = None
         self._held: dict[int, list[RawSample]] = {}  # by pid, in order
+        self._named_live: set[int] = set()  # pids whose samples carry labels read from the live process
+        self._held_addresses: dict[int, set[tuple[tuple[int, int], int]]] = {}  # by pid: (era, address) named while held
         self._held_checked = 0.0
         self.errors: list[str] = []
         self.parked_then_named = 0
@@ -475,15 +496,79 @@ class Symbolizer:
         if self.hold is None:
             return batch
         waiting: dict[int, bool] = {}
-        now = []
+        now: list[RawSample] = []
+        held_now: list[RawSample] = []
         for sample in batch:
+            if sample.thread_context and sample.pid not in self._named_live:
+                # Its labels are read from the live process (a span's name
+                # and route): its samples are named while it runs, the held ones first.
+                self._named_live.add(sample.pid)
+                waiting[sample.pid] = False
+                now.extend(self._held.pop(sample.pid, []))
             if sample.pid not in waiting:
-                waiting[sample.pid] = self._may_hold(sample.pid)
+                waiting[sample.pid] = sample.pid not in self._named_live and self._may_hold(sample.pid)
             if waiting[sample.pid]:
-                self._held.setdefault(sample.pid, []).append(sample)
+                held_now.append(self._walked_while_held(sample))
+                self._held.setdefault(sample.pid, []).append(held_now[-1])
             else:
                 now.append(sample)
+        until_ns = time.monotonic_ns()
+        for pid, held in waiting.items():
+            if held:
+                self._note_held(pid, until_ns)
+        if held_now:
+            self._name_native_while_held(held_now)
         return now
+
+    def _walked_while_held(self, raw: RawSample) -> RawSample:
+        """A sample whose walk the kernel left to user space, walked now if
+        it can be (its frames are then named ahead with the rest)."""
+        if raw.stack_copy is None or self._late_walks is None:
+            return raw
+        try:
+            return self._finish_walk(raw, may_park=True)
+        except _NotNamedYet:
+            return raw  # its file's table is being built: walked when it is named
+        except Exception as error:  # a bug here must not lose the run: walked when it is named
+            self.errors.append(f"{type(error).__name__}: {error}")
+            return raw
+
+    def _name_native_while_held(self, samples: list[RawSample]) -> None:
+        """The native frames of samples that wait, named as they come: what
+        no earlier run named or kept (blazesym's helper started, DWARF read
+        for new functions, a symbol table read) is done beside the program,
+        not after it, where the command would wait for it. Each address once."""
+        wanted = []
+        for raw in samples:
+            if not raw.addresses or raw.stack_copy is not None:
+                continue  # its callers are known once its walk is finished
+            era = self._tracker.space_state(raw.pid, raw.time_ns)[0]
+            seen = self._held_addresses.setdefault(raw.pid, set())
+            recorded = {record.frame_index for record in raw.v8_frames}
+            for depth, address in enumerate(raw.addresses):
+                lookup_address = address - 1 if depth > 0 else address
+                key = (era, lookup_address)
+                if depth in recorded or key in seen:
+                    continue
+                if len(seen) < MAX_HELD_ADDRESSES:
+                    seen.add(key)
+                mapping = self._unknown_native(raw, era, lookup_address)
+                if mapping is not None:
+                    wanted.append((mapping, lookup_address))
+        if wanted:
+            self.elf.name_ahead(wanted, even_one=True)
+            self.elf.read_symbol_tables(wanted)
+
+    def _note_held(self, pid: int, until_ns: int) -> None:
+        """pid's samples taken by until_ns wait: what is read of it only as
+        its samples are named is read now, while it lives."""
+        if self.labels is not None:
+            self.labels.look_again(pid)
+        for source in self.jit_sources:
+            try:
+                source.samples_held(pid, until_ns)
+            except Exception as error:  # a bug here must not lose the run
+                self.errors.append(f"{type(error).__name__}: {error}")
 
     def _release_held(self, pid: int | None = None) -> None:
         """Name the held samples that may wait no longer (all of pid's)."""
@@ -516,6 +601,8 @@ class Symbolizer:
         self._jit_seen_entries -= len(self._jit_seen.pop(request.pid, set()))
         self._jit_kept_entries -= len(self._jit_kept.pop(request.pid, {}))
         self._stack_entries -= len(self._stacks.pop(request.pid, {}))
+        self._named_live.discard(request.pid)
+        self._held_addresses.pop(request.pid, None)
 
     def _call(self, request: _Call) -> None:
         try:
@@ -845,15 +932,15 @@ class Symbolizer:
                     return named_ids
             if mapping is None:
                 mapping = self._tracker.find(pid, time_ns, lookup_address).mapping
-            frame = self._name(pid, mapping, lookup_address)
+            frame = self._name(pid, mapping, lookup_address, time_ns)
             if not frame.symbolized and may_park and len(self._parked) < MAX_PARKED:
                 raise _NotNamedYet()
             return [self._profile.intern(frame)]
-        chain = self._name_chain(pid, mapping, lookup_address)
+        chain = self._name_chain(pid, mapping, lookup_address, time_ns)
         if caller and not chain[-1].symbolized and mapping is not None:
             # A signal trampoline is "returned" to at its first byte: the
             # byte before belongs to no function.
-            chain = self._name_chain(pid, mapping, address)
+            chain = self._name_chain(pid, mapping, address, time_ns)
         frame_ids = tuple(self._profile.intern(frame) for frame in chain)
         if mapping is not None:  # no mapping yet may only mean its maps are not read yet
             if self._memo_entries >= MAX_MEMO:
@@ -900,7 +987,7 @@ class Symbolizer:
         self._interned_tuples[id(frames)] = (frames, frame_ids)
         return list(frame_ids)
 
-    def _name_chain(self, pid: int, mapping: KnownMapping | None, address: int) -> list[Frame]:
+    def _name_chain(self, pid: int, mapping: KnownMapping | None, address: int, time_ns: int) -> list[Frame]:
         """Native code: its function and what was inlined there, outermost first."""
         if mapping is not None:
             frames = self.elf.resolve_chain(pid, mapping, address)
@@ -910,19 +997,19 @@ class Symbolizer:
             # embedded builtins again from the binary (short builtin calls),
             # and a stripped deno's perf map is all that names them there.
             for named in self.jit_sources:
-                frame = named.resolve_file_code(pid, mapping, address)
+                frame = named.resolve_file_code(pid, mapping, address, time_ns)
                 if frame is not None:
                     return [frame]
             if frames:
                 return frames
-        return [self._name(pid, mapping, address)]
+        return [self._name(pid, mapping, address, time_ns)]
 
-    def _name(self, pid: int, mapping: KnownMapping | None, address: int) -> Frame:
+    def _name(self, pid: int, mapping: KnownMapping | None, address: int, time_ns: int) -> Frame:
         """What the JIT sources call the code (a file's was asked for first)."""
         if mapping is None:
             return Frame("[unknown]", "", FrameKind.UNKNOWN)
         for named in self.jit_sources:
-            frame = named.resolve(pid, mapping, address)
+            frame = named.resolve(pid, mapping, address, time_ns)
             if frame is not None:
                 return frame
         return Frame(f"[unknown] ({mapping.module_name})", mapping.module_name, FrameKind.UNKNOWN)

@@ -46,10 +46,11 @@ def test_a_deno_that_runs_v8_s_own_sampler_gets_no_interpreter_trampolines():
 def test_which_runtimes_may_be_named_after_they_exit():
     """Deno's code is named from its code log and scripts; Bun's from its
     jitdumps, but its interpreter's handlers from a live bun unless kept (no
-    bun mapping known here: not kept); node's from its live memory."""
+    bun mapping known here: not kept); node's from V8's objects read as each
+    sample comes up, and from its perf map."""
     assert DENO.named_after_exit is not None and DENO.named_after_exit(1, [])
     assert BUN.named_after_exit is not None and not BUN.named_after_exit(1, [])
-    assert NODE.named_after_exit is None
+    assert NODE.named_after_exit is not None and NODE.named_after_exit(1, [])
 
 
 def test_bun_told_to_write_a_jitdump_into_its_user_s_own_directory():

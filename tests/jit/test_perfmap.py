@@ -46,6 +46,47 @@ def test_reused_addresses_take_the_newest_code(tmp_path):
     perf_map.close()
 
 
+def test_a_sample_named_late_is_named_by_the_lines_written_before_it(tmp_path):
+    """Freed code space is reused (node's tsc writes about 100 of its 12,000
+    entries over earlier ones): a sample named after its process exits, with
+    the file as it stood when it was taken (a size), gets the code there
+    then, not the code written over it since, in either order of entries."""
+    first = b"1000 100 JS:*old /a.js:1:1\n2000 10 JS:*other /a.js:5:1\n"
+    later = b"1040 10 JS:*new /a.js:2:1\n0f00 180 JS:*wide /a.js:3:1\n"
+    path = write(tmp_path / "perf-1.map", first + later)
+    perf_map = open_perf_map(str(path), ME)
+    perf_map.tail()
+    index = perf_map.index
+    assert [entry.written_by for entry in (index.lookup(0x2004), index.lookup(0x1000))] == [len(first), len(first + later)]
+    # Now: the newest code at each address; none where the old one was alone.
+    assert (
+        index.lookup(0x1044).name == "JS:*wide /a.js:3:1"
+        and index.lookup(0x1044, len(first + later)).name == "JS:*wide /a.js:3:1"
+    )
+    # Before the later lines: the old code, at every address it had.
+    assert index.lookup(0x1044, len(first)).name == "JS:*old /a.js:1:1"
+    assert index.lookup(0x1004, len(first)).name == "JS:*old /a.js:1:1"
+    assert index.lookup(0x2004, len(first)).name == "JS:*other /a.js:5:1"
+    # Between the two later lines: the first of them where it lies, the old code around it.
+    middle = len(first) + later.index(b"\n") + 1
+    assert index.lookup(0x1044, middle).name == "JS:*new /a.js:2:1"
+    assert index.lookup(0x1004, middle) is None  # replaced by "new" by then, and "new" does not reach it
+    # Before any line: nothing, though code is there now.
+    assert index.lookup(0x1044, 0) is None and index.lookup(0xF00, len(first)) is None
+    perf_map.close()
+
+
+def test_replaced_entries_kept_are_bounded(monkeypatch):
+    from profiler.jit import perfmap
+
+    monkeypatch.setattr(perfmap, "MAX_REPLACED_KEPT", 3)
+    index = PerfMapIndex()
+    for number in range(10):
+        index.add(PerfMapEntry(0x100, 0x10, f"f{number}", number + 1, number + 1))
+    assert len(index) == 1 and [entry.name for entry, _replaced_by in index.replaced] == ["f0", "f1", "f2"]
+    assert index.lookup(0x100, 2).name == "f1" and index.lookup(0x100, 5) is None  # past what is kept: no name, not a later one
+
+
 def test_index_replaces_overlaps():
     index = PerfMapIndex()
     index.add(PerfMapEntry(0x100, 0x10, "a", 1))

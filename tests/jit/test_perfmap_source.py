@@ -42,3 +42,29 @@ def test_noting_a_process_never_waits_for_a_map_being_read(tmp_path, monkeypatch
         reader.join(10)
         source.close()
     assert names == ["first"]
+
+
+def test_samples_held_are_named_by_the_map_as_it_stood_when_they_were_taken(tmp_path, monkeypatch):
+    """A process whose samples wait to be named after it exits has its map
+    marked as they wait (its size then): code written later over the same
+    addresses does not name a sample taken before it; a sample after the
+    last mark, or named at once, takes the newest code."""
+    map_path = tmp_path / "perf.map"
+    map_path.write_bytes(b"1000 100 JS:*old /a.js:1:1\n")
+    monkeypatch.setattr(perfmap_source, "candidate_paths", lambda pid: [str(map_path)])
+    source = perfmap_source.PerfMapSymbols()
+    pid = os.getpid()
+    source.watch(pid)
+    source.samples_held(pid, 100)  # opens the map while the process lives
+    source.samples_held(pid, 200)  # nothing written since: the same mark, later
+    with map_path.open("ab") as growing:
+        growing.write(b"1040 10 JS:*new /a.js:2:1\n")
+    source.samples_held(pid, 300)
+
+    def name_at(time_ns: int) -> str | None:
+        frame = source.resolve(pid, None, 0x1044, time_ns)  # type: ignore[arg-type]
+        return frame.name if frame is not None else None
+
+    assert [name_at(time_ns) for time_ns in (50, 150, 200)] == ["old a.js:1"] * 3
+    assert [name_at(time_ns) for time_ns in (250, 300, 301, 0)] == ["new a.js:2"] * 4
+    source.close()

@@ -1,6 +1,7 @@
 """The mapping tracker and symbolizer against this test process's real maps."""
 
 import ctypes
+import dataclasses
 import os
 import subprocess
 import tempfile
@@ -726,6 +727,87 @@ def test_samples_that_may_wait_are_named_once_their_process_may_wait_no_longer()
         tracker.close()
     assert len(profile.samples) == 5 and symbolizer.errors == [] and symbolizer.given_up == 0
     assert {tuple(frame.name for frame in profile.stack(named)) for named in profile.samples} == {("qsort", "getpid")}
+
+
+def test_a_held_process_whose_samples_carry_labels_is_named_while_it_runs():
+    """A request's labels are read from the live process (a span's name and
+    route): once a sample of a held process carries a context record, its
+    held samples are named at once, in order, and its later ones as they
+    come. The sources are told of what waits, to read what they can while
+    it lives."""
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker)
+    symbolizer.hold = lambda pid: True
+    marked: list[tuple[int, int]] = []
+
+    class Marks(JitSymbolSource):
+        def samples_held(self, pid: int, until_ns: int) -> None:
+            marked.append((pid, until_ns))
+
+    symbolizer.add_jit_source(Marks())
+    getpid, qsort = libc_function_address("getpid"), libc_function_address("qsort")
+    pid = os.getpid()
+
+    def sample(time_ns, context=b""):
+        raw = RawSample(pid, pid, 0, time_ns, "t", (getpid + 1, qsort + 5), WalkEnd.COMPLETE, -1, True)
+        return dataclasses.replace(raw, thread_context=context)
+
+    symbolizer.start()
+    try:
+        before = time.monotonic_ns()
+        symbolizer.submit([sample(1), sample(2)])
+        assert _wait_until(lambda: sum(map(len, symbolizer._held.values())) == 2 and bool(marked))
+        assert len(profile.samples) == 0 and marked[0][0] == pid and marked[0][1] >= before
+        symbolizer.submit([sample(3, b"\x05" * 8), sample(4)])
+        assert _wait_until(lambda: len(profile.samples) == 4)
+        symbolizer.submit([sample(5)])
+        assert _wait_until(lambda: len(profile.samples) == 5)
+        assert symbolizer.backlog() == 0
+    finally:
+        symbolizer.finish()
+        tracker.close()
+    assert [named.time_ns for named in profile.samples] == [1, 2, 3, 4, 5]
+    assert len(marked) == 1 and symbolizer.errors == []
+
+
+def test_the_native_frames_of_held_samples_are_named_while_they_wait():
+    """What blazesym's helper names (its start, DWARF read for new functions)
+    is asked as held samples come, beside the program: naming them once their
+    process has exited asks it nothing more, and names them as at once."""
+    from profiler.native.locator_process import CodeLocator  # noqa: PLC0415
+
+    os.environ["JITPROF_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-", dir=Path(os.environ["JITPROF_CACHE_DIR"]).parent)
+    names = ["qsort", "memcpy", "strlen", "malloc", "free", "printf", "fopen", "getenv"]
+    stack = tuple(libc_function_address(name) + 5 for name in names)
+    locator = CodeLocator()
+    profile = Profile(RunInfo([], [os.getpid()], 99))
+    tracker = MappingTracker(RecordingTrie())
+    tracker.add_process(os.getpid())
+    symbolizer = Symbolizer(profile, tracker, locator=locator)
+    held_pids = {os.getpid()}
+    symbolizer.hold = lambda pid: pid in held_pids
+    pid = os.getpid()
+    symbolizer.start()
+    try:
+        symbolizer.submit([RawSample(pid, pid, 0, time.monotonic_ns(), "t", stack, WalkEnd.COMPLETE, -1, True)])
+        taken = threading.Event()
+        symbolizer.call_in_order(taken.set)  # once the sample is taken in (and held)
+        assert taken.wait(10)
+        asked_while_held = symbolizer.elf.requests
+        assert asked_while_held > 0 and len(profile.samples) == 0 and symbolizer.backlog() == 1
+        held_pids.clear()  # it exited
+        assert _wait_until(lambda: len(profile.samples) == 1)
+    finally:
+        symbolizer.finish()
+        tracker.close()
+        locator.close()
+    assert symbolizer.errors == [] and symbolizer.elf.requests == asked_while_held
+    live, _requests = named_through_the_helper([stack], batched=True)
+    named = [(frame.name, frame.file, frame.line) for frame in profile.stack(profile.samples[0])]
+    assert named == [(frame.name, frame.file, frame.line) for frame in live.stack(live.samples[0])]
+    assert len(named) >= len(names) and all(name for name, _file, _line in named)
 
 
 def test_held_samples_given_up_are_counted():

@@ -237,7 +237,7 @@ class BunInterpreterNames(JitSymbolSource):
         self._binaries: dict[str, _Binary] = {}
         self._lock = threading.Lock()
 
-    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int, time_ns: int = 0) -> Frame | None:
         image = mapping.image
         if image is None or mapping.module_name != "bun":
             return None

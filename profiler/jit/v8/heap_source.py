@@ -500,13 +500,16 @@ class V8HeapSymbols(JitSymbolSource):
         known = process.frames.get(key)
         if known is not None:
             return known
-        failed_at, partly = process.failed.get(key, (-RETRY_FAILED_S, None))
+        failed_at, partly_before = process.failed.get(key, (-RETRY_FAILED_S, None))
         if failed_at > now - RETRY_FAILED_S:
-            return partly  # tried a moment ago (code being made, or moved, may read right soon)
+            return partly_before  # tried a moment ago (code being made, or moved, may read right soon)
         found = process.thread.run(lambda: self._frames(process, address, record, leaf))
         if found is None:
             whole_frame = not leaf and not record.late and not record.interpreter
             partly = process.thread.run(lambda: self._function_only(process, record)) if whole_frame else None
+            # Read again once the process has exited (its samples named after
+            # it), nothing reads: what was read while it lived stays.
+            partly = partly or partly_before
             process.unnamed += 1
             process.failed[key] = (now, partly)
             return partly

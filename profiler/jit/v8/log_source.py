@@ -155,7 +155,7 @@ class V8LogSymbols(JitSymbolSource):
             self._memo[key] = frames
         return frames
 
-    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int) -> Frame | None:
+    def resolve_file_code(self, pid: int, mapping: KnownMapping, address: int, time_ns: int = 0) -> Frame | None:
         """V8's embedded builtins, mapped again from a stripped binary (short
         builtin calls): the log's records of them name them there, as a perf
         map would; nothing else the log holds lives in a file's mapping."""

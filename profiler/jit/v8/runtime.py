@@ -21,7 +21,7 @@ from profiler.jit.v8.idle import waits_for_work
 from profiler.jit.v8.log_source import V8LogSymbols
 from profiler.jit.v8.names import parse_v8_name
 from profiler.jit.v8.threadpool import NODE_THREADPOOL
-from profiler.kernel.address_spaces import JIT_MODULE
+from profiler.kernel.address_spaces import JIT_MODULE, KnownMapping
 from profiler.kernel.proc_status import command_line_and_environment
 from profiler.model.profile import Frame, FrameKind
 
@@ -115,6 +115,13 @@ def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
     ]
 
 
+def _named_after_exit(_pid: int, _mappings: Sequence[KnownMapping]) -> bool:
+    """V8's objects are read as each sample comes up, ahead of the naming
+    (V8HeapSymbols.note_sample, on a reader of their own); the rest is named
+    from files that outlive the process: its perf map and code log."""
+    return True
+
+
 def _attach_notes(pid: int, sources: Sequence[JitSymbolSource], inline: bool) -> list[str]:
     """Only what cannot be had: V8's objects name everything they can read."""
     heap = next((source for source in sources if isinstance(source, V8HeapSymbols)), None)
@@ -156,4 +163,5 @@ NODE = Runtime(
     waits_for_work=waits_for_work,
     threadpool=NODE_THREADPOOL,
     writes_v8_logs=True,
+    named_after_exit=_named_after_exit,
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import time
 from array import array
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from profiler.jit.symbol_source import RecordedFrames
 from profiler.jit.v8.heap import positions
 from profiler.jit.v8.heap.layout import KERNEL_FRAME_SLOTS, LayoutError, layout_of_file, read_layout
 from profiler.jit.v8.heap.objects import MAX_STRING_DEPTH, HeapReader, Script, SharedInfo
-from profiler.jit.v8.heap_source import V8HeapSymbols, _frame, _Inlining
+from profiler.jit.v8.heap_source import RETRY_FAILED_S, V8HeapSymbols, _frame, _Inlining
 from profiler.jit.v8.names import Tier
 from tests.helpers import ROOT
 from tests.helpers import LaidOutMemory as Memory
@@ -504,6 +505,11 @@ def test_a_built_frame_whose_code_no_longer_reads_keeps_its_function():
             ("render main.js:2", 2, False, "")
         ]
         assert symbols.expand_recorded(4242, 0x50001234, optimized, False) == found  # until it is tried again
+        # Tried again once the process has exited (its samples named after it), nothing reads: what was read stays.
+        key, (_tried_at, partly) = next(iter(process.failed.items()))
+        process.failed[key] = (time.monotonic() - 10 * RETRY_FAILED_S, partly)
+        process.shared.clear()
+        assert symbols.expand_recorded(4242, 0x50001234, optimized, False) == found
         assert symbols.expand_recorded(4242, 0x50001234, optimized._replace(frame_index=0), True) is None
         assert symbols.expand_recorded(4242, 0x50001238, optimized._replace(late=True), False) is None
         # A pc in V8's builtins: the function its frame holds may not be its own.
