@@ -105,9 +105,11 @@ def _symbol_sources(settings: SourceSettings) -> list[JitSymbolSource]:
             expand_inlining=settings.expand_inlining,
             default_owner_uid=settings.owner_uid,
             working_directory_logs=settings.janitor.open_v8_logs,
-            # Named after it exits (a spawned deno), its logs' scripts are found while it lives.
+            # Named after it exits (a spawned deno), its logs' scripts are found while it lives
+            # (node's code log, with --no-v8-heap, carries its scripts' sources).
             named_after_exit=lambda pid: (
                 (runtime := settings.runtime_of(pid)) is not None
+                and runtime is not NODE
                 and runtime.writes_v8_logs
                 and runtime.named_after_exit is not None
             ),
