@@ -214,7 +214,7 @@ class PerfMapFile:
             self.truncated = f"the limit of {MAX_ENTRIES_PER_RUN:,} entries for all perf maps of the run"
         return bool(self.truncated)
 
-    def _add_line(self, line: bytes, line_end: int = 0) -> bool:
+    def _add_line(self, line: bytes, line_end: int) -> bool:
         if not line:
             return False
         match = _LINE.match(line.rstrip(b"\r"))

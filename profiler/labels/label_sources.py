@@ -223,17 +223,16 @@ class LabelSources:
             self._node.note(pid, record)
 
     def look_again(self, pid: int) -> None:
-        """(The symbolizer's thread.) pid's samples wait to be named after it
-        exits: what it publishes late is looked for now, while it lives, as
-        label_id would as they are named."""
+        """(The symbolizer's thread.) Read again what pid publishes, if it has
+        published nothing yet and is due (as its samples are labelled, or as
+        they wait to be named after it exits, while it lives)."""
         if self._due_again(pid, time.monotonic()):
             self._scan(pid)
 
     def label_id(self, pid: int, record: bytes, kind: int = CONTEXT_OTEL) -> int:
         """The label set of a sample of pid whose thread's context record
         (of kind) the kernel read (b"": none)."""
-        if self._due_again(pid, time.monotonic()):
-            self._scan(pid)
+        self.look_again(pid)
         published = self._published.get(pid)
         if published is None or published.process is None and not record:
             return NO_LABELS

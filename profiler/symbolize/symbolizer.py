@@ -18,7 +18,7 @@ import dataclasses
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -543,18 +543,8 @@ class Symbolizer:
             if not raw.addresses or raw.stack_copy is not None:
                 continue  # its callers are known once its walk is finished
             era = self._tracker.space_state(raw.pid, raw.time_ns)[0]
-            seen = self._held_addresses.setdefault(raw.pid, set())
             recorded = {record.frame_index for record in raw.v8_frames}
-            for depth, address in enumerate(raw.addresses):
-                lookup_address = address - 1 if depth > 0 else address
-                key = (era, lookup_address)
-                if depth in recorded or key in seen:
-                    continue
-                if len(seen) < MAX_HELD_ADDRESSES:
-                    seen.add(key)
-                mapping = self._unknown_native(raw, era, lookup_address)
-                if mapping is not None:
-                    wanted.append((mapping, lookup_address))
+            wanted.extend(self._unknown_natives(raw, era, recorded, seen=self._held_addresses.setdefault(raw.pid, set())))
         if wanted:
             self.elf.name_ahead(wanted, even_one=True)
             self.elf.read_symbol_tables(wanted)
@@ -861,29 +851,43 @@ class Symbolizer:
                 continue  # its callers are known once its walk is finished
             self._asked_ahead.add(id(raw))  # the batch holds it: the id is its own while it is named
             era = self._tracker.space_state(raw.pid, raw.time_ns)[0]
-            if raw.leaf_v8_frame is None:
-                mapping = self._unknown_native(raw, era, raw.addresses[0])
-                if mapping is not None:
-                    wanted.append((mapping, raw.addresses[0]))
-            recorded = {record.frame_index for record in raw.v8_frames}
-            for depth in range(1, len(raw.addresses)):
-                lookup_address = raw.addresses[depth] - 1
-                mapping = None if depth in recorded else self._unknown_native(raw, era, lookup_address)
-                if mapping is not None:
-                    wanted.append((mapping, lookup_address))
+            wanted.extend(self._unknown_natives(raw, era, {record.frame_index for record in raw.v8_frames}))
         if len(wanted) >= 2:
             self.elf.name_ahead(wanted)
 
     def _name_callers_ahead(self, raw: RawSample, era: tuple[int, int], records: dict[int, V8FrameSlots]) -> None:
         """The native callers the memo does not know, named in a batch."""
-        wanted = []
-        for depth in range(1, len(raw.addresses)):
-            lookup_address = raw.addresses[depth] - 1
-            mapping = None if depth in records else self._unknown_native(raw, era, lookup_address)
-            if mapping is not None:
-                wanted.append((mapping, lookup_address))
+        wanted = self._unknown_natives(raw, era, records, first_depth=1)
         if len(wanted) >= 2:
             self.elf.name_ahead(wanted)
+
+    def _unknown_natives(
+        self,
+        raw: RawSample,
+        era: tuple[int, int],
+        recorded: Collection[int],
+        first_depth: int = 0,
+        seen: set[tuple[tuple[int, int], int]] | None = None,
+    ) -> list[tuple[KnownMapping, int]]:
+        """(file mapping, address looked up) of the sample's frames from
+        first_depth on that the memo has not named, but at the depths the
+        kernel read a runtime's words for (recorded); with seen, each (era,
+        address) once."""
+        wanted = []
+        for depth in range(first_depth, len(raw.addresses)):
+            if depth in recorded:
+                continue
+            lookup_address = raw.addresses[depth] - 1 if depth > 0 else raw.addresses[depth]  # a caller's: its call
+            if seen is not None:
+                key = (era, lookup_address)
+                if key in seen:
+                    continue
+                if len(seen) < MAX_HELD_ADDRESSES:
+                    seen.add(key)
+            mapping = self._unknown_native(raw, era, lookup_address)
+            if mapping is not None:
+                wanted.append((mapping, lookup_address))
+        return wanted
 
     def _unknown_native(self, raw: RawSample, era: tuple[int, int], lookup_address: int) -> KnownMapping | None:
         """The file mapping of an address the memo has not named, if it is one
